@@ -1,0 +1,30 @@
+"""trl-grpo-ext: a GRPO add-on for Hugging Face TRL.
+
+Heavy imports (torch, transformers, trl) are deferred until a trainer or config class is used, so the command line
+(`trl-grpo-ext plan`, `trl-grpo-ext rewards`) answers without importing torch.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "GRPOExtConfig": "trl_grpo_ext.config",
+    "GRPOExtTrainer": "trl_grpo_ext.trainer",
+    "RunPlan": "trl_grpo_ext.quantifiers",
+    "resolve_plan": "trl_grpo_ext.quantifiers",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import GRPOExtConfig
+    from .quantifiers import RunPlan, resolve_plan
+    from .trainer import GRPOExtTrainer
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'trl_grpo_ext' has no attribute {name!r}")
