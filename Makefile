@@ -1,0 +1,56 @@
+# trl-grpo-ext — every target creates what it needs (a virtualenv in .venv, the package and its dependencies).
+#   make demo   run the QLoRA recipe on the embedded tiny model (CPU, no network)
+#   make test   run the test suite (CPU, no network, < 10 minutes on 2 cores)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU wheel of torch (an unpinned torch pulls a CUDA build of several GB). On a GPU machine: make TORCH_SPEC=torch
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed-stamp
+export HF_HUB_OFFLINE ?= 1
+export HF_HUB_DISABLE_TELEMETRY ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install demo test test-slow test-all lint bench bench-overhead bench-zero-variance bench-adapter plan clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/cpu.yaml \
+		recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
+
+test: install
+	$(PY) -m pytest -q
+
+test-slow: install
+	$(PY) -m pytest -q -m slow
+
+test-all: install
+	$(PY) -m pytest -q -m "slow or not slow"
+
+lint: install
+	$(VENV)/bin/ruff check trl_grpo_ext recipes tests benchmarks
+
+plan: install
+	$(VENV)/bin/trl-grpo-ext plan --config recipes/configs/tiny_cpu.yaml
+
+bench: bench-overhead bench-zero-variance bench-adapter
+
+bench-overhead: install
+	$(PY) benchmarks/overhead.py
+
+bench-zero-variance: install
+	$(PY) benchmarks/zero_variance.py
+
+bench-adapter: install
+	$(PY) benchmarks/adapter_precision.py
+
+clean:
+	rm -rf outputs .pytest_cache

@@ -1,0 +1,119 @@
+# Copyright the trl-grpo-ext authors. Licensed under the Apache License, Version 2.0.
+"""GRPO with a 4-bit NF4 QLoRA policy: on one GPU, or on the embedded tiny model on a CPU.
+
+    # one GPU, a real model (needs the Hugging Face Hub)
+    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
+        recipes/grpo_qlora.py --config recipes/configs/qwen2.5-0.5b-instruct_gsm8k.yaml
+
+    # the embedded default: a tiny model built locally, CPU, no network
+    accelerate launch --config_file recipes/accelerate_configs/cpu.yaml \
+        recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
+
+Any config key can be overridden on the command line (`--learning_rate 1e-5`). The script reads top to bottom:
+arguments -> plan -> data -> tokenizer -> model settings -> trainer -> train -> save -> plot -> model card -> push.
+"""
+
+import sys
+
+from accelerate.utils import set_seed
+from transformers import AutoTokenizer
+
+from trl_grpo_ext import GRPOExtTrainer, tiny
+from trl_grpo_ext.data import load_prompt_dataset
+from trl_grpo_ext.hub import HubPushError, build_model_card, push_run, resolve_push_mode
+from trl_grpo_ext.interrupt import GracefulInterrupt
+from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
+from trl_grpo_ext.models import lora_config, quantization_config
+from trl_grpo_ext.plotting import plot_training
+
+
+def main(script_args, training_args, model_args, push_args) -> int:
+    ################
+    # Seed, push mode
+    ################
+    set_seed(training_args.seed)
+    push_mode = resolve_push_mode(push_args, training_args)  # TRL's push_to_hub=True means "push the adapter at the end"
+    training_args.push_to_hub = False  # the recipe pushes once, after everything is written locally
+
+    ################
+    # Data
+    ################
+    train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
+
+    ################
+    # Tokenizer
+    ################
+    model_path = tiny.resolve_model_path(model_args.model_name_or_path)
+    if tiny.is_embedded(model_args.model_name_or_path):
+        tokenizer = tiny.load_tokenizer(model_path)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision, padding_side="left")
+
+    ################
+    # Model settings: 4-bit NF4 base + LoRA adapter (TRL loads the model inside the trainer)
+    ################
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": "auto" if model_args.dtype in (None, "auto") and training_args.bf16 else (model_args.dtype or "float32"),
+        **(training_args.model_init_kwargs or {}),
+    }
+
+    ################
+    # Trainer (rewards come from `rewards:` in the config, through the registry)
+    ################
+    trainer = GRPOExtTrainer(
+        model=model_path,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        quantization_config=quantization_config(model_args, training_args),
+        peft_config=lora_config(model_args),
+    )
+
+    ################
+    # Train (Ctrl-C / SIGTERM saves a checkpoint and prints the resume command)
+    ################
+    with GracefulInterrupt(trainer) as interrupt:
+        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    if interrupt.stopped:
+        return interrupt.report()
+
+    ################
+    # Save: adapter, tokenizer, metrics, trainer state, run config (all local, before any upload)
+    ################
+    trainer.save_model(training_args.output_dir)
+    trainer.log_metrics("train", train_result.metrics)
+    trainer.save_metrics("train", train_result.metrics)
+    trainer.save_state()
+    if not trainer.accelerator.is_main_process:
+        return 0
+    write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args)
+
+    ################
+    # Plot and model card
+    ################
+    if script_args.plot:
+        plot = plot_training(trainer.state.log_history, f"{training_args.output_dir}/reward_plot.png")
+        print(f"Reward plot: {plot}")
+    build_model_card(training_args.output_dir)
+    print(f"Adapter and tokenizer: {training_args.output_dir}")
+
+    ################
+    # Push (optional)
+    ################
+    if push_mode != "none":
+        try:
+            url = push_run(training_args.output_dir, push_args.hub_repo_id or training_args.hub_model_id,
+                           mode=push_mode, revision=push_args.hub_revision, private=push_args.hub_private,
+                           token=training_args.hub_token, merge_dtype=push_args.merge_dtype)
+        except HubPushError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        print(f"Pushed to {url}")
+    return 0
+
+
+if __name__ == "__main__":
+    set_offline_defaults()
+    sys.exit(main(*parse_recipe_args()))

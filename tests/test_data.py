@@ -1,0 +1,68 @@
+"""GSM8K row mapping (question -> chat prompt, answer -> number after ####) on local rows of that format."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from trl_grpo_ext.data import GSM8K_SYSTEM_PROMPT, gsm8k_final_answer, gsm8k_to_prompt, load_prompt_dataset
+
+# Three rows in GSM8K's exact format (train split, "main" config).
+GSM8K_ROWS = [
+    {
+        "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+        "How many clips did Natalia sell altogether in April and May?",
+        "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+        "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72",
+    },
+    {
+        "question": "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
+        "How much did she earn?",
+        "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nWorking 50 minutes, she earned "
+        "0.2 x 50 = $<<0.2*50=10>>10.\n#### 10",
+    },
+    {"question": "A big number?", "answer": "It is 1,234 + 1 = 1,235.\n#### 1,235"},
+]
+
+
+def test_final_answer_is_the_number_after_hashes():
+    assert [gsm8k_final_answer(r["answer"]) for r in GSM8K_ROWS] == ["72", "10", "1235"]
+    with pytest.raises(ValueError, match="####"):
+        gsm8k_final_answer("no marker here")
+
+
+def test_row_becomes_chat_prompt():
+    mapped = gsm8k_to_prompt(GSM8K_ROWS[0])
+    assert mapped["answer"] == "72"
+    assert mapped["prompt"] == [
+        {"role": "system", "content": GSM8K_SYSTEM_PROMPT},
+        {"role": "user", "content": GSM8K_ROWS[0]["question"]},
+    ]
+    assert gsm8k_to_prompt(GSM8K_ROWS[1], system_prompt=None)["prompt"] == [
+        {"role": "user", "content": GSM8K_ROWS[1]["question"]}
+    ]
+
+
+def test_load_prompt_dataset_from_local_gsm8k_files(tmp_path):
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in GSM8K_ROWS))
+    args = SimpleNamespace(dataset_name=str(tmp_path), dataset_config=None, dataset_train_split="train",
+                           dataset_format="gsm8k", system_prompt="Be brief.")
+    dataset = load_prompt_dataset(args)
+    assert sorted(dataset.column_names) == ["answer", "prompt"]
+    assert dataset["answer"] == ["72", "10", "1235"]
+    assert dataset[2]["prompt"] == [{"role": "system", "content": "Be brief."},
+                                    {"role": "user", "content": "A big number?"}]
+
+
+def test_load_prompt_dataset_without_prompt_column_names_the_fix(tmp_path):
+    (tmp_path / "train.jsonl").write_text(json.dumps({"text": "x"}))
+    args = SimpleNamespace(dataset_name=str(tmp_path), dataset_config=None, dataset_train_split="train",
+                           dataset_format="prompt", system_prompt=None)
+    with pytest.raises(ValueError, match="dataset_format: gsm8k"):
+        load_prompt_dataset(args)
+
+
+def test_embedded_dataset():
+    args = SimpleNamespace(dataset_name="embedded:count-char", embedded_num_prompts=10, embedded_target="e")
+    dataset = load_prompt_dataset(args)
+    assert len(dataset) == 10 and set(dataset["target"]) == {"e"}

@@ -1,0 +1,256 @@
+"""`GRPOExtConfig`: TRL's `GRPOConfig` with the quantities of a run in the units people think in.
+
+Config flows one way: YAML + CLI (TRL's `TrlParser`) -> `GRPOExtConfig.__post_init__` (normalise our fields, check
+them against TRL's raw fields, write TRL's own fields) -> `super().__post_init__()` -> `GRPOExtTrainer`. The pure
+resolution lives in `quantifiers`, `advantage_settings` and `rewards.spec`; this module only calls them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from trl import GRPOConfig
+
+from .advantage_settings import AdvantageSettings, resolve_advantage_settings
+from .quantifiers import TRL_DEFAULTS, QuantityError, resolve_trl_fields
+from .rewards.spec import parse_reward_specs
+
+ZERO_VARIANCE_MODES = ("off", "mask", "resample")
+ADAPTER_DTYPES = ("float32", "bfloat16")
+REWARD_ERROR_POLICIES = ("raise", "none")
+
+
+@dataclass
+class GRPOExtConfig(GRPOConfig):
+    r"""
+    Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus the fields below.
+
+    Quantities (see `docs/quantifiers.md`; each may be left unset to use TRL's raw fields instead):
+
+        prompts_per_step (`int`, *optional*):
+            Distinct prompts per optimizer step, across all processes [prompts]. Together with `num_generations` (G)
+            and `micro_batch_size` it derives `gradient_accumulation_steps` = prompts_per_step × G ÷ (micro_batch_size
+            × world_size). Conflicts with `per_device_train_batch_size` / `gradient_accumulation_steps` /
+            `generation_batch_size` / `steps_per_generation` set to non-default values.
+        micro_batch_size (`int`, *optional*):
+            Completions per forward/backward pass on one device [completions]; written to TRL's
+            `per_device_train_batch_size`.
+        total_training_steps (`int`, *optional*):
+            Hard stop [optimizer steps]. Written to `max_steps`; conflicts with `max_steps` set directly.
+        total_epochs (`float`, *optional*):
+            Fallback stop [passes over the prompts; fractions allowed]. When both limits are set, whichever is reached
+            first stops the run (TRL alone lets `max_steps` always win). Conflicts with `num_train_epochs` set
+            directly.
+
+    Advantages (see `docs/advantages.md`):
+
+        advantage_preset (`str`, *optional*):
+            A published variant that sets the fields below together: `"grpo"`, `"dr_grpo"`, `"rloo"`, ...
+        advantage_baseline (`str`, *optional*, defaults to `"group_mean"`):
+            `"group_mean"` (GRPO) or `"leave_one_out"` (RLOO).
+        advantage_std_scaling (`str`, *optional*):
+            `"group"`, `"batch"` or `"none"`; one source of truth with TRL's `scale_rewards` (a conflict is an error).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-4`):
+            ε in A = (R − b) / (σ + ε); TRL's fixed value is 1e-4.
+        advantage_std_kind (`str`, *optional*, defaults to `"sample"`):
+            `"sample"` (unbiased, N−1; TRL's) or `"population"` (N) standard deviation.
+
+    Zero-variance groups (see `docs/zero_variance.md`):
+
+        zero_variance_filter (`str`, *optional*, defaults to `"off"`):
+            `"off"` (TRL's behaviour), `"mask"` (drop uniform groups from the loss and its normaliser) or
+            `"resample"` (DAPO dynamic sampling, arXiv 2503.14476).
+        zero_variance_tolerance (`float`, *optional*, defaults to `0.0`):
+            A group is uniform when the spread of its weighted total rewards is at most this.
+        max_resample_rounds (`int`, *optional*, defaults to `3`):
+            Extra generation rounds per step in `"resample"` mode; a shortfall after them is masked and logged.
+
+    Rewards (see `docs/rewards.md`):
+
+        rewards (`list`, *optional*):
+            Reward functions by registry name, each a name or `{name, weight, kwargs}`; mapped onto TRL's
+            `reward_funcs` / `reward_weights`.
+        reward_error_policy (`str`, *optional*, defaults to `"raise"`):
+            What a reward that raises or returns NaN/inf/non-numbers does: `"raise"` fails the step, `"none"` treats
+            the value as missing and counts it in the metric `rewards/<name>/invalid`.
+
+    QLoRA adapter precision (see `docs/adapter_precision.md`):
+
+        adapter_dtype (`str`, *optional*, defaults to `"float32"`):
+            Storage dtype of trainable adapter weights on a quantized model. `"bfloat16"` is TRL's behaviour, which
+            rounds away optimizer updates smaller than ~1/256 of a weight.
+        lost_update_steps (`int`, *optional*, defaults to `0`):
+            Measure the lost-update fraction every this many optimizer steps (0 = never).
+        lost_update_warning_threshold (`float`, *optional*, defaults to `0.2`):
+            Warn when more than this fraction of trainable weights with a non-zero gradient did not change.
+    """
+
+    # Quantities
+    prompts_per_step: int | None = field(
+        default=None, metadata={"help": "Distinct prompts per optimizer step across all processes [prompts]."}
+    )
+    micro_batch_size: int | None = field(
+        default=None, metadata={"help": "Completions per forward/backward pass on one device [completions]."}
+    )
+    total_training_steps: int | None = field(
+        default=None, metadata={"help": "Hard stop [optimizer steps]; with total_epochs, the first reached stops."}
+    )
+    total_epochs: float | None = field(
+        default=None, metadata={"help": "Fallback stop [passes over the prompts]; fractions allowed."}
+    )
+    # Advantages
+    advantage_preset: str | None = field(
+        default=None, metadata={"help": "Published variant setting the advantage fields: grpo, dr_grpo, rloo, ..."}
+    )
+    advantage_baseline: str | None = field(
+        default=None, metadata={"help": "Baseline: group_mean (GRPO) or leave_one_out (RLOO). Default group_mean."}
+    )
+    advantage_std_scaling: str | None = field(
+        default=None, metadata={"help": "Std scaling: group, batch or none (one truth with scale_rewards)."}
+    )
+    advantage_epsilon: float | None = field(
+        default=None, metadata={"help": "Epsilon added to the std before dividing. Default 1e-4 (TRL's)."}
+    )
+    advantage_std_kind: str | None = field(
+        default=None, metadata={"help": "sample (unbiased, TRL's) or population standard deviation."}
+    )
+    # Zero-variance groups
+    zero_variance_filter: str = field(
+        default="off", metadata={"help": "off (TRL's behaviour), mask, or resample (DAPO dynamic sampling)."}
+    )
+    zero_variance_tolerance: float = field(
+        default=0.0, metadata={"help": "A group is uniform when its reward spread is at most this."}
+    )
+    max_resample_rounds: int = field(
+        default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
+    )
+    # Rewards
+    rewards: list[str] | None = field(
+        default=None,
+        metadata={"help": "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}."},
+    )
+    reward_error_policy: str = field(
+        default="raise", metadata={"help": "raise (fail the step) or none (treat a bad reward value as missing)."}
+    )
+    # Adapter precision
+    adapter_dtype: str = field(
+        default="float32", metadata={"help": "Trainable adapter weights on a quantized model: float32 or bfloat16."}
+    )
+    lost_update_steps: int = field(
+        default=0, metadata={"help": "Measure the lost-update fraction every N optimizer steps (0 = off)."}
+    )
+    lost_update_warning_threshold: float = field(
+        default=0.2, metadata={"help": "Warn when the lost-update fraction exceeds this."}
+    )
+
+    def __post_init__(self):
+        world_size = _world_size_from_env()
+        self._resolve_quantities(world_size)
+        self._resolve_advantages()
+        self._resolve_rewards()
+        _check_choice("zero_variance_filter", self.zero_variance_filter, ZERO_VARIANCE_MODES)
+        _check_choice("adapter_dtype", self.adapter_dtype, ADAPTER_DTYPES)
+        _check_choice("reward_error_policy", self.reward_error_policy, REWARD_ERROR_POLICIES)
+        if self.zero_variance_tolerance < 0:
+            raise ValueError(
+                f"zero_variance_tolerance={self.zero_variance_tolerance} must be >= 0 (0 = exactly equal rewards)."
+            )
+        if self.max_resample_rounds < 0:
+            raise ValueError(f"max_resample_rounds={self.max_resample_rounds} must be >= 0; try 3.")
+        if self.lost_update_steps < 0:
+            raise ValueError(f"lost_update_steps={self.lost_update_steps} must be >= 0 (0 = off).")
+        self._check_bf16()
+        super().__post_init__()
+        if self.world_size != world_size:
+            raise QuantityError(
+                f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "
+                f"variable) but accelerate reports {self.world_size} processes. Launch with `accelerate launch` or "
+                "`torchrun`, which set WORLD_SIZE."
+            )
+
+    # -- resolution steps (each delegates to a pure module) -------------------------------------------------------
+    def _resolve_quantities(self, world_size: int) -> None:
+        values = {name: getattr(self, name) for name in QUANTITY_FIELDS}
+        resolved = resolve_trl_fields(values, world_size)
+        for name in QUANTITY_FIELDS:
+            if name in resolved:
+                setattr(self, name, resolved[name])
+        # TRL derives generation_batch_size from steps_per_generation; setting both is an error there.
+        self.generation_batch_size = None
+        self.stop_semantics = resolved["stop_semantics"]
+
+    def _resolve_advantages(self) -> None:
+        defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
+        settings, trl_fields = resolve_advantage_settings(
+            preset=self.advantage_preset,
+            scale_rewards=self.scale_rewards,
+            advantage_baseline=self.advantage_baseline,
+            advantage_std_scaling=self.advantage_std_scaling,
+            advantage_epsilon=self.advantage_epsilon,
+            advantage_std_kind=self.advantage_std_kind,
+            loss_type=self.loss_type,
+            defaults=defaults,
+        )
+        self.advantage_settings: AdvantageSettings = settings
+        self.advantage_baseline = settings.baseline
+        self.advantage_std_scaling = settings.std_scaling
+        self.advantage_epsilon = settings.epsilon
+        self.advantage_std_kind = settings.std_kind
+        for name, value in trl_fields.items():
+            setattr(self, name, value)
+
+    def _resolve_rewards(self) -> None:
+        if self.rewards is None:
+            return
+        specs = parse_reward_specs(self.rewards, self.reward_weights)
+        self.rewards = [spec.to_dict() for spec in specs]
+        self.reward_weights = [spec.weight for spec in specs]
+
+    def _check_bf16(self) -> None:
+        if self.bf16 is None:  # TRL would default to True; choose what this machine supports
+            self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
+        elif self.bf16 and not self.use_cpu and not _bf16_available():
+            raise ValueError(
+                "bf16=True, but this machine has no accelerator with bfloat16 support. Fix: set `bf16: false` "
+                "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU."
+            )
+
+    def quantity_fields(self) -> dict[str, Any]:
+        """The resolved quantity fields, as `quantifiers.resolve_plan` takes them."""
+        values = {name: getattr(self, name) for name in QUANTITY_FIELDS}
+        values["stop_semantics"] = self.stop_semantics
+        return values
+
+
+#: Every field read by `quantifiers.resolve_trl_fields`: ours plus TRL's raw batch / stop fields.
+QUANTITY_FIELDS = (
+    "prompts_per_step",
+    "micro_batch_size",
+    "total_training_steps",
+    "total_epochs",
+    *TRL_DEFAULTS.keys(),
+)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not valid; choose one of {', '.join(map(repr, choices))}.")
+
+
+def _world_size_from_env() -> int:
+    """Number of processes as set by `accelerate launch` / `torchrun` (``WORLD_SIZE``), else 1."""
+    raw = os.environ.get("WORLD_SIZE", "1")
+    try:
+        return max(1, int(raw))
+    except ValueError as err:
+        raise ValueError(f"WORLD_SIZE={raw!r} in the environment is not an integer.") from err
+
+
+def _bf16_available() -> bool:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    return bool(getattr(torch, "xpu", None) and torch.xpu.is_available())

@@ -1,0 +1,142 @@
+"""What the recipes need around the trainer: their arguments, parsing with clear errors, and the run record.
+
+`parse_recipe_args` wraps TRL's `TrlParser` (YAML + CLI, unknown keys fatal) so that every mistake a user can make in
+a config — a missing file, an unknown key, an invalid quantity, bf16 on a CPU, a model that cannot be found offline —
+ends with one line naming the field, the value and the fix, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from trl import ModelConfig, ScriptArguments, TrlParser
+
+from .config import GRPOExtConfig
+from .hub import HubPushArguments
+from .models import check_model_path
+
+RUN_CONFIG_FILE = "run_config.json"
+
+
+@dataclass
+class RecipeArguments(ScriptArguments):
+    """
+    Data arguments of the recipes (on top of TRL's `ScriptArguments`: `dataset_name`, `dataset_config`,
+    `dataset_train_split`, ...).
+
+    Args:
+        dataset_format (`str`, *optional*, defaults to `"prompt"`):
+            `"gsm8k"` maps `question` → chat prompt and `answer` → the number after `####`; `"prompt"` expects a
+            `prompt` column already.
+        system_prompt (`str`, *optional*):
+            System message prepended to GSM8K prompts (a default asking for <think>/<answer> tags is used otherwise).
+        embedded_num_prompts (`int`, *optional*, defaults to `512`):
+            Number of prompts of the embedded `embedded:count-char` task [prompts].
+        embedded_target (`str`, *optional*, defaults to `"a"`):
+            The character the embedded task rewards.
+        plot (`bool`, *optional*, defaults to `True`):
+            Write `reward_plot.png` into `output_dir` after training.
+    """
+
+    dataset_format: str = field(default="prompt", metadata={"help": "gsm8k or prompt (rows already have 'prompt')."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System message for GSM8K prompts."})
+    embedded_num_prompts: int = field(default=512, metadata={"help": "Prompts in the embedded task [prompts]."})
+    embedded_target: str = field(default="a", metadata={"help": "Character rewarded by the embedded task."})
+    plot: bool = field(default=True, metadata={"help": "Write reward_plot.png after training."})
+
+
+RECIPE_DATACLASSES = (RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)
+
+
+class RecipeArgumentError(SystemExit):
+    """Raised (exit code 2) with a one-line message when a recipe's arguments are wrong."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def parse_recipe_args(argv: list[str] | None = None):
+    """Parse ``--config <yaml>`` plus CLI overrides into ``(script_args, training_args, model_args, push_args)``.
+
+    Raises:
+        RecipeArgumentError: with the message printed to stderr; nothing has been loaded.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _check_config_file(argv)
+    parser = TrlParser(RECIPE_DATACLASSES)
+    try:
+        script_args, training_args, model_args, push_args = parser.parse_args_and_config(argv)
+        check_model_path(model_args.model_name_or_path)
+    except ValueError as err:
+        message = _explain_unknown_keys(str(err))
+        print(f"error: {message}", file=sys.stderr)
+        raise RecipeArgumentError(message) from err
+    return script_args, training_args, model_args, push_args
+
+
+def _check_config_file(argv: list[str]) -> None:
+    if "--config" not in argv:
+        return
+    index = argv.index("--config")
+    if index + 1 >= len(argv):
+        raise _fail("--config needs a YAML file path, e.g. --config recipes/configs/tiny_cpu.yaml")
+    path = Path(argv[index + 1])
+    if not path.is_file():
+        configs = sorted(str(p) for p in Path("recipes/configs").glob("*.yaml")) if Path("recipes/configs").is_dir() else []
+        listing = f" Available: {', '.join(configs)}." if configs else ""
+        raise _fail(f"config file {str(path)!r} does not exist.{listing}")
+
+
+def _fail(message: str) -> RecipeArgumentError:
+    print(f"error: {message}", file=sys.stderr)
+    return RecipeArgumentError(message)
+
+
+def _explain_unknown_keys(message: str) -> str:
+    if "Unknown arguments from config file" not in message:
+        return message
+    known = {f.name for cls in RECIPE_DATACLASSES for f in fields(cls)}
+    unknown = [tok.lstrip("-") for tok in message.split("[", 1)[1].split("]", 1)[0].replace("'", "").split(", ")]
+    unknown = [tok for tok in unknown if tok and not tok.replace(".", "").isdigit()][::2] or unknown
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"unknown key(s) in the config file: {', '.join(parts)}. Remove or rename them; valid keys are the fields of "
+        "RecipeArguments, GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (see "
+        "docs/configuration.md)."
+    )
+
+
+def scrub_secrets(values: dict) -> dict:
+    """A copy of ``values`` without secrets: every key ending in ``token`` whose value is a string (``hub_token``)."""
+    return {k: v for k, v in values.items() if not (k.lower().endswith("token") and isinstance(v, str))}
+
+
+def write_run_config(output_dir: str, script_args, training_args, model_args, push_args) -> Path:
+    """Write ``run_config.json``: every argument of the run, secrets removed. Returns its path."""
+    record = {
+        "script_args": scrub_secrets(vars(script_args)),
+        "model_args": scrub_secrets(vars(model_args)),
+        "training_args": scrub_secrets(training_args.to_dict()),
+        "push_args": scrub_secrets(vars(push_args)),
+    }
+    path = Path(output_dir) / RUN_CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str))
+    return path
+
+
+def set_offline_defaults() -> None:
+    """Keep the embedded default and tests off the network: telemetry off; offline when the model is local."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

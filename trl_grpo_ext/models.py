@@ -1,0 +1,88 @@
+"""4-bit NF4 + LoRA loading settings for the QLoRA recipes (bitsandbytes and peft configs, no model code).
+
+QLoRA (Dettmers et al. 2023, arXiv 2305.14314): the frozen base is stored in 4-bit NormalFloat (NF4) with double
+quantisation of the quantisation constants; matrix products run in the compute dtype (bf16 on a GPU, float32 on a
+CPU, where bf16 matmuls are slow); a LoRA adapter (Hu et al. 2021, arXiv 2106.09685) is trained on top.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import tiny
+
+
+def compute_dtype_name(model_args, training_args) -> str:
+    """The compute dtype: ``model_args.dtype`` when set (not "auto"), else ``"bfloat16"`` if bf16, else ``"float32"``."""
+    if model_args.dtype not in (None, "auto"):
+        return model_args.dtype
+    return "bfloat16" if training_args.bf16 else "float32"
+
+
+def quantization_config(model_args, training_args):
+    """A `BitsAndBytesConfig` for 4-bit NF4 with double quantisation, or None when ``load_in_4bit`` is False.
+
+    Args:
+        model_args (`trl.ModelConfig`): reads ``load_in_4bit``, ``load_in_8bit``, ``bnb_4bit_quant_type`` (``"nf4"``),
+            ``use_bnb_nested_quant`` (double quantisation) and ``dtype``.
+        training_args (`GRPOExtConfig`): reads ``bf16`` to choose the compute dtype.
+    """
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if model_args.load_in_8bit:
+        return BitsAndBytesConfig(load_in_8bit=True)
+    if not model_args.load_in_4bit:
+        return None
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=model_args.bnb_4bit_quant_type,
+        bnb_4bit_use_double_quant=model_args.use_bnb_nested_quant,
+        bnb_4bit_compute_dtype=getattr(torch, compute_dtype_name(model_args, training_args)),
+    )
+
+
+def lora_config(model_args):
+    """TRL's `get_peft_config` (a `peft.LoraConfig` from the ``lora_*`` fields), or None when ``use_peft`` is False."""
+    from trl import get_peft_config
+
+    return get_peft_config(model_args)
+
+
+def check_model_path(name: str | None) -> None:
+    """Fail fast, before any model load, when ``name`` can be neither found locally nor downloaded.
+
+    Args:
+        name (`str`): ``model_name_or_path``: ``"embedded:tiny-qwen2"``, a local directory, or a Hub id.
+
+    Raises:
+        ValueError: unset; an ``embedded:`` name that does not exist; a path-like name that is not a directory; a
+            Hub id not in the local cache while ``HF_HUB_OFFLINE=1`` (the message says how to run the embedded
+            default instead).
+    """
+    hint = (
+        "To try the recipe without a network, run the embedded default: `make demo`, or "
+        "`accelerate launch recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml`."
+    )
+    if not name:
+        raise ValueError(f"model_name_or_path is not set. Set it to a Hub id or a local directory. {hint}")
+    if tiny.is_embedded(name):
+        if name != tiny.TINY_MODEL_ID:
+            raise ValueError(f"model_name_or_path={name!r}: the only embedded model is {tiny.TINY_MODEL_ID!r}.")
+        return
+    if Path(name).expanduser().is_dir():
+        return
+    looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep + os.sep in name
+    if looks_like_path:
+        raise ValueError(f"model_name_or_path={name!r} is not an existing directory. {hint}")
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        raise ValueError(
+            f"model_name_or_path={name!r} is neither a local directory nor in the Hugging Face cache, and the Hub is "
+            "unreachable offline (HF_HUB_OFFLINE=1). Download it on a machine with a network "
+            f"(`hf download {name}`) and point model_name_or_path at that directory. {hint}"
+        )

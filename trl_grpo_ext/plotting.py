@@ -1,0 +1,55 @@
+"""The training plot: reward mean ± std and the fraction of zero-std groups per optimizer step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def plot_training(log_history: list[dict], path: str | Path, title: str | None = None) -> Path:
+    """Write a PNG with two panels from a trainer's ``state.log_history``.
+
+    Top: ``reward`` (mean over the step's completions) with a ±``reward_std`` band. Bottom: ``frac_reward_zero_std``
+    (fraction of groups whose G rewards are all equal: no learning signal). x: optimizer step.
+
+    Args:
+        log_history (`list[dict]`): `TrainerState.log_history`; entries without ``reward`` are skipped.
+        path (`str` or `Path`): the PNG to write (parent directories are created).
+        title (`str`, *optional*): figure title.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: no entry holds a ``reward`` (nothing was logged; set ``logging_steps``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [h for h in log_history if "reward" in h and "step" in h]
+    if not rows:
+        raise ValueError("log_history has no 'reward' entry to plot; set logging_steps to 1 or a small number.")
+    steps = [h["step"] for h in rows]
+    mean = [h["reward"] for h in rows]
+    std = [h.get("reward_std", 0.0) for h in rows]
+    zero = [h.get("frac_reward_zero_std", float("nan")) for h in rows]
+
+    fig, (ax_r, ax_z) = plt.subplots(2, 1, figsize=(7, 5), sharex=True, height_ratios=(2, 1))
+    ax_r.plot(steps, mean, color="tab:blue", label="reward (mean)")
+    ax_r.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                      color="tab:blue", alpha=0.2, label="± std")
+    ax_r.set_ylabel("reward")
+    ax_r.legend(loc="lower right")
+    ax_z.plot(steps, zero, color="tab:red")
+    ax_z.set_ylabel("zero-std groups")
+    ax_z.set_ylim(-0.05, 1.05)
+    ax_z.set_xlabel("optimizer step")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,283 @@
+"""`GRPOExtTrainer`: TRL's `GRPOTrainer` with the plan, the stop rule and the GRPO extensions wired in.
+
+The trainer holds no GRPO logic of its own: the plan comes from `quantifiers`, advantages and group masks from
+`advantages`, rewards from `rewards`, adapter precision from `adapter_precision`. Every override calls `super()` and
+post-processes; no TRL method body is copied. The private TRL methods relied on are pinned in
+`tests/test_trl_contract.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
+from trl import GRPOTrainer
+
+from .adapter_precision import LostUpdateTracker, cast_trainable_to
+from .advantages import advantage_metrics, compute_advantages, uniform_group_mask
+from .config import GRPOExtConfig
+from .quantifiers import RunPlan, check_resume_compatible, resolve_plan
+from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
+
+logger = logging.getLogger(__name__)
+
+PLAN_FILE = "run_plan.json"
+
+
+class GRPOExtTrainer(GRPOTrainer):
+    """TRL's `GRPOTrainer` driven by a [`GRPOExtConfig`].
+
+    Args: as `trl.GRPOTrainer`. Differences:
+        reward_funcs: optional when `args.rewards` names rewards from the registry (they are built here, wrapped with
+            the `args.reward_error_policy` guard); passing both is an error.
+        args (`GRPOExtConfig`): required (a plain `GRPOConfig` is refused: its quantities were never resolved).
+
+    Attributes:
+        plan (`RunPlan`): the resolved quantities of this run, the single source of truth for every derived number
+            (steps per epoch, total optimizer steps, stop reason, token budget).
+
+    Raises:
+        TypeError: `args` is not a `GRPOExtConfig`.
+        ValueError: `reward_funcs` and `args.rewards` are both given, or neither.
+        QuantityError: the dataset is too small for one generation batch, or has no length and no step limit.
+    """
+
+    def __init__(self, model, reward_funcs=None, args: GRPOExtConfig | None = None, train_dataset=None, **kwargs):
+        if not isinstance(args, GRPOExtConfig):
+            raise TypeError(
+                f"GRPOExtTrainer needs args=GRPOExtConfig(...), got {type(args).__name__}. GRPOExtConfig accepts every "
+                "GRPOConfig field."
+            )
+        reward_funcs = _reward_funcs_from_args(reward_funcs, args)
+        dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
+        self.plan: RunPlan = resolve_plan(
+            args.quantity_fields(),
+            dataset_size=dataset_size,
+            world_size=args.world_size,
+            max_completion_length=args.max_completion_length,
+        )
+        super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        if args.adapter_dtype == "float32" and _is_quantized(self.model):
+            # TRL casts trainable adapter weights of a quantized model to bf16; undo it (see adapter_precision).
+            cast_trainable_to(self.model, "float32")
+        self.lost_updates = LostUpdateTracker(
+            args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
+        )
+        self.add_callback(_PlanCallback(self))
+        self._resample_source = (
+            ResampleSource(dataset_size, args.seed) if args.zero_variance_filter == "resample" else None
+        )
+        self._window_kept_rows = 0.0  # rows kept by the zero-variance filter in this accumulation window (local)
+        self._skip_optimizer_step = False
+        self._skipped_updates = 0
+
+    def create_optimizer(self, *args, **kwargs):
+        """`Trainer.create_optimizer`, then attach the lost-update measurement (if `lost_update_steps` > 0)."""
+        optimizer = super().create_optimizer(*args, **kwargs)
+        self.lost_updates.attach(optimizer)
+        if self.args.zero_variance_filter != "off":
+            optimizer.step = self._optimizer_step_unless_all_uniform(optimizer.step)
+        return optimizer
+
+    # -- rewards -> advantages -> zero-variance filter ---------------------------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards (gathered, (N, F)); kept so the advantages below are computed from the same tensor."""
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        """TRL's generation batch, with our advantages and (if enabled) the zero-variance filter applied.
+
+        The advantages are recomputed from TRL's gathered rewards with `advantages.compute_advantages` (equal to
+        TRL's own with TRL's settings); uniform groups are replaced (resample) and/or masked out of the loss and its
+        normaliser through TRL's `tool_mask` and `num_items_in_batch`. Tensor shapes never change, so every process
+        makes the same collective calls.
+        """
+        output = super()._generate_and_score_completions(inputs)
+        if not self.model.training or self.args.multi_objective_aggregation != "sum_then_normalize":
+            return output
+        args, g = self.args, self.num_generations
+        rewards = weighted_total(self._last_rewards_per_func, self.reward_weights)
+        uniform = uniform_group_mask(rewards, g, args.zero_variance_tolerance)
+        metrics = self._metrics["train"]
+        if args.zero_variance_filter != "off":
+            metrics["zero_variance/frac_uniform_before"].append(uniform.float().mean().item())
+        if args.zero_variance_filter == "resample":
+            output, rewards, uniform = self._resample(output, rewards, uniform)
+        filtering = args.zero_variance_filter != "off"
+        advantages = compute_advantages(rewards, g, args.advantage_settings, uniform_mask=uniform if filtering else None)
+        local = self._local_rows(len(output["advantages"]))
+        output["advantages"] = advantages[local].to(output["advantages"].dtype)
+        output.pop("zero_variance_rewards", None)
+        kept = ~uniform if filtering else torch.ones_like(uniform)
+        for name, value in advantage_metrics(advantages, mask=kept).items():
+            metrics[name].append(value)
+        if filtering:
+            self._mask_uniform_rows(output, kept, local)
+        return output
+
+    def _local_rows(self, local_size: int) -> slice:
+        rank = self.accelerator.process_index
+        return slice(rank * local_size, (rank + 1) * local_size)
+
+    def _mask_uniform_rows(self, output: dict, kept: torch.Tensor, local: slice) -> None:
+        keep_local = kept[local].to(output["completion_mask"].device)
+        tool_mask = output.get("tool_mask")
+        base = torch.ones_like(output["completion_mask"]) if tool_mask is None else tool_mask
+        output["tool_mask"] = base * keep_local.unsqueeze(1).to(base.dtype)
+        loss_mask = output["completion_mask"] * output["tool_mask"]
+        output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        output["zero_variance_keep"] = keep_local.float()
+        kept_rows = int(kept.sum())
+        output["zero_variance_loss_scale"] = torch.tensor(
+            masked_loss_scale(self.loss_type, kept.numel(), kept_rows), device=keep_local.device
+        )
+        metrics = self._metrics["train"]
+        metrics["zero_variance/completions_masked"].append(float(kept.numel() - kept_rows))
+        metrics["zero_variance/frac_uniform_after"].append(1.0 - kept_rows / kept.numel())
+
+    def _resample(self, output: dict, rewards: torch.Tensor, uniform: torch.Tensor):
+        """DAPO dynamic sampling: up to `max_resample_rounds` extra generation rounds filling uniform groups.
+
+        Decisions use gathered tensors only (`uniform` is identical on every process), so every process runs the
+        same number of rounds and collective calls.
+        """
+        args, g = self.args, self.num_generations
+        local = self._local_rows(len(output["advantages"]))
+        output["zero_variance_rewards"] = rewards[local]
+        local_uniform = uniform[local]
+        rounds = drawn = 0
+        while bool(uniform.any()) and rounds < args.max_resample_rounds:
+            indices = self._resample_source.draw(len(uniform) // g, self.accelerator.process_index,
+                                                 self.accelerator.num_processes)
+            extra_inputs = [self.train_dataset[i] for i in indices for _ in range(g)]
+            extra = super()._generate_and_score_completions(extra_inputs)
+            extra_rewards = weighted_total(self._last_rewards_per_func, self.reward_weights)
+            extra_uniform = uniform_group_mask(extra_rewards, g, args.zero_variance_tolerance)
+            extra["zero_variance_rewards"] = extra_rewards[local]
+            output, local_uniform, _ = fill_uniform_groups(
+                output, local_uniform, extra, extra_uniform[local], g, self.processing_class.pad_token_id
+            )
+            rewards = self.accelerator.gather(output["zero_variance_rewards"])
+            uniform = self.accelerator.gather(local_uniform.to(torch.int8)).bool()
+            rounds += 1
+            drawn += len(uniform) // g
+        metrics = self._metrics["train"]
+        metrics["zero_variance/resample_rounds"].append(float(rounds))
+        metrics["zero_variance/prompts_drawn"].append(float(drawn))
+        metrics["zero_variance/shortfall_groups"].append(uniform.float().sum().item() / g)
+        return output, rewards, uniform
+
+    def _compute_loss(self, model, inputs):
+        """TRL's loss; with the filter on, rescaled so masked rows leave row-counting normalisers too."""
+        loss = super()._compute_loss(model, inputs)
+        if "zero_variance_keep" in inputs and self.model.training:
+            self._window_kept_rows += float(inputs["zero_variance_keep"].sum())
+            loss = loss * inputs["zero_variance_loss_scale"]
+        return loss
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's step; at the end of an accumulation window, decide (on all processes) whether anything was kept."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.args.zero_variance_filter != "off" and self._step % self.current_gradient_accumulation_steps == 0:
+            kept = torch.tensor(self._window_kept_rows, device=self.accelerator.device)
+            self._skip_optimizer_step = self.accelerator.reduce(kept, reduction="sum").item() == 0
+            self._window_kept_rows = 0.0
+        return loss
+
+    def _optimizer_step_unless_all_uniform(self, step):
+        def guarded_step(*args, **kwargs):
+            if self._skip_optimizer_step:  # every group of this step was uniform: no update, no state change
+                self._skip_optimizer_step = False
+                self._skipped_updates += 1
+                self._metrics["train"]["zero_variance/skipped_updates"].append(float(self._skipped_updates))
+                return None
+            return step(*args, **kwargs)
+
+        return guarded_step
+
+    def _record_lost_update_fraction(self, fraction: float) -> None:
+        self._metrics["train"]["adapter/lost_update_frac"].append(fraction)
+
+    # -- stop rule -------------------------------------------------------------------------------------------------
+    def set_initial_training_values(self, args, dataloader):
+        """Size the run (LR schedule, progress bar) to the plan's real stop, then let transformers do the rest."""
+        args.max_steps = self.plan.total_steps
+        return super().set_initial_training_values(args, dataloader)
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        """`Trainer.train`, refusing to resume a checkpoint whose saved plan differs from this run's plan."""
+        checkpoint = resume_from_checkpoint
+        if checkpoint is True or checkpoint == "last":
+            checkpoint = get_last_checkpoint(self.args.output_dir)
+            if checkpoint is None:
+                raise ValueError(
+                    f"resume_from_checkpoint={resume_from_checkpoint!r} but {self.args.output_dir} holds no "
+                    "checkpoint-* folder. Start without it, or point it at a checkpoint directory."
+                )
+        if checkpoint:
+            saved = os.path.join(checkpoint, PLAN_FILE)
+            if os.path.exists(saved):
+                with open(saved) as f:
+                    check_resume_compatible(json.load(f), self.plan)
+        return super().train(resume_from_checkpoint=checkpoint, **kwargs)
+
+
+class _PlanCallback(TrainerCallback):
+    """Prints and saves the plan at the start, saves it in every checkpoint, and logs the stop reason."""
+
+    def __init__(self, trainer: GRPOExtTrainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            os.makedirs(args.output_dir, exist_ok=True)
+            _write_plan(self.trainer.plan, args.output_dir)
+            print(self.trainer.plan.format_table(), flush=True)
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            if os.path.isdir(checkpoint):
+                _write_plan(self.trainer.plan, checkpoint)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        plan = self.trainer.plan
+        if state.global_step >= plan.total_steps and state.is_world_process_zero:
+            logger.warning(
+                "Stopped at optimizer step %d by the %s (%.3g epochs covered).",
+                state.global_step,
+                plan.stop_reason.replace("_", " "),
+                plan.epochs_covered,
+            )
+
+
+def _write_plan(plan: RunPlan, directory: str) -> None:
+    with open(os.path.join(directory, PLAN_FILE), "w") as f:
+        f.write(plan.to_json())
+
+
+def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
+    if args.rewards and reward_funcs is not None:
+        raise ValueError(
+            "Rewards were given twice: as reward_funcs= to the trainer and as `rewards` in the config. Keep one."
+        )
+    if reward_funcs is not None:
+        return reward_funcs
+    if not args.rewards:
+        raise ValueError("No reward function: set `rewards: [name, ...]` in the config or pass reward_funcs=.")
+    from .rewards.spec import RewardSpec, build_reward_funcs
+
+    specs = [RewardSpec(**spec) for spec in args.rewards]
+    funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
+    return funcs
+
+
+def _is_quantized(model) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False))

@@ -1,0 +1,184 @@
+"""Zero-variance group filter: the tensor logic of "mask" and "resample" (DAPO dynamic sampling).
+
+A group is *uniform* when its G weighted total rewards are all equal (or spread at most `zero_variance_tolerance`):
+every advantage in it is 0, so it carries no policy-gradient signal, yet TRL still counts its tokens in the loss
+normaliser and applies KL / entropy terms to it. "mask" removes its completions from the loss and the normaliser;
+"resample" (Yu et al. 2025, DAPO, arXiv 2503.14476, "dynamic sampling") first replaces uniform groups with
+informative groups generated for further prompts. Uniformity is judged on the weighted total reward, the quantity
+TRL turns into advantages (`multi_objective_aggregation="sum_then_normalize"`).
+
+Nothing here imports the trainer: the functions take and return plain tensors and dicts of tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Loss types whose normaliser counts rows (sequences) or a constant per row, so masking rows needs a rescale by
+#: rows / kept rows to exclude them from the normaliser (see `masked_loss_scale`). The token-count normalisers of
+#: dapo / cispo / vespo use `num_items_in_batch`, recomputed from kept tokens; bnpo divides by the micro-batch's own
+#: kept tokens.
+ROW_NORMALISED_LOSSES = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
+TOKEN_NORMALISED_LOSSES = frozenset({"dapo", "bnpo", "cispo", "vespo"})
+
+PROMPT_KEYS = ("prompt_ids", "prompt_mask")  # left-padded (B, P)
+COMPLETION_KEYS = (  # right-padded (B, C)
+    "completion_ids",
+    "completion_mask",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "tool_mask",
+)
+ROW_KEYS = ("advantages", "zero_variance_rewards")  # (B,)
+SCALAR_KEYS = ("num_items_in_batch",)
+
+
+def weighted_total(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Per-completion total reward as TRL forms it: Σ_k w_k r_k over the functions that returned a value.
+
+    Args:
+        rewards_per_func (`Tensor`): (N, F) float, NaN where a reward function returned None.
+        weights (`Tensor`): (F,) reward weights.
+
+    Returns:
+        (N,) float; NaN where every function returned None (an unscorable completion).
+    """
+    total = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    return total.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
+
+
+def masked_loss_scale(loss_type: str, num_rows: int, kept_rows: int) -> float:
+    """Factor on a loss whose masked rows still count in its normaliser, so that it equals the loss of the kept rows.
+
+    For row-normalised losses (`ROW_NORMALISED_LOSSES`: mean over sequences, or a constant per sequence as in Dr.
+    GRPO's B × L_max) the masked rows contribute 0 to the numerator but count in the denominator; multiplying by
+    rows / kept rows restores the mean over the kept rows. Token-normalised losses need no factor (1.0).
+
+    Args:
+        loss_type (`str`): TRL's `loss_type`.
+        num_rows (`int`): rows (completions) of the generation batch, all processes.
+        kept_rows (`int`): rows kept by the filter, all processes.
+
+    Returns:
+        `float`; 1.0 when nothing is kept (the loss is 0 then, and the optimizer step is skipped).
+
+    Raises:
+        ValueError: unknown ``loss_type``.
+    """
+    if loss_type in TOKEN_NORMALISED_LOSSES:
+        return 1.0
+    if loss_type not in ROW_NORMALISED_LOSSES:
+        raise ValueError(f"zero_variance_filter does not know how loss_type={loss_type!r} normalises its loss.")
+    return num_rows / kept_rows if kept_rows else 1.0
+
+
+def fill_uniform_groups(
+    batch: dict,
+    uniform: torch.Tensor,
+    candidate: dict,
+    candidate_uniform: torch.Tensor,
+    num_generations: int,
+    pad_token_id: int,
+) -> tuple[dict, torch.Tensor, int]:
+    """Replace the uniform groups of ``batch`` by informative groups of ``candidate``, in order (one process).
+
+    Both dicts are local outputs of TRL's `_generate_and_score_completions` holding whole groups (B % G == 0). The
+    i-th uniform group of ``batch`` takes the i-th informative group of ``candidate`` until either runs out. Rows
+    are re-padded to the longer of the two (prompts on the left, completions on the right).
+
+    Args:
+        batch, candidate (`dict`): keys from `PROMPT_KEYS`, `COMPLETION_KEYS`, `ROW_KEYS`, `SCALAR_KEYS`.
+        uniform, candidate_uniform (`Tensor`): (B,) bool, True for every row of a uniform group.
+        num_generations (`int`): G.
+        pad_token_id (`int`): pad id for ``prompt_ids`` / ``completion_ids``.
+
+    Returns:
+        ``(merged, merged_uniform, groups_filled)``; ``merged`` is a new dict, inputs are not modified.
+
+    Raises:
+        ValueError: a key this function cannot re-pad (vLLM importance sampling ratios, images, ...): resampling
+            does not support that configuration; use ``zero_variance_filter: mask``.
+    """
+    unknown = set(batch) - set(PROMPT_KEYS + COMPLETION_KEYS + ROW_KEYS + SCALAR_KEYS)
+    if unknown:
+        raise ValueError(
+            f"zero_variance_filter='resample' cannot merge batches holding {sorted(unknown)} (vLLM importance "
+            "sampling, images or tools). Use zero_variance_filter: mask with this configuration."
+        )
+    g = num_generations
+    holes = uniform.view(-1, g)[:, 0].nonzero().flatten().tolist()
+    donors = (~candidate_uniform.view(-1, g)[:, 0]).nonzero().flatten().tolist()
+    pairs = list(zip(holes, donors))
+    if not pairs:
+        return dict(batch), uniform.clone(), 0
+    dst_rows = torch.cat([torch.arange(h * g, (h + 1) * g) for h, _ in pairs])
+    src_rows = torch.cat([torch.arange(d * g, (d + 1) * g) for _, d in pairs])
+    merged = {}
+    for key, value in batch.items():
+        if key in SCALAR_KEYS or value is None:
+            merged[key] = value
+            continue
+        other = candidate[key]
+        if key in PROMPT_KEYS or key in COMPLETION_KEYS:
+            left = key in PROMPT_KEYS
+            fill = pad_token_id if key.endswith("_ids") else 0
+            width = max(value.shape[1], other.shape[1])
+            value, other = _pad_to(value, width, fill, left), _pad_to(other, width, fill, left)
+        value = value.clone()
+        value[dst_rows.to(value.device)] = other[src_rows.to(other.device)]
+        merged[key] = value
+    merged_uniform = uniform.clone()
+    merged_uniform[dst_rows] = False
+    return merged, merged_uniform, len(pairs)
+
+
+def _pad_to(tensor: torch.Tensor, width: int, value, left: bool) -> torch.Tensor:
+    missing = width - tensor.shape[1]
+    if missing == 0:
+        return tensor
+    pad = torch.full((tensor.shape[0], missing), value, dtype=tensor.dtype, device=tensor.device)
+    return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
+
+
+class ResampleSource:
+    """Reproducible order of the extra prompts drawn by "resample".
+
+    The extra prompts are a separate permutation of the training prompts (seed ``seed + 1``, so it differs from the
+    main sampler's), walked in order and restarted with a new permutation when exhausted. Each round draws
+    ``prompts_per_round`` prompts across all processes; process r takes the r-th contiguous share. Extra prompts do
+    not advance the main sampler: the plan's epochs count the main sampler only, and the prompts drawn here are
+    counted in the metric ``zero_variance/prompts_drawn``.
+
+    Args:
+        dataset_size (`int`): prompts in the training set.
+        seed (`int`): the run's seed.
+    """
+
+    def __init__(self, dataset_size: int, seed: int):
+        if dataset_size < 1:
+            raise ValueError(f"resample needs a training set with a length; got dataset_size={dataset_size}.")
+        self.dataset_size = dataset_size
+        self.seed = seed
+        self.cursor = 0  # prompts drawn so far, all processes
+        self._permutations: dict[int, list[int]] = {}
+
+    def _permutation(self, epoch: int) -> list[int]:
+        if epoch not in self._permutations:
+            generator = torch.Generator().manual_seed(self.seed + 1 + epoch)
+            self._permutations = {epoch: torch.randperm(self.dataset_size, generator=generator).tolist()}
+        return self._permutations[epoch]
+
+    def draw(self, prompts_per_round: int, rank: int, world_size: int) -> list[int]:
+        """Dataset indices of this process's share of the next round (``prompts_per_round // world_size`` prompts).
+
+        Every process must call it once per round with the same ``prompts_per_round`` and ``world_size``.
+        """
+        per_rank = prompts_per_round // world_size
+        start = self.cursor + rank * per_rank
+        indices = []
+        for position in range(start, start + per_rank):
+            epoch, offset = divmod(position, self.dataset_size)
+            indices.append(self._permutation(epoch)[offset])
+        self.cursor += prompts_per_round
+        return indices
