@@ -32,7 +32,7 @@ def _check_rewards(rewards: torch.Tensor, num_generations: int) -> None:
         got = (
             f"a {rewards.dtype} tensor of shape {tuple(rewards.shape)}"
             if isinstance(rewards, torch.Tensor)
-            else (type(rewards).__name__)
+            else type(rewards).__name__
         )
         raise ValueError(
             f"rewards must be a 1-D floating-point tensor of shape (num_prompts * num_generations,), got {got}. "
@@ -164,7 +164,7 @@ def uniform_group_mask(
         isinstance(tolerance, bool)
         or not isinstance(tolerance, (int, float))
         or not math.isfinite(tolerance)
-        or (tolerance < 0)
+        or tolerance < 0
     ):
         raise ValueError(f"tolerance must be a finite number >= 0 (a std, in reward units), got {tolerance!r}.")
     grouped = rewards.reshape(-1, num_generations)
