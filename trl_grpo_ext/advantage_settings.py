@@ -1,0 +1,300 @@
+"""Advantage settings: baseline, std scaling, ε and std kind, resolved against TRL's own fields.
+
+Pure module (no torch import), so `trl-grpo-ext plan` can validate a config without loading torch. The tensor maths
+lives in `trl_grpo_ext.advantages`; the formulas and a worked table are in `docs/advantages.md`.
+
+One source of truth: TRL's `scale_rewards` and our `advantage_std_scaling` describe the same thing (what the
+centred rewards are divided by), and a preset sets several fields at once. `resolve_advantage_settings` merges them
+into one `AdvantageSettings`, refuses contradictions, and returns the values TRL's own fields (`scale_rewards`,
+`loss_type`) must be given so that TRL agrees with us.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+BASELINES = ("group_mean", "leave_one_out")
+STD_SCALINGS = ("group", "batch", "none")
+STD_KINDS = ("sample", "population")
+
+TRL_EPSILON = 1e-4
+"""The ε TRL 1.16 hard-codes in `(r - μ) / (σ + 1e-4)` (`GRPOTrainer._generate_and_score_completions`)."""
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Shao et al. 2024, DeepSeekMath, arXiv 2402.03300, §4.1.2 and eq. (3): outcome-supervised advantage
+    # (r_i - mean(r)) / std(r) over the group, and a loss that averages each completion's tokens (1/|o_i|) before
+    # averaging over the group: TRL's loss_type "grpo" (TRL's *default* is "dapo", not the paper's loss).
+    # The paper does not state ε or the std kind; TRL's sample std and ε = 1e-4 are kept.
+    "grpo": {
+        "advantage_baseline": "group_mean",
+        "advantage_std_scaling": "group",
+        "advantage_std_kind": "sample",
+        "advantage_epsilon": TRL_EPSILON,
+        "loss_type": "grpo",
+    },
+    # Liu et al. 2025, Understanding R1-Zero-Like Training (Dr. GRPO), arXiv 2503.20783: drop the std division
+    # (question-level difficulty bias) and the 1/|o_i| length normalisation (length bias): TRL's loss_type "dr_grpo"
+    # (token sum divided by the constant max_completion_length). ε and std kind have no effect without std scaling.
+    "dr_grpo": {
+        "advantage_baseline": "group_mean",
+        "advantage_std_scaling": "none",
+        "loss_type": "dr_grpo",
+    },
+    # Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback
+    # in LLMs, arXiv 2402.14740 (leave-one-out baseline of Kool et al. 2019): A_i = r_i - mean_{j != i} r_j, no std.
+    # RLOO is sequence-level REINFORCE: gradient sum_i A_i * grad log pi(o_i), i.e. the sum of the token log-prob
+    # gradients of each completion. Of GRPOTrainer's losses, "dr_grpo" (token sum over a constant) has that gradient
+    # up to a constant factor; "grpo" (token mean) would rescale each completion by 1/|o_i|.
+    "rloo": {
+        "advantage_baseline": "leave_one_out",
+        "advantage_std_scaling": "none",
+        "loss_type": "dr_grpo",
+    },
+    # Yu et al. 2025, DAPO, arXiv 2503.14476: GRPO's group-normalised advantage with a token-level loss normalised by
+    # all active tokens of the batch (TRL's loss_type "dapo"). DAPO's other parts are separate settings: dynamic
+    # sampling is the zero-variance filter, clip-higher is TRL's `epsilon_high` (0.28 in the paper).
+    "dapo": {
+        "advantage_baseline": "group_mean",
+        "advantage_std_scaling": "group",
+        "advantage_std_kind": "sample",
+        "advantage_epsilon": TRL_EPSILON,
+        "loss_type": "dapo",
+    },
+}
+
+FIELD_DEFAULTS: dict[str, Any] = {
+    "advantage_preset": None,
+    "scale_rewards": "group",
+    "advantage_baseline": None,
+    "advantage_std_scaling": None,
+    "advantage_epsilon": None,
+    "advantage_std_kind": None,
+    "loss_type": "dapo",
+}
+"""Recommended config defaults. TRL's fields keep TRL's defaults; ours default to `None` ("not set"), which makes
+"explicitly set" exact for them (see `resolve_advantage_settings`)."""
+
+_FALLBACKS = {"baseline": "group_mean", "epsilon": TRL_EPSILON, "std_kind": "sample"}
+
+
+class AdvantageConfigError(ValueError):
+    """Advantage settings that are unknown or contradict each other (a `ValueError`, so TRL's parser reports it)."""
+
+
+def _unknown(field_name: str, value: Any, valid: tuple[str, ...]) -> AdvantageConfigError:
+    hint = difflib.get_close_matches(str(value), valid, n=1)
+    did_you_mean = f" Did you mean {hint[0]!r}?" if hint else ""
+    return AdvantageConfigError(
+        f"Unknown {field_name} {value!r}.{did_you_mean} Valid values: {', '.join(repr(v) for v in valid)}."
+    )
+
+
+def _check_choice(field_name: str, value: Any, valid: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in valid:
+        raise _unknown(field_name, value, valid)
+    return value
+
+
+def _check_epsilon(field_name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise AdvantageConfigError(
+            f"{field_name} must be a finite number >= 0 (the ε added to the std before dividing), got {value!r}. "
+            f"TRL uses {TRL_EPSILON}."
+        )
+    return float(value)
+
+
+def normalize_scale_rewards(value: Any) -> str:
+    """Map TRL's `scale_rewards` onto one of `STD_SCALINGS`.
+
+    Args:
+        value (`bool` or `str`): `True` or `"true"` -> `"group"`; `False` or `"false"` -> `"none"` (as TRL's
+            `GRPOConfig.__post_init__` does for the booleans; the strings, any case, are what a command line gives);
+            `"group"`, `"batch"` and `"none"` are returned unchanged.
+
+    Returns:
+        `str`: one of `"group"`, `"batch"`, `"none"`.
+
+    Raises:
+        AdvantageConfigError: for any other value, listing the valid ones.
+    """
+    if value is True:
+        return "group"
+    if value is False:
+        return "none"
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return "group" if value.lower() == "true" else "none"
+    if isinstance(value, str) and value in STD_SCALINGS:
+        return value
+    raise _unknown("scale_rewards", value, (*STD_SCALINGS, "True", "False"))
+
+
+@dataclass(frozen=True)
+class AdvantageSettings:
+    """How rewards become advantages; the formulas are in `trl_grpo_ext.advantages.compute_advantages`.
+
+    Args:
+        baseline (`str`, defaults to `"group_mean"`): what is subtracted from each reward: `"group_mean"` (mean of the
+            group's non-missing rewards, GRPO) or `"leave_one_out"` (mean of the *other* non-missing rewards, RLOO).
+        std_scaling (`str`, defaults to `"group"`): what the centred reward is divided by: `"group"` (std of the
+            group), `"batch"` (std of every non-missing reward in the generation batch) or `"none"`.
+        epsilon (`float`, defaults to `1e-4`): added to the std before dividing, in reward units; >= 0.
+        std_kind (`str`, defaults to `"sample"`): `"sample"` (Bessel-corrected, divides by n - 1; TRL's `nanstd`) or
+            `"population"` (divides by n).
+
+    Raises:
+        AdvantageConfigError: an unknown value (the message lists the valid ones) or an ε that is negative, not
+            finite or not a number.
+    """
+
+    baseline: str = "group_mean"
+    std_scaling: str = "group"
+    epsilon: float = TRL_EPSILON
+    std_kind: str = "sample"
+
+    def __post_init__(self) -> None:
+        _check_choice("advantage_baseline", self.baseline, BASELINES)
+        _check_choice("advantage_std_scaling", self.std_scaling, STD_SCALINGS)
+        _check_choice("advantage_std_kind", self.std_kind, STD_KINDS)
+        object.__setattr__(self, "epsilon", _check_epsilon("advantage_epsilon", self.epsilon))
+
+    @property
+    def is_trl_native(self) -> bool:
+        """`True` when TRL 1.16's own GRPO advantage formula computes exactly these settings.
+
+        That is: group-mean baseline and either no std scaling, or sample std with ε = 1e-4. Anything else
+        (leave-one-out, population std, another ε) must be computed by `compute_advantages` instead.
+        """
+        if self.baseline != "group_mean":
+            return False
+        return self.std_scaling == "none" or (self.std_kind == "sample" and self.epsilon == TRL_EPSILON)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain `dict` of the four fields (JSON-serialisable), e.g. for logs and the model card."""
+        return asdict(self)
+
+
+def _is_explicit(name: str, value: Any, defaults: Mapping[str, Any]) -> bool:
+    if value is None:
+        return False
+    default = defaults.get(name)
+    if name == "scale_rewards" and default is not None:
+        return normalize_scale_rewards(value) != normalize_scale_rewards(default)
+    return value != default
+
+
+def resolve_advantage_settings(
+    *,
+    preset: str | None = None,
+    scale_rewards: bool | str = "group",
+    advantage_baseline: str | None = None,
+    advantage_std_scaling: str | None = None,
+    advantage_epsilon: float | None = None,
+    advantage_std_kind: str | None = None,
+    loss_type: str | None = "dapo",
+    defaults: Mapping[str, Any] | None = None,
+) -> tuple[AdvantageSettings, dict[str, Any]]:
+    """Merge a preset, TRL's `scale_rewards` and our advantage fields into one `AdvantageSettings`.
+
+    "Explicitly set" means: not `None` and different from the field's default in `defaults` (the config dataclass
+    defaults; `FIELD_DEFAULTS` when `None`). A field left at its default never conflicts with anything: the preset
+    (or, for the std scaling, the other field) decides. Consequence: a value written out that equals its default
+    cannot be told apart from an unset one, e.g. `scale_rewards: group` with the `"dr_grpo"` preset is not an error
+    (the preset wins). Our own fields default to `None`, so for them the detection is exact.
+
+    Resolution, per setting: the preset's value and every explicitly set field must agree (else an error naming both
+    sources); if none of them is set, the field's own value is used, then the built-in fallback (group_mean,
+    ε = 1e-4, sample std). `advantage_std_scaling` and `scale_rewards` both set the std scaling; when neither is
+    explicit, `advantage_std_scaling` (if not `None`) is used, else `scale_rewards`.
+
+    Args:
+        preset (`str`, *optional*): one of `PRESETS` (the config field `advantage_preset`).
+        scale_rewards (`bool` or `str`, defaults to `"group"`): TRL's field; see `normalize_scale_rewards`.
+        advantage_baseline (`str`, *optional*): one of `BASELINES`.
+        advantage_std_scaling (`str`, *optional*): one of `STD_SCALINGS`.
+        advantage_epsilon (`float`, *optional*): ε >= 0, in reward units.
+        advantage_std_kind (`str`, *optional*): one of `STD_KINDS`.
+        loss_type (`str`, *optional*, defaults to `"dapo"`): TRL's field; passed through unless a preset sets it
+            (TRL validates its value).
+        defaults (`Mapping[str, Any]`, *optional*): default of each field above, keyed by config field name
+            (`"advantage_preset"`, `"scale_rewards"`, `"advantage_baseline"`, ...). Defaults to `FIELD_DEFAULTS`.
+
+    Returns:
+        `tuple[AdvantageSettings, dict]`: the settings, and the values to write into TRL's own fields,
+        `{"scale_rewards": <"group"|"batch"|"none">, "loss_type": <str>}`.
+
+    Raises:
+        AdvantageConfigError: unknown preset or value (lists the valid ones); `scale_rewards` and
+            `advantage_std_scaling` explicitly set to different scalings; a preset and an explicitly set field that
+            disagree.
+
+    Warns:
+        UserWarning: `advantage_epsilon` or `advantage_std_kind` explicitly set while the std scaling is `"none"`
+            (they then have no effect).
+    """
+    defaults = FIELD_DEFAULTS if defaults is None else defaults
+    if preset is not None and preset not in PRESETS:
+        raise _unknown("advantage_preset", preset, tuple(PRESETS))
+    # Validate every value first, so an unknown value is reported as such and not as a conflict.
+    values: dict[str, Any] = {
+        "advantage_baseline": advantage_baseline,
+        "advantage_std_scaling": advantage_std_scaling,
+        "scale_rewards": normalize_scale_rewards(scale_rewards),
+        "advantage_epsilon": advantage_epsilon,
+        "advantage_std_kind": advantage_std_kind,
+        "loss_type": loss_type,
+    }
+    if advantage_baseline is not None:
+        _check_choice("advantage_baseline", advantage_baseline, BASELINES)
+    if advantage_std_scaling is not None:
+        _check_choice("advantage_std_scaling", advantage_std_scaling, STD_SCALINGS)
+    if advantage_std_kind is not None:
+        _check_choice("advantage_std_kind", advantage_std_kind, STD_KINDS)
+    if advantage_epsilon is not None:
+        values["advantage_epsilon"] = _check_epsilon("advantage_epsilon", advantage_epsilon)
+    raw = {**values, "scale_rewards": scale_rewards}
+    explicit = {name: _is_explicit(name, raw[name], defaults) for name in values}
+    preset_fields = PRESETS[preset] if preset is not None else {}
+
+    def decide(setting: str, fields: tuple[str, ...], fallback: Any) -> Any:
+        claims = []  # (source, value): the preset's value, then each explicitly set field
+        if fields[0] in preset_fields:
+            value = preset_fields[fields[0]]
+            claims.append((f"advantage_preset={preset!r} (which sets {fields[0]}={value!r})", value))
+        claims += [(f"{name}={raw[name]!r}", values[name]) for name in fields if explicit[name]]
+        for source, value in claims[1:]:
+            if value != claims[0][1]:
+                fix = (
+                    f"Remove {source.split('=')[0]} (the preset sets it), or drop the preset and set the fields "
+                    "yourself."
+                    if fields[0] in preset_fields
+                    else "Set only one of them, or give both the same value."
+                )
+                raise AdvantageConfigError(f"{claims[0][0]} conflicts with {source}: both set the {setting}. {fix}")
+        if claims:
+            return claims[0][1]
+        return next((values[name] for name in fields if values[name] is not None), fallback)
+
+    std_scaling = decide("std scaling", ("advantage_std_scaling", "scale_rewards"), "group")
+    settings = AdvantageSettings(
+        baseline=decide("advantage baseline", ("advantage_baseline",), _FALLBACKS["baseline"]),
+        std_scaling=std_scaling,
+        epsilon=decide("advantage ε", ("advantage_epsilon",), _FALLBACKS["epsilon"]),
+        std_kind=decide("std kind", ("advantage_std_kind",), _FALLBACKS["std_kind"]),
+    )
+    resolved_loss_type = decide("loss type", ("loss_type",), loss_type)
+    if std_scaling == "none":
+        idle = [name for name in ("advantage_epsilon", "advantage_std_kind") if explicit[name]]
+        if idle:
+            warnings.warn(
+                f"{' and '.join(f'{n}={raw[n]!r}' for n in idle)} has no effect: the std scaling is 'none', so "
+                "advantages are not divided by a std. Remove it, or set advantage_std_scaling to 'group' or 'batch'.",
+                UserWarning,
+                stacklevel=2,
+            )
+    return settings, {"scale_rewards": settings.std_scaling, "loss_type": resolved_loss_type}
