@@ -17,10 +17,10 @@ import sys
 
 from accelerate.utils import set_seed
 from transformers import AutoTokenizer
+from trl_grpo_ext.hub import HubPushError, build_model_card, push_run, resolve_push_mode
 
 from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.data import load_prompt_dataset
-from trl_grpo_ext.hub import HubPushError, build_model_card, push_run, resolve_push_mode
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
 from trl_grpo_ext.models import lora_config, quantization_config

@@ -19,9 +19,9 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import GRPOExtConfig
-    from .quantifiers import RunPlan, resolve_plan
-    from .trainer import GRPOExtTrainer
+    from .config import GRPOExtConfig  # noqa: F401
+    from .quantifiers import RunPlan, resolve_plan  # noqa: F401
+    from .trainer import GRPOExtTrainer  # noqa: F401
 
 
 def __getattr__(name: str):

@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trl-grpo-ext", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trl-grpo-ext {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
-    for name, module in SUBCOMMANDS.items():
+    for module in SUBCOMMANDS.values():
         sub = import_module(module).add_parser(subparsers)
         sub.set_defaults(_module=module)
     return parser

@@ -115,8 +115,9 @@ class GRPOExtTrainer(GRPOTrainer):
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
         output.pop("zero_variance_rewards", None)
         kept = ~uniform if filtering else torch.ones_like(uniform)
-        for name, value in advantage_metrics(advantages, mask=kept).items():
-            metrics[name].append(value)
+        if kept.sum() > 1:  # with every row masked the statistics are undefined (NaN would poison the log average)
+            for name, value in advantage_metrics(advantages, mask=kept).items():
+                metrics[name].append(value)
         if filtering:
             self._mask_uniform_rows(output, kept, local)
         return output
