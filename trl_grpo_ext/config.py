@@ -230,7 +230,7 @@ QUANTITY_FIELDS = (
     "micro_batch_size",
     "total_training_steps",
     "total_epochs",
-    *TRL_DEFAULTS.keys(),
+    *(name for name in TRL_DEFAULTS if name != "max_completion_length"),
 )
 
 

@@ -1,0 +1,71 @@
+"""The QLoRA recipe end to end under `accelerate launch` on CPU: adapter written, reloads, LoRA weights changed."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def launch(args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
+    """`accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/grpo_qlora.py ARGS`."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(ROOT / "recipes/accelerate_configs/cpu.yaml"), str(ROOT / "recipes/grpo_qlora.py"), *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("recipe") / "run"
+    result = launch(["--config", "recipes/configs/tiny_cpu.yaml", "--output_dir", str(out),
+                     "--total_training_steps", "6", "--save_strategy", "no"])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out, result
+
+
+def test_outputs_are_written(short_run):
+    out, result = short_run
+    for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "trainer_state.json",
+                 "train_results.json", "run_plan.json", "run_config.json", "reward_plot.png", "README.md"):
+        assert (out / name).is_file(), name
+    assert f"Adapter and tokenizer: {out}" in result.stdout
+    assert f"Reward plot: {out / 'reward_plot.png'}" in result.stdout
+    plan = json.loads((out / "run_plan.json").read_text())
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert plan["total_steps"] == state["global_step"] == 6
+    assert plan["stop_reason"] == "step_limit"
+
+
+def test_adapter_reloads_onto_the_base_and_weights_changed(short_run, tiny_model_dir):
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    out, _ = short_run
+    weights = load_file(str(out / "adapter_model.safetensors"))
+    lora_b = {k: v for k, v in weights.items() if "lora_B" in k}
+    assert lora_b and all(v.dtype == torch.float32 for v in weights.values())  # adapter_dtype: float32
+    # peft initialises every lora_B to zero: any non-zero value was learned
+    assert sum(int(v.ne(0).any()) for v in lora_b.values()) == len(lora_b)
+    base_lm_head = AutoModelForCausalLM.from_pretrained(tiny_model_dir).lm_head.weight
+    trained_lm_head = next(v for k, v in weights.items() if k.endswith("lm_head.weight"))
+    assert not torch.equal(base_lm_head, trained_lm_head)
+
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                             bnb_4bit_compute_dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, quantization_config=bnb, dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, str(out))
+    loaded = {k: v for k, v in model.state_dict().items() if "lora_B" in k}
+    assert len(loaded) == len(lora_b)
+    ids = torch.tensor([[1, 5, 6, 7]])
+    with torch.no_grad():
+        with_adapter = model(ids).logits
+        with model.disable_adapter():
+            without = model(ids).logits
+    assert not torch.allclose(with_adapter, without)
