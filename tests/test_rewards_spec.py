@@ -1,0 +1,97 @@
+"""Tests of trl_grpo_ext.rewards.spec: parsing the `rewards` setting (YAML / CLI JSON) and building TRL's arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from trl_grpo_ext.rewards import RewardGuard, RewardSpec, UnknownRewardError, build_reward_funcs, parse_reward_specs
+
+YAML = """
+rewards:
+  - accuracy
+  - {name: format, weight: 0.5}
+  - name: length
+    weight: 0.25
+    kwargs: {max_length: 8, unit: chars}
+  - trl_grpo_ext.rewards.builtin:TagCount
+"""
+
+
+def test_yaml_forms():
+    specs = parse_reward_specs(yaml.safe_load(YAML)["rewards"])
+    assert specs == [
+        RewardSpec("accuracy"),
+        RewardSpec("format", 0.5),
+        RewardSpec("length", 0.25, {"max_length": 8, "unit": "chars"}),
+        RewardSpec("trl_grpo_ext.rewards.builtin:TagCount"),
+    ]
+    assert parse_reward_specs([s.to_dict() for s in specs]) == specs  # round trip through the saved config
+    assert json.loads(json.dumps([s.to_dict() for s in specs]))[2] == {
+        "name": "length", "weight": 0.25, "kwargs": {"max_length": 8, "unit": "chars"},
+    }  # fmt: skip
+
+
+def test_cli_json_strings_and_single_values():
+    specs = parse_reward_specs(["accuracy", '{"name": "format", "weight": 2, "kwargs": {"answer_tag": "ans"}}'])
+    assert specs == [RewardSpec("accuracy"), RewardSpec("format", 2.0, {"answer_tag": "ans"})]
+    assert parse_reward_specs("exact_match") == [RewardSpec("exact_match")]
+    assert parse_reward_specs(None) == [] and parse_reward_specs([]) == []
+
+
+def test_reward_weights_list():
+    specs = parse_reward_specs(["accuracy", "format"], reward_weights=[1, 0.5])
+    assert [s.weight for s in specs] == [1.0, 0.5]
+    with pytest.raises(
+        ValueError, match=r"reward_weights has 1 values but 2 rewards are selected \(\['accuracy', 'format'\]\)"
+    ):
+        parse_reward_specs(["accuracy", "format"], reward_weights=[1.0])
+    with pytest.raises(ValueError, match=r"Weights are given both in reward_weights=\[1.0, 2.0\] and on rewards\[1\]"):
+        parse_reward_specs(["accuracy", {"name": "format", "weight": 2}], reward_weights=[1.0, 2.0])
+    with pytest.raises(ValueError, match=r"reward_weights\[1\]: weight=nan must be a finite number"):
+        parse_reward_specs(["accuracy", "format"], reward_weights=[1.0, float("nan")])
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (
+            {"name": "format", "wieght": 1},
+            r"rewards\[1\] .* has unknown key\(s\) \['wieght'\]; allowed keys are \['name', 'weight', 'kwargs'\]",
+        ),
+        ({"weight": 1}, r"rewards\[1\] .* needs a `name`"),
+        ({"name": "format", "weight": "high"}, r"rewards\[1\] .*: weight='high' must be a finite number"),
+        ({"name": "format", "weight": True}, r"weight=True must be a finite number"),
+        ({"name": "format", "kwargs": [1]}, r"rewards\[1\] .*: kwargs must be a mapping"),
+        (3, r"rewards\[1\] \(3\) must be a reward name or a mapping"),
+        ('{"name": "format",', r"rewards\[1\] .* is not valid JSON"),
+    ],
+)
+def test_malformed_items_name_the_item(item, message):
+    with pytest.raises(ValueError, match=message):
+        parse_reward_specs(["accuracy", item])
+
+
+def test_names_checked_before_any_model_loads():
+    with pytest.raises(UnknownRewardError, match=r"Unknown reward 'acurracy'\. Did you mean 'accuracy'\?"):
+        parse_reward_specs(["acurracy"])
+    assert parse_reward_specs(["acurracy"], check_names=False) == [RewardSpec("acurracy")]
+    with pytest.raises(ValueError, match=r"rewards\[0\] and rewards\[1\] both select 'accuracy'"):
+        parse_reward_specs(["accuracy", "math_accuracy"])
+
+
+def test_build_reward_funcs():
+    specs = parse_reward_specs(yaml.safe_load(YAML)["rewards"])
+    funcs, weights = build_reward_funcs(specs, on_error="none")
+    assert weights == [1.0, 0.5, 0.25, 1.0]
+    assert [f.__name__ for f in funcs] == ["accuracy", "format", "length", "TagCount"]
+    assert all(isinstance(f, RewardGuard) and f.on_error == "none" for f in funcs)
+    assert funcs[2](prompts=["p"], completions=["abcdefghijkl"]) == [0.5]  # 12 chars: 1 - (12 - 8)/8
+    alias, _ = build_reward_funcs([RewardSpec("math_accuracy")])
+    assert alias[0].__name__ == "accuracy"  # metric name is the canonical name
+    with pytest.raises(ValueError, match=r"on_error='ignore' must be one of \('raise', 'none'\)"):
+        build_reward_funcs(specs, on_error="ignore")
+    with pytest.raises(ValueError, match=r"Reward 'length' needs the parameter\(s\) max_length"):
+        build_reward_funcs([RewardSpec("length")])

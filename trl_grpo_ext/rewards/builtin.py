@@ -1,0 +1,277 @@
+"""Built-in rewards that need no extra package: answers, format, length, repetition, the tiny task.
+
+Every reward here is a picklable callable class registered by name; its instances carry ``__name__`` (the metric name
+TRL logs as ``rewards/<name>/mean``) and accept plain-text and conversational completions. Each class docstring gives
+the formula, the range and the source. Reference answers come from a dataset column; ``column=None`` tries
+``"solution"`` then ``"answer"`` (GSM8K's column), see :data:`~trl_grpo_ext.rewards.text.DEFAULT_ANSWER_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from .registry import register_reward
+from .text import DEFAULT_ANSWER_COLUMNS, TextReward, extract_answer, last_number, read_column
+
+
+def _check_tag(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][\w\-]*", value):
+        raise ValueError(f"{name}={value!r} must be a tag name such as 'think' (letters, digits, '_', '-').")
+    return value
+
+
+def normalise_answer(text: str, case_sensitive: bool = False) -> str:
+    """Normalise an answer for exact comparison: strip whitespace and surrounding ``$``, drop one trailing ``.``,
+    collapse runs of whitespace to one space and (unless ``case_sensitive``) case-fold."""
+    text = text.strip().strip("$").strip()
+    if text.endswith("."):
+        text = text[:-1]
+    text = " ".join(text.split())
+    return text if case_sensitive else text.casefold()
+
+
+@register_reward("exact_match", description="1.0 if the extracted answer equals the reference answer, else 0.0.")
+class ExactMatch(TextReward):
+    r"""1.0 if the completion's final answer equals the reference answer after normalisation, else 0.0.
+
+    Formula: ``r = [normalise(extract(completion)) == normalise(extract(reference))]``, range {0, 1}. ``extract``
+    takes the last ``<answer>...</answer>``, else the last ``\boxed{...}``, else what follows ``####`` (GSM8K), else
+    the whole text (:func:`~trl_grpo_ext.rewards.text.extract_answer`); ``normalise`` is :func:`normalise_answer`.
+    A reference that is empty after normalisation gives ``None`` (example skipped). Source: the exact-match metric of
+    SQuAD (Rajpurkar et al. 2016, arXiv 1606.05250), without its article/punctuation stripping.
+
+    Args:
+        column (`str`, *optional*): dataset column of the reference answer; ``None`` tries ``solution`` then
+            ``answer``.
+        case_sensitive (`bool`, defaults to `False`): compare case-sensitively.
+        answer_tag (`str`, defaults to ``"answer"``): tag whose content is the answer.
+    """
+
+    def __init__(self, column: str | None = None, case_sensitive: bool = False, answer_tag: str = "answer"):
+        super().__init__()
+        self.column = column
+        self.case_sensitive = bool(case_sensitive)
+        self.answer_tag = _check_tag("answer_tag", answer_tag)
+
+    def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
+        _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
+        out: list[float | None] = []
+        for text, ref in zip(texts, refs):
+            gold = normalise_answer(extract_answer(str(ref), self.answer_tag), self.case_sensitive)
+            pred = normalise_answer(extract_answer(text, self.answer_tag), self.case_sensitive)
+            out.append(None if not gold else float(pred == gold))
+        return out
+
+
+@register_reward(
+    "numeric_match", description="1.0 if the last number of the answer is within tolerance of the reference."
+)
+class NumericMatch(TextReward):
+    r"""1.0 if the last number in the completion's final answer is close to the reference number, else 0.0.
+
+    Formula: ``r = [|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)]`` (``math.isclose``), where ``a`` is the last
+    decimal number of ``extract(completion)`` and ``b`` the last number of ``extract(reference)`` (``####`` answers
+    of GSM8K, ``\boxed{}``, ``<answer>`` tags; thousands separators ``1,000`` accepted). Range {0, 1}; ``None`` when
+    the reference holds no number, 0.0 when the completion holds none. Source: the GSM8K answer check
+    (Cobbe et al. 2021, arXiv 2110.14168), with a tolerance.
+
+    Args:
+        column (`str`, *optional*): dataset column of the reference; ``None`` tries ``solution`` then ``answer``.
+        abs_tol (`float`, defaults to `1e-6`): absolute tolerance, >= 0.
+        rel_tol (`float`, defaults to `0.0`): relative tolerance, >= 0.
+        answer_tag (`str`, defaults to ``"answer"``): tag whose content is the answer.
+    """
+
+    def __init__(
+        self, column: str | None = None, abs_tol: float = 1e-6, rel_tol: float = 0.0, answer_tag: str = "answer"
+    ):
+        super().__init__()
+        for key, value in (("abs_tol", abs_tol), ("rel_tol", rel_tol)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"numeric_match {key}={value!r} must be a number >= 0 (e.g. {key}: 1e-6).")
+        self.column = column
+        self.abs_tol = float(abs_tol)
+        self.rel_tol = float(rel_tol)
+        self.answer_tag = _check_tag("answer_tag", answer_tag)
+
+    def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
+        _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
+        out: list[float | None] = []
+        for text, ref in zip(texts, refs):
+            gold = last_number(extract_answer(str(ref), self.answer_tag))
+            pred = last_number(extract_answer(text, self.answer_tag))
+            if gold is None:
+                out.append(None)
+            else:
+                out.append(
+                    float(pred is not None and math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol))
+                )
+        return out
+
+
+@register_reward("format", description="1.0 if the completion is <think>...</think> then <answer>...</answer>.")
+class Format(TextReward):
+    r"""1.0 if the completion is a reasoning block followed by an answer block, else 0.0.
+
+    Formula: ``r = [completion matches ^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$]`` (dot matches newlines;
+    tag names configurable), range {0, 1}. Source: the format reward of DeepSeek-R1 (arXiv 2501.12948, §2.2.2) as
+    implemented in open-r1's ``format_reward``, here tolerant to whitespace between the blocks.
+
+    Args:
+        reasoning_tag (`str`, defaults to ``"think"``): tag of the reasoning block.
+        answer_tag (`str`, defaults to ``"answer"``): tag of the answer block.
+    """
+
+    def __init__(self, reasoning_tag: str = "think", answer_tag: str = "answer"):
+        super().__init__()
+        self.reasoning_tag = _check_tag("reasoning_tag", reasoning_tag)
+        self.answer_tag = _check_tag("answer_tag", answer_tag)
+        r, a = re.escape(self.reasoning_tag), re.escape(self.answer_tag)
+        self._pattern = re.compile(rf"^\s*<{r}>.*?</{r}>\s*<{a}>.*?</{a}>\s*$", re.DOTALL)
+
+    def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
+        return [float(self._pattern.match(t) is not None) for t in texts]
+
+
+@register_reward("tag_count", description="0.25 for each of the four reasoning/answer tags present exactly once.")
+class TagCount(TextReward):
+    r"""Partial credit for the format tags: 0.25 for each of ``<think>``, ``</think>``, ``<answer>``, ``</answer>``
+    that occurs exactly once.
+
+    Formula: ``r = 0.25 * sum_{t in tags} [count(t) == 1]``, range {0, 0.25, 0.5, 0.75, 1}. Source: open-r1's
+    ``tag_count_reward`` (itself from willccbb's GRPO demo), here without its newline requirements.
+
+    Args:
+        reasoning_tag (`str`, defaults to ``"think"``): tag of the reasoning block.
+        answer_tag (`str`, defaults to ``"answer"``): tag of the answer block.
+    """
+
+    def __init__(self, reasoning_tag: str = "think", answer_tag: str = "answer"):
+        super().__init__()
+        self.reasoning_tag = _check_tag("reasoning_tag", reasoning_tag)
+        self.answer_tag = _check_tag("answer_tag", answer_tag)
+
+    def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
+        tags = [f"<{t}>" for t in (self.reasoning_tag, self.answer_tag)]
+        tags += [f"</{t}>" for t in (self.reasoning_tag, self.answer_tag)]
+        return [0.25 * sum(text.count(tag) == 1 for tag in tags) for text in texts]
+
+
+_UNITS = ("tokens", "chars", "words")
+
+
+def completion_lengths(texts: list[str], unit: str, completion_ids: Any, reward: str) -> list[int]:
+    """Length of each completion in ``unit``: ``"tokens"`` (``len(completion_ids[i])``), ``"chars"`` or ``"words"``
+    (whitespace-separated). Raises ValueError when tokens are asked for and ``completion_ids`` is missing."""
+    if unit == "tokens":
+        if completion_ids is None or len(completion_ids) != len(texts):
+            raise ValueError(
+                f"Reward {reward!r} with unit='tokens' needs `completion_ids` (one list of token ids per completion, "
+                "given by GRPOTrainer); outside a trainer pass them or use unit: chars."
+            )
+        return [len(ids) for ids in completion_ids]
+    if unit == "chars":
+        return [len(t) for t in texts]
+    return [len(t.split()) for t in texts]
+
+
+@register_reward(
+    "length",
+    description="1.0 inside [min_length, max_length], falling linearly to 0 outside.",
+    example_kwargs={"min_length": 2, "max_length": 8},
+)
+class Length(TextReward):
+    r"""Reward a completion length inside ``[min_length, max_length]``, falling linearly to 0 outside it.
+
+    Formula, with ``L`` the completion length in ``unit``:
+    ``r = 1`` if ``min_length <= L <= max_length``; ``r = L / min_length`` if ``L < min_length``;
+    ``r = max(0, 1 - (L - max_length) / max_length)`` if ``L > max_length`` (0 from ``2 * max_length`` on).
+    Range [0, 1]. Source: this package (a plain target-range shaping term; compare the length penalty of Kimi k1.5,
+    arXiv 2501.12599, §2.3.3).
+
+    Args:
+        max_length (`int`): upper end of the target range, > 0.
+        min_length (`int`, defaults to `0`): lower end, 0 <= min_length <= max_length.
+        unit (`str`, defaults to ``"tokens"``): ``"tokens"`` (from ``completion_ids``, as ``max_completion_length``),
+            ``"chars"`` or ``"words"``.
+    """
+
+    def __init__(self, max_length: int, min_length: int = 0, unit: str = "tokens"):
+        super().__init__()
+        if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= 0:
+            raise ValueError(f"length max_length={max_length!r} must be an integer > 0 (e.g. max_length: 256).")
+        if not isinstance(min_length, int) or isinstance(min_length, bool) or not 0 <= min_length <= max_length:
+            raise ValueError(f"length min_length={min_length!r} must be an integer in [0, max_length={max_length}].")
+        if unit not in _UNITS:
+            raise ValueError(f"length unit={unit!r} must be one of {_UNITS}.")
+        self.max_length, self.min_length, self.unit = max_length, min_length, unit
+
+    def score(self, texts: list[str], completion_ids: Any = None, **kwargs: Any) -> list[float | None]:
+        out: list[float | None] = []
+        for n in completion_lengths(texts, self.unit, completion_ids, self.__name__):
+            if n < self.min_length:
+                out.append(n / self.min_length)
+            elif n <= self.max_length:
+                out.append(1.0)
+            else:
+                out.append(max(0.0, 1.0 - (n - self.max_length) / self.max_length))
+        return out
+
+
+@register_reward(
+    "repetition_penalty", description="Penalty for repeated word n-grams: (1 - unique/total) * max_penalty."
+)
+class RepetitionPenalty(TextReward):
+    r"""Penalise repeated word n-grams.
+
+    Formula: ``r = (1 - #unique n-grams / #n-grams) * max_penalty`` over the lower-cased whitespace-separated words
+    of the completion; 0 when it has fewer than ``ngram_size`` words. Range [max_penalty, 0]. Source: Appendix C.2 of
+    "Demystifying Long Chain-of-Thought Reasoning" (Yeo et al. 2025, arXiv 2502.03373), words as in open-r1's
+    ``get_repetition_penalty_reward``; computed by TRL's ``trl.rewards.get_repetition_penalty_reward`` applied to the
+    words (the registered ``repetition_penalty_reward`` is TRL's token-id version).
+
+    Args:
+        ngram_size (`int`, defaults to `3`): n, >= 1.
+        max_penalty (`float`, defaults to `-1.0`): value of a fully repetitive completion, <= 0.
+    """
+
+    def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0):
+        super().__init__()
+        if not isinstance(ngram_size, int) or isinstance(ngram_size, bool) or ngram_size < 1:
+            raise ValueError(f"repetition_penalty ngram_size={ngram_size!r} must be an integer >= 1 (e.g. 3).")
+        if isinstance(max_penalty, bool) or not isinstance(max_penalty, (int, float)) or not max_penalty <= 0:
+            raise ValueError(f"repetition_penalty max_penalty={max_penalty!r} must be a number <= 0 (e.g. -1.0).")
+        self.ngram_size, self.max_penalty = ngram_size, float(max_penalty)
+
+    def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
+        from trl.rewards import get_repetition_penalty_reward
+
+        penalty = get_repetition_penalty_reward(self.ngram_size, self.max_penalty)
+        return [float(r) for r in penalty(completion_ids=[t.lower().split() for t in texts])]
+
+
+@register_reward("char_fraction", description="Fraction of completion characters equal to the `target` column.")
+class CharFraction(TextReward):
+    r"""The embedded count-char task: the fraction of the completion's characters equal to the target character.
+
+    Formula: ``r = #{i : c_i == target} / max(1, len(completion))``, range [0, 1] (0 for an empty completion).
+    Source: this package's synthetic task (:mod:`trl_grpo_ext.tiny`).
+
+    Args:
+        column (`str`, defaults to ``"target"``): dataset column holding the target character (one per completion).
+    """
+
+    def __init__(self, column: str = "target"):
+        super().__init__()
+        self.column = column
+
+    def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
+        name, targets = read_column(kwargs, self.column, len(texts), self.__name__)
+        out: list[float | None] = []
+        for i, (text, target) in enumerate(zip(texts, targets)):
+            if not isinstance(target, str) or len(target) != 1:
+                raise ValueError(f"char_fraction: column {name!r} row {i} is {target!r}; it must be one character.")
+            out.append(text.count(target) / max(1, len(text)))
+        return out

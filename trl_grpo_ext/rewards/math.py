@@ -1,0 +1,86 @@
+"""Math answer accuracy checked with ``math-verify`` (imported on first call; ``pip install trl-grpo-ext[math]``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from .registry import register_reward
+from .text import DEFAULT_ANSWER_COLUMNS, TextReward, last_boxed, read_column
+
+_INSTALL_HINT = "Install it with `pip install trl-grpo-ext[math]` (or `pip install math-verify`)."
+
+
+def _math_verify():
+    try:
+        import math_verify
+        from latex2sympy2_extended import NormalizationConfig
+    except ImportError as exc:
+        raise ImportError(f"The `accuracy` reward needs the `math-verify` package. {_INSTALL_HINT}") from exc
+    return math_verify, NormalizationConfig
+
+
+def answer_span(text: str) -> str:
+    r"""The part of ``text`` that holds the final answer: the last ``\boxed{...}`` (kept boxed), else what follows
+    the last ``####`` (GSM8K), else the whole text."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return f"\\boxed{{{boxed}}}"
+    if "####" in text:
+        return text.rsplit("####", 1)[1].strip()
+    return text
+
+
+@register_reward("accuracy", "math_accuracy", description="1.0 if the math answer equals the reference (math-verify).")
+class Accuracy(TextReward):
+    r"""1.0 if the completion's final math answer is equivalent to the reference answer, else 0.0 (math-verify).
+
+    Formula: ``r = verify(parse(span(reference)), parse(span(completion)))``, range {0, 1}, where ``span`` keeps the
+    last ``\boxed{...}``, else what follows ``####`` (GSM8K: ``"... #### 72"``), else the whole text, and
+    ``parse``/``verify`` are math-verify's (symbolic equivalence, so ``\frac{1}{2}`` equals ``0.5``). The completion
+    is parsed with LaTeX (boxed first, units normalised) then plain-expression extraction, first match. A reference
+    math-verify cannot parse gives ``None`` (example skipped, as in TRL's ``accuracy_reward``); an unparseable
+    completion gives 0.0. Source: TRL's ``trl.rewards.accuracy_reward`` / open-r1's accuracy reward, extended to
+    GSM8K answers and plain-text completions; math-verify by Hugging Face (github.com/huggingface/Math-Verify).
+
+    Args:
+        column (`str`, *optional*): dataset column of the reference answer; ``None`` tries ``solution`` then
+            ``answer`` (GSM8K).
+        timeout_seconds (`int`, defaults to `5`): math-verify's per-call parse/verify timeout on the main thread
+            (signal based; disabled on other threads, as TRL does).
+
+    Raises:
+        ImportError: math-verify is not installed (naming ``pip install trl-grpo-ext[math]``), on first call.
+    """
+
+    def __init__(self, column: str | None = None, timeout_seconds: int = 5):
+        super().__init__()
+        if not isinstance(timeout_seconds, int) or isinstance(timeout_seconds, bool) or timeout_seconds <= 0:
+            raise ValueError(f"accuracy timeout_seconds={timeout_seconds!r} must be an integer > 0 (e.g. 5).")
+        self.column = column
+        self.timeout_seconds = timeout_seconds
+
+    def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
+        mv, NormalizationConfig = _math_verify()
+        _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
+        main = threading.current_thread() is threading.main_thread()
+        timeout = self.timeout_seconds if main else None
+        if not main:
+            for logger in ("math_verify.parser", "math_verify.grader"):
+                logging.getLogger(logger).setLevel(logging.ERROR)
+        extraction = [
+            mv.LatexExtractionConfig(normalization_config=NormalizationConfig(units=True), boxed_match_priority=0),
+            mv.ExprExtractionConfig(),
+        ]
+        out: list[float | None] = []
+        for text, ref in zip(texts, refs):
+            gold = mv.parse(answer_span(str(ref)), parsing_timeout=timeout)
+            if not gold:
+                out.append(None)
+                continue
+            pred = mv.parse(
+                answer_span(text), extraction_config=extraction, extraction_mode="first_match", parsing_timeout=timeout
+            )
+            out.append(float(bool(pred) and mv.verify(gold, pred, timeout_seconds=timeout)))
+        return out

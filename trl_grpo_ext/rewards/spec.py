@@ -1,0 +1,175 @@
+"""Reward selection from YAML/CLI: parse ``rewards:`` entries into :class:`RewardSpec` and build TRL's arguments.
+
+Accepted forms of the ``rewards`` list (YAML), one item per reward::
+
+    rewards:
+      - accuracy                                   # a name: weight 1.0, no parameters
+      - {name: format, weight: 0.5}
+      - name: length
+        weight: 0.2
+        kwargs: {max_length: 256, unit: tokens}
+      - my_pkg.rewards:my_reward                  # an import path
+
+On the command line each item may also be a JSON string: ``--rewards accuracy '{"name": "format", "weight": 0.5}'``.
+Weights go either on the items or in TRL's ``reward_weights`` list, not both. Pure Python: no torch import.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .guard import ON_ERROR_POLICIES, guard_reward
+from .registry import check_reward_name, get_reward
+
+_KEYS = ("name", "weight", "kwargs")
+_EXAMPLE = "e.g. `- accuracy` or `- {name: format, weight: 0.5, kwargs: {answer_tag: answer}}`"
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """One selected reward: its name (or import path), weight in TRL's weighted sum, and parameters.
+
+    Args:
+        name (`str`): registered name, alias, entry-point name or import path (``"pkg.module:obj"``).
+        weight (`float`, defaults to `1.0`): weight of this reward in TRL's ``reward_weights``.
+        kwargs (`dict`, defaults to ``{}``): parameters passed to :func:`~trl_grpo_ext.rewards.get_reward`.
+    """
+
+    name: str
+    weight: float = 1.0
+    kwargs: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """``{"name", "weight", "kwargs"}``, JSON/YAML-serialisable when the kwargs are; it parses back unchanged."""
+        return {"name": self.name, "weight": self.weight, "kwargs": dict(self.kwargs)}
+
+
+def _weight(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}: weight={value!r} must be a finite number, e.g. `weight: 0.5`.")
+    return float(value)
+
+
+def _item(item: Any, index: int) -> tuple[RewardSpec, bool]:
+    """Parse one item; returns the spec and whether it set its own weight."""
+    where = f"rewards[{index}] ({item!r})"
+    if isinstance(item, str) and item.strip().startswith("{"):
+        try:
+            item = json.loads(item)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{where} is not valid JSON ({exc.msg}); {_EXAMPLE}, or on the CLI "
+                '\'{"name": "format", "weight": 0.5}\'.'
+            ) from exc
+    if isinstance(item, str):
+        return RewardSpec(item.strip()), False
+    if not isinstance(item, dict):
+        raise ValueError(f"{where} must be a reward name or a mapping with keys {list(_KEYS)}; {_EXAMPLE}.")
+    unknown = sorted(set(item) - set(_KEYS))
+    if unknown:
+        raise ValueError(
+            f"{where} has unknown key(s) {unknown}; allowed keys are {list(_KEYS)} (reward parameters go under "
+            "`kwargs`)."
+        )
+    name = item.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"{where} needs a `name` (a non-empty string); {_EXAMPLE}.")
+    kwargs = item.get("kwargs") or {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise ValueError(
+            f"{where}: kwargs must be a mapping of parameter names to values, e.g. `kwargs: {{ngram_size: 3}}`."
+        )
+    has_weight = item.get("weight") is not None
+    weight = _weight(item["weight"], where) if has_weight else 1.0
+    return RewardSpec(name.strip(), weight, dict(kwargs)), has_weight
+
+
+def parse_reward_specs(
+    value: Any, reward_weights: Sequence[float] | None = None, check_names: bool = True
+) -> list[RewardSpec]:
+    """Parse the ``rewards`` setting into :class:`RewardSpec` objects.
+
+    Args:
+        value: a list whose items are a name string, a dict ``{name, weight, kwargs}`` or a JSON string of such a
+            dict; a single item is accepted as a one-item list; ``None`` or ``[]`` gives ``[]``.
+        reward_weights (`list[float]`, *optional*): TRL's ``reward_weights``, one weight per item, instead of
+            per-item weights.
+        check_names (`bool`, defaults to `True`): check every name against the registry (entry points included;
+            import paths are only checked for their form), so a typo fails before any model loads.
+
+    Returns:
+        `list[RewardSpec]` in the given order, weights filled in.
+
+    Raises:
+        ValueError: a malformed item (naming ``rewards[i]`` and the fix), a non-finite weight, weights given both
+            per item and in ``reward_weights``, a ``reward_weights`` length different from the number of rewards,
+            or the same reward selected twice (TRL would log both under one metric name).
+        UnknownRewardError: an unknown name (with "did you mean").
+    """
+    if value is None:
+        items: list = []
+    elif isinstance(value, (str, dict)):
+        items = [value]
+    elif isinstance(value, Sequence):
+        items = list(value)
+    else:
+        raise ValueError(f"rewards={value!r} must be a list of rewards; {_EXAMPLE}.")
+    parsed = [_item(item, i) for i, item in enumerate(items)]
+    specs = [spec for spec, _ in parsed]
+    if reward_weights is not None:
+        weights = list(reward_weights)
+        own = [i for i, (_, has_weight) in enumerate(parsed) if has_weight]
+        if own:
+            raise ValueError(
+                f"Weights are given both in reward_weights={weights} and on rewards{own}; give them in one place "
+                "(preferably `weight:` on each reward) and remove the other."
+            )
+        if len(weights) != len(specs):
+            raise ValueError(
+                f"reward_weights has {len(weights)} values but {len(specs)} rewards are selected "
+                f"({[s.name for s in specs]}); give one weight per reward, or put `weight:` on each reward instead."
+            )
+        specs = [
+            RewardSpec(s.name, _weight(w, f"reward_weights[{i}]"), s.kwargs)
+            for i, (s, w) in enumerate(zip(specs, weights))
+        ]
+    if check_names:
+        seen: dict[str, int] = {}
+        for i, spec in enumerate(specs):
+            metric = check_reward_name(spec.name)
+            if metric in seen:
+                raise ValueError(
+                    f"rewards[{seen[metric]}] and rewards[{i}] both select {metric!r}; TRL would log them under one "
+                    "metric name. Select each reward once (combine the weights)."
+                )
+            seen[metric] = i
+    return specs
+
+
+def build_reward_funcs(specs: Sequence[RewardSpec], on_error: str = "raise") -> tuple[list, list[float]]:
+    """Resolve specs through the registry into TRL's ``reward_funcs`` and ``reward_weights``.
+
+    Args:
+        specs (`list[RewardSpec]`): from :func:`parse_reward_specs`.
+        on_error (`str`, defaults to ``"raise"``): policy of every guard, ``"raise"`` or ``"none"`` (see
+            :mod:`~trl_grpo_ext.rewards.guard`).
+
+    Returns:
+        `(reward_funcs, reward_weights)`: one guarded, picklable callable per spec (``__name__`` = the canonical
+        reward name, TRL's metric name) and the weights as floats.
+
+    Raises:
+        ValueError: unknown ``on_error``, unknown reward or bad parameters (naming the reward).
+    """
+    if on_error not in ON_ERROR_POLICIES:
+        raise ValueError(f"on_error={on_error!r} must be one of {ON_ERROR_POLICIES}.")
+    funcs, weights = [], []
+    for spec in specs:
+        name = check_reward_name(spec.name)
+        funcs.append(guard_reward(get_reward(spec.name, **spec.kwargs), name=name, on_error=on_error))
+        weights.append(float(spec.weight))
+    return funcs, weights
