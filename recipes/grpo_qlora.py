@@ -17,7 +17,7 @@ import sys
 
 from accelerate.utils import set_seed
 from transformers import AutoTokenizer
-from trl_grpo_ext.hub import HubPushError, build_model_card, push_run, resolve_push_mode
+from trl_grpo_ext.hub import HubPushError, build_model_card
 
 from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.data import load_prompt_dataset
@@ -29,11 +29,10 @@ from trl_grpo_ext.plotting import plot_training
 
 def main(script_args, training_args, model_args, push_args) -> int:
     ################
-    # Seed, push mode
+    # Seed, push settings (TRL's push_to_hub=True means "push the adapter once, after everything is saved")
     ################
     set_seed(training_args.seed)
-    push_mode = resolve_push_mode(push_args, training_args)  # TRL's push_to_hub=True means "push the adapter at the end"
-    training_args.push_to_hub = False  # the recipe pushes once, after everything is written locally
+    push = push_args.resolve(training_args)
 
     ################
     # Data
@@ -102,11 +101,9 @@ def main(script_args, training_args, model_args, push_args) -> int:
     ################
     # Push (optional)
     ################
-    if push_mode != "none":
+    if push.enabled:
         try:
-            url = push_run(training_args.output_dir, push_args.hub_repo_id or training_args.hub_model_id,
-                           mode=push_mode, revision=push_args.hub_revision, private=push_args.hub_private,
-                           token=training_args.hub_token, merge_dtype=push_args.merge_dtype)
+            url = push.push(training_args.output_dir)
         except HubPushError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1

@@ -7,6 +7,7 @@ ends with one line naming the field, the value and the fix, before any model is 
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import os
@@ -76,6 +77,7 @@ def parse_recipe_args(argv: list[str] | None = None):
     try:
         script_args, training_args, model_args, push_args = parser.parse_args_and_config(argv)
         check_model_path(model_args.model_name_or_path)
+        push_args.resolve(copy.copy(training_args))  # a push without a repository id fails here, not after training
     except ValueError as err:
         message = _explain_unknown_keys(str(err))
         print(f"error: {message}", file=sys.stderr)
