@@ -272,9 +272,17 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
         return reward_funcs
     if not args.rewards:
         raise ValueError("No reward function: set `rewards: [name, ...]` in the config or pass reward_funcs=.")
+    from .rewards import get_reward_info
     from .rewards.spec import RewardSpec, build_reward_funcs
 
-    specs = [RewardSpec(**spec) for spec in args.rewards]
+    specs = []
+    for spec in args.rewards:
+        spec = RewardSpec(**spec)
+        parameters = get_reward_info(spec.name).parameters or ()
+        if any(p.name == "max_completion_len" for p in parameters) and "max_completion_len" not in spec.kwargs:
+            # e.g. soft_overlong: its length limit is the run's max_completion_length unless given
+            spec = RewardSpec(spec.name, spec.weight, {**spec.kwargs, "max_completion_len": args.max_completion_length})
+        specs.append(spec)
     funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
     return funcs
 
