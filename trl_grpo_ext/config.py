@@ -177,8 +177,6 @@ class GRPOExtConfig(GRPOConfig):
         for name in QUANTITY_FIELDS:
             if name in resolved:
                 setattr(self, name, resolved[name])
-        # TRL derives generation_batch_size from steps_per_generation; setting both is an error there.
-        self.generation_batch_size = None
         self.stop_semantics = resolved["stop_semantics"]
 
     def _resolve_advantages(self) -> None:
