@@ -539,6 +539,9 @@ def resolve_plan(fields: dict, dataset_size: int | None, world_size: int, max_co
     else:
         raise QuantityError(f"stop_semantics={f['stop_semantics']!r} is not 'first_reached' or 'trl'; "
                             "pass the output of resolve_trl_fields")
+    if step_limit is None and epoch_limit is None:
+        raise QuantityError("no stop: neither a step limit nor an epoch limit is set; set total_training_steps or "
+                            "total_epochs (or pass the output of resolve_trl_fields)")
     prompts_per_gen = gbs // g
     if dataset_size is None:
         if step_limit is None:
