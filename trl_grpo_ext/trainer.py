@@ -185,7 +185,9 @@ class GRPOExtTrainer(GRPOTrainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's step; at the end of an accumulation window, decide (on all processes) whether anything was kept."""
         loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.args.zero_variance_filter != "off" and self._step % self.current_gradient_accumulation_steps == 0:
+        # sync_gradients is set by transformers on the last micro-batch of each accumulation window (also a partial
+        # last window of an epoch)
+        if self.args.zero_variance_filter != "off" and self.accelerator.sync_gradients:
             kept = torch.tensor(self._window_kept_rows, device=self.accelerator.device)
             self._skip_optimizer_step = self.accelerator.reduce(kept, reduction="sum").item() == 0
             self._window_kept_rows = 0.0
