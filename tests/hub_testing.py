@@ -54,8 +54,9 @@ def png_bytes(width: int = 2, height: int = 2) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
-def quantized_base(path):
-    """The tiny model loaded as the recipe loads it on a CPU: 4-bit NF4, double quant, float32 compute."""
+def quantized_base(path, dtype: str = "float32", device: str = "cpu"):
+    """The tiny model loaded as the recipe loads it: 4-bit NF4, double quant, ``dtype`` as load and compute dtype
+    (float32 on a CPU, bfloat16 on a GPU)."""
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
@@ -63,31 +64,35 @@ def quantized_base(path):
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=torch.float32,
+        bnb_4bit_compute_dtype=getattr(torch, dtype),
     )
-    return AutoModelForCausalLM.from_pretrained(path, quantization_config=bnb, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(
+        path, quantization_config=bnb, dtype=getattr(torch, dtype), device_map={"": device}
+    )
 
 
 def trained_logits(model, tokenizer):
     """Logits of :data:`PROMPTS` through the forward training uses.
 
-    The model is put in train mode (LoRA and attention dropout are 0, so this is deterministic): bitsandbytes'
-    CPU inference kernel (eval mode, no grad) repacks the 4-bit weights and multiplies in bfloat16, which is not what a
-    training step computes.
+    The model is put in train mode (LoRA and attention dropout are 0, so this is deterministic): in eval mode without
+    grad, bitsandbytes 0.50 on an AVX512-BF16 CPU repacks the 4-bit weights for another kernel, whose logits are 2.8e-3
+    away from what a training step computes.
     """
     import torch
 
-    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True).to(model.device)
     model.train()
     with torch.no_grad():
         return model(**batch).logits.float()
 
 
-def make_finished_run(output_dir: Path, token: str = FAKE_TOKEN):
+def make_finished_run(output_dir: Path, token: str = FAKE_TOKEN, dtype: str = "float32", device: str = "cpu"):
     """Write what the recipe leaves in ``output_dir`` after a 4-bit QLoRA GRPO run on the tiny model.
 
     The adapter is real: LoRA r=8 on q/k/v/o (plus a trained ``lm_head`` copy, as the embedded default uses) on the
     NF4 base, with lora_B and the ``lm_head`` copy set to random non-zero values so the adapter changes the logits.
+
+    ``dtype`` and ``device`` are the recipe's load/compute dtype and device (float32 on CPU, bfloat16 on GPU).
 
     Returns:
         ``(output_dir, reference_logits, base_path)``: reference logits of :data:`PROMPTS` from the 4-bit base +
@@ -108,14 +113,14 @@ def make_finished_run(output_dir: Path, token: str = FAKE_TOKEN):
         modules_to_save=["lm_head"],
         task_type="CAUSAL_LM",
     )
-    model = get_peft_model(quantized_base(base_path), config)
+    model = get_peft_model(quantized_base(base_path, dtype, device), config)
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "lora_B" in name:
-                param.copy_(0.2 * torch.randn(param.shape, generator=generator))
+                param.copy_(0.2 * torch.randn(param.shape, generator=generator).to(param))
             elif "modules_to_save" in name:
-                param.add_(0.05 * torch.randn(param.shape, generator=generator))
+                param.add_(0.05 * torch.randn(param.shape, generator=generator).to(param))
     reference = trained_logits(model, tokenizer)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir)
@@ -128,7 +133,7 @@ def make_finished_run(output_dir: Path, token: str = FAKE_TOKEN):
         },
         "model_args": {
             "model_name_or_path": str(base_path),
-            "dtype": "float32",
+            "dtype": dtype,
             "load_in_4bit": True,
             "bnb_4bit_quant_type": "nf4",
             "use_bnb_nested_quant": True,
@@ -186,13 +191,16 @@ class StandInHub:
     "regular", so no LFS or Xet transfer is started and contents arrive base64-encoded in the commit) and
     ``/api/models/<repo>/commit/<rev>`` (ndjson). With ``fail_commit=True`` every commit gets HTTP 500 with
     ``Retry-After: 0`` (huggingface_hub retries 5 times, 1 s apart), and the error body echoes the request's
-    Authorization header, as a careless proxy might, to prove the client-side redaction.
+    Authorization header, as a careless proxy might, to prove the client-side redaction. With ``hang_commit=True``
+    the commit request is held open (``commit_started`` is set) until the server closes.
 
     The server thread stops by itself after ``lifetime_s`` seconds, or at :meth:`close`.
     """
 
-    def __init__(self, *, fail_commit: bool = False, lifetime_s: float = 90.0):
+    def __init__(self, *, fail_commit: bool = False, hang_commit: bool = False, lifetime_s: float = 90.0):
         self.fail_commit = fail_commit
+        self.hang_commit = hang_commit
+        self.commit_started = threading.Event()
         self.calls: list[tuple[str, str]] = []
         self.created: list[dict] = []
         self.branches: list[str] = []
@@ -205,6 +213,12 @@ class StandInHub:
 
             def log_message(self, *args):  # keep pytest output clean
                 pass
+
+            def handle_one_request(self):
+                try:
+                    super().handle_one_request()
+                except OSError:  # the client went away (interrupted upload)
+                    self.close_connection = True
 
             def _reply(self, code: int, payload: dict, extra_headers: tuple = ()):
                 body = json.dumps(payload).encode()
@@ -241,6 +255,10 @@ class StandInHub:
                     modes = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]
                     return self._reply(200, {"files": modes})
                 if "/commit/" in path:
+                    hub.commit_started.set()
+                    if hub.hang_commit:  # an upload that never finishes, until the test interrupts the client
+                        hub._stop.wait(lifetime_s)
+                        return self._reply(503, {"error": "stand-in closed"})
                     if hub.fail_commit:
                         echo = f"internal error (request had {self.headers.get('Authorization')})"
                         return self._reply(500, {"error": echo}, (("Retry-After", "0"),))

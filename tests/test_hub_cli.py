@@ -2,6 +2,7 @@
 HF_ENDPOINT pointed at the stand-in Hub (tests/hub_testing.StandInHub) and the token in HF_TOKEN."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from hub_testing import FAKE_TOKEN, StandInHub, hash_tree, make_finished_run  # noqa: E402
 
-from trl_grpo_ext import hub_cli, hub_merge  # noqa: E402
+from trl_grpo_ext import hub, hub_cli, hub_merge  # noqa: E402
 
 REPO = "someone/tiny-grpo"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,8 +38,9 @@ def run(tmp_path_factory):
     return make_finished_run(tmp_path_factory.mktemp("run") / "output")[0]
 
 
-def cli(args, endpoint, tmp_path):
-    """Run ``trl-grpo-ext ARGS`` in a fresh process, online against ``endpoint``, token in HF_TOKEN."""
+def cli_command(args, endpoint, tmp_path):
+    """The command and environment of ``trl-grpo-ext ARGS`` in a fresh process, online against ``endpoint``, with the
+    token in HF_TOKEN and an empty HF_HOME (no stored login, no cache)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
     env.update(
         PYTHONPATH=ROOT,
@@ -48,13 +50,13 @@ def cli(args, endpoint, tmp_path):
         HF_HUB_DISABLE_TELEMETRY="1",
         NO_PROXY="127.0.0.1,localhost",
     )
-    return subprocess.run(
-        [sys.executable, "-c", PARSER_CODE + "sys.exit(hub_cli.run(parser.parse_args()))", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return [sys.executable, "-c", PARSER_CODE + "sys.exit(hub_cli.run(parser.parse_args()))", *args], env
+
+
+def cli(args, endpoint, tmp_path):
+    """Run ``trl-grpo-ext ARGS`` (see :func:`cli_command`) to completion."""
+    command, env = cli_command(args, endpoint, tmp_path)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_defaults_and_flags():
@@ -108,6 +110,27 @@ def test_push_then_failed_push_from_the_command_line(run, tmp_path):
     assert hash_tree(run) == before
     assert f"Retry with:\n  trl-grpo-ext push {run} --repo-id {REPO} --revision exp" in failed.stderr
     assert FAKE_TOKEN not in done.stdout + done.stderr + failed.stdout + failed.stderr
+
+
+def test_interrupted_push_keeps_local_files_and_says_how_to_retry(run, tmp_path):
+    hub.prepare_upload(run, repo_id=REPO)  # the local phase the command repeats byte for byte
+    before = hash_tree(run)
+    with StandInHub(hang_commit=True) as server:
+        command, env = cli_command(["push", str(run), "--repo-id", REPO], server.url, tmp_path)
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert server.commit_started.wait(60), "the upload never reached the commit"
+            process.send_signal(signal.SIGINT)  # Ctrl-C in the middle of the upload
+            out, err = process.communicate(timeout=60)
+        finally:
+            process.kill()
+    assert process.returncode == 130
+    assert hash_tree(run) == before
+    assert (
+        f"interrupted at upload_folder; nothing local was modified or deleted.\nRetry with:\n  trl-grpo-ext push {run} --repo-id {REPO}"
+        in err
+    )
+    assert FAKE_TOKEN not in out + err
 
 
 def test_bad_output_dir_exits_with_2(tmp_path):

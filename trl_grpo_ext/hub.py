@@ -41,6 +41,7 @@ from trl_grpo_ext.hub_merge import (
 __all__ = [
     "HubPushArguments",
     "HubPushError",
+    "HubPushInterrupted",
     "HubPushSettings",
     "build_model_card",
     "export_merged",
@@ -65,6 +66,11 @@ _TOKENIZER_TOKEN_KEY = re.compile(r"(pad|eos|bos|unk|sep|cls|mask)_token")
 class HubPushError(RuntimeError):
     """A push to the Hub failed after every local file was written. The message names the failed call and the
     command that retries; no local file was modified or deleted by the failed network phase."""
+
+
+class HubPushInterrupted(KeyboardInterrupt):
+    """The network phase of a push was interrupted (Ctrl-C). Still a `KeyboardInterrupt`, so it stops the program as
+    one; its message says that local files are intact and gives the command that retries."""
 
 
 def is_secret_key(key: str) -> bool:
@@ -360,7 +366,8 @@ def push_run(
     Raises:
         ValueError: bad arguments or no adapter in ``output_dir`` (before anything is written).
         HubPushError: no token, or a Hub call failed. Local files are complete and untouched; the message gives the
-            retry command. The original exception is not chained, since its text may hold credentials echoed by a
+            retry command.
+        HubPushInterrupted: Ctrl-C during the network phase (a `KeyboardInterrupt` with the same guarantees). The original exception is not chained, since its text may hold credentials echoed by a
             server; its type and redacted message are in the message.
     """
     from huggingface_hub import HfApi, get_token
@@ -396,8 +403,10 @@ def push_run(
             commit_message=f"Upload {mode} with trl-grpo-ext {__version__}",
         )
     except KeyboardInterrupt:
-        logger.error("Push interrupted; local files are intact in %s. Retry with:\n  %s", folder, retry)
-        raise
+        raise HubPushInterrupted(
+            f"Push of {folder} to {repo_id} interrupted at {step}; nothing local was modified or deleted.\n"
+            f"Retry with:\n  {retry}"
+        ) from None
     except Exception as err:  # any failure of the network phase becomes one actionable error
         detail = redact_text(f"{type(err).__name__}: {err}", token)
         raise HubPushError(

@@ -42,8 +42,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``push``: print the repository URL and return 0; on failure print the reason (with the retry command) to
-    stderr and return 1 (the push failed, local files intact) or 2 (bad input, nothing written)."""
-    from trl_grpo_ext.hub import HubPushError, push_run
+    stderr and return 1 (the push failed, local files intact), 2 (bad input, nothing written) or 130 (interrupted
+    during the upload, local files intact)."""
+    from trl_grpo_ext.hub import HubPushError, HubPushInterrupted, push_run
 
     mode = "merged" if args.merge else "adapter"
     try:
@@ -58,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
     except HubPushError as err:
         print(f"trl-grpo-ext push: {err}", file=sys.stderr)
         return 1
+    except HubPushInterrupted as err:
+        print(f"trl-grpo-ext push: {err}", file=sys.stderr)
+        return 130
     except ValueError as err:
         print(f"trl-grpo-ext push: {err}", file=sys.stderr)
         return 2
