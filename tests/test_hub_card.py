@@ -129,6 +129,17 @@ def test_no_secret_reaches_the_card(card):
     assert '"hub_token": "<redacted>"' in card.text
 
 
+def test_a_token_of_any_shape_is_removed_when_given(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run[0], copy)
+    config = json.loads((copy / "run_config.json").read_text())
+    config["training_args"]["run_name"] = "grpo-plainS3cretValue"  # not under a secret key, not hf_-shaped
+    (copy / "run_config.json").write_text(json.dumps(config))
+    card = build_model_card(copy, token="plainS3cretValue")
+    assert "plainS3cretValue" not in str(card)
+    assert '"run_name": "grpo-<redacted>"' in card.text
+
+
 def test_card_round_trips_through_huggingface_hub(card, tmp_path):
     from huggingface_hub import ModelCard
 

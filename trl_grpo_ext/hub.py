@@ -284,7 +284,7 @@ def prepare_upload(
         repo_id (`str`, *optional*): used in the card's loading snippets.
         merge_dtype (`str`, defaults to ``"bfloat16"``): merged mode only: dtype of the merged weights. A complete
             earlier export with the same adapter, dtype and method is reused, so a retried push does not merge again.
-        token (`str`, *optional*): a token value to scrub from the copied config, whatever its key.
+        token (`str`, *optional*): a token value to scrub from the cards and the copied config, whatever its key.
 
     Returns:
         ``(folder, files)``: the folder to upload (:func:`upload_dir`) and the file names in it that belong to this
@@ -298,7 +298,7 @@ def prepare_upload(
     if merge_dtype not in MERGE_DTYPES:
         raise ValueError(f"merge_dtype={merge_dtype!r} is not supported; choose one of {', '.join(MERGE_DTYPES)}.")
     source = check_adapter_dir(output_dir)
-    build_model_card(source, mode="adapter", repo_id=repo_id).save(source / "README.md")
+    build_model_card(source, mode="adapter", repo_id=repo_id, token=token).save(source / "README.md")
     dest = upload_dir(source, mode)
     if mode == "merged":
         if not merged_export_is_current(source, dest, merge_dtype, "dequantized"):
@@ -311,7 +311,7 @@ def prepare_upload(
             if (source / name).is_file():
                 shutil.copy2(source / name, dest / name)
                 files.append(name)
-    card = build_model_card(source, mode=mode, repo_id=repo_id)
+    card = build_model_card(source, mode=mode, repo_id=repo_id, token=token)
     files += _write_extras(source, dest, card, token)
     return dest, sorted(set(files))
 

@@ -208,7 +208,9 @@ def _load_section(mode: str, repo_id: str, base_model: str | None, adapter_confi
     )
 
 
-def build_model_card(output_dir: str | Path, *, mode: str = "adapter", repo_id: str | None = None):
+def build_model_card(
+    output_dir: str | Path, *, mode: str = "adapter", repo_id: str | None = None, token: str | None = None
+):
     """Build the model card of a finished run from the files in its ``output_dir``.
 
     Args:
@@ -220,6 +222,7 @@ def build_model_card(output_dir: str | Path, *, mode: str = "adapter", repo_id: 
         mode (`str`, defaults to ``"adapter"``): ``"adapter"`` (load with peft) or ``"merged"`` (plain transformers).
         repo_id (`str`, *optional*): the Hub repo the card is written for; used in the loading snippets and as the
             model name. Defaults to the directory's name.
+        token (`str`, *optional*): a token value to remove from everything shown, whatever its key.
 
     Returns:
         :class:`huggingface_hub.ModelCard`, with metadata ``base_model`` and ``datasets`` (only when they are Hub ids),
@@ -236,7 +239,7 @@ def build_model_card(output_dir: str | Path, *, mode: str = "adapter", repo_id: 
     if mode not in ("adapter", "merged"):
         raise ValueError(f"mode={mode!r} is not supported; choose 'adapter' or 'merged'.")
     path = Path(output_dir)
-    config = scrub_secrets(read_json(path / "run_config.json"))
+    config = scrub_secrets(read_json(path / "run_config.json"), token)
     plan = read_json(path / "run_plan.json")
     state = read_json(path / "trainer_state.json")
     results = read_json(path / "train_results.json")
