@@ -95,7 +95,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
     if script_args.plot:
         plot = plot_training(trainer.state.log_history, f"{training_args.output_dir}/reward_plot.png")
         print(f"Reward plot: {plot}")
-    build_model_card(training_args.output_dir)
+    build_model_card(training_args.output_dir, mode=push.mode if push.enabled else "adapter",
+                     repo_id=push.repo_id).save(f"{training_args.output_dir}/README.md")
     print(f"Adapter and tokenizer: {training_args.output_dir}")
 
     ################
