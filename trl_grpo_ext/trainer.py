@@ -20,7 +20,7 @@ from trl import GRPOTrainer
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages, uniform_group_mask
 from .config import GRPOExtConfig
-from .quantifiers import RunPlan, check_resume_compatible, resolve_plan
+from .quantifiers import RunPlan, check_resume_compatible, plan_warnings, resolve_plan
 from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,9 @@ class GRPOExtTrainer(GRPOTrainer):
             world_size=args.world_size,
             max_completion_length=args.max_completion_length,
         )
+        model_name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
+        for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
+            logger.warning(advice)
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if args.adapter_dtype == "float32" and _is_quantized(self.model):
             # TRL casts trainable adapter weights of a quantized model to bf16; undo it (see adapter_precision).
