@@ -90,8 +90,9 @@ def _batch():
         # completions right-padded to width 2
         "completion_ids": torch.tensor([[10, PAD], [11, 12], [13, 14], [15, PAD], [16, 17], [18, PAD]]),
         "completion_mask": torch.tensor([[1, 0], [1, 1], [1, 1], [1, 0], [1, 1], [1, 0]]),
-        "old_per_token_logps": torch.tensor([[-1.0, 0.0], [-1.1, -1.2], [-1.3, -1.4], [-1.5, 0.0], [-1.6, -1.7],
-                                             [-1.8, 0.0]]),
+        "old_per_token_logps": torch.tensor(
+            [[-1.0, 0.0], [-1.1, -1.2], [-1.3, -1.4], [-1.5, 0.0], [-1.6, -1.7], [-1.8, 0.0]]
+        ),
         "advantages": torch.tensor([0.0, 0.0, 0.5, -0.5, 0.0, 0.0]),
         "zero_variance_rewards": torch.tensor([1.0, 1.0, 2.0, 0.0, 3.0, 3.0]),
         "num_items_in_batch": torch.tensor(9),
@@ -106,8 +107,9 @@ def _candidate():
         # completions right-padded to width 3 (one longer than the batch's)
         "completion_ids": torch.tensor([[20, PAD, PAD], [21, PAD, PAD], [22, 23, 24], [25, PAD, PAD]]),
         "completion_mask": torch.tensor([[1, 0, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]]),
-        "old_per_token_logps": torch.tensor([[-2.0, 0.0, 0.0], [-2.1, 0.0, 0.0], [-2.2, -2.3, -2.4],
-                                             [-2.5, 0.0, 0.0]]),
+        "old_per_token_logps": torch.tensor(
+            [[-2.0, 0.0, 0.0], [-2.1, 0.0, 0.0], [-2.2, -2.3, -2.4], [-2.5, 0.0, 0.0]]
+        ),
         "advantages": torch.tensor([0.0, 0.0, 0.7, -0.7]),
         "zero_variance_rewards": torch.tensor([0.0, 0.0, 1.0, 0.0]),
         "num_items_in_batch": torch.tensor(6),
