@@ -49,3 +49,20 @@ def test_resample_accepts_whole_groups_per_process(tmp_path):
     assert config.per_device_train_batch_size * config.steps_per_generation == 16
     # mask mode has no such constraint: it decides on the gathered batch
     assert _config(tmp_path, prompts_per_step=4, micro_batch_size=16, zero_variance_filter="mask")
+
+
+@pytest.mark.parametrize("mode", ["mask", "resample"])
+def test_filter_refuses_normalize_then_sum(tmp_path, mode):
+    # the trainer applies the filter only to the weighted total (sum_then_normalize); it must not be silently ignored
+    with pytest.raises(
+        ValueError, match=r"multi_objective_aggregation='sum_then_normalize', got 'normalize_then_sum'"
+    ):
+        _config(
+            tmp_path,
+            prompts_per_step=4,
+            micro_batch_size=16,
+            zero_variance_filter=mode,
+            multi_objective_aggregation="normalize_then_sum",
+        )
+    # with the filter off, TRL's own aggregation stays available
+    assert _config(tmp_path, prompts_per_step=4, micro_batch_size=16, multi_objective_aggregation="normalize_then_sum")

@@ -162,7 +162,7 @@ class GRPOExtConfig(GRPOConfig):
             raise ValueError(f"max_resample_rounds={self.max_resample_rounds} must be >= 0; try 3.")
         if self.lost_update_steps < 0:
             raise ValueError(f"lost_update_steps={self.lost_update_steps} must be >= 0 (0 = off).")
-        self._check_resample_holds_whole_groups(world_size)
+        self._check_zero_variance_filter(world_size)
         self._check_bf16()
         super().__post_init__()
         if self.world_size != world_size:
@@ -210,11 +210,26 @@ class GRPOExtConfig(GRPOConfig):
         self.rewards = [spec.to_dict() for spec in specs]
         self.reward_weights = [spec.weight for spec in specs]
 
-    def _check_resample_holds_whole_groups(self, world_size: int) -> None:
-        """Resample swaps whole groups inside each process's share of the generation batch, so every share must hold
-        whole groups: its completions (per_device_train_batch_size × steps_per_generation, or generation_batch_size /
-        world_size) divisible by num_generations. Always true on one process (TRL requires the generation batch to be
-        divisible by G); can fail with several. Runs on the resolved fields, before TRL derives the missing one."""
+    def _check_zero_variance_filter(self, world_size: int) -> None:
+        """Settings the zero-variance filter cannot honour, refused instead of silently ignored.
+
+        - The filter judges uniformity on the weighted total reward (`multi_objective_aggregation=
+          "sum_then_normalize"`, TRL's default); with `"normalize_then_sum"` the trainer keeps TRL's advantages and
+          would apply no filter at all.
+        - Resample swaps whole groups inside each process's share of the generation batch, so every share must hold
+          whole groups: its completions (per_device_train_batch_size × steps_per_generation, or
+          generation_batch_size / world_size) divisible by num_generations. Always true on one process (TRL requires
+          the generation batch to be divisible by G); can fail with several. Runs on the resolved fields, before TRL
+          derives the missing one.
+        """
+        if self.zero_variance_filter == "off":
+            return
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"zero_variance_filter={self.zero_variance_filter!r} judges groups on the weighted total reward and "
+                f"needs multi_objective_aggregation='sum_then_normalize', got {self.multi_objective_aggregation!r}. "
+                "Fix: use multi_objective_aggregation: sum_then_normalize, or zero_variance_filter: off."
+            )
         if self.zero_variance_filter != "resample":
             return
         if self.generation_batch_size is not None:
