@@ -7,6 +7,7 @@ resolution lives in `quantifiers`, `advantage_settings` and `rewards.spec`; this
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -170,6 +171,7 @@ class GRPOExtConfig(GRPOConfig):
             raise ValueError(f"max_resample_rounds={self.max_resample_rounds} must be >= 0; try 3.")
         if self.lost_update_steps < 0:
             raise ValueError(f"lost_update_steps={self.lost_update_steps} must be >= 0 (0 = off).")
+        self._check_zero_variance_filter(world_size)
         self._check_bf16()
         super().__post_init__()
         if self.world_size != world_size:
@@ -214,6 +216,49 @@ class GRPOExtConfig(GRPOConfig):
         specs = parse_reward_specs(self.rewards, self.reward_weights)
         self.rewards = [spec.to_dict() for spec in specs]
         self.reward_weights = [spec.weight for spec in specs]
+
+    def _check_zero_variance_filter(self, world_size: int) -> None:
+        """Settings the zero-variance filter cannot honour, refused instead of silently ignored.
+
+        - The filter judges uniformity on the weighted total reward (`multi_objective_aggregation=
+          "sum_then_normalize"`, TRL's default); with `"normalize_then_sum"` the trainer keeps TRL's advantages and
+          would apply no filter at all.
+        - Resample swaps whole groups inside each process's share of the generation batch, so every share must hold
+          whole groups: its completions (per_device_train_batch_size × steps_per_generation, or
+          generation_batch_size / world_size) divisible by num_generations. Always true on one process (TRL requires
+          the generation batch to be divisible by G); can fail with several. Runs on the resolved fields, before TRL
+          derives the missing one.
+        """
+        if self.zero_variance_filter == "off":
+            return
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"zero_variance_filter={self.zero_variance_filter!r} judges groups on the weighted total reward and "
+                f"needs multi_objective_aggregation='sum_then_normalize', got {self.multi_objective_aggregation!r}. "
+                "Fix: use multi_objective_aggregation: sum_then_normalize, or zero_variance_filter: off."
+            )
+        if self.zero_variance_filter != "resample":
+            return
+        if self.generation_batch_size is not None:
+            local = self.generation_batch_size // world_size
+            held = f"generation_batch_size ({self.generation_batch_size}) / {world_size} processes = {local}"
+            fix = f"make generation_batch_size a multiple of {world_size * self.num_generations}"
+        else:
+            steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
+            local = self.per_device_train_batch_size * steps_per_generation
+            held = (
+                f"micro_batch_size ({self.per_device_train_batch_size}) × steps_per_generation "
+                f"({steps_per_generation}) = {local}"
+            )
+            multiple = self.num_generations // math.gcd(steps_per_generation, self.num_generations)
+            fix = f"make micro_batch_size (per_device_train_batch_size) a multiple of {multiple}"
+        if local % self.num_generations:
+            raise ValueError(
+                f"zero_variance_filter='resample' needs whole groups on every process, but each of the {world_size} "
+                f"processes holds {held} completions of a generation batch, which is not divisible by "
+                f"num_generations ({self.num_generations}). Fix: {fix}, or use zero_variance_filter: mask (which "
+                "works on the gathered batch)."
+            )
 
     def _check_bf16(self) -> None:
         if self.bf16 is None:  # TRL would default to True; choose what this machine supports

@@ -153,11 +153,17 @@ class ResampleSource:
     Args:
         dataset_size (`int`): prompts in the training set.
         seed (`int`): the run's seed.
+
+    Raises:
+        ValueError: ``dataset_size`` is not an int >= 1 (e.g. ``None`` for an iterable dataset without a length).
     """
 
     def __init__(self, dataset_size: int, seed: int):
-        if dataset_size < 1:
-            raise ValueError(f"resample needs a training set with a length; got dataset_size={dataset_size}.")
+        if isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 1:
+            raise ValueError(
+                f"zero_variance_filter='resample' needs a training set with a length; got dataset_size={dataset_size}. "
+                "Use a map-style datasets.Dataset, or zero_variance_filter: mask with an iterable dataset."
+            )
         self.dataset_size = dataset_size
         self.seed = seed
         self.cursor = 0  # prompts drawn so far, all processes

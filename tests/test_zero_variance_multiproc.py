@@ -1,0 +1,62 @@
+"""Resample mode with 2 processes on CPU (torchrun, gloo): the run finishes, bounded, and every rank decides alike.
+
+`accelerate launch --cpu --num_processes 2` silently starts one process, so the test uses `torchrun`, which sets
+RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (`GRPOExtConfig` reads WORLD_SIZE; accelerate picks the gloo backend
+for `use_cpu=True`). The worker is tests/zero_variance_worker.py.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trl_grpo_ext import tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.multiproc
+def test_two_processes_resample_with_identical_decisions(tmp_path):
+    tiny.ensure_tiny_model()  # build the cached model once here, not concurrently in both ranks
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env.pop("WORLD_SIZE", None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    result = subprocess.run(
+        [*command, str(ROOT / "tests" / "zero_variance_worker.py"), str(tmp_path)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+
+    # identical decisions: same logged zero-variance metrics, same global kept rows, same number of rounds
+    assert ranks[0]["history"] == ranks[1]["history"]
+    first, second = (r["batches"] for r in ranks)
+    assert len(first) == len(second) == 3
+    for a, b in zip(first, second):
+        assert a["kept"] == b["kept"]
+        assert len(a["drawn"]) == len(b["drawn"])
+        for share_a, share_b in zip(a["drawn"], b["drawn"]):  # each round: 2 prompts per rank, disjoint shares
+            assert len(share_a) == len(share_b) == 2 and not set(share_a) & set(share_b)
+
+    history = ranks[0]["history"]
+    assert [entry["step"] for entry in history] == [1, 2, 3]
+    # steps 1 and 3: informative groups exist, so every step is filled; the kept rows are exactly the rows whose
+    # prompt (on whichever rank holds it) does not ask for the uniform target "b"
+    for step in (0, 2):
+        assert history[step]["zero_variance/frac_uniform_after"] == 0
+        held = first[step]["local_uniform_target"] + second[step]["local_uniform_target"]
+        assert first[step]["kept"] == [int(not uniform) for uniform in held] == [1] * 16
+    assert sum(history[s]["zero_variance/frac_uniform_before"] for s in (0, 2)) > 0  # resampling was needed
+    # step 2: constant reward, nothing to find: both rounds spent, every group short, the update skipped on all ranks
+    assert history[1]["zero_variance/resample_rounds"] == 2
+    assert history[1]["zero_variance/shortfall_groups"] == 4
+    assert history[1]["zero_variance/skipped_updates"] == 1
+    assert first[1]["kept"] == [0] * 16

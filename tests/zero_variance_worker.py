@@ -1,0 +1,93 @@
+"""Worker of tests/test_zero_variance_multiproc.py: 3 resample-mode steps, each rank's decisions written to JSON.
+
+Run by `torchrun --standalone --nproc_per_node 2 tests/zero_variance_worker.py OUT_DIR` (CPU, gloo). Half the
+prompts ask for target "b" and get a constant reward (uniform groups), the others get the completion's position in
+its group; at optimizer step 2 every reward is constant, so that step ends with a shortfall and a skipped update.
+Writes OUT_DIR/rank{RANK}.json with, per generation batch: the global kept-row mask, this rank's drawn dataset
+indices per resample round, and which of this rank's final rows ask for target "b"; plus the zero_variance/* entries
+of the log history.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from datasets import Dataset  # noqa: E402
+
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny  # noqa: E402
+
+G = 4
+
+
+def reward(completions, target, trainer_state, **kwargs):
+    if trainer_state.global_step == 1:
+        return [1.0] * len(completions)
+    return [1.0 if t == "b" else float(i % G) for i, t in enumerate(target)]
+
+
+def main(out_dir: str) -> None:
+    rank = int(os.environ["RANK"])
+    path = tiny.ensure_tiny_model()  # built by the test before launching, so the ranks only read it
+    rows = tiny.count_char_rows(32, target="a")
+    uniform_rows = tiny.count_char_rows(32, target="b", seed=1)
+    dataset = Dataset.from_list([uniform_rows[i] if i % 2 else row for i, row in enumerate(rows)])
+    args = GRPOExtConfig(
+        output_dir=os.path.join(out_dir, "run"),
+        use_cpu=True,
+        prompts_per_step=4,
+        num_generations=G,
+        micro_batch_size=8,  # 16 completions per step over 2 processes: gradient_accumulation_steps = 1
+        total_training_steps=3,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        zero_variance_filter="resample",
+        max_resample_rounds=2,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = GRPOExtTrainer(
+        str(path), reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tiny.load_tokenizer(path)
+    )
+    batches = []
+    draw, mask_rows = trainer._resample_source.draw, trainer._mask_uniform_rows
+
+    def recording_draw(prompts_per_round, process_index, num_processes):
+        indices = draw(prompts_per_round, process_index, num_processes)
+        batches[-1]["drawn"].append(indices)
+        return indices
+
+    def recording_mask(output, kept, local):
+        texts = trainer.processing_class.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+        batches[-1]["local_uniform_target"] = ["write b b" in text for text in texts]
+        batches[-1]["kept"] = kept.int().tolist()
+        return mask_rows(output, kept, local)
+
+    generate = trainer._generate_and_score_completions
+
+    def recording_generate(inputs):
+        batches.append({"drawn": []})
+        return generate(inputs)
+
+    trainer._resample_source.draw = recording_draw
+    trainer._mask_uniform_rows = recording_mask
+    trainer._generate_and_score_completions = recording_generate
+    trainer.train()
+    history = [
+        {k: v for k, v in entry.items() if k.startswith("zero_variance/") or k == "step"}
+        for entry in trainer.state.log_history
+        if "loss" in entry
+    ]
+    result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "batches": batches, "history": history}
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
