@@ -24,12 +24,14 @@ logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32") -> int:
+def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32", exclude: tuple[str, ...] = ()) -> int:
     """Store every trainable parameter of ``model`` in ``dtype`` and keep forward passes dtype-consistent.
 
     Args:
         model (`nn.Module`): usually a `peft.PeftModel` over a quantized base.
         dtype (`str` or `torch.dtype`, defaults to ``"float32"``): ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+        exclude (`tuple[str, ...]`, defaults to ``()``): parameters whose qualified name contains one of these
+            substrings keep their dtype (TRL keeps DoRA's ``"lora_magnitude_vector"`` out of its bf16 cast).
 
     Returns:
         `int`: the number of parameter tensors whose dtype changed.
@@ -48,27 +50,28 @@ def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32") ->
         dtype = _DTYPES[dtype]
     changed = 0
     for name, module in model.named_modules():
-        own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        own = [(f"{name}.{pname}", p) for pname, p in module.named_parameters(recurse=False) if p.requires_grad]
         if not own:
             continue
-        for param in own:
-            if param.dtype != dtype:
+        for qualified, param in own:
+            if param.dtype != dtype and not any(part in qualified for part in exclude):
                 param.data = param.data.to(dtype)
                 changed += 1
-        if "lora_" not in name and not getattr(module, "_trl_grpo_ext_dtype_hooks", False):
-            module.register_forward_pre_hook(_cast_inputs_hook(dtype))
+        if "lora_" in name:
+            continue
+        module._trl_grpo_ext_dtype = dtype  # read by the hook at call time, so a later cast to another dtype holds
+        if not getattr(module, "_trl_grpo_ext_dtype_hooks", False):
+            module.register_forward_pre_hook(_cast_inputs_hook)
             module.register_forward_hook(_cast_output_back_hook)
             module._trl_grpo_ext_dtype_hooks = True
     return changed
 
 
-def _cast_inputs_hook(dtype: torch.dtype):
-    def hook(module, args):
-        first = next((a for a in args if torch.is_tensor(a) and a.is_floating_point()), None)
-        module._trl_grpo_ext_input_dtype = None if first is None else first.dtype
-        return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
-
-    return hook
+def _cast_inputs_hook(module, args):
+    dtype = module._trl_grpo_ext_dtype
+    first = next((a for a in args if torch.is_tensor(a) and a.is_floating_point()), None)
+    module._trl_grpo_ext_input_dtype = None if first is None else first.dtype
+    return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
 
 def _cast_output_back_hook(module, args, output):
@@ -125,10 +128,12 @@ class LostUpdateTracker:
     def _post(self, optimizer, args, kwargs):
         if self._before is None:
             return
-        with torch.no_grad():
-            moved_grad = sum(int(nonzero.sum()) for _, _, nonzero in self._before)
-            lost = sum(int(((p == before) & nonzero).sum()) for p, before, nonzero in self._before)
-        self._before = None
+        with torch.no_grad():  # per tensor: (elements with a non-zero gradient, of those unchanged); one device sync
+            counts = [torch.stack([nonzero.sum(), ((p == before) & nonzero).sum()]) for p, before, nonzero in self._before]
+            self._before = None
+            if not counts:
+                return
+            moved_grad, lost = torch.stack([c.to(counts[0].device) for c in counts]).sum(0).tolist()
         if moved_grad == 0:
             return
         fraction = lost / moved_grad
@@ -137,13 +142,17 @@ class LostUpdateTracker:
             self.record(fraction)
         if fraction > self.threshold and not self._warned:
             self._warned = True
-            dtypes = sorted({str(p.dtype).replace("torch.", "") for g in optimizer.param_groups for p in g["params"]})
-            logger.warning(
-                "%.0f%% of the trainable weights with a non-zero gradient did not change at optimizer step %d "
-                "(trainable dtype: %s): the updates are rounded away. Set `adapter_dtype: float32` (QLoRA) or raise "
-                "the learning rate.",
-                100 * fraction,
-                self._step,
-                ", ".join(dtypes),
-            )
+            logger.warning(_warning_text(fraction, self._step, self.threshold, optimizer))
 
+
+def _warning_text(fraction: float, step: int, threshold: float, optimizer: torch.optim.Optimizer) -> str:
+    dtypes = {p.dtype for group in optimizer.param_groups for p in group["params"] if p.requires_grad}
+    names = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
+    head = (
+        f"{100 * fraction:.0f}% of the trainable weights with a non-zero gradient did not change at optimizer step "
+        f"{step} (trainable dtype: {names}; lost_update_warning_threshold={threshold}): their updates were smaller than "
+        "half a unit in the last place of the stored value and were rounded away. "
+    )
+    if dtypes & {torch.bfloat16, torch.float16}:
+        return head + 'Store the adapter in float32: set `adapter_dtype: float32` (GRPOExtConfig(adapter_dtype="float32")).'
+    return head + "The weights are already float32, so the learning rate is too small for them: raise `learning_rate`."

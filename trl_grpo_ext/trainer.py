@@ -64,9 +64,11 @@ class GRPOExtTrainer(GRPOTrainer):
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
             logger.warning(advice)
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
-        if args.adapter_dtype == "float32" and _is_quantized(self.model):
-            # TRL casts trainable adapter weights of a quantized model to bf16; undo it (see adapter_precision).
-            cast_trainable_to(self.model, "float32")
+        if _is_quantized(self.model):
+            # TRL casts trainable adapter weights of a quantized model to bf16; "float32" undoes it. Either way plain
+            # trainable modules (a modules_to_save lm_head) get dtype-consistency hooks, without which TRL's own bf16
+            # mode fails in the forward pass ("expected m1 and m2 to have the same dtype"). See adapter_precision.
+            cast_trainable_to(self.model, args.adapter_dtype, exclude=("lora_magnitude_vector",))
         self.lost_updates = LostUpdateTracker(
             args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
         )
