@@ -24,7 +24,7 @@ from trl_grpo_ext.data import load_prompt_dataset
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
 from trl_grpo_ext.models import lora_config, quantization_config
-from trl_grpo_ext.plotting import plot_training
+from trl_grpo_ext.plotting import plot_training, reward_trend
 
 
 def main(script_args, training_args, model_args, push_args) -> int:
@@ -92,10 +92,13 @@ def main(script_args, training_args, model_args, push_args) -> int:
     ################
     # Plot and model card
     ################
+    first, last = reward_trend(trainer.state.log_history)
+    print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
     if script_args.plot:
         plot = plot_training(trainer.state.log_history, f"{training_args.output_dir}/reward_plot.png")
         print(f"Reward plot: {plot}")
-    build_model_card(training_args.output_dir)
+    build_model_card(training_args.output_dir, mode=push.mode if push.enabled else "adapter",
+                     repo_id=push.repo_id).save(f"{training_args.output_dir}/README.md")
     print(f"Adapter and tokenizer: {training_args.output_dir}")
 
     ################

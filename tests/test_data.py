@@ -66,3 +66,17 @@ def test_embedded_dataset():
     args = SimpleNamespace(dataset_name="embedded:count-char", embedded_num_prompts=10, embedded_target="e")
     dataset = load_prompt_dataset(args)
     assert len(dataset) == 10 and set(dataset["target"]) == {"e"}
+
+
+def test_reward_trend_and_plot(tmp_path):
+    from trl_grpo_ext.plotting import plot_training, reward_trend
+
+    history = [{"step": i, "reward": r, "reward_std": 0.1, "frac_reward_zero_std": 0.5}
+               for i, r in enumerate([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0], start=1)]
+    history.append({"train_runtime": 1.0})
+    assert reward_trend(history) == (0.0, 1.0)  # 10% of 12 logged steps -> 1 step each end
+    assert reward_trend(history, fraction=0.25) == pytest.approx((0.1, (0.9 + 1.0 + 1.0) / 3))
+    path = plot_training(history, tmp_path / "plot.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="logging_steps"):
+        plot_training([{"loss": 1.0}], tmp_path / "x.png")

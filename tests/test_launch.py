@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_grpo_ext.launch import RecipeArgumentError, parse_recipe_args, scrub_secrets
+from trl_grpo_ext.launch import RecipeArgumentError, parse_recipe_args, write_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "recipes" / "configs" / "tiny_cpu.yaml"
@@ -84,6 +84,10 @@ def test_recipe_exits_2_with_one_line_and_no_traceback(tmp_path):
     assert "error: unknown key(s) in the config file: 'learnig_rate'" in result.stderr
 
 
-def test_scrub_secrets_removes_tokens_only():
-    assert scrub_secrets({"hub_token": "hf_secret", "max_completion_length": 3, "learning_rate": 1.0}) == {
-        "max_completion_length": 3, "learning_rate": 1.0}
+def test_run_config_never_holds_the_token(tmp_path):
+    script_args, training_args, model_args, push_args = parse_recipe_args(
+        ["--config", _config(tmp_path), "--hub_token", "hf_abcdefghijklmnopqrstuvwxyz0123456789"])
+    path = write_run_config(str(tmp_path), script_args, training_args, model_args, push_args)
+    text = path.read_text()
+    assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in text
+    assert '"learning_rate": 0.002' in text and '"max_completion_length": 24' in text

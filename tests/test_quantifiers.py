@@ -292,7 +292,7 @@ def test_format_table_shows_arithmetic_and_units():
     assert "ceil(3 × 500) = 1500 steps" in table
     assert "min(1000, 1500) stopped by the step limit" in table
     # token budget: 32 completions × 64 tokens = 2048 per step
-    assert "32 completions" in table and "2048 tokens" in table
+    assert "32 completions" in table and "2,048 tokens" in table
 
 
 def test_plan_is_frozen():

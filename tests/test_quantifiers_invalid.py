@@ -103,6 +103,8 @@ PLAN_CASES = [
     ("negative dataset size", lambda: _plan({"prompts_per_step": 4}, -1), ["dataset_size=-1", "number of prompts"]),
     ("world size differs from the resolved one", lambda: _plan({"prompts_per_step": 4}, 100, world_size=2),
      ["world_size=2", "prompts_per_step=4", "pass resolve_plan the world_size given to resolve_trl_fields"]),
+    ("fields without any stop", lambda: resolve_plan({"stop_semantics": "first_reached"}, 100, 1, 64),
+     ["no stop", "set total_training_steps or total_epochs"]),
     ("not a saved plan", lambda: RunPlan.from_dict({"total_steps": 3}), ["missing keys", "RunPlan.to_dict()"]),
 ]
 

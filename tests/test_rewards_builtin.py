@@ -32,6 +32,7 @@ def test_accuracy_gsm8k_and_boxed():
     texts = ["The answer is \\boxed{72}", "so #### 72", "I think it is \\boxed{24}", "no idea"]
     assert both(acc, texts, answer=["#### 72"] * 4) == [1.0, 1.0, 0.0, 0.0]
     assert both(acc, texts[:1], answer=[GSM8K_ANSWER]) == [1.0]  # only the number after #### is the reference
+    assert both(acc, ["\\boxed{24}"], answer=[GSM8K_ANSWER]) == [0.0]  # 24 appears in the worked solution only
 
 
 def test_accuracy_is_symbolic():

@@ -246,3 +246,30 @@ def test_off_switch_hides_entry_points(third_party, monkeypatch):
     reload_entry_points()
     with pytest.raises(UnknownRewardError, match="Unknown reward 'shout'"):
         get_reward("shout")
+
+
+def test_entry_point_module_that_registers_itself(tmp_path, monkeypatch, registry_state):
+    (tmp_path / "self_reg_mod.py").write_text(
+        textwrap.dedent(
+            '''
+            from trl_grpo_ext.rewards import register_reward
+
+            @register_reward("self_reg", "self_reg_alias")
+            def self_reg(completions, **kwargs):
+                """0.5 per completion. Range {0.5}. Source: test."""
+                return [0.5] * len(completions)
+            '''
+        )
+    )
+    info = tmp_path / "self_reg_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: self-reg-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[trl_grpo_ext.rewards]\nself_reg = self_reg_mod:self_reg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    reload_entry_points()
+    try:
+        assert get_reward("self_reg")(completions=["x"]) == [0.5]  # the module's own registration is no duplicate
+        assert get_reward_info("self_reg_alias").source == "entry point self-reg-pkg (self_reg_mod:self_reg)"
+    finally:
+        sys.modules.pop("self_reg_mod", None)

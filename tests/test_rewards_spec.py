@@ -95,3 +95,38 @@ def test_build_reward_funcs():
         build_reward_funcs(specs, on_error="ignore")
     with pytest.raises(ValueError, match=r"Reward 'length' needs the parameter\(s\) max_length"):
         build_reward_funcs([RewardSpec("length")])
+
+
+def half_nan(completions, **kwargs):
+    """Test reward: NaN for the first completion of each call, 0.5 otherwise."""
+    return [float("nan") if i == 0 else 0.5 for i in range(len(completions))]
+
+
+def test_trl_grpo_trainer_accepts_the_built_funcs(tmp_path, monkeypatch):
+    """Two optimizer steps of TRL's own GRPOTrainer on the embedded tiny model with rewards chosen by name."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_grpo_ext import tiny
+
+    specs = parse_reward_specs(
+        ["char_fraction", {"name": "length", "weight": 0.5, "kwargs": {"max_length": 8}}, f"{__name__}:half_nan"]
+    )
+    funcs, weights = build_reward_funcs(specs, on_error="none")
+    path = tiny.ensure_tiny_model()
+    args = GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, max_completion_length=12,
+        max_steps=2, logging_steps=1, bf16=False, use_cpu=True, report_to=[], save_strategy="no",
+        reward_weights=weights,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=str(path), reward_funcs=funcs, args=args, train_dataset=tiny.count_char_dataset(16),
+        processing_class=tiny.load_tokenizer(path),
+    )  # fmt: skip
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "rewards/char_fraction/mean" in h]
+    assert len(logs) == 2
+    for log in logs:
+        assert log["rewards/half_nan/invalid"] == 1.0  # one NaN per call of 4 completions, counted, not fatal
+        assert log["rewards/half_nan/mean"] == 0.5 and log["rewards/char_fraction/invalid"] == 0.0
+        assert 0.0 <= log["rewards/char_fraction/mean"] <= 1.0 and 0.0 <= log["rewards/length/mean"] <= 1.0

@@ -16,6 +16,7 @@ from trl import GRPOConfig
 from .advantage_settings import AdvantageSettings, resolve_advantage_settings
 from .quantifiers import TRL_DEFAULTS, QuantityError, resolve_trl_fields
 from .rewards.spec import parse_reward_specs
+from .zero_variance import ROW_NORMALISED_LOSSES
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample")
 ADAPTER_DTYPES = ("float32", "bfloat16")
@@ -157,6 +158,14 @@ class GRPOExtConfig(GRPOConfig):
             raise ValueError(
                 f"zero_variance_tolerance={self.zero_variance_tolerance} must be >= 0 (0 = exactly equal rewards)."
             )
+        entropy_bonus = getattr(self, "entropy_coef", 0.0) != 0.0 or getattr(self, "use_adaptive_entropy", False)
+        if self.zero_variance_filter != "off" and entropy_bonus and self.loss_type in ROW_NORMALISED_LOSSES:
+            raise ValueError(
+                f"zero_variance_filter={self.zero_variance_filter!r} with loss_type={self.loss_type!r} rescales the "
+                "whole loss by rows / kept rows, which would also rescale the entropy bonus (entropy_coef="
+                f"{getattr(self, 'entropy_coef', 0.0)}). Use a token-normalised loss_type (dapo, bnpo, cispo, vespo), "
+                "or set entropy_coef: 0, or zero_variance_filter: off."
+            )
         if self.max_resample_rounds < 0:
             raise ValueError(f"max_resample_rounds={self.max_resample_rounds} must be >= 0; try 3.")
         if self.lost_update_steps < 0:
@@ -177,8 +186,6 @@ class GRPOExtConfig(GRPOConfig):
         for name in QUANTITY_FIELDS:
             if name in resolved:
                 setattr(self, name, resolved[name])
-        # TRL derives generation_batch_size from steps_per_generation; setting both is an error there.
-        self.generation_batch_size = None
         self.stop_semantics = resolved["stop_semantics"]
 
     def _resolve_advantages(self) -> None:

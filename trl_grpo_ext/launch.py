@@ -18,7 +18,7 @@ from pathlib import Path
 from trl import ModelConfig, ScriptArguments, TrlParser
 
 from .config import GRPOExtConfig
-from .hub import HubPushArguments
+from .hub import HubPushArguments, scrub_secrets
 from .models import check_model_path
 
 RUN_CONFIG_FILE = "run_config.json"
@@ -120,19 +120,17 @@ def _explain_unknown_keys(message: str) -> str:
     )
 
 
-def scrub_secrets(values: dict) -> dict:
-    """A copy of ``values`` without secrets: every key ending in ``token`` whose value is a string (``hub_token``)."""
-    return {k: v for k, v in values.items() if not (k.lower().endswith("token") and isinstance(v, str))}
-
-
 def write_run_config(output_dir: str, script_args, training_args, model_args, push_args) -> Path:
-    """Write ``run_config.json``: every argument of the run, secrets removed. Returns its path."""
-    record = {
-        "script_args": scrub_secrets(vars(script_args)),
-        "model_args": scrub_secrets(vars(model_args)),
-        "training_args": scrub_secrets(training_args.to_dict()),
-        "push_args": scrub_secrets(vars(push_args)),
-    }
+    """Write ``run_config.json``: every argument of the run, secrets redacted (`hub.scrub_secrets`). Returns its path."""
+    record = scrub_secrets(
+        {
+            "script_args": vars(script_args),
+            "model_args": vars(model_args),
+            "training_args": training_args.to_dict(),
+            "push_args": vars(push_args),
+        },
+        token=getattr(training_args, "hub_token", None),
+    )
     path = Path(output_dir) / RUN_CONFIG_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, default=str))

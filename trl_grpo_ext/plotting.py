@@ -53,3 +53,16 @@ def plot_training(log_history: list[dict], path: str | Path, title: str | None =
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def reward_trend(log_history: list[dict], fraction: float = 0.1) -> tuple[float, float]:
+    """Mean logged ``reward`` over the first and the last ``fraction`` of the logged steps (at least one each).
+
+    Returns:
+        ``(first, last)``; raises ValueError when nothing was logged.
+    """
+    rewards = [h["reward"] for h in log_history if "reward" in h]
+    if not rewards:
+        raise ValueError("log_history has no 'reward' entry; set logging_steps to 1 or a small number.")
+    n = max(1, round(len(rewards) * fraction))
+    return sum(rewards[:n]) / n, sum(rewards[-n:]) / n

@@ -477,13 +477,13 @@ class RunPlan:
             ("total steps", f"{self.total_steps} steps",
              f"{total_arith} stopped by the {self.stop_reason.replace('_', ' ')} "
              f"({_SEMANTICS_TEXT[self.stop_semantics]})".strip()),
-            ("epochs covered", "unknown" if self.epochs_covered is None else f"{self.epochs_covered:.4g}",
+            ("epochs covered", "unknown" if self.epochs_covered is None else f"{round(self.epochs_covered, 4)} epochs",
              "" if self.steps_per_epoch is None else f"= {self.total_steps} / {self.steps_per_epoch}"),
-            ("completions total", f"{self.completions_total}",
-             f"= {self.completions_per_step} × {self.total_steps} ({self.completions_total // mu} generated)"),
-            ("token budget / step", f"{self.token_budget} tokens",
+            ("completions total", f"{self.completions_total:,} completions",
+             f"= {self.completions_per_step} × {self.total_steps} ({self.completions_total // mu:,} generated)"),
+            ("token budget / step", f"{self.token_budget:,} tokens",
              f"= {self.completions_per_step} × {self.max_completion_length} (max_completion_length)"),
-            ("token budget total", f"{self.token_budget_total} tokens", f"= {self.token_budget} × {self.total_steps}"),
+            ("token budget total", f"{self.token_budget_total:,} tokens", f"= {self.token_budget} × {self.total_steps}"),
         ]
         w1, w2 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
         lines = [f"{'quantity':<{w1}}  {'value':<{w2}}  arithmetic", f"{'-' * w1}  {'-' * w2}  {'-' * 10}"]
@@ -539,6 +539,9 @@ def resolve_plan(fields: dict, dataset_size: int | None, world_size: int, max_co
     else:
         raise QuantityError(f"stop_semantics={f['stop_semantics']!r} is not 'first_reached' or 'trl'; "
                             "pass the output of resolve_trl_fields")
+    if step_limit is None and epoch_limit is None:
+        raise QuantityError("no stop: neither a step limit nor an epoch limit is set; set total_training_steps or "
+                            "total_epochs (or pass the output of resolve_trl_fields)")
     prompts_per_gen = gbs // g
     if dataset_size is None:
         if step_limit is None:

@@ -20,7 +20,7 @@ from trl import GRPOTrainer
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages, uniform_group_mask
 from .config import GRPOExtConfig
-from .quantifiers import RunPlan, check_resume_compatible, resolve_plan
+from .quantifiers import RunPlan, check_resume_compatible, plan_warnings, resolve_plan
 from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,9 @@ class GRPOExtTrainer(GRPOTrainer):
             world_size=args.world_size,
             max_completion_length=args.max_completion_length,
         )
+        model_name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
+        for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
+            logger.warning(advice)
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if args.adapter_dtype == "float32" and _is_quantized(self.model):
             # TRL casts trainable adapter weights of a quantized model to bf16; undo it (see adapter_precision).
@@ -185,7 +188,9 @@ class GRPOExtTrainer(GRPOTrainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's step; at the end of an accumulation window, decide (on all processes) whether anything was kept."""
         loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.args.zero_variance_filter != "off" and self._step % self.current_gradient_accumulation_steps == 0:
+        # sync_gradients is set by transformers on the last micro-batch of each accumulation window (also a partial
+        # last window of an epoch)
+        if self.args.zero_variance_filter != "off" and self.accelerator.sync_gradients:
             kept = torch.tensor(self._window_kept_rows, device=self.accelerator.device)
             self._skip_optimizer_step = self.accelerator.reduce(kept, reduction="sum").item() == 0
             self._window_kept_rows = 0.0
@@ -272,9 +277,17 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
         return reward_funcs
     if not args.rewards:
         raise ValueError("No reward function: set `rewards: [name, ...]` in the config or pass reward_funcs=.")
+    from .rewards import get_reward_info
     from .rewards.spec import RewardSpec, build_reward_funcs
 
-    specs = [RewardSpec(**spec) for spec in args.rewards]
+    specs = []
+    for spec in args.rewards:
+        spec = RewardSpec(**spec)
+        parameters = get_reward_info(spec.name).parameters or ()
+        if any(p.name == "max_completion_len" for p in parameters) and "max_completion_len" not in spec.kwargs:
+            # e.g. soft_overlong: its length limit is the run's max_completion_length unless given
+            spec = RewardSpec(spec.name, spec.weight, {**spec.kwargs, "max_completion_len": args.max_completion_length})
+        specs.append(spec)
     funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
     return funcs
 

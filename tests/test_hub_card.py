@@ -1,0 +1,178 @@
+"""The model card (trl_grpo_ext.hub_card) carries the run's real values, read from the files of a finished run."""
+
+import json
+import os
+import shutil
+from importlib import metadata
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+from hub_testing import FAKE_TOKEN, RUN_PLAN, make_finished_run  # noqa: E402
+
+from trl_grpo_ext.hub_card import build_model_card, format_value, is_hub_id  # noqa: E402
+
+REPO = "someone/tiny-grpo"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    output_dir, _, base_path = make_finished_run(tmp_path_factory.mktemp("run") / "output")
+    return output_dir, base_path
+
+
+@pytest.fixture(scope="module")
+def card(run):
+    return build_model_card(run[0], repo_id=REPO)
+
+
+def test_metadata_tags_library_and_pipeline(card):
+    assert {"trl", "grpo", "qlora", "trl-grpo-ext"} <= set(card.data.tags)
+    assert card.data.library_name == "peft"
+    assert card.data.pipeline_tag == "text-generation"
+    assert card.data.model_name == "tiny-grpo"
+
+
+def test_base_model_and_dataset_named_in_text_but_local_ones_kept_out_of_metadata(run, card):
+    _, base_path = run
+    assert card.data.base_model is None and card.data.datasets is None
+    assert f"`{base_path}` (not on the Hub)" in card.text
+    assert "`embedded:count-char` (not on the Hub)" in card.text
+
+
+def test_hub_ids_go_into_metadata(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run[0], copy)
+    config = json.loads((copy / "run_config.json").read_text())
+    config["script_args"].update(model_name_or_path="Qwen/Qwen2.5-0.5B-Instruct", dataset_name="openai/gsm8k")
+    config["model_args"]["model_name_or_path"] = "Qwen/Qwen2.5-0.5B-Instruct"
+    (copy / "run_config.json").write_text(json.dumps(config))
+    card = build_model_card(copy, repo_id=REPO)
+    assert card.data.base_model == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert card.data.datasets == ["openai/gsm8k"]
+    assert "[openai/gsm8k](https://huggingface.co/datasets/openai/gsm8k)" in card.text
+
+
+def test_reward_functions_and_weights(card):
+    assert "| char_fraction | 1 | `{}` |" in card.text
+    assert '| format_bonus | 0.5 | `{"pattern": "^a+$"}` |' in card.text
+
+
+def test_full_quantity_plan(card):
+    expected_rows = [
+        "| prompts_per_step | 4 |",
+        "| num_generations | 8 |",
+        "| completions_per_step | 32 |",
+        "| gradient_accumulation_steps | 4 |",
+        "| steps_per_epoch | 16 |",
+        "| total_steps | 40 |",
+        "| epochs_covered | 2.5 |",
+        "| stop_reason | total_training_steps |",
+        "| token_budget | 768 |",
+    ]
+    for row in expected_rows:
+        assert row in card.text
+    plan_section = card.text.split("### Quantity plan")[1].split("###")[0]
+    rows = [line for line in plan_section.splitlines() if line.startswith("| ")]
+    assert len(rows) == len(RUN_PLAN) + 1  # every key of run_plan.json, plus the header row
+
+
+def test_filter_advantage_and_optimisation_settings(card):
+    for row in [
+        "| zero_variance_filter | mask |",
+        "| scale_rewards | group |",
+        "| advantage_baseline | group_mean |",
+        "| advantage_std_scaling | group |",
+        "| learning_rate | 1e-05 |",
+        "| loss_type | dapo |",
+        "| beta | 0.04 |",
+        "| seed | 42 |",
+    ]:
+        assert row in card.text
+
+
+def test_final_metrics(card):
+    assert "| train_loss | 0.0123 |" in card.text
+    assert "| train_runtime | 123.4 |" in card.text
+    assert "| global_step (optimizer steps run) | 40 |" in card.text
+    assert "| reward (last logged, step 40) | 0.625 |" in card.text
+    assert "| frac_reward_zero_std (last logged, step 40) | 0.125 |" in card.text
+
+
+def test_reward_plot_is_a_relative_image_link(card):
+    assert "![Mean reward per optimizer step](reward_plot.png)" in card.text
+
+
+def test_framework_versions(card):
+    assert "- trl-grpo-ext: 0.1.0" in card.text
+    for package in ("trl", "peft", "transformers"):
+        assert f"- {package}: {metadata.version(package)}" in card.text
+
+
+def test_how_to_load_the_adapter(run, card):
+    assert f'AutoPeftModelForCausalLM.from_pretrained("{REPO}")' in card.text
+    assert f'PeftModel.from_pretrained(base, "{REPO}")' in card.text
+    assert f'AutoModelForCausalLM.from_pretrained("{run[1]}", quantization_config=bnb)' in card.text
+
+
+def test_merged_card_loads_with_plain_transformers(run):
+    card = build_model_card(run[0], mode="merged", repo_id=REPO)
+    assert card.data.library_name == "transformers"
+    assert f'AutoModelForCausalLM.from_pretrained("{REPO}", dtype="auto")' in card.text
+    assert "Peft" not in card.text.split("## How to load")[1].split("## Training procedure")[0]
+
+
+def test_no_secret_reaches_the_card(card):
+    assert FAKE_TOKEN not in str(card)
+    assert '"hub_token": "<redacted>"' in card.text
+
+
+def test_a_token_of_any_shape_is_removed_when_given(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run[0], copy)
+    config = json.loads((copy / "run_config.json").read_text())
+    config["training_args"]["run_name"] = "grpo-plainS3cretValue"  # not under a secret key, not hf_-shaped
+    (copy / "run_config.json").write_text(json.dumps(config))
+    card = build_model_card(copy, token="plainS3cretValue")
+    assert "plainS3cretValue" not in str(card)
+    assert '"run_name": "grpo-<redacted>"' in card.text
+
+
+def test_card_round_trips_through_huggingface_hub(card, tmp_path):
+    from huggingface_hub import ModelCard
+
+    card.save(tmp_path / "README.md")
+    loaded = ModelCard.load(tmp_path / "README.md")
+    assert loaded.data.tags == card.data.tags
+    assert loaded.text == card.text
+
+
+def test_missing_files_say_not_recorded(run, tmp_path):
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy(run[0] / name, tmp_path / name)
+    card = build_model_card(tmp_path)
+    assert card.text.count("Not recorded for this run.") == 5  # rewards, plan, filter, optimisation, metrics
+    assert "reward_plot.png" not in card.text
+
+
+def test_unknown_mode_is_rejected(run):
+    with pytest.raises(ValueError, match="mode='gguf'"):
+        build_model_card(run[0], mode="gguf")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("Qwen/Qwen2.5-0.5B-Instruct", True), ("gpt2", True), ("embedded:tiny-qwen2", False), ("/tmp/model", False)],
+)
+def test_is_hub_id(name, expected):
+    assert is_hub_id(name) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [(1e-05, "1e-05"), (0.4375, "0.4375"), (True, "true"), ("a|b", "a\\|b"), ({"k": 1}, '`{"k": 1}`')],
+)
+def test_format_value(value, cell):
+    assert format_value(value) == cell

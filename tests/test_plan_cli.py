@@ -1,0 +1,168 @@
+"""`trl-grpo-ext plan`: table, JSON, dataset size sources, processes, one-line errors, no torch import."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trl_grpo_ext import cli, plan_cli
+
+TUTORIAL = """\
+model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct
+dataset_name: openai/gsm8k
+prompts_per_step: 4
+num_generations: 8
+total_training_steps: 1000
+total_epochs: 3
+max_completion_length: 256
+learning_rate: 1.0e-5
+bf16: true
+"""
+
+
+@pytest.fixture
+def write_yaml(tmp_path):
+    def write(text: str, name: str = "config.yaml") -> str:
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    return write
+
+
+def run_plan(capsys, *argv):
+    code = plan_cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_dispatcher_routes_plan_here():
+    assert cli.SUBCOMMANDS["plan"] == "trl_grpo_ext.plan_cli"
+
+
+def test_tutorial_table(capsys, write_yaml, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    code, out, err = run_plan(capsys, "--config", write_yaml(TUTORIAL), "--dataset-size", "2000")
+    assert code == 0
+    assert "floor(2000 / 4) × 1 = 500" in out  # steps per epoch
+    assert "min(1000, 1500) stopped by the step limit" in out
+    assert "32 completions" in out and "8,192 tokens" in out  # 32 × 256
+    assert err == ""  # G = 8 for an instruct model, 4 prompts/step, 2 epochs: nothing to warn about
+
+
+def test_tutorial_json(capsys, write_yaml, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    code, out, _ = run_plan(capsys, "--config", write_yaml(TUTORIAL), "--dataset-size", "2000", "--json")
+    assert code == 0
+    plan = json.loads(out)
+    assert (plan["steps_per_epoch"], plan["total_steps"], plan["epochs_covered"]) == (500, 1000, 2.0)
+    assert plan["stop_reason"] == "step_limit" and plan["completions_per_step"] == 32
+
+
+def test_embedded_dataset_size_from_yaml(capsys, write_yaml, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    # 64 prompts / 4 per step = 16 steps/epoch; 2 epochs = 32 steps
+    text = "dataset_name: 'embedded:count-char'\nembedded_num_prompts: 64\nprompts_per_step: 4\nnum_generations: 4\n" \
+           "total_epochs: 2\nmax_completion_length: 24\n"
+    code, out, _ = run_plan(capsys, "--config", write_yaml(text), "--json")
+    assert code == 0 and json.loads(out)["total_steps"] == 32
+
+
+def test_embedded_dataset_defaults_to_512_prompts(capsys, write_yaml, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    # 512 / 4 = 128 steps in one epoch
+    text = "dataset_name: 'embedded:count-char'\nprompts_per_step: 4\nnum_generations: 4\ntotal_epochs: 1\n"
+    code, out, _ = run_plan(capsys, "--config", write_yaml(text), "--json")
+    assert code == 0
+    assert (json.loads(out)["dataset_size"], json.loads(out)["total_steps"]) == (512, 128)
+
+
+def test_dataset_size_flag_wins_over_embedded(capsys, write_yaml, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    text = "dataset_name: 'embedded:count-char'\nembedded_num_prompts: 64\nprompts_per_step: 4\ntotal_epochs: 1\n"
+    code, out, _ = run_plan(capsys, "--config", write_yaml(text), "--dataset-size", "40", "--json")
+    assert code == 0 and json.loads(out)["total_steps"] == 10  # 40 / 4
+
+
+def test_unknown_dataset_plans_steps_only(capsys, write_yaml, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    code, out, err = run_plan(capsys, "--config", write_yaml(TUTORIAL))
+    assert code == 0
+    assert "unknown (steps only)" in out and "1000 steps" in out
+    assert "warning: total_epochs=3 cannot be checked without the dataset size" in err
+
+
+def test_num_processes_flag_and_world_size_env(capsys, write_yaml, monkeypatch):
+    # TRL terms on 3 processes: 4 × 3 × 2 / 6 = 4 prompts/step, 8000 / 4 = 2000 steps/epoch, 2 epochs = 4000
+    text = "num_generations: 6\nper_device_train_batch_size: 4\ngradient_accumulation_steps: 2\nnum_train_epochs: 2\n"
+    path = write_yaml(text)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    code, out, _ = run_plan(capsys, "--config", path, "--dataset-size", "8000", "--num-processes", "3", "--json")
+    assert code == 0 and json.loads(out)["total_steps"] == 4000
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    code, out, _ = run_plan(capsys, "--config", path, "--dataset-size", "8000", "--json")
+    assert code == 0 and json.loads(out)["world_size"] == 3
+
+
+def test_numeric_strings_are_read_as_numbers(capsys, write_yaml, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    text = "prompts_per_step: '4'\nnum_generations: '8'\ntotal_epochs: '1.5'\n"
+    code, out, _ = run_plan(capsys, "--config", write_yaml(text), "--dataset-size", "100", "--json")
+    # 100 / 4 = 25 steps/epoch; ceil(1.5 × 25) = 38
+    assert code == 0 and json.loads(out)["total_steps"] == 38
+
+
+def test_warnings_go_to_stderr(capsys, write_yaml, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    text = "model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct\nprompts_per_step: 1\nnum_generations: 4\ntotal_epochs: 1\n"
+    code, out, err = run_plan(capsys, "--config", write_yaml(text), "--dataset-size", "100")
+    assert code == 0 and "warning" not in out
+    assert "warning: num_generations=4 is below 8 for an instruct model" in err
+    assert "warning: prompts_per_step=1" in err
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("prompts_per_step: 4\nper_device_train_batch_size: 16\n",
+         "prompts_per_step=4 conflicts with per_device_train_batch_size=16"),
+        ("prompts_per_step: 4\nmicro_batch_size: 6\n", "micro_batch_size=6 does not divide the 32 completions"),
+        ("prompts_per_step: [4\n", "while parsing"),  # invalid YAML
+        ("- a\n- b\n", "expected a mapping"),
+        ("prompts_per_step: 4\ntotal_epochs: 1\n", "dataset size unknown"),
+    ],
+    ids=["conflict", "divisibility", "bad yaml", "not a mapping", "no stop without dataset size"],
+)
+def test_errors_print_one_line_and_exit_2(capsys, write_yaml, monkeypatch, text, expected):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    code, out, err = run_plan(capsys, "--config", write_yaml(text))
+    assert code == 2 and out == ""
+    assert err.startswith("trl-grpo-ext plan: error: ") and expected in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_missing_config_file(capsys, tmp_path):
+    code, _, err = run_plan(capsys, "--config", str(tmp_path / "absent.yaml"))
+    assert code == 2 and "No such file" in err and err.count("\n") == 1
+
+
+def test_bad_world_size_env(capsys, write_yaml, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    code, _, err = run_plan(capsys, "--config", write_yaml(TUTORIAL))
+    assert code == 2 and "WORLD_SIZE='two'" in err and "--num-processes" in err
+
+
+def test_plan_imports_no_torch(write_yaml):
+    config = write_yaml(TUTORIAL)
+    code = (
+        "import sys\n"
+        "from trl_grpo_ext import plan_cli\n"
+        f"assert plan_cli.main(['--config', {config!r}, '--dataset-size', '2000']) == 0\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))\n"
+    )
+    root = str(Path(plan_cli.__file__).resolve().parents[1])
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"})
+    assert result.stdout.strip().splitlines()[-1] == "[]"

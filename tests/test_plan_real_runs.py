@@ -1,0 +1,47 @@
+"""The plan's total optimizer steps equal the trainer's final global_step on real (tiny) runs.
+
+Expected totals are worked out by hand from TRL's sampler rule (steps/epoch = floor(N / prompts_per_generation) × μ
+× steps_per_generation / GA, last partial chunk dropped) and "whichever limit is reached first".
+"""
+
+import json
+
+import pytest
+
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+
+COMMON = dict(use_cpu=True, max_completion_length=4, report_to=[], save_strategy="no", logging_steps=1,
+              disable_tqdm=True, rewards=["char_fraction"], learning_rate=1e-3)
+
+CASES = {
+    # 40 prompts, 4 per step -> 10 steps/epoch; 3-step limit < 1 epoch (10 steps): stops at 3 by the step limit.
+    "step_limit_wins": (40, dict(prompts_per_step=4, num_generations=4, micro_batch_size=8, total_training_steps=3,
+                                 total_epochs=1), 3, "step_limit"),
+    # 10 prompts, 4 per step -> floor(10/4) = 2 steps/epoch (2 prompts dropped); 1.5 epochs -> ceil(3.0) = 3 < 100.
+    "fractional_epoch_limit_wins": (10, dict(prompts_per_step=4, num_generations=2, micro_batch_size=4,
+                                             total_training_steps=100, total_epochs=1.5), 3, "epoch_limit"),
+    # num_iterations 2: each generation batch is used twice -> floor(8/4) × 2 = 4 steps/epoch; 1 epoch -> 4.
+    "num_iterations_2": (8, dict(prompts_per_step=4, num_generations=2, micro_batch_size=8, num_iterations=2,
+                                 total_epochs=1), 4, "epoch_limit"),
+    # raw TRL fields: 8 completions per device, G 4 -> 2 prompts per step; floor(9/2) = 4 steps/epoch; 1 epoch -> 4.
+    "raw_trl_fields": (9, dict(per_device_train_batch_size=8, gradient_accumulation_steps=1, num_generations=4,
+                               num_train_epochs=1), 4, "epoch_limit"),
+    # gradient accumulation 2 and steps_per_generation 4 (raw): generation batch 16 = 4 prompts, 2 optimizer steps
+    # each; floor(12/4) = 3 generation batches × 4 / 2 = 6 steps/epoch.
+    "steps_per_generation_4": (12, dict(per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                                        steps_per_generation=4, num_generations=4, num_train_epochs=1),
+                               6, "epoch_limit"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_planned_total_equals_global_step(name, tmp_path, tiny_model_dir, tiny_tokenizer):
+    num_prompts, quantities, expected_total, expected_reason = CASES[name]
+    args = GRPOExtConfig(output_dir=str(tmp_path), **COMMON, **quantities)
+    trainer = GRPOExtTrainer(str(tiny_model_dir), args=args, train_dataset=tiny.count_char_dataset(num_prompts),
+                             processing_class=tiny_tokenizer)
+    assert (trainer.plan.total_steps, trainer.plan.stop_reason) == (expected_total, expected_reason)
+    trainer.train()
+    assert trainer.state.global_step == expected_total
+    saved = json.loads((tmp_path / "run_plan.json").read_text())
+    assert saved["total_steps"] == expected_total and saved["stop_reason"] == expected_reason

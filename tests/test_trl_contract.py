@@ -1,0 +1,687 @@
+"""Contract tests: the private TRL (and transformers / accelerate) behaviour that `trl_grpo_ext` relies on.
+
+`trl_grpo_ext.trainer.GRPOExtTrainer` overrides private `GRPOTrainer` methods and calls `super()`; the zero-variance
+filter, the adapter precision fix and the interrupt handler assume how TRL and transformers behave around them. A TRL
+release may change any of that without notice. Each test below pins one assumption, on TRL 1.16 (the pin in
+pyproject.toml), and each failure message names what changed and which file of ours depends on it.
+
+Behaviour is checked on a real tiny `GRPOTrainer` (the embedded tiny Qwen2 model, on the CPU) wherever that is cheap;
+source inspection pins the exact lines besides (tool_mask, loss normalisers) and is the only check where the
+behaviour cannot be reached on one CPU process (gathers across processes, accelerate's fp16 path). Expected numbers
+are worked out by hand in the comments.
+
+These tests import no `trl_grpo_ext` module that imports TRL (config, trainer, launch): only `tiny`, and the pure
+`zero_variance` / `adapter_precision` helpers whose assumptions are checked here.
+
+Upgrading TRL: run this file against the new version, adapt the file named in each failure, then update the pin in
+pyproject.toml and `PINNED_TRL_MINOR` below.
+"""
+
+import copy
+import inspect
+import math
+import os
+import re
+from pathlib import Path
+
+import accelerate.optimizer
+import pytest
+import torch
+import trl
+from transformers import AutoModelForCausalLM, Trainer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler, shuffle_sequence_dict, split_tensor_dict
+
+from trl_grpo_ext import tiny
+from trl_grpo_ext.adapter_precision import cast_trainable_to
+from trl_grpo_ext.zero_variance import ROW_NORMALISED_LOSSES, TOKEN_NORMALISED_LOSSES, masked_loss_scale
+
+#: The TRL minor version whose behaviour this file pins; keep in step with the `trl` pin in pyproject.toml.
+PINNED_TRL_MINOR = "1.16"
+PINNED_TRL_REQUIREMENT = "trl>=1.16,<1.17"
+
+NUM_GENERATIONS = 4
+PER_DEVICE_BATCH = 4
+GRAD_ACCUM = 2  # steps_per_generation defaults to it: a generation batch of 8 completions = 2 prompts
+MAX_COMPLETION_LENGTH = 8
+DATASET_ROWS = 8
+
+
+def _broken(what_changed: str, our_dependency: str) -> str:
+    return (
+        f"TRL/transformers contract broken: {what_changed}. Depends on it: {our_dependency}. Adapt that code, then "
+        f"update tests/test_trl_contract.py and the pin {PINNED_TRL_REQUIREMENT!r} in pyproject.toml."
+    )
+
+
+def _source(obj) -> str:
+    return inspect.getsource(inspect.unwrap(obj))
+
+
+# -- reward functions of the shared trainer: value i for the i-th completion of a call ---------------------------------
+_REWARD_KWARGS = {}
+
+
+def reward_index_or_none(completions, **kwargs):
+    """None for the first completion of every call, else its position: [None, 1.0, 2.0, ...]."""
+    _REWARD_KWARGS.clear()
+    _REWARD_KWARGS.update(kwargs, completions=completions)
+    return [None if i == 0 else float(i) for i in range(len(completions))]
+
+
+def reward_index(completions, **kwargs):
+    """The position of the completion in the call: [0.0, 1.0, 2.0, ...]."""
+    return [float(i) for i in range(len(completions))]
+
+
+def _config(output_dir, **overrides) -> GRPOConfig:
+    fields = dict(
+        output_dir=str(output_dir),
+        bf16=False,
+        use_cpu=True,
+        per_device_train_batch_size=PER_DEVICE_BATCH,
+        num_generations=NUM_GENERATIONS,
+        gradient_accumulation_steps=GRAD_ACCUM,
+        max_completion_length=MAX_COMPLETION_LENGTH,
+        max_steps=1,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
+    fields.update(overrides)
+    return GRPOConfig(**fields)
+
+
+@pytest.fixture(scope="module")
+def trainer(tiny_model_dir, tiny_tokenizer, tmp_path_factory):
+    """A plain TRL `GRPOTrainer` on the tiny model, in train mode, with the two reward functions above."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    grpo = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward_index_or_none, reward_index],
+        args=_config(tmp_path_factory.mktemp("contract")),
+        train_dataset=tiny.count_char_dataset(DATASET_ROWS),
+        processing_class=tiny_tokenizer,
+    )
+    grpo.model.train()
+    return grpo
+
+
+# -- version pin ------------------------------------------------------------------------------------------------------
+def test_trl_version_is_the_pinned_minor():
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert f'"{PINNED_TRL_REQUIREMENT}"' in pyproject, (
+        f"pyproject.toml no longer pins {PINNED_TRL_REQUIREMENT!r}: update PINNED_TRL_MINOR / PINNED_TRL_REQUIREMENT "
+        "in tests/test_trl_contract.py to the pin, after this file passes on that version."
+    )
+    assert trl.__version__.startswith(PINNED_TRL_MINOR + "."), (
+        f"Installed trl {trl.__version__}, but this file pins the private behaviour of trl {PINNED_TRL_MINOR}.x "
+        f"(pyproject.toml: {PINNED_TRL_REQUIREMENT!r}). Run the rest of this file on the new version, adapt the files "
+        "named in its failures, then update the pin in pyproject.toml and PINNED_TRL_MINOR here."
+    )
+
+
+# -- signatures of the methods we override or call ---------------------------------------------------------------------
+SIGNATURES = [
+    (
+        GRPOTrainer,
+        "_calculate_rewards",
+        ["self", "inputs", "prompts", "completions", "completion_ids_list"],
+        "trainer.py GRPOExtTrainer._calculate_rewards (keeps the gathered reward tensor)",
+    ),
+    (
+        GRPOTrainer,
+        "_generate_and_score_completions",
+        ["self", "inputs"],
+        "trainer.py GRPOExtTrainer._generate_and_score_completions and _resample (calls super() with dataset rows)",
+    ),
+    (
+        GRPOTrainer,
+        "_compute_loss",
+        ["self", "model", "inputs"],
+        "trainer.py GRPOExtTrainer._compute_loss (zero-variance loss rescale)",
+    ),
+    (
+        GRPOTrainer,
+        "training_step",
+        ["self", "model", "inputs", "num_items_in_batch"],
+        "trainer.py GRPOExtTrainer.training_step (skip decision at the end of an accumulation window)",
+    ),
+    (
+        Trainer,
+        "set_initial_training_values",
+        ["self", "args", "dataloader"],
+        "trainer.py GRPOExtTrainer.set_initial_training_values (stop rule: max_steps = plan.total_steps)",
+    ),
+    (
+        Trainer,
+        "create_optimizer",
+        ["self", "model"],
+        "trainer.py GRPOExtTrainer.create_optimizer (lost-update hooks, guarded optimizer.step)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("owner", "name", "params", "ours"), SIGNATURES, ids=[s[1] for s in SIGNATURES])
+def test_overridden_method_signatures(owner, name, params, ours):
+    method = getattr(owner, name, None)
+    assert method is not None, _broken(f"{owner.__name__}.{name} no longer exists", ours)
+    found = list(inspect.signature(method).parameters)
+    assert found == params, _broken(f"{owner.__name__}.{name} parameters are now {found}, were {params}", ours)
+
+
+def test_train_takes_resume_from_checkpoint_first():
+    found = list(inspect.signature(Trainer.train).parameters)
+    assert found[:2] == ["self", "resume_from_checkpoint"], _broken(
+        f"Trainer.train parameters are now {found}", "trainer.py GRPOExtTrainer.train (checks the saved plan)"
+    )
+
+
+# -- rewards ------------------------------------------------------------------------------------------------------------
+def test_calculate_rewards_returns_rewards_per_function_with_nan_for_none(trainer):
+    rows = [trainer.train_dataset[0]] * 4
+    prompts = [row["prompt"] for row in rows]
+    completions = [[{"role": "assistant", "content": "aaa"}]] * 4
+    completion_ids = [[5, 5, 5]] * 4
+    rewards = trainer._calculate_rewards(rows, prompts, completions, completion_ids)
+    # column 0: reward_index_or_none -> [None, 1, 2, 3] with None as NaN; column 1: reward_index -> [0, 1, 2, 3]
+    expected = torch.tensor([[math.nan, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    assert rewards.shape == (4, 2), _broken(
+        f"_calculate_rewards returns shape {tuple(rewards.shape)}, not (completions, reward functions) = (4, 2)",
+        "trainer.py (self._last_rewards_per_func) and zero_variance.weighted_total",
+    )
+    torch.testing.assert_close(
+        rewards.cpu(),
+        expected,
+        equal_nan=True,
+        msg=lambda m: _broken(
+            f"_calculate_rewards no longer returns the raw rewards with NaN for None ({m})",
+            "zero_variance.weighted_total / advantages.compute_advantages (NaN = unscorable)",
+        ),
+    )
+    # Reward functions get every dataset column and trainer_state / log_metric as keyword arguments.
+    for key in ("prompts", "completion_ids", "target", "trainer_state", "log_extra", "log_metric"):
+        assert key in _REWARD_KWARGS, _broken(
+            f"reward functions are no longer called with the keyword {key!r}", "rewards (registry functions)"
+        )
+    assert _REWARD_KWARGS["target"] == [rows[0]["target"]] * 4
+    # One process here, so the gather cannot be observed: pin it in the source (gathered = same tensor on all ranks).
+    assert "rewards_per_func = gather(rewards_per_func)\n        return rewards_per_func" in _source(
+        GRPOTrainer._calculate_rewards
+    ), _broken(
+        "_calculate_rewards no longer returns the gathered (N_global, F) tensor",
+        "trainer.py (local slice [rank*B:(rank+1)*B] of the rewards; resample decisions on gathered data)",
+    )
+
+
+# -- the generation batch ---------------------------------------------------------------------------------------------
+def test_generate_and_score_completions_plain_output(trainer):
+    rows = [trainer.train_dataset[i] for i in (0, 1) for _ in range(NUM_GENERATIONS)]
+    output = trainer._generate_and_score_completions(rows)
+    expected_keys = {
+        "prompt_ids",
+        "prompt_mask",
+        "completion_ids",
+        "completion_mask",
+        "advantages",
+        "num_items_in_batch",
+    }
+    assert set(output) == expected_keys, _broken(
+        f"_generate_and_score_completions now returns keys {sorted(output)} for the plain configuration "
+        f"(was {sorted(expected_keys)})",
+        "zero_variance.py PROMPT_KEYS / COMPLETION_KEYS / ROW_KEYS / SCALAR_KEYS (fill_uniform_groups refuses "
+        "unknown keys) and trainer.py _mask_uniform_rows",
+    )
+    n = len(rows)
+    completion_len = output["completion_ids"].shape[1]
+    assert output["completion_mask"].shape == (n, completion_len)
+    assert output["prompt_ids"].shape == output["prompt_mask"].shape and output["prompt_ids"].shape[0] == n
+    assert output["advantages"].shape == (n,), _broken(
+        f"advantages have shape {tuple(output['advantages'].shape)}, not (B,) = ({n},)",
+        "trainer.py (output['advantages'] = advantages[local])",
+    )
+    items = output["num_items_in_batch"]
+    assert items.ndim == 0 and int(items) == int(output["completion_mask"].sum()), _broken(
+        "num_items_in_batch is no longer the 0-dim gathered count of completion tokens",
+        "trainer.py _mask_uniform_rows (recomputes it from kept tokens) and zero_variance (dapo/cispo/vespo)",
+    )
+    # Padding sides: prompts left-padded (last column all real tokens), completions right-padded (1…1 0…0 rows).
+    assert bool(output["prompt_mask"][:, -1].all()), _broken(
+        "prompts are no longer left-padded", "zero_variance.fill_uniform_groups (re-padding)"
+    )
+    mask = output["completion_mask"]
+    assert bool((mask[:, 1:] <= mask[:, :-1]).all()), _broken(
+        "completions are no longer right-padded", "zero_variance.fill_uniform_groups (re-padding)"
+    )
+    # Advantages follow the row order of the _calculate_rewards tensor. Totals (nansum of both functions):
+    # [0, 2, 4, 6] and [8, 10, 12, 14]; each group: mean 3 (11), deviations (-3, -1, 1, 3), unbiased std
+    # sqrt(20/3) = 2.5820 -> advantages (-3, -1, 1, 3) / (2.5820 + 1e-4).
+    std = math.sqrt(20 / 3)
+    expected = torch.tensor([-3.0, -1.0, 1.0, 3.0] * 2) / (std + 1e-4)
+    torch.testing.assert_close(
+        output["advantages"].cpu(),
+        expected,
+        msg=lambda m: _broken(
+            f"TRL's advantages are no longer (r - group mean) / (group std + 1e-4) in _calculate_rewards row order ({m})",
+            "trainer.py (overwrites advantages with advantages[local] from the same rewards) and the TRL-parity "
+            "presets of advantage_settings.py",
+        ),
+    )
+
+
+# -- the loss: tool_mask and the normaliser of each loss type ---------------------------------------------------------
+def _loss_types_in_compute_loss() -> set:
+    source = _source(GRPOTrainer._compute_loss)
+    found = set(re.findall(r'self\.loss_type == "(\w+)"', source))
+    for group in re.findall(r"self\.loss_type in \[([^\]]*)\]", source):
+        found |= set(re.findall(r'"(\w+)"', group))
+    return found
+
+
+def test_loss_types_trl_accepts_are_all_classified():
+    classified = ROW_NORMALISED_LOSSES | TOKEN_NORMALISED_LOSSES
+    assert not ROW_NORMALISED_LOSSES & TOKEN_NORMALISED_LOSSES
+    help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
+    listed = re.search(r"Supported values are (.*?)\. ", help_text)
+    assert listed, _broken(
+        "GRPOConfig.loss_type help no longer lists 'Supported values are ...'",
+        "zero_variance.py ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES",
+    )
+    documented = set(re.findall(r"'(\w+)'", listed.group(1)))
+    implemented = _loss_types_in_compute_loss()
+    for name, found in (("GRPOConfig.loss_type help", documented), ("GRPOTrainer._compute_loss", implemented)):
+        assert found == classified, _broken(
+            f"{name} now knows the loss types {sorted(found)}; zero_variance.py classifies {sorted(classified)} "
+            f"(new: {sorted(found - classified)}, gone: {sorted(classified - found)})",
+            "zero_variance.py ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES / masked_loss_scale: classify each "
+            "new loss type by how its normaliser counts masked rows",
+        )
+
+
+# The lines of `_compute_loss` that form each loss type's normaliser, as zero_variance.py reads them.
+NORMALISER_LINES = {
+    ("grpo", "sapo"): "loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()",
+    ("bnpo",): "loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)",
+    ("dr_grpo",): "loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * self.max_completion_length)",
+    (
+        "cispo",
+        "dapo",
+        "vespo",
+    ): 'normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes',
+    ("luspo",): "loss = (per_token_loss * mask).sum(-1).mean()",
+}
+
+
+def test_compute_loss_source_pins_tool_mask_and_normalisers():
+    source = _source(GRPOTrainer._compute_loss)
+    tool_mask_line = 'mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]'
+    assert tool_mask_line in source, _broken(
+        "_compute_loss no longer multiplies inputs['tool_mask'] into the loss mask",
+        "trainer.py _mask_uniform_rows (masks uniform groups through tool_mask)",
+    )
+    for loss_types, line in NORMALISER_LINES.items():
+        assert line in source, _broken(
+            f"the normaliser of loss_type {'/'.join(loss_types)} changed (line {line!r} is gone)",
+            "zero_variance.py ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES / masked_loss_scale",
+        )
+
+
+# A micro-batch of 4 completions with known lengths and advantages; rows 2 and 3 masked through tool_mask.
+ADVANTAGES = [1.0, -2.0, 0.5, 3.0]
+LENGTHS = [5, 3, 4, 2]  # completion tokens per row (width 6)
+KEPT_TOKENS = 5 + 3  # rows 0 and 1
+
+
+def _loss_batch(tokenizer, rows, tool_mask: bool, num_items: int) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    vocab = len(tokenizer)
+    prompt_ids = torch.randint(3, vocab, (4, 5), generator=generator)
+    completion_ids = torch.randint(3, vocab, (4, 6), generator=generator)
+    completion_mask = torch.tensor([[1] * n + [0] * (6 - n) for n in LENGTHS])
+    batch = {
+        "prompt_ids": prompt_ids[rows],
+        "prompt_mask": torch.ones_like(prompt_ids)[rows],
+        "completion_ids": completion_ids[rows],
+        "completion_mask": completion_mask[rows],
+        "advantages": torch.tensor(ADVANTAGES)[rows],
+        "num_items_in_batch": torch.tensor(num_items),
+    }
+    if tool_mask:
+        batch["tool_mask"] = torch.tensor([[1] * 6, [1] * 6, [0] * 6, [0] * 6])[rows]
+    return batch
+
+
+def _hand_loss(loss_type: str, temperature_pos: float, temperature_neg: float) -> float | None:
+    """The loss of the masked 4-row batch, by hand, with the policy ratio = 1 (no old log-probs, beta = 0).
+
+    Each token's loss is then -A (clipped losses; sapo: -A · sigmoid(0) · 4/τ = -2A/τ); the kept rows 0 and 1 have
+    A = (1, -2) and lengths (5, 3); B = 4 rows; gradient_accumulation_steps = steps_per_generation = 2. cispo / vespo
+    multiply by the log-probabilities, so they have no hand value (their normaliser is checked by scaling).
+    """
+    kept = [(1.0, 5), (-2.0, 3)]
+    rows, accumulation, max_len = 4, GRAD_ACCUM, MAX_COMPLETION_LENGTH
+    if loss_type == "grpo":  # mean over rows of the per-row token mean: (-1 + 2 + 0 + 0) / 4
+        return sum(-a for a, _ in kept) / rows / accumulation
+    if loss_type == "sapo":
+        return sum(-2 * a / (temperature_pos if a > 0 else temperature_neg) for a, _ in kept) / rows / accumulation
+    if loss_type == "luspo":  # mean over rows of the per-row token sum: (-5 + 6) / 4
+        return sum(-a * n for a, n in kept) / rows / accumulation
+    if loss_type == "dr_grpo":  # token sum / (B · max_completion_length)
+        return sum(-a * n for a, n in kept) / (rows * max_len) / accumulation
+    if loss_type == "bnpo":  # token sum / kept tokens of the micro-batch
+        return sum(-a * n for a, n in kept) / KEPT_TOKENS / accumulation
+    if loss_type == "dapo":  # token sum / (num_items_in_batch / processes · accumulation / steps_per_generation)
+        return sum(-a * n for a, n in kept) / (KEPT_TOKENS * GRAD_ACCUM / GRAD_ACCUM)
+    return None
+
+
+@pytest.mark.parametrize("loss_type", sorted(ROW_NORMALISED_LOSSES | TOKEN_NORMALISED_LOSSES))
+def test_compute_loss_normaliser_matches_zero_variance_classification(trainer, tiny_tokenizer, monkeypatch, loss_type):
+    monkeypatch.setattr(trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trainer, "importance_sampling_level", "sequence" if loss_type == "luspo" else "token")
+    monkeypatch.setattr(trainer, "current_gradient_accumulation_steps", GRAD_ACCUM, raising=False)
+    assert trainer.beta == 0.0 and trainer.args.steps_per_generation == GRAD_ACCUM
+
+    def loss(rows, tool_mask, num_items=KEPT_TOKENS):
+        with torch.no_grad():
+            return trainer._compute_loss(trainer.model, _loss_batch(tiny_tokenizer, rows, tool_mask, num_items)).item()
+
+    masked = loss([0, 1, 2, 3], tool_mask=True)
+    kept_only = loss([0, 1], tool_mask=False)
+    ours = "zero_variance.py masked_loss_scale / ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES"
+    hand = _hand_loss(loss_type, trainer.args.sapo_temperature_pos, trainer.args.sapo_temperature_neg)
+    if hand is not None:
+        assert masked == pytest.approx(hand, rel=1e-5), _broken(
+            f"loss_type={loss_type!r}: _compute_loss on a batch whose rows 2-3 are zeroed by tool_mask gives "
+            f"{masked}, not the hand value {hand} (tool_mask or the normaliser changed)",
+            ours,
+        )
+    # The assumption itself: masked loss x masked_loss_scale == the loss of the kept rows alone.
+    scale = masked_loss_scale(loss_type, num_rows=4, kept_rows=2)
+    assert masked * scale == pytest.approx(kept_only, rel=1e-4), _broken(
+        f"loss_type={loss_type!r}: masked loss {masked} x scale {scale} != loss of the kept rows alone {kept_only}, "
+        f"so its normaliser no longer counts masked rows the way zero_variance.py classifies it "
+        f"({'row' if loss_type in ROW_NORMALISED_LOSSES else 'token'}-normalised)",
+        ours,
+    )
+    if loss_type in {"dapo", "cispo", "vespo"}:  # normaliser = num_items_in_batch: doubling it halves the loss
+        halved = loss([0, 1, 2, 3], tool_mask=True, num_items=2 * KEPT_TOKENS)
+        assert masked != 0.0 and halved == pytest.approx(masked / 2, rel=1e-5), _broken(
+            f"loss_type={loss_type!r} is no longer normalised by num_items_in_batch",
+            "trainer.py _mask_uniform_rows (recomputes num_items_in_batch from the kept tokens)",
+        )
+
+
+# -- metrics, buffering utilities, sampler ----------------------------------------------------------------------------
+class _LogCapture(TrainerCallback):
+    def __init__(self):
+        self.logs = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append(dict(logs))
+
+
+def test_metrics_are_lists_averaged_by_log(trainer):
+    assert isinstance(trainer._metrics["train"]["contract/new_key"], list), _broken(
+        "self._metrics[mode] is no longer a defaultdict(list)", "trainer.py (metrics[name].append(...))"
+    )
+    trainer._metrics["train"].clear()
+    trainer._metrics["train"]["contract/x"].extend([1.0, 3.0, math.nan])
+    capture = _LogCapture()
+    trainer.add_callback(capture)
+    try:
+        trainer.log({})
+    finally:
+        trainer.remove_callback(capture)
+    # NaN dropped, then mean: (1 + 3) / 2
+    assert capture.logs and capture.logs[-1].get("contract/x") == 2.0, _broken(
+        "GRPOTrainer.log no longer logs the NaN-skipping mean of self._metrics['train'][name]",
+        "trainer.py (zero_variance/*, adapter/lost_update_frac, advantage metrics)",
+    )
+    assert not trainer._metrics["train"], _broken("GRPOTrainer.log no longer clears self._metrics", "trainer.py")
+
+
+def test_split_and_shuffle_carry_row_and_scalar_keys():
+    batch = {
+        "completion_mask": torch.arange(6).view(6, 1),
+        "zero_variance_keep": torch.arange(6).float(),  # (B,)
+        "zero_variance_loss_scale": torch.tensor(2.5),  # 0-dim
+        "num_items_in_batch": torch.tensor(7),
+        "old_per_token_logps": None,
+    }
+    ours = "trainer.py (zero_variance_keep / zero_variance_loss_scale go through TRL's buffering)"
+    chunks = split_tensor_dict(batch, 3)
+    assert [c["zero_variance_keep"].tolist() for c in chunks] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], _broken(
+        "split_tensor_dict no longer splits (B,) tensors in order", ours
+    )
+    for chunk in chunks:
+        assert chunk["zero_variance_loss_scale"].ndim == 0 and float(chunk["zero_variance_loss_scale"]) == 2.5, (
+            _broken("split_tensor_dict no longer passes 0-dim tensors through", ours)
+        )
+        assert int(chunk["num_items_in_batch"]) == 7 and chunk["old_per_token_logps"] is None
+    torch.manual_seed(0)
+    shuffled = shuffle_sequence_dict(batch)
+    keep = shuffled["zero_variance_keep"]
+    assert sorted(keep.tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and keep.tolist() == [
+        float(v) for v in shuffled["completion_mask"].flatten()
+    ], _broken("shuffle_sequence_dict no longer permutes (B,) tensors in unison with (B, T) tensors", ours)
+    assert shuffled["zero_variance_loss_scale"].ndim == 0 and float(shuffled["zero_variance_loss_scale"]) == 2.5, (
+        _broken("shuffle_sequence_dict no longer passes 0-dim tensors through", ours)
+    )
+
+
+def test_repeat_sampler_order():
+    # 5 prompts, 2 per generation batch: chunks [0, 1], [2, 3]; the partial chunk [4] is dropped. Each chunk is
+    # yielded repeat_count = 3 times, each index mini_repeat_count = 2 times in a row. Length (5 // 2)·2·2·3 = 24.
+    sampler = RepeatSampler(list("abcde"), mini_repeat_count=2, batch_size=2, repeat_count=3, shuffle=False)
+    expected = [0, 0, 1, 1] * 3 + [2, 2, 3, 3] * 3
+    ours = "quantifiers.py (prompts per epoch, steps per epoch) and the plan's epoch count"
+    assert list(sampler) == expected and len(sampler) == 24, _broken(
+        f"RepeatSampler order changed: {list(sampler)}", ours
+    )
+
+
+def test_train_sampler_and_dataloader_length(trainer):
+    sampler = trainer._get_train_sampler()
+    assert (sampler.mini_repeat_count, sampler.batch_size, sampler.repeat_count) == (NUM_GENERATIONS, 2, 2), _broken(
+        "_get_train_sampler no longer builds RepeatSampler(mini_repeat_count=num_generations, batch_size="
+        "generation_batch_size // num_generations, repeat_count=num_iterations * steps_per_generation)",
+        "quantifiers.py (steps per epoch)",
+    )
+    # 8 prompts / 2 per generation batch = 4 generation batches, each drawn steps_per_generation = 2 times
+    # (batches of per_device 4 x steps_per_generation 2 = 8 completions): 8 batches, 8 / 2 = 4 optimizer steps.
+    assert len(trainer.get_train_dataloader()) == 8, _broken(
+        "the GRPO train dataloader length per epoch changed", "quantifiers.py (steps per epoch)"
+    )
+
+
+def test_set_initial_training_values(trainer):
+    dataloader = trainer.get_train_dataloader()  # 8 batches, see above
+    args = copy.copy(trainer.args)
+    args.gradient_accumulation_steps, args.max_steps = 3, 5
+    values = trainer.set_initial_training_values(args, dataloader)
+    ours = "trainer.py set_initial_training_values (stop rule) and quantifiers.py (steps per epoch)"
+    assert len(values) == 7, _broken(f"set_initial_training_values returns {len(values)} values, not 7", ours)
+    epochs, updates_per_epoch, max_steps = values[0], values[1], values[6]
+    # ceil(8 / 3) = 3 updates per epoch; max_steps 5 kept; ceil(5 / 3) = 2 epochs
+    assert (updates_per_epoch, max_steps, epochs) == (3, 5, 2), _broken(
+        f"with max_steps > 0: (updates per epoch, max_steps, epochs) = {(updates_per_epoch, max_steps, epochs)}, "
+        "expected (ceil(8 / 3), 5, 2)",
+        ours,
+    )
+    args.gradient_accumulation_steps, args.max_steps, args.num_train_epochs = 3, -1, 2
+    values = trainer.set_initial_training_values(args, dataloader)
+    assert values[6] == 6, _broken(f"epoch-based max_steps = {values[6]}, expected 2 · ceil(8 / 3) = 6", ours)
+
+
+# -- one real training step through every hook we override ------------------------------------------------------------
+class _ProbeTrainer(GRPOTrainer):
+    """Records when TRL calls the hooks GRPOExtTrainer overrides, and adds row keys the way it does."""
+
+    def __init__(self, *args, **kwargs):
+        self.events, self.loss_inputs, self.step_counters = [], [], []
+        super().__init__(*args, **kwargs)
+
+    def set_initial_training_values(self, args, dataloader):
+        values = super().set_initial_training_values(args, dataloader)
+        self.events.append(("set_initial_training_values", values[6]))
+        return values
+
+    def create_optimizer(self, *args, **kwargs):
+        optimizer = super().create_optimizer(*args, **kwargs)
+        step = optimizer.step
+
+        def counted_step(*a, **kw):
+            self.events.append("optimizer.step")
+            return step(*a, **kw)
+
+        optimizer.step = counted_step
+        return optimizer
+
+    def _calculate_rewards(self, *args):
+        rewards = super()._calculate_rewards(*args)
+        self.events.append("_calculate_rewards")
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        keep = (torch.arange(len(output["advantages"])) % 2).float()  # rows 1, 3, 5, 7 kept
+        output["tool_mask"] = torch.ones_like(output["completion_mask"]) * keep.unsqueeze(1).long()
+        output["zero_variance_keep"] = keep
+        output["zero_variance_loss_scale"] = torch.tensor(2.0)
+        self.events.append("_generate_and_score_completions")
+        return output
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        self.loss_inputs.append(
+            {k: inputs[k].clone() for k in ("zero_variance_keep", "zero_variance_loss_scale", "tool_mask")}
+        )
+        self.events.append("_compute_loss")
+        return loss
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self.step_counters.append((self._step, self.current_gradient_accumulation_steps))
+        self.events.append("training_step")
+        return loss
+
+
+class _SaveAndStop(TrainerCallback):
+    """Requests a save and a stop in on_step_end, as interrupt.GracefulInterrupt does."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.events.append(("on_step_end", state.global_step))
+        control.should_save = True
+        control.should_training_stop = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        self.events.append(("on_save", state.global_step, os.path.isdir(checkpoint)))
+
+
+def test_training_step_calls_every_hook_in_order(tiny_model_dir, tiny_tokenizer, tmp_path):
+    probe = _ProbeTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        reward_funcs=reward_index,
+        args=_config(tmp_path, max_steps=2, loss_type="grpo"),
+        train_dataset=tiny.count_char_dataset(DATASET_ROWS),
+        processing_class=tiny_tokenizer,
+    )
+    probe.add_callback(_SaveAndStop(probe.events))
+    probe.train()
+    expected = [
+        ("set_initial_training_values", 2),  # max_steps > 0 is returned unchanged
+        "_calculate_rewards",
+        "_generate_and_score_completions",  # one generation batch for steps_per_generation = 2 micro-batches
+        "_compute_loss",
+        "training_step",
+        "_compute_loss",
+        "training_step",
+        "optimizer.step",  # the instance attribute set in create_optimizer, called through AcceleratedOptimizer
+        ("on_step_end", 1),  # after the optimizer step, global_step already counts it
+        ("on_save", 1, True),  # should_save set in on_step_end is honoured at once; checkpoint-1 exists in on_save
+    ]
+    assert probe.events == expected, _broken(
+        f"the training loop calls our hooks as {probe.events}, expected {expected}",
+        "trainer.py (every override, the guarded optimizer.step, the stop rule) and interrupt.py / _PlanCallback "
+        "(should_save in on_step_end, checkpoint-{global_step} present in on_save)",
+    )
+    assert probe.state.global_step == 1, _broken(
+        "should_training_stop set in on_step_end no longer stops training",
+        "interrupt.py GracefulInterrupt.on_step_end",
+    )
+    assert probe.step_counters == [(1, GRAD_ACCUM), (2, GRAD_ACCUM)], _broken(
+        f"(self._step, current_gradient_accumulation_steps) after each micro-batch = {probe.step_counters}, expected "
+        "[(1, 2), (2, 2)]: _step must count micro-batches",
+        "trainer.py training_step (end-of-window test self._step % current_gradient_accumulation_steps == 0)",
+    )
+    ours = "trainer.py (zero_variance_keep / zero_variance_loss_scale / tool_mask through TRL's shuffle and split)"
+    kept = []
+    for carried in probe.loss_inputs:
+        keep, scale, tool_mask = (
+            carried["zero_variance_keep"],
+            carried["zero_variance_loss_scale"],
+            carried["tool_mask"],
+        )
+        assert keep.shape == (PER_DEVICE_BATCH,) and scale.ndim == 0 and float(scale) == 2.0, _broken(
+            f"keys added in _generate_and_score_completions reach _compute_loss as keep {tuple(keep.shape)}, "
+            f"scale {tuple(scale.shape)}",
+            ours,
+        )
+        assert torch.equal(tool_mask[:, 0].float(), keep), _broken(
+            "a (B,) key is no longer permuted in unison with the (B, T) keys", ours
+        )
+        kept += keep.tolist()
+    assert sorted(kept) == [0.0] * 4 + [1.0] * 4, _broken("rows of the generation batch were lost or duplicated", ours)
+
+
+# -- accelerate: the optimizer step goes through the torch optimizer's (instance) step ---------------------------------
+def test_accelerated_optimizer_calls_inner_step_attribute():
+    source = _source(accelerate.optimizer.AcceleratedOptimizer)
+    for line in ("self.optimizer.step(closure)", "self._optimizer_original_step_method = self.optimizer.step"):
+        assert line in source, _broken(
+            f"accelerate's AcceleratedOptimizer no longer contains {line!r}",
+            "trainer.py create_optimizer (optimizer.step replaced by an instance attribute that skips all-uniform "
+            "steps)",
+        )
+
+
+# -- QLoRA: TRL casts trainable adapter weights of a quantized model to bf16 in __init__ -------------------------------
+def test_quantized_model_adapters_cast_to_bf16_in_init(tiny_model_dir, tiny_tokenizer, tmp_path):
+    source = _source(GRPOTrainer.__init__)
+    ours = "trainer.py __init__ (cast_trainable_to(model, 'float32') after super().__init__) and adapter_precision.py"
+    flag = '_is_quantized_model = getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False)'
+    assert flag in source, _broken("GRPOTrainer.__init__ detects quantized models differently", ours)
+    cast = re.search(
+        r"if _is_quantized_model:\s+for name, param in model\.named_parameters\(\):\s+"
+        r"if param\.requires_grad[^\n]*:\s+param\.data = param\.data\.to\(torch\.bfloat16\)",
+        source,
+    )
+    assert cast, _broken(
+        "GRPOTrainer.__init__ no longer casts the trainable parameters of a quantized model to bf16",
+        ours + " (the float32 fix may be unnecessary now)",
+    )
+    # Behaviour: flag a LoRA model as 4-bit; after __init__ its adapters are bf16, and cast_trainable_to undoes it.
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=2, target_modules=["q_proj"])
+    )
+    model.get_base_model().is_loaded_in_4bit = True
+    grpo = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_index,
+        args=_config(tmp_path),
+        train_dataset=tiny.count_char_dataset(DATASET_ROWS),
+        processing_class=tiny_tokenizer,
+    )
+    trainable = {p.dtype for p in grpo.model.parameters() if p.requires_grad}
+    assert trainable == {torch.bfloat16}, _broken(f"trainable dtypes after GRPOTrainer.__init__: {trainable}", ours)
+    cast_trainable_to(grpo.model, "float32")
+    assert {p.dtype for p in grpo.model.parameters() if p.requires_grad} == {torch.float32}

@@ -1,0 +1,417 @@
+"""Push a finished run to the Hugging Face Hub: local first, nothing lost, no token anywhere.
+
+A push has two phases.
+
+1. Local (:func:`prepare_upload`), no network: the model card is written to ``output_dir/README.md``, and a folder
+   holding exactly the files to upload is written: ``output_dir/adapter`` (adapter mode: adapter, tokenizer, card,
+   reward plot, ``run_plan.json``, ``train_results.json`` and a secret-free ``run_config.json``) or
+   ``output_dir/merged`` (merged mode: the merged model from :func:`export_merged` plus the same extras). Files the run
+   wrote are only read; the one run file rewritten is ``README.md`` (PEFT's placeholder card becomes the real one).
+2. Network (:func:`push_run`): ``create_repo(exist_ok=True)``, ``create_branch`` when a revision is given, one
+   ``upload_folder`` of that folder. Any failure raises :class:`HubPushError`, whose message says which call failed
+   and gives the exact ``trl-grpo-ext push`` command that retries; no local file is touched in this phase.
+
+The token (argument, ``HF_TOKEN`` or huggingface_hub's stored login) is passed to huggingface_hub only. It is never
+printed or logged, any string equal to it is replaced in error messages, and :func:`scrub_secrets` removes secrets
+from every JSON file this module writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trl_grpo_ext.hub_card import REWARD_PLOT_FILE, build_model_card
+from trl_grpo_ext.hub_merge import (
+    ADAPTER_FILES,
+    MERGE_DTYPES,
+    MERGE_INFO_FILE,
+    TOKENIZER_FILES,
+    check_adapter_dir,
+    export_merged,
+    merged_export_is_current,
+    read_json,
+)
+
+__all__ = [
+    "HubPushArguments",
+    "HubPushError",
+    "HubPushInterrupted",
+    "HubPushSettings",
+    "build_model_card",
+    "export_merged",
+    "prepare_upload",
+    "push_run",
+    "retry_command",
+    "scrub_secrets",
+]
+
+logger = logging.getLogger(__name__)
+
+PUSH_MODES = ("none", "adapter", "merged")
+#: Run files uploaded next to the model when present.
+RUN_FILES = ("run_plan.json", "train_results.json", REWARD_PLOT_FILE)
+REDACTED = "<redacted>"
+#: A Hugging Face user access token ("hf_" and 34 letters/digits; 30+ accepted).
+_HF_TOKEN_PATTERN = re.compile(r"hf_[A-Za-z0-9]{30,}")
+_SECRET_WORDS = ("secret", "password", "passwd", "api_key", "apikey", "authorization", "credential")
+_TOKENIZER_TOKEN_KEY = re.compile(r"(pad|eos|bos|unk|sep|cls|mask)_token")
+
+
+class HubPushError(RuntimeError):
+    """A push to the Hub failed after every local file was written. The message names the failed call and the
+    command that retries; no local file was modified or deleted by the failed network phase."""
+
+
+class HubPushInterrupted(KeyboardInterrupt):
+    """The network phase of a push was interrupted (Ctrl-C). Still a `KeyboardInterrupt`, so it stops the program as
+    one; its message says that local files are intact and gives the command that retries."""
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a config key holds a secret.
+
+    The rule: the key, lower-cased, ends with ``token`` (``hub_token``, ``push_to_hub_token``, ``hf_token``,
+    ``token``, ``access_token``: the same rule transformers' ``TrainingArguments.to_dict`` applies to ``*_token``) or
+    contains one of ``secret``, ``password``, ``passwd``, ``api_key``, ``apikey``, ``authorization``, ``credential``.
+    Tokenizer special-token names (``pad_token``, ``eos_token``, ...) are not secrets. Keys that merely contain
+    "token" elsewhere (``max_completion_length``, ``include_num_input_tokens_seen``, ``pad_token_id``) are kept.
+    """
+    key = key.lower()
+    if _TOKENIZER_TOKEN_KEY.fullmatch(key):
+        return False
+    return key.endswith("token") or any(word in key for word in _SECRET_WORDS)
+
+
+def scrub_secrets(obj, token: str | None = None):
+    """A copy of a JSON-like object with every secret replaced by ``"<redacted>"``.
+
+    Args:
+        obj: nested dicts / lists / scalars (e.g. the content of ``run_config.json``).
+        token (`str`, *optional*): a token value to remove wherever it appears, whatever the key.
+
+    Returns:
+        The scrubbed copy. Under a secret key (:func:`is_secret_key`) any value other than ``None``, ``""``, a bool or
+        a number becomes ``"<redacted>"``; in every other string, substrings that look like a Hugging Face token
+        (``hf_`` + 30 or more letters/digits) or equal ``token`` are replaced. The input is not modified.
+    """
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            if isinstance(key, str) and is_secret_key(key) and not _is_harmless(value):
+                out[key] = REDACTED
+            else:
+                out[key] = scrub_secrets(value, token)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [scrub_secrets(value, token) for value in obj]
+    if isinstance(obj, str):
+        return redact_text(obj, token)
+    return obj
+
+
+def _is_harmless(value) -> bool:
+    return value is None or value == "" or isinstance(value, (bool, int, float))
+
+
+def redact_text(text: str, token: str | None = None) -> str:
+    """``text`` with ``token`` (when given, 4+ characters) and anything shaped like a Hugging Face token or an HTTP
+    bearer credential replaced by ``"<redacted>"``."""
+    if token and len(token) >= 4:
+        text = text.replace(token, REDACTED)
+    text = _HF_TOKEN_PATTERN.sub(REDACTED, text)
+    return re.sub(r"(?i)(bearer\s+)\S+", r"\1" + REDACTED, text)
+
+
+@dataclass
+class HubPushArguments:
+    r"""
+    Where and how the recipe pushes a finished run to the Hugging Face Hub (parsed by TRL's `TrlParser` next to
+    `GRPOExtConfig`). The push happens after training, once every file is saved locally; see
+    [`trl_grpo_ext.hub.push_run`]. TRL's own `hub_revision` (branch), `hub_model_id` (fallback repo id),
+    `hub_private_repo`, `hub_token` and `push_to_hub` are read from the training arguments by [`resolve`].
+
+    Parameters:
+        push_to_hub_mode (`str`, *optional*, defaults to `"none"`):
+            What to push: `"none"` (nothing), `"adapter"` (the LoRA adapter, loads with peft onto its base) or
+            `"merged"` (the adapter merged into the de-quantized base, a plain transformers model). TRL's
+            `push_to_hub=True` with this left at `"none"` means `"adapter"`.
+        hub_repo_id (`str` or `None`, *optional*, defaults to `None`):
+            Target repository, `"user/name"` or `"org/name"`. Falls back to TRL's `hub_model_id`.
+        hub_private (`bool`, *optional*, defaults to `True`):
+            Create the repository private. TRL's `hub_private_repo`, when set, takes precedence. An existing
+            repository keeps its visibility.
+        merge_dtype (`str`, *optional*, defaults to `"bfloat16"`):
+            Dtype of the merged weights in `"merged"` mode: `"bfloat16"`, `"float16"` or `"float32"`.
+    """
+
+    push_to_hub_mode: str = field(
+        default="none",
+        metadata={
+            "help": "What to push after training: 'none', 'adapter' (LoRA adapter, loads with peft) or 'merged' "
+            "(adapter merged into the de-quantized base, plain transformers). TRL's --push_to_hub means 'adapter'.",
+            "choices": list(PUSH_MODES),
+        },
+    )
+    hub_repo_id: str | None = field(
+        default=None,
+        metadata={"help": "Hub repository to push to ('user/name'). Falls back to TRL's --hub_model_id."},
+    )
+    hub_private: bool = field(
+        default=True,
+        metadata={"help": "Create the repository private (default). TRL's --hub_private_repo, when set, wins."},
+    )
+    merge_dtype: str = field(
+        default="bfloat16",
+        metadata={"help": "Dtype of the merged weights in 'merged' mode.", "choices": list(MERGE_DTYPES)},
+    )
+
+    def __post_init__(self):
+        if self.push_to_hub_mode not in PUSH_MODES:
+            raise ValueError(
+                f"push_to_hub_mode={self.push_to_hub_mode!r} is not supported; choose one of {', '.join(PUSH_MODES)}."
+            )
+        if self.merge_dtype not in MERGE_DTYPES:
+            raise ValueError(
+                f"merge_dtype={self.merge_dtype!r} is not supported; choose one of {', '.join(MERGE_DTYPES)}."
+            )
+
+    def resolve(self, training_args=None) -> HubPushSettings:
+        """Combine these arguments with TRL's hub fields into the settings of the push.
+
+        Args:
+            training_args: the run's `GRPOConfig` / `TrainingArguments` (or `None`). Read: `push_to_hub`,
+                `hub_model_id`, `hub_revision`, `hub_private_repo`, `hub_token`. When `push_to_hub` is `True` it is
+                set to `False` on this object: the recipe pushes after saving, and the Trainer must not push on its
+                own (it would create the repo when it starts and push before the card exists).
+
+        Returns:
+            :class:`HubPushSettings`.
+
+        Raises:
+            ValueError: when a push is asked for but no repository is named.
+        """
+        mode = self.push_to_hub_mode
+        trl_push = bool(getattr(training_args, "push_to_hub", False))
+        if mode == "none" and trl_push:
+            mode = "adapter"
+        if trl_push:
+            training_args.push_to_hub = False
+        repo_id = self.hub_repo_id or getattr(training_args, "hub_model_id", None)
+        if mode != "none" and not repo_id:
+            raise ValueError(
+                f"push_to_hub_mode={mode!r} needs a repository: set hub_repo_id (or TRL's hub_model_id), "
+                "e.g. --hub_repo_id your-name/your-model."
+            )
+        trl_private = getattr(training_args, "hub_private_repo", None)
+        return HubPushSettings(
+            mode=mode,
+            repo_id=repo_id,
+            revision=getattr(training_args, "hub_revision", None),
+            private=self.hub_private if trl_private is None else bool(trl_private),
+            merge_dtype=self.merge_dtype,
+            token=getattr(training_args, "hub_token", None),
+        )
+
+
+@dataclass(frozen=True)
+class HubPushSettings:
+    """The resolved push of a run (see :meth:`HubPushArguments.resolve`). ``token`` is excluded from ``repr``."""
+
+    mode: str
+    repo_id: str | None
+    revision: str | None = None
+    private: bool = True
+    merge_dtype: str = "bfloat16"
+    token: str | None = field(default=None, repr=False)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is to be pushed (``mode != "none"``)."""
+        return self.mode != "none"
+
+    def push(self, output_dir: str | Path) -> str:
+        """Call :func:`push_run` with these settings; returns the repository URL."""
+        return push_run(
+            output_dir,
+            self.repo_id,
+            mode=self.mode,
+            revision=self.revision,
+            private=self.private,
+            token=self.token,
+            merge_dtype=self.merge_dtype,
+        )
+
+
+def upload_dir(output_dir: str | Path, mode: str) -> Path:
+    """The folder whose files a push uploads: ``output_dir/adapter`` or ``output_dir/merged``."""
+    return Path(output_dir) / ("merged" if mode == "merged" else "adapter")
+
+
+def _write_extras(source: Path, dest: Path, card, token: str | None) -> list[str]:
+    card.save(dest / "README.md")
+    names = ["README.md"]
+    for name in RUN_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, dest / name)
+            names.append(name)
+    if (source / "run_config.json").is_file():
+        config = scrub_secrets(read_json(source / "run_config.json"), token)
+        (dest / "run_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        names.append("run_config.json")
+    return names
+
+
+def prepare_upload(
+    output_dir: str | Path,
+    *,
+    mode: str = "adapter",
+    repo_id: str | None = None,
+    merge_dtype: str = "bfloat16",
+    token: str | None = None,
+) -> tuple[Path, list[str]]:
+    """Write everything a push uploads, locally, without any network call.
+
+    Args:
+        output_dir (`str` or `Path`): a finished run's directory (must hold ``adapter_config.json`` and
+            ``adapter_model.safetensors``).
+        mode (`str`, defaults to ``"adapter"``): ``"adapter"`` or ``"merged"``.
+        repo_id (`str`, *optional*): used in the card's loading snippets.
+        merge_dtype (`str`, defaults to ``"bfloat16"``): merged mode only: dtype of the merged weights. A complete
+            earlier export with the same adapter, dtype and method is reused, so a retried push does not merge again.
+        token (`str`, *optional*): a token value to scrub from the cards and the copied config, whatever its key.
+
+    Returns:
+        ``(folder, files)``: the folder to upload (:func:`upload_dir`) and the file names in it that belong to this
+        push. ``output_dir/README.md`` holds the adapter card in both modes.
+
+    Raises:
+        ValueError: on an unknown ``mode`` or ``merge_dtype``, or when ``output_dir`` holds no adapter.
+    """
+    if mode not in ("adapter", "merged"):
+        raise ValueError(f"mode={mode!r} is not supported for a push; choose 'adapter' or 'merged'.")
+    if merge_dtype not in MERGE_DTYPES:
+        raise ValueError(f"merge_dtype={merge_dtype!r} is not supported; choose one of {', '.join(MERGE_DTYPES)}.")
+    source = check_adapter_dir(output_dir)
+    build_model_card(source, mode="adapter", repo_id=repo_id, token=token).save(source / "README.md")
+    dest = upload_dir(source, mode)
+    if mode == "merged":
+        if not merged_export_is_current(source, dest, merge_dtype, "dequantized"):
+            export_merged(source, dest, dtype=merge_dtype)
+        files = list(read_json(dest / MERGE_INFO_FILE)["files"]) + [MERGE_INFO_FILE]
+    else:
+        dest.mkdir(exist_ok=True)
+        files = []
+        for name in ADAPTER_FILES + TOKENIZER_FILES:
+            if (source / name).is_file():
+                shutil.copy2(source / name, dest / name)
+                files.append(name)
+    card = build_model_card(source, mode=mode, repo_id=repo_id, token=token)
+    files += _write_extras(source, dest, card, token)
+    return dest, sorted(set(files))
+
+
+def retry_command(
+    output_dir: str | Path,
+    repo_id: str,
+    *,
+    mode: str = "adapter",
+    revision: str | None = None,
+    private: bool = True,
+    merge_dtype: str = "bfloat16",
+) -> str:
+    """The ``trl-grpo-ext push`` command line that repeats a push: shell-quoted, with ``output_dir`` made absolute so
+    it works from any directory, and never holding a token (the CLI reads ``HF_TOKEN`` or the stored login)."""
+    parts = ["trl-grpo-ext", "push", str(Path(output_dir).resolve()), "--repo-id", repo_id]
+    if mode == "merged":
+        parts.append("--merge")
+        if merge_dtype != "bfloat16":
+            parts += ["--merge-dtype", merge_dtype]
+    if revision:
+        parts += ["--revision", revision]
+    if not private:
+        parts.append("--public")
+    return shlex.join(parts)
+
+
+def push_run(
+    output_dir: str | Path,
+    repo_id: str,
+    *,
+    mode: str = "adapter",
+    revision: str | None = None,
+    private: bool = True,
+    token: str | None = None,
+    merge_dtype: str = "bfloat16",
+) -> str:
+    """Push a finished run to the Hub, writing everything locally first.
+
+    Args:
+        output_dir (`str` or `Path`): the run's directory (see :func:`prepare_upload`).
+        repo_id (`str`): ``"user/name"`` or ``"org/name"``; created if missing.
+        mode (`str`, defaults to ``"adapter"``): ``"adapter"`` or ``"merged"``.
+        revision (`str`, *optional*): branch to push to; created from ``main`` if missing.
+        private (`bool`, defaults to `True`): visibility of a newly created repository.
+        token (`str`, *optional*): Hub token; defaults to ``HF_TOKEN`` or the stored ``hf auth login`` token.
+        merge_dtype (`str`, defaults to ``"bfloat16"``): merged mode only, see :func:`prepare_upload`.
+
+    Returns:
+        `str`: the repository URL (``.../tree/<revision>`` when a revision is given).
+
+    Raises:
+        ValueError: bad arguments or no adapter in ``output_dir`` (before anything is written).
+        HubPushError: no token, or a Hub call failed. Local files are complete and untouched; the message gives the
+            retry command.
+        HubPushInterrupted: Ctrl-C during the network phase (a `KeyboardInterrupt` with the same guarantees). The original exception is not chained, since its text may hold credentials echoed by a
+            server; its type and redacted message are in the message.
+    """
+    from huggingface_hub import HfApi, get_token
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise ValueError(f"repo_id={repo_id!r} is not a valid Hub repository id ('user/name'): {err}") from None
+    folder, files = prepare_upload(output_dir, mode=mode, repo_id=repo_id, merge_dtype=merge_dtype, token=token)
+    retry = retry_command(output_dir, repo_id, mode=mode, revision=revision, private=private, merge_dtype=merge_dtype)
+    if token is None and get_token() is None:
+        raise HubPushError(
+            f"No Hugging Face token found, so nothing was pushed. The {mode} files are ready in {folder}. "
+            f"Log in with `hf auth login` (or set HF_TOKEN), then run:\n  {retry}"
+        )
+    from trl_grpo_ext import __version__
+
+    api = HfApi(token=token, library_name="trl-grpo-ext", library_version=__version__)
+    step = "create_repo"
+    try:
+        url = str(api.create_repo(repo_id, private=private, exist_ok=True))
+        if revision:
+            step = "create_branch"
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        step = "upload_folder"
+        logger.info("Uploading %d files from %s to %s", len(files), folder, repo_id)
+        api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            allow_patterns=files,
+            revision=revision,
+            commit_message=f"Upload {mode} with trl-grpo-ext {__version__}",
+        )
+    except KeyboardInterrupt:
+        raise HubPushInterrupted(
+            f"Push of {folder} to {repo_id} interrupted at {step}; nothing local was modified or deleted.\n"
+            f"Retry with:\n  {retry}"
+        ) from None
+    except Exception as err:  # any failure of the network phase becomes one actionable error
+        detail = redact_text(f"{type(err).__name__}: {err}", token)
+        raise HubPushError(
+            f"Pushing {mode} files from {folder} to {repo_id} failed at {step} ({detail}).\n"
+            f"Nothing local was modified or deleted: the {mode} files, the card and the run files are in {folder}.\n"
+            f"Retry with:\n  {retry}"
+        ) from None
+    return f"{url}/tree/{revision}" if revision else url

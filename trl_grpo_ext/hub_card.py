@@ -1,0 +1,302 @@
+"""The model card of a finished run, built from the files the recipe leaves in ``output_dir``.
+
+Everything on the card is read from those files, never recomputed: the quantity plan from ``run_plan.json``, the
+rewards and settings from ``run_config.json``, the metrics from ``train_results.json`` and ``trainer_state.json``. The
+card is a :class:`huggingface_hub.ModelCard` (YAML metadata from :class:`huggingface_hub.ModelCardData` plus a
+Jinja-rendered body), so it can be saved, validated and pushed with huggingface_hub's own tools.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import metadata
+from pathlib import Path
+
+from trl_grpo_ext.hub_merge import read_json
+
+#: Tags every card carries (the metadata's ``tags``).
+CARD_TAGS = ("trl", "grpo", "qlora", "trl-grpo-ext")
+#: ``training_args`` keys shown in the "Zero-variance filter and advantages" table: exact names, or name prefixes
+#: ending in ``_``.
+FILTER_ADVANTAGE_KEYS = ("zero_variance_", "advantage_", "scale_rewards", "resample_")
+#: ``training_args`` keys shown in the "Optimisation" table, in this order, when present.
+OPTIMISATION_KEYS = (
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_ratio",
+    "weight_decay",
+    "max_grad_norm",
+    "loss_type",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "temperature",
+    "max_prompt_length",
+    "max_completion_length",
+    "seed",
+)
+#: Packages whose installed versions the card lists.
+VERSIONED_PACKAGES = ("trl", "peft", "transformers", "torch", "bitsandbytes", "huggingface_hub", "datasets")
+REWARD_PLOT_FILE = "reward_plot.png"
+
+CARD_TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ model_name }}
+
+{{ summary }}
+
+## How to load
+
+{{ load_section }}
+
+## Training procedure
+
+Trained with trl-grpo-ext, an add-on to [TRL](https://github.com/huggingface/trl)'s `GRPOTrainer`: Group Relative
+Policy Optimization ([Shao et al., 2024](https://huggingface.co/papers/2402.03300)) with a LoRA adapter on a 4-bit
+NF4 base ([QLoRA, Dettmers et al., 2023](https://huggingface.co/papers/2305.14314)).
+
+### Reward functions
+
+{{ rewards_table }}
+
+### Quantity plan
+
+Every derived quantity of the run, as resolved before training (`run_plan.json`).
+
+{{ plan_table }}
+
+### Zero-variance filter and advantages
+
+{{ filter_table }}
+
+### Optimisation
+
+{{ optimisation_table }}
+
+### Final metrics
+
+{{ metrics_table }}
+{% if has_plot %}
+### Reward curve
+
+![Mean reward per optimizer step]({{ plot_file }})
+{% endif %}
+### Framework versions
+
+{{ versions }}
+
+### Full configuration
+
+<details>
+<summary>run_config.json (secrets redacted)</summary>
+
+```json
+{{ config_json }}
+```
+
+</details>
+"""
+
+
+def is_hub_id(name: str | None) -> bool:
+    """Whether ``name`` reads as a Hub repo id (``"org/name"`` or ``"name"``) rather than a local path or an
+    ``embedded:`` name. Only Hub ids go into the card's ``base_model`` / ``datasets`` metadata."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not name or name.startswith(("embedded:", "/", ".", "~")) or Path(name).exists():
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def format_value(value) -> str:
+    """One value as a markdown table cell: floats with 6 significant digits (``1e-05``, ``0.4375``), lists and dicts
+    as inline JSON, ``|`` escaped."""
+    if isinstance(value, bool) or value is None:
+        text = json.dumps(value)
+    elif isinstance(value, float):
+        text = f"{value:g}"
+    elif isinstance(value, (list, dict)):
+        text = "`" + json.dumps(value, sort_keys=True) + "`"
+    else:
+        text = str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: tuple[str, ...], rows: list[tuple], empty: str = "Not recorded for this run.") -> str:
+    """A markdown table, or ``empty`` when there are no rows."""
+    if not rows:
+        return empty
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(format_value(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _name_link(name: str | None, kind: str) -> str:
+    if not name:
+        return "an unrecorded " + kind
+    if is_hub_id(name):
+        prefix = "datasets/" if kind == "dataset" else ""
+        return f"[{name}](https://huggingface.co/{prefix}{name})"
+    return f"`{name}` (not on the Hub)"
+
+
+def _versions() -> str:
+    from trl_grpo_ext import __version__
+
+    lines = [f"- trl-grpo-ext: {__version__}"]
+    for package in VERSIONED_PACKAGES:
+        try:
+            lines.append(f"- {package}: {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            lines.append(f"- {package}: not installed")
+    return "\n".join(lines)
+
+
+def _selected(training_args: dict, keys: tuple[str, ...]) -> list[tuple]:
+    rows = []
+    for key in keys:
+        if key.endswith("_"):
+            rows += [(name, training_args[name]) for name in sorted(training_args) if name.startswith(key)]
+        elif key in training_args:
+            rows.append((key, training_args[key]))
+    return rows
+
+
+def _final_metrics(results: dict, state: dict) -> list[tuple]:
+    rows = [(key, value) for key, value in results.items()]
+    if "global_step" in state:
+        rows.append(("global_step (optimizer steps run)", state["global_step"]))
+    logged = [entry for entry in state.get("log_history", []) if "reward" in entry]
+    if logged:
+        last = logged[-1]
+        step = last.get("step", "?")
+        for key in ("reward", "reward_std", "frac_reward_zero_std", "loss"):
+            if key in last:
+                rows.append((f"{key} (last logged, step {step})", last[key]))
+    return rows
+
+
+def _load_section(mode: str, repo_id: str, base_model: str | None, adapter_config: dict) -> str:
+    if mode == "merged":
+        return (
+            "A plain transformers model: the adapter is merged in, no peft or bitsandbytes needed.\n\n"
+            "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+            f'model = AutoModelForCausalLM.from_pretrained("{repo_id}", dtype="auto")\n'
+            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n```'
+        )
+    base = adapter_config.get("base_model_name_or_path") or base_model or "BASE_MODEL"
+    return (
+        "A PEFT LoRA adapter. `AutoPeftModelForCausalLM` loads the base named in `adapter_config.json` "
+        f"(`{base}`) and applies the adapter:\n\n"
+        "```python\nfrom peft import AutoPeftModelForCausalLM\nfrom transformers import AutoTokenizer\n\n"
+        f'model = AutoPeftModelForCausalLM.from_pretrained("{repo_id}")\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n```\n\n'
+        "To run it on the 4-bit NF4 base it was trained on:\n\n"
+        "```python\nimport torch\nfrom peft import PeftModel\n"
+        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n\n"
+        'bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,\n'
+        "                         bnb_4bit_compute_dtype=torch.bfloat16)\n"
+        f'base = AutoModelForCausalLM.from_pretrained("{base}", quantization_config=bnb)\n'
+        f'model = PeftModel.from_pretrained(base, "{repo_id}")\n```'
+    )
+
+
+def build_model_card(
+    output_dir: str | Path, *, mode: str = "adapter", repo_id: str | None = None, token: str | None = None
+):
+    """Build the model card of a finished run from the files in its ``output_dir``.
+
+    Args:
+        output_dir (`str` or `Path`): the run's directory. Read when present: ``run_plan.json`` (every key is shown),
+            ``run_config.json`` (``script_args`` / ``model_args`` / ``training_args``; secrets are redacted with
+            :func:`trl_grpo_ext.hub.scrub_secrets` before anything is shown), ``trainer_state.json``,
+            ``train_results.json``, ``adapter_config.json`` and ``reward_plot.png`` (linked as a relative image, so it
+            must be uploaded next to the card). A missing file gives "Not recorded for this run." in its section.
+        mode (`str`, defaults to ``"adapter"``): ``"adapter"`` (load with peft) or ``"merged"`` (plain transformers).
+        repo_id (`str`, *optional*): the Hub repo the card is written for; used in the loading snippets and as the
+            model name. Defaults to the directory's name.
+        token (`str`, *optional*): a token value to remove from everything shown, whatever its key.
+
+    Returns:
+        :class:`huggingface_hub.ModelCard`, with metadata ``base_model`` and ``datasets`` (only when they are Hub ids),
+        ``library_name`` (``peft`` or ``transformers``), ``pipeline_tag`` ``text-generation`` and the tags
+        :data:`CARD_TAGS`. Save it with ``card.save(path)``.
+
+    Raises:
+        ValueError: when ``mode`` is not ``"adapter"`` or ``"merged"``.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    from trl_grpo_ext.hub import scrub_secrets
+
+    if mode not in ("adapter", "merged"):
+        raise ValueError(f"mode={mode!r} is not supported; choose 'adapter' or 'merged'.")
+    path = Path(output_dir)
+    config = scrub_secrets(read_json(path / "run_config.json"), token)
+    plan = read_json(path / "run_plan.json")
+    state = read_json(path / "trainer_state.json")
+    results = read_json(path / "train_results.json")
+    adapter_config = read_json(path / "adapter_config.json")
+    script_args = config.get("script_args") or {}
+    model_args = config.get("model_args") or {}
+    training_args = config.get("training_args") or {}
+    base_model = model_args.get("model_name_or_path") or script_args.get("model_name_or_path")
+    base_model = base_model or adapter_config.get("base_model_name_or_path")
+    dataset = script_args.get("dataset_name")
+    repo_id = repo_id or path.resolve().name
+    model_name = repo_id.split("/")[-1]
+
+    card_data = ModelCardData(
+        base_model=base_model if is_hub_id(base_model) else None,
+        datasets=[dataset] if is_hub_id(dataset) else None,
+        library_name="transformers" if mode == "merged" else "peft",
+        pipeline_tag="text-generation",
+        tags=list(CARD_TAGS) + (["lora"] if mode == "adapter" else ["merged"]),
+        model_name=model_name,
+    )
+    lora = ""
+    if adapter_config:
+        targets = adapter_config.get("target_modules")
+        targets = ", ".join(sorted(targets)) if isinstance(targets, list) else targets
+        lora = f" (r={adapter_config.get('r')}, alpha={adapter_config.get('lora_alpha')}, on {targets}"
+        if adapter_config.get("modules_to_save"):
+            lora += ", with trained copies of " + ", ".join(adapter_config["modules_to_save"])
+        lora += ")"
+    if mode == "merged":
+        summary = (
+            f"{_name_link(base_model, 'model')} with a GRPO-trained LoRA adapter{lora} merged in, trained on "
+            f"{_name_link(dataset, 'dataset')} with trl-grpo-ext. The adapter was merged into the de-quantized NF4 "
+            "base (the weights training saw); see `merge_info.json` for the method and dtype."
+        )
+    else:
+        summary = (
+            f"A LoRA adapter{lora} for {_name_link(base_model, 'model')}, trained with GRPO on "
+            f"{_name_link(dataset, 'dataset')} with trl-grpo-ext on a 4-bit NF4 base (QLoRA)."
+        )
+    rewards = training_args.get("rewards") or []
+    reward_rows = [
+        (r.get("name"), r.get("weight", 1.0), r.get("kwargs") or {}) for r in rewards if isinstance(r, dict)
+    ]
+    return ModelCard.from_template(
+        card_data,
+        template_str=CARD_TEMPLATE,
+        model_name=model_name,
+        summary=summary,
+        load_section=_load_section(mode, repo_id, base_model, adapter_config),
+        rewards_table=markdown_table(("reward", "weight", "kwargs"), reward_rows),
+        plan_table=markdown_table(("quantity", "value"), list(plan.items())),
+        filter_table=markdown_table(("setting", "value"), _selected(training_args, FILTER_ADVANTAGE_KEYS)),
+        optimisation_table=markdown_table(("setting", "value"), _selected(training_args, OPTIMISATION_KEYS)),
+        metrics_table=markdown_table(("metric", "value"), _final_metrics(results, state)),
+        has_plot=(path / REWARD_PLOT_FILE).is_file(),
+        plot_file=REWARD_PLOT_FILE,
+        versions=_versions(),
+        config_json=re.sub(r"```", "'''", json.dumps(config, indent=2, sort_keys=True)),
+    )
