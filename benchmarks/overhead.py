@@ -3,6 +3,7 @@
     python benchmarks/overhead.py                              # CPU, full-precision tiny model, 1 torch thread
     python benchmarks/overhead.py --model 4bit                 # NF4 + LoRA r=8 (the recipe's setting)
     python benchmarks/overhead.py --device cuda                # on a GPU (peak memory from the CUDA allocator)
+    python benchmarks/overhead.py --profile                    # ms per step inside each of our overrides
 
 Arms: ``trl`` (plain TRL), ``ext`` (ours, every feature off: TRL's fields only) and ``ext+mask`` (ours with
 ``zero_variance_filter="mask"``). Each block builds a fresh trainer per arm from the same initial weights and seed and
@@ -71,6 +72,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--memory-runs", type=int, default=2, help="CPU: child processes per arm for peak memory")
     parser.add_argument("--memory-steps", type=int, default=20, help="CPU: optimizer steps of each memory child")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {', '.join(ARMS)}")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead: time each GRPOExtTrainer override without its super() call (ms per step)")
     parser.add_argument("--memory-child", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--json", help="also write the results to this JSON file")
     return parser.parse_args(argv)
@@ -215,6 +218,62 @@ def measure_cpu_memory(args: argparse.Namespace, arms: list[str]) -> dict:
     return {arm: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for arm, runs in results.items()}
 
 
+# -- where our time goes ---------------------------------------------------------------------------------------------
+OVERRIDES = ("_generate_and_score_completions", "_calculate_rewards", "training_step", "_compute_loss")
+
+
+def profile_overrides(args: argparse.Namespace, arms: list[str]) -> dict:
+    """Milliseconds per optimizer step spent in each override of `GRPOExtTrainer`, excluding its ``super()`` call.
+
+    Both the override and TRL's method it calls are wrapped with a timer; the override's own cost is the difference
+    of their totals (TRL's method calls back into our other overrides through ``self``, which is timed the same way).
+    """
+    from trl import GRPOTrainer
+
+    from trl_grpo_ext import GRPOExtTrainer
+
+    totals: dict[tuple[str, str], float] = {}
+
+    def timed(cls, name):
+        original = getattr(cls, name)
+
+        def wrapper(*a, **k):
+            start = time.perf_counter()
+            try:
+                return original(*a, **k)
+            finally:
+                key = (cls.__name__, name)
+                totals[key] = totals.get(key, 0.0) + time.perf_counter() - start
+
+        setattr(cls, name, wrapper)
+        return original
+
+    originals = {(cls, name): timed(cls, name) for cls in (GRPOTrainer, GRPOExtTrainer) for name in OVERRIDES}
+    report = {}
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            for arm in [a for a in arms if a != "trl"]:
+                run_block(arm, args, 2, workdir)  # warm-up
+                totals.clear()
+                steps = args.blocks * args.steps_per_block
+                result = run_block(arm, args, steps, workdir)
+                step_ms = 1000 * sum(result["seconds"]) / steps
+                ours = {name: 1000 * (totals.get(("GRPOExtTrainer", name), 0.0) - totals.get(("GRPOTrainer", name), 0.0))
+                        / steps for name in OVERRIDES}
+                report[arm] = {"step_ms": step_ms, "own_ms_per_step": ours}
+    finally:
+        for (cls, name), original in originals.items():
+            setattr(cls, name, original)
+    print(f"\n| override (own code, super() excluded) | {' | '.join(report)} |")
+    print("|---|" + "---|" * len(report))
+    for name in OVERRIDES:
+        print(f"| `{name}` ms/step | " + " | ".join(f"{r['own_ms_per_step'][name]:.3f}" for r in report.values()) + " |")
+    print("| sum, share of the step | " + " | ".join(
+        f"{sum(r['own_ms_per_step'].values()):.3f} of {r['step_ms']:.1f} "
+        f"({sum(r['own_ms_per_step'].values()) / r['step_ms']:.2%})" for r in report.values()) + " |")
+    return report
+
+
 # -- report ----------------------------------------------------------------------------------------------------------
 def load() -> str:
     return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
@@ -249,6 +308,12 @@ def main(argv=None) -> dict:
           f"reward {args.reward}, "
           f"threads {torch.get_num_threads()}, {args.blocks} blocks x {args.steps_per_block} steps per arm")
     print(f"start: {load()}")
+    if args.profile:
+        report = profile_overrides(args, arms)
+        print(f"end: {load()}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        return report
     seconds = {arm: [] for arm in arms}
     block_medians = {arm: [] for arm in arms}
     rewards = {arm: [] for arm in arms}
