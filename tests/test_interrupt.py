@@ -72,6 +72,14 @@ def test_stop_waits_for_the_end_of_the_generation_batch(tmp_path, capsys):
     assert callback.checkpoint == os.path.join(str(tmp_path), "checkpoint-6")
 
 
+def test_a_signal_during_the_last_step_lets_the_run_finish_normally(tmp_path):
+    callback = GracefulInterrupt(FakeTrainer())
+    callback.requested = True
+    control = callback.on_step_end(training_args(tmp_path), TrainerState(global_step=12, max_steps=12),
+                                   TrainerControl())
+    assert not callback.stopped and not control.should_save  # transformers' own end-of-training save follows
+
+
 def test_periodic_save_is_tracked_but_is_not_the_interrupt_checkpoint(tmp_path):
     callback = GracefulInterrupt(FakeTrainer())
     args = training_args(tmp_path)

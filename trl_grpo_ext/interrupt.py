@@ -79,7 +79,9 @@ class GracefulInterrupt(TrainerCallback):
         if self._any_rank_requested():  # every rank calls it every step: it is a collective
             left = micro_batches_to_generation_boundary(
                 getattr(self.trainer, "_step", None), args.steps_per_generation, getattr(args, "num_iterations", 1))
-            if left:
+            if state.max_steps and state.global_step >= state.max_steps:
+                pass  # the last step: the run ends normally and saves its final adapter
+            elif left:
                 self._announce_wait(state.global_step, left, args.gradient_accumulation_steps)
             else:
                 self.stopped = True
