@@ -2,9 +2,13 @@
 
 First signal: training finishes the optimizer step in progress, saves a full checkpoint (adapter, optimizer,
 scheduler, RNG state, trainer state, the plan) and stops; the recipe prints the resume command and exits with 130.
-Second signal: the process exits at once; a checkpoint being written at that moment is deleted, so the newest
-checkpoint on disk is always a complete one. With several processes the stop decision is reduced across ranks at
-every optimizer step (one scalar all-reduce), so every rank stops at the same step.
+When one generation batch serves several optimizer steps (``num_iterations`` > 1, or ``steps_per_generation`` >
+``gradient_accumulation_steps``), the stop waits for the optimizer step that uses the batch up: TRL does not save its
+buffered completions, so a resume from inside a generation batch would generate again and shift every later generation
+by the steps left over (see docs/resume.md). Second signal: the process exits at once; a checkpoint being written at
+that moment (the stop's own, or a periodic one) is deleted, so the newest checkpoint on disk is always a complete one.
+With several processes the stop decision is reduced across ranks at every optimizer step (one scalar all-reduce), so
+every rank stops at the same step.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class GracefulInterrupt(TrainerCallback):
         self.stopped = False
         self.checkpoint: str | None = None
         self._saving_dir: str | None = None
+        self._waiting_announced = False
         self._previous = {}
 
     # -- context manager -----------------------------------------------------------------------------------------
@@ -70,17 +75,41 @@ class GracefulInterrupt(TrainerCallback):
 
     # -- callback ------------------------------------------------------------------------------------------------
     def on_step_end(self, args, state, control, **kwargs):
-        if self._any_rank_requested():
-            self.stopped = True
-            control.should_save = True
-            control.should_training_stop = True
-            self._saving_dir = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if self._any_rank_requested():  # every rank calls it every step: it is a collective
+            left = micro_batches_to_generation_boundary(
+                getattr(self.trainer, "_step", None), args.steps_per_generation, getattr(args, "num_iterations", 1))
+            if state.max_steps and state.global_step >= state.max_steps:
+                pass  # the last step: the run ends normally and saves its final adapter
+            elif left:
+                self._announce_wait(state.global_step, left, args.gradient_accumulation_steps)
+            else:
+                self.stopped = True
+                control.should_save = True  # the stop itself is set in on_save, after the checkpoint is written
+        if control.should_save:  # this step's save (ours or a periodic one) writes here until on_save
+            self._saving_dir = checkpoint
         return control
 
     def on_save(self, args, state, control, **kwargs):
         if self.stopped:
-            self.checkpoint, self._saving_dir = self._saving_dir, None
+            # Set only now: the checkpoint stores the TrainerControl flags, and a stop flag saved in it would end a
+            # resumed run after one step when `restore_callback_states_from_checkpoint=True`.
+            control.should_training_stop = True
+            self.checkpoint = self._saving_dir
+        self._saving_dir = None
         return control
+
+    def _announce_wait(self, global_step: int, micro_batches_left: int, gradient_accumulation_steps: int) -> None:
+        if self._waiting_announced or not self.trainer.accelerator.is_main_process:
+            return
+        self._waiting_announced = True
+        steps = -(-micro_batches_left // gradient_accumulation_steps)
+        print(
+            f"Optimizer step {global_step} is inside a generation batch; stopping after {steps} more optimizer "
+            f"step(s), when it is used up, so that the resumed run continues exactly.",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _any_rank_requested(self) -> bool:
         accelerator = getattr(self.trainer, "accelerator", None)
@@ -106,3 +135,28 @@ class GracefulInterrupt(TrainerCallback):
                 flush=True,
             )
         return EXIT_INTERRUPTED
+
+
+def micro_batches_to_generation_boundary(micro_batches_done: int | None, steps_per_generation: int,
+                                         num_iterations: int) -> int:
+    """Micro-batches left before TRL generates again: 0 when a resume from here would regenerate nothing too early.
+
+    TRL (`GRPOTrainer._prepare_inputs`) generates one batch every ``steps_per_generation × num_iterations``
+    micro-batches, counted by ``GRPOTrainer._step`` from the start of the process, and keeps it in memory only.
+
+    Args:
+        micro_batches_done (`int | None`): ``GRPOTrainer._step`` at the end of an optimizer step; `None` (not a GRPO
+            trainer) means there is no buffered batch.
+        steps_per_generation (`int`): TRL's field [micro-batches per generation batch].
+        num_iterations (`int`): TRL's field (μ) [policy updates per generation batch].
+
+    Returns:
+        `int` >= 0 [micro-batches].
+
+    Example: ``num_iterations=2``, ``steps_per_generation = gradient_accumulation_steps = 2``: one generation per
+    two optimizer steps (4 micro-batches); after optimizer step 5 (10 micro-batches) 2 are left, after step 6 none.
+    """
+    if micro_batches_done is None:
+        return 0
+    cycle = steps_per_generation * num_iterations
+    return (-micro_batches_done) % cycle

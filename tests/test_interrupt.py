@@ -1,0 +1,124 @@
+"""`GracefulInterrupt` without a training run: signal handling, where the stop falls, what a second signal deletes.
+
+The real runs (SIGINT to the recipe, resume, second SIGINT) are in tests/test_resume.py.
+"""
+
+import os
+import signal
+from types import SimpleNamespace
+
+import pytest
+from transformers import TrainerControl, TrainerState
+
+from trl_grpo_ext import interrupt
+from trl_grpo_ext.interrupt import EXIT_INTERRUPTED, GracefulInterrupt, micro_batches_to_generation_boundary
+
+
+class FakeTrainer:
+    """What `GracefulInterrupt` reads from a trainer: callbacks, one process, TRL's micro-batch counter `_step`."""
+
+    def __init__(self):
+        self.callbacks = []
+        self.accelerator = SimpleNamespace(num_processes=1, is_main_process=True)
+        self._step = 0
+
+    def add_callback(self, callback):
+        self.callbacks.append(callback)
+
+    def remove_callback(self, callback):
+        self.callbacks.remove(callback)
+
+
+def training_args(tmp_path, gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=1):
+    return SimpleNamespace(output_dir=str(tmp_path), gradient_accumulation_steps=gradient_accumulation_steps,
+                           steps_per_generation=steps_per_generation, num_iterations=num_iterations)
+
+
+@pytest.mark.parametrize(
+    ("done", "steps_per_generation", "num_iterations", "left"),
+    [
+        (None, 2, 2, 0),  # not a GRPO trainer: nothing buffered
+        (4, 2, 1, 0),  # one generation per optimizer step (GA 2): always a boundary
+        (10, 2, 2, 2),  # μ=2, GA=2: a generation every 4 micro-batches; 10 done -> 2 left
+        (12, 2, 2, 0),
+        (2, 3, 1, 1),  # steps_per_generation 3, GA 2: generations at micro-batches 0, 3, 6
+        (4, 3, 1, 2),
+        (6, 3, 1, 0),
+        (9, 1, 4, 3),  # GA 1, μ=4: generations at 0, 4, 8, 12
+    ],
+)
+def test_micro_batches_to_generation_boundary(done, steps_per_generation, num_iterations, left):
+    assert micro_batches_to_generation_boundary(done, steps_per_generation, num_iterations) == left
+
+
+def test_stop_waits_for_the_end_of_the_generation_batch(tmp_path, capsys):
+    trainer = FakeTrainer()
+    callback = GracefulInterrupt(trainer)
+    args = training_args(tmp_path, num_iterations=2)  # one generation serves optimizer steps 5-6
+    callback.requested = True
+
+    trainer._step = 10  # after optimizer step 5 (GA 2)
+    control = callback.on_step_end(args, TrainerState(global_step=5), TrainerControl())
+    assert not control.should_training_stop and not control.should_save and not callback.stopped
+    assert "stopping after 1 more optimizer step(s)" in capsys.readouterr().err
+
+    trainer._step = 12
+    control = callback.on_step_end(args, TrainerState(global_step=6), TrainerControl())
+    assert control.should_save and callback.stopped
+    # the checkpoint stores TrainerControl's flags: the stop flag is set after it is written, never saved in it
+    assert not control.should_training_stop
+    control = callback.on_save(args, TrainerState(global_step=6), control)
+    assert control.should_training_stop
+    assert callback.checkpoint == os.path.join(str(tmp_path), "checkpoint-6")
+
+
+def test_a_signal_during_the_last_step_lets_the_run_finish_normally(tmp_path):
+    callback = GracefulInterrupt(FakeTrainer())
+    callback.requested = True
+    control = callback.on_step_end(training_args(tmp_path), TrainerState(global_step=12, max_steps=12),
+                                   TrainerControl())
+    assert not callback.stopped and not control.should_save  # transformers' own end-of-training save follows
+
+
+def test_periodic_save_is_tracked_but_is_not_the_interrupt_checkpoint(tmp_path):
+    callback = GracefulInterrupt(FakeTrainer())
+    args = training_args(tmp_path)
+    control = TrainerControl(should_save=True)  # set by DefaultFlowCallback at save_steps, before this callback
+    callback.on_step_end(args, TrainerState(global_step=4), control)
+    assert callback._saving_dir == os.path.join(str(tmp_path), "checkpoint-4")  # deleted by a second signal
+    callback.on_save(args, TrainerState(global_step=4), control)
+    assert callback._saving_dir is None and callback.checkpoint is None and not callback.stopped
+
+
+def test_signals_install_and_restore_handlers_and_second_signal_removes_the_partial_checkpoint(tmp_path, monkeypatch,
+                                                                                             capsys):
+    def fake_exit(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(interrupt.os, "_exit", fake_exit)
+    complete = tmp_path / "checkpoint-4"
+    complete.mkdir()
+    (complete / "trainer_state.json").write_text("{}")
+    partial = tmp_path / "checkpoint-6"
+    partial.mkdir()
+    (partial / "adapter_model.safetensors").write_bytes(b"half")
+    previous = signal.getsignal(signal.SIGINT)
+    trainer = FakeTrainer()
+    with pytest.raises(SystemExit) as exited:
+        with GracefulInterrupt(trainer) as callback:
+            assert callback in trainer.callbacks
+            signal.raise_signal(signal.SIGINT)
+            assert callback.requested and not callback.stopped
+            assert "SIGINT received" in capsys.readouterr().err
+            callback._saving_dir = str(partial)  # the stop's checkpoint is being written
+            signal.raise_signal(signal.SIGINT)
+    assert exited.value.code == EXIT_INTERRUPTED
+    assert not partial.exists() and (complete / "trainer_state.json").is_file()
+    assert signal.getsignal(signal.SIGINT) is previous and callback not in trainer.callbacks
+    assert "Second interrupt: exiting now" in capsys.readouterr().err
+
+
+def test_sigterm_is_handled_like_sigint(tmp_path):
+    with GracefulInterrupt(FakeTrainer()) as callback:
+        signal.raise_signal(signal.SIGTERM)
+        assert callback.requested
