@@ -10,21 +10,23 @@
         recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
 
 Any config key can be overridden on the command line (`--learning_rate 1e-5`). The script reads top to bottom:
-arguments -> plan -> data -> tokenizer -> model settings -> trainer -> train -> save -> plot -> model card -> push.
+arguments -> data -> plan / resume check -> tokenizer -> model settings -> trainer -> train -> save -> plot -> model card -> push.
 """
 
 import sys
 
 from accelerate.utils import set_seed
 from transformers import AutoTokenizer
-from trl_grpo_ext.hub import HubPushError, build_model_card
 
 from trl_grpo_ext import GRPOExtTrainer, tiny
+from trl_grpo_ext.checkpoints import check_checkpoint_plan, resolve_resume_checkpoint
 from trl_grpo_ext.data import load_prompt_dataset
+from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
 from trl_grpo_ext.models import lora_config, quantization_config
 from trl_grpo_ext.plotting import plot_training, reward_trend
+from trl_grpo_ext.quantifiers import resolve_plan
 
 
 def main(script_args, training_args, model_args, push_args) -> int:
@@ -38,6 +40,18 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # Data
     ################
     train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
+
+    ################
+    # Resume: which checkpoint, and does its saved plan match this run's? (answered before any model loads)
+    ################
+    try:
+        plan = resolve_plan(training_args.quantity_fields(), len(train_dataset), training_args.world_size,
+                            training_args.max_completion_length)
+        checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+        check_checkpoint_plan(checkpoint, plan)
+    except ValueError as err:  # QuantityError is a ValueError
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
     ################
     # Tokenizer
@@ -74,7 +88,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # Train (Ctrl-C / SIGTERM saves a checkpoint and prints the resume command)
     ################
     with GracefulInterrupt(trainer) as interrupt:
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
     if interrupt.stopped:
         return interrupt.report()
 

@@ -14,18 +14,22 @@ import os
 
 import torch
 from transformers import TrainerCallback
-from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
 
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages, uniform_group_mask
+from .checkpoints import (
+    PLAN_FILE,
+    ZERO_VARIANCE_STATE_FILE,
+    check_checkpoint_plan,
+    resolve_resume_checkpoint,
+    write_json,
+)
 from .config import GRPOExtConfig
-from .quantifiers import RunPlan, check_resume_compatible, plan_warnings, resolve_plan
+from .quantifiers import RunPlan, plan_warnings, resolve_plan
 from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
 
 logger = logging.getLogger(__name__)
-
-PLAN_FILE = "run_plan.json"
 
 
 class GRPOExtTrainer(GRPOTrainer):
@@ -219,20 +223,14 @@ class GRPOExtTrainer(GRPOTrainer):
         return super().set_initial_training_values(args, dataloader)
 
     def train(self, resume_from_checkpoint=None, **kwargs):
-        """`Trainer.train`, refusing to resume a checkpoint whose saved plan differs from this run's plan."""
-        checkpoint = resume_from_checkpoint
-        if checkpoint is True or checkpoint == "last":
-            checkpoint = get_last_checkpoint(self.args.output_dir)
-            if checkpoint is None:
-                raise ValueError(
-                    f"resume_from_checkpoint={resume_from_checkpoint!r} but {self.args.output_dir} holds no "
-                    "checkpoint-* folder. Start without it, or point it at a checkpoint directory."
-                )
-        if checkpoint:
-            saved = os.path.join(checkpoint, PLAN_FILE)
-            if os.path.exists(saved):
-                with open(saved) as f:
-                    check_resume_compatible(json.load(f), self.plan)
+        """`Trainer.train`; ``True``/``"last"`` resumes from the newest *complete* checkpoint, and a checkpoint whose
+        saved plan differs from this run's plan is refused (`QuantityError`) before anything runs."""
+        checkpoint = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
+        check_checkpoint_plan(checkpoint, self.plan)
+        state_file = os.path.join(checkpoint or "", ZERO_VARIANCE_STATE_FILE)
+        if checkpoint and self._resample_source is not None and os.path.isfile(state_file):
+            with open(state_file) as f:
+                self._resample_source.cursor = json.load(f)["resample_cursor"]
         return super().train(resume_from_checkpoint=checkpoint, **kwargs)
 
 
@@ -253,6 +251,9 @@ class _PlanCallback(TrainerCallback):
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             if os.path.isdir(checkpoint):
                 _write_plan(self.trainer.plan, checkpoint)
+                source = self.trainer._resample_source
+                if source is not None:  # where the extra prompts of "resample" continue after a resume
+                    write_json(checkpoint, ZERO_VARIANCE_STATE_FILE, {"resample_cursor": source.cursor})
 
     def on_train_end(self, args, state, control, **kwargs):
         plan = self.trainer.plan

@@ -1,0 +1,54 @@
+"""Choosing the checkpoint to resume from: the newest complete one; the saved plan must match."""
+
+import json
+
+import pytest
+
+from trl_grpo_ext.checkpoints import (
+    PLAN_FILE,
+    check_checkpoint_plan,
+    last_complete_checkpoint,
+    resolve_resume_checkpoint,
+)
+from trl_grpo_ext.quantifiers import QuantityError, resolve_plan, resolve_trl_fields
+
+
+def _checkpoint(root, step, complete=True):
+    path = root / f"checkpoint-{step}"
+    path.mkdir()
+    if complete:
+        (path / "trainer_state.json").write_text("{}")
+    return path
+
+
+def test_newest_complete_checkpoint_wins_over_a_half_written_newer_one(tmp_path):
+    _checkpoint(tmp_path, 4)
+    _checkpoint(tmp_path, 12)
+    _checkpoint(tmp_path, 16, complete=False)  # killed while saving: no trainer_state.json
+    (tmp_path / "checkpoint-x").mkdir()  # not a checkpoint name
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-12")  # 12 > 4 numerically
+    assert resolve_resume_checkpoint("last", str(tmp_path)) == str(tmp_path / "checkpoint-12")
+    assert resolve_resume_checkpoint(True, str(tmp_path)) == str(tmp_path / "checkpoint-12")
+    assert resolve_resume_checkpoint(None, str(tmp_path)) is None
+
+
+def test_resume_errors_say_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="holds no complete checkpoint"):
+        resolve_resume_checkpoint("last", str(tmp_path))
+    half = _checkpoint(tmp_path, 3, complete=False)
+    with pytest.raises(ValueError, match="resume_from_checkpoint: last"):
+        resolve_resume_checkpoint(str(half), str(tmp_path))
+
+
+def _plan(prompts_per_step):
+    fields = resolve_trl_fields({"prompts_per_step": prompts_per_step, "num_generations": 4, "micro_batch_size": 8,
+                                 "total_training_steps": 10}, world_size=1)
+    return resolve_plan(fields, dataset_size=100, world_size=1, max_completion_length=16)
+
+
+def test_saved_plan_must_match(tmp_path):
+    checkpoint = _checkpoint(tmp_path, 5)
+    (checkpoint / PLAN_FILE).write_text(json.dumps(_plan(2).to_dict()))
+    check_checkpoint_plan(str(checkpoint), _plan(2))  # same plan: accepted
+    with pytest.raises(QuantityError, match="prompts_per_step: 2 in the checkpoint, 4 now"):
+        check_checkpoint_plan(str(checkpoint), _plan(4))
