@@ -168,7 +168,7 @@ def test_float32_only_warning_points_at_the_learning_rate(caplog):
 
 # -- the trainer on the tiny model, NF4 + LoRA r=8 + trainable lm_head, lr 1e-5 ----------------------------------------
 LR = 1e-5
-STEPS = 4
+STEPS = 3
 
 
 def _trainer(tmp_path, adapter_dtype: str, compute_dtype=torch.float32, steps: int = STEPS):
@@ -275,7 +275,7 @@ def test_float32_adapters_with_bf16_compute_and_trainable_lm_head(tmp_path):
 
     Without the dtype hooks the lm_head matmul fails with "expected m1 and m2 to have the same dtype".
     """
-    trainer = _trainer(tmp_path, "float32", compute_dtype=torch.bfloat16, steps=2)
+    trainer = _trainer(tmp_path, "float32", compute_dtype=torch.bfloat16, steps=1)
     lm_head = trainer.model.base_model.model.lm_head.modules_to_save["default"]
     inputs = []
     lm_head.register_forward_pre_hook(lambda module, args: inputs.append(args[0]), prepend=True)
