@@ -104,7 +104,7 @@ def fill_uniform_groups(
     if unknown:
         raise ValueError(
             f"zero_variance_filter='resample' cannot merge batches holding {sorted(unknown)} (vLLM importance "
-            "sampling, images or tools). Use zero_variance_filter: mask with this configuration."
+            "sampling ratios, images or other multimodal inputs). Use zero_variance_filter: mask with this configuration."
         )
     g = num_generations
     holes = uniform.view(-1, g)[:, 0].nonzero().flatten().tolist()
