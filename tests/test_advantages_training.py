@@ -181,17 +181,17 @@ PRESETS = {  # preset -> (loss_type TRL must use, expected "a" group, expected "
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_each_preset_trains_the_tiny_model(tmp_path, monkeypatch, preset):
     loss_type, expected_a, expected_b = PRESETS[preset]
-    trainer = _trainer(tmp_path, known_reward, advantage_preset=preset, total_training_steps=3)
+    trainer = _trainer(tmp_path, known_reward, advantage_preset=preset, total_training_steps=2)
     assert trainer.loss_type == loss_type
     _, ours = _record(trainer, monkeypatch)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
 
-    assert trainer.state.global_step == 3 and len(ours) == 3
+    assert trainer.state.global_step == 2 and len(ours) == 2
     for output in ours:
         _assert_known_batch(trainer, output, expected_a, expected_b)
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    assert len(logs) == 3 and all(math.isfinite(entry["loss"]) for entry in logs)
+    assert len(logs) == 2 and all(math.isfinite(entry["loss"]) for entry in logs)
     # advantage metrics are logged; every group has the same shape, so |A| averages as in one "a" and one "b" group
     abs_mean = (sum(abs(v) for v in expected_a) + sum(abs(v) for v in expected_b)) / 8
     assert logs[0]["advantages/abs_mean"] == pytest.approx(abs_mean, rel=1e-5)

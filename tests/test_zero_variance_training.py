@@ -142,6 +142,43 @@ def test_mask_gradient_equals_gradient_without_uniform_groups(tmp_path, loss_typ
     assert total > 0 and abs(unfiltered_total - total) > 1e-3 * total
 
 
+def test_mask_gradient_with_gradient_accumulation_dapo(tmp_path):
+    # Two micro-batches of 8 (gradient_accumulation_steps = 2): the accumulated gradient equals the gradient of TRL's
+    # dapo loss on the kept rows of the whole generation batch (one sum over kept tokens / kept tokens).
+    trainer = _trainer(
+        tmp_path, position_reward, _dataset(4), zero_variance_filter="mask", micro_batch_size=8, max_grad_norm=0.0
+    )
+    assert trainer.args.gradient_accumulation_steps == 2
+    micro_batches = []
+    ours = trainer._compute_loss
+
+    def compute_loss(model, inputs):
+        micro_batches.append(inputs)
+        return ours(model, inputs)
+
+    class Reference(_Capture):
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            super().on_pre_optimizer_step(args, state, control, **kwargs)
+            batch = {
+                key: torch.cat([mb[key] for mb in micro_batches]) if micro_batches[0][key].dim() > 0 else value
+                for key, value in micro_batches[0].items()
+            }
+            model = self.trainer.model
+            params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+            loss = GRPOTrainer._compute_loss(self.trainer, model, _without_rows(batch, _uniform_rows(trainer, batch)))
+            self.reference = dict(zip([n for n, _ in params], torch.autograd.grad(loss, [p for _, p in params])))
+
+    capture = Reference(trainer)
+    trainer.add_callback(capture)
+    trainer._compute_loss = compute_loss
+    trainer.train()
+
+    assert len(micro_batches) == 2
+    (grads,) = capture.grads
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, capture.reference[name], rtol=1e-5, atol=1e-8, msg=name)
+
+
 # --- mask: a step in which every group is uniform makes no update at all --------------------------------------------
 @pytest.mark.parametrize("mode", ["mask", "off"])
 def test_all_uniform_step_leaves_weights_and_optimizer_state_untouched(tmp_path, mode):

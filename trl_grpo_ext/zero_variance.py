@@ -104,7 +104,8 @@ def fill_uniform_groups(
     if unknown:
         raise ValueError(
             f"zero_variance_filter='resample' cannot merge batches holding {sorted(unknown)} (vLLM importance "
-            "sampling, images or tools). Use zero_variance_filter: mask with this configuration."
+            "sampling ratios, images or other multimodal inputs). Use zero_variance_filter: mask with this "
+            "configuration."
         )
     g = num_generations
     holes = uniform.view(-1, g)[:, 0].nonzero().flatten().tolist()
@@ -161,8 +162,9 @@ class ResampleSource:
     def __init__(self, dataset_size: int, seed: int):
         if isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 1:
             raise ValueError(
-                f"zero_variance_filter='resample' needs a training set with a length; got dataset_size={dataset_size}. "
-                "Use a map-style datasets.Dataset, or zero_variance_filter: mask with an iterable dataset."
+                "zero_variance_filter='resample' needs a training set with a length; got "
+                f"dataset_size={dataset_size}. Use a map-style datasets.Dataset, or zero_variance_filter: mask with "
+                "an iterable dataset."
             )
         self.dataset_size = dataset_size
         self.seed = seed
