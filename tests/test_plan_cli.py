@@ -166,3 +166,16 @@ def test_plan_imports_no_torch(write_yaml):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"})
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_resample_note_says_how_resampling_counts(tmp_path, capsys):
+    from trl_grpo_ext.plan_cli import main
+
+    config = tmp_path / "rs.yaml"
+    config.write_text("dataset_name: embedded:count-char\nprompts_per_step: 4\nnum_generations: 8\n"
+                      "total_training_steps: 100\nzero_variance_filter: resample\nmax_resample_rounds: 2\n")
+    assert main(["--config", str(config)]) == 0
+    err = capsys.readouterr().err
+    # 2 rounds x 4 prompts = 8 extra prompts = 64 extra completions per step at most
+    assert "note: zero_variance_filter=resample" in err
+    assert "at most 8 extra prompts (2 rounds × 4), i.e. up to 64 extra completions" in err

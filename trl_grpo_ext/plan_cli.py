@@ -31,6 +31,7 @@ from trl_grpo_ext.quantifiers import (
     TRL_DEFAULTS,
     QuantityError,
     plan_warnings,
+    resample_note,
     resolve_plan,
     resolve_trl_fields,
 )
@@ -108,7 +109,7 @@ def world_size_from(num_processes: int | None) -> int:
 
 
 def build_plan(args: argparse.Namespace):
-    """Resolve the plan and its warnings for parsed ``args``; returns ``(RunPlan, list[str])``."""
+    """Resolve the plan for parsed ``args``; returns ``(RunPlan, warnings, notes)`` (lists of str)."""
     config = load_config(args.config)
     values = {k: _coerce(config[k]) for k in _INPUT_FIELDS if k in config}
     world = world_size_from(args.num_processes)
@@ -119,7 +120,10 @@ def build_plan(args: argparse.Namespace):
     instruct = True if isinstance(model, str) and "instruct" in model.lower() else None
     warns = plan_warnings(plan, instruct_model=instruct, gpu_memory_gib=args.gpu_memory_gib,
                           model_params=args.model_params)
-    return plan, warns
+    notes = []
+    if config.get("zero_variance_filter") == "resample":
+        notes.append(resample_note(plan, int(config.get("max_resample_rounds", 3))))
+    return plan, warns, notes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,11 +131,13 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     try:
-        plan, warns = build_plan(args)
+        plan, warns, notes = build_plan(args)
     except (ValueError, OSError, yaml.YAMLError) as err:  # QuantityError is a ValueError
         print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     print(plan.to_json() if args.json else plan.format_table())
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     for warning in warns:
         print(f"warning: {warning}", file=sys.stderr)
     return 0

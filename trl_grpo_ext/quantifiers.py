@@ -698,3 +698,20 @@ def check_resume_compatible(saved: dict, plan: RunPlan) -> None:
     if safe:
         warnings.warn("resuming with changes that keep the data order, step count and stop point: " + "; ".join(safe),
                       UserWarning, stacklevel=2)
+
+
+def resample_note(plan: RunPlan, max_resample_rounds: int) -> str:
+    """How ``zero_variance_filter: resample`` counts in this plan (printed under the plan table).
+
+    Extra prompts drawn to replace uniform groups come from a separate, seeded order of the training prompts and do
+    not advance the main sampler: the epochs and total steps above stay exact; the extra generation is at most
+    ``max_resample_rounds`` × prompts_per_step prompts (× G completions) per optimizer step.
+    """
+    extra_prompts = max_resample_rounds * plan.prompts_per_step
+    return (
+        "zero_variance_filter=resample: prompts drawn to replace uniform groups do not advance the epoch count "
+        f"(the {plan.total_steps} steps and {_fmt_num(plan.epochs_covered)} epochs above stay exact); each step "
+        f"generates for at most {extra_prompts} extra prompts ({max_resample_rounds} rounds × "
+        f"{plan.prompts_per_step}), i.e. up to {extra_prompts * plan.num_generations} extra completions, logged as "
+        "zero_variance/prompts_drawn."
+    )
