@@ -66,3 +66,24 @@ def test_filter_refuses_normalize_then_sum(tmp_path, mode):
         )
     # with the filter off, TRL's own aggregation stays available
     assert _config(tmp_path, prompts_per_step=4, micro_batch_size=16, multi_objective_aggregation="normalize_then_sum")
+
+
+def test_resolving_twice_changes_nothing(tmp_path):
+    """dataclasses.replace re-runs __post_init__ on resolved values: the result must be the same config."""
+    import dataclasses
+
+    from trl_grpo_ext import GRPOExtConfig
+
+    config = GRPOExtConfig(
+        output_dir=str(tmp_path), use_cpu=True, prompts_per_step=4, num_generations=4, micro_batch_size=8,
+        total_training_steps=10, total_epochs=2, advantage_preset="dr_grpo", zero_variance_filter="mask",
+        rewards=["char_fraction", {"name": "length", "weight": 0.5, "kwargs": {"min_length": 1, "max_length": 5}}],
+    )
+    again = dataclasses.replace(config)
+    keys = ("per_device_train_batch_size", "gradient_accumulation_steps", "max_steps", "num_train_epochs",
+            "prompts_per_step", "total_training_steps", "total_epochs", "rewards", "reward_weights", "loss_type",
+            "scale_rewards", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon")
+    assert {k: getattr(again, k) for k in keys} == {k: getattr(config, k) for k in keys}
+    # 4 prompts x 4 completions / 8 per micro-batch = 2 accumulation steps; Dr. GRPO: no std scaling
+    assert (config.gradient_accumulation_steps, config.loss_type, config.scale_rewards) == (2, "dr_grpo", "none")
+    assert config.reward_weights == [1.0, 0.5]

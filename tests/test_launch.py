@@ -91,3 +91,24 @@ def test_run_config_never_holds_the_token(tmp_path):
     text = path.read_text()
     assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in text
     assert '"learning_rate": 0.002' in text and '"max_completion_length": 24' in text
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "recipes" / "configs").glob("*.yaml")))
+def test_every_recipe_config_parses_and_plans(config, monkeypatch):
+    """The GPU configs cannot run here (Hub ids), but they parse with the recipe's dataclasses and resolve a plan."""
+    from trl import TrlParser
+
+    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+    from trl_grpo_ext.quantifiers import resolve_plan
+
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    script_args, training_args, model_args, push_args = TrlParser(RECIPE_DATACLASSES).parse_args_and_config(
+        ["--config", str(ROOT / "recipes" / "configs" / config), "--bf16", "false", "--use_cpu", "true"])
+    assert training_args.rewards and model_args.load_in_4bit and model_args.use_peft
+    assert model_args.use_bnb_nested_quant and model_args.bnb_4bit_quant_type == "nf4"
+    assert training_args.adapter_dtype == "float32"
+    dataset_size = 7473 if script_args.dataset_format == "gsm8k" else script_args.embedded_num_prompts
+    plan = resolve_plan(training_args.quantity_fields(), dataset_size, 1, training_args.max_completion_length)
+    # GSM8K: 8 prompts/step -> floor(7473 / 8) = 934 steps/epoch, stopped at 500; tiny: 2/step, 256/epoch, 120
+    expected = {"gsm8k": (934, 500), "prompt": (256, 120)}[script_args.dataset_format]
+    assert (plan.steps_per_epoch, plan.total_steps) == expected

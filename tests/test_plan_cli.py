@@ -179,3 +179,13 @@ def test_resample_note_says_how_resampling_counts(tmp_path, capsys):
     # 2 rounds x 4 prompts = 8 extra prompts = 64 extra completions per step at most
     assert "note: zero_variance_filter=resample" in err
     assert "at most 8 extra prompts (2 rounds × 4), i.e. up to 64 extra completions" in err
+
+
+def test_plan_lists_the_resolved_rewards(capsys):
+    from pathlib import Path
+
+    from trl_grpo_ext.plan_cli import main
+
+    config = Path(__file__).resolve().parents[1] / "recipes/configs/qwen2.5-0.5b-instruct_gsm8k.yaml"
+    assert main(["--config", str(config), "--dataset-size", "7473"]) == 0
+    assert "rewards: accuracy × 1 (answer_column='answer') + format × 0.25" in capsys.readouterr().out

@@ -213,7 +213,12 @@ class GRPOExtConfig(GRPOConfig):
     def _resolve_rewards(self) -> None:
         if self.rewards is None:
             return
-        specs = parse_reward_specs(self.rewards, self.reward_weights)
+        weights = self.reward_weights
+        items = self.rewards if isinstance(self.rewards, list) else [self.rewards]
+        if weights is not None and all(isinstance(i, dict) and "weight" in i for i in items):
+            if [i["weight"] for i in items] == list(weights):
+                weights = None  # already resolved by an earlier __post_init__ (e.g. dataclasses.replace)
+        specs = parse_reward_specs(self.rewards, weights)
         self.rewards = [spec.to_dict() for spec in specs]
         self.reward_weights = [spec.weight for spec in specs]
 

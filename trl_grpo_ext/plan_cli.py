@@ -109,7 +109,11 @@ def world_size_from(num_processes: int | None) -> int:
 
 
 def build_plan(args: argparse.Namespace):
-    """Resolve the plan for parsed ``args``; returns ``(RunPlan, warnings, notes)`` (lists of str)."""
+    """Resolve the plan for parsed ``args``.
+
+    Returns:
+        ``(RunPlan, warnings, notes, rewards)``: lists of str, and the resolved rewards line (or None).
+    """
     config = load_config(args.config)
     values = {k: _coerce(config[k]) for k in _INPUT_FIELDS if k in config}
     world = world_size_from(args.num_processes)
@@ -120,10 +124,15 @@ def build_plan(args: argparse.Namespace):
     instruct = True if isinstance(model, str) and "instruct" in model.lower() else None
     warns = plan_warnings(plan, instruct_model=instruct, gpu_memory_gib=args.gpu_memory_gib,
                           model_params=args.model_params)
+    rewards = None
+    if config.get("rewards") is not None:
+        from trl_grpo_ext.rewards.spec import format_reward_specs, parse_reward_specs
+
+        rewards = format_reward_specs(parse_reward_specs(config["rewards"], config.get("reward_weights")))
     notes = []
     if config.get("zero_variance_filter") == "resample":
         notes.append(resample_note(plan, int(config.get("max_resample_rounds", 3))))
-    return plan, warns, notes
+    return plan, warns, notes, rewards
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,11 +140,13 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     try:
-        plan, warns, notes = build_plan(args)
+        plan, warns, notes, rewards = build_plan(args)
     except (ValueError, OSError, yaml.YAMLError) as err:  # QuantityError is a ValueError
         print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     print(plan.to_json() if args.json else plan.format_table())
+    if rewards and not args.json:
+        print(rewards)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     for warning in warns:

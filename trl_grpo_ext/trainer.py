@@ -27,6 +27,7 @@ from .checkpoints import (
 )
 from .config import GRPOExtConfig
 from .quantifiers import RunPlan, plan_warnings, resample_note, resolve_plan
+from .rewards.spec import RewardSpec, format_reward_specs
 from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
 
 logger = logging.getLogger(__name__)
@@ -245,6 +246,8 @@ class _PlanCallback(TrainerCallback):
             os.makedirs(args.output_dir, exist_ok=True)
             _write_plan(self.trainer.plan, args.output_dir)
             print(self.trainer.plan.format_table(), flush=True)
+            if args.rewards:
+                print(format_reward_specs([RewardSpec(**spec) for spec in args.rewards]), flush=True)
             if args.zero_variance_filter == "resample":
                 print(resample_note(self.trainer.plan, args.max_resample_rounds), flush=True)
 

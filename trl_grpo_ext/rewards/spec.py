@@ -173,3 +173,16 @@ def build_reward_funcs(specs: Sequence[RewardSpec], on_error: str = "raise") -> 
         funcs.append(guard_reward(get_reward(spec.name, **spec.kwargs), name=name, on_error=on_error))
         weights.append(float(spec.weight))
     return funcs, weights
+
+
+def format_reward_specs(specs: Sequence[RewardSpec]) -> str:
+    """One line listing the resolved rewards with their weights and keyword arguments, for the printed plan.
+
+    >>> format_reward_specs([RewardSpec("accuracy", 1.0, {"answer_column": "answer"}), RewardSpec("format", 0.25)])
+    "rewards: accuracy × 1 (answer_column='answer') + format × 0.25"
+    """
+    parts = []
+    for spec in specs:
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in spec.kwargs.items())
+        parts.append(f"{spec.name} × {spec.weight:g}" + (f" ({kwargs})" if kwargs else ""))
+    return "rewards: " + (" + ".join(parts) if parts else "none")
