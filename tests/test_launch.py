@@ -112,3 +112,20 @@ def test_every_recipe_config_parses_and_plans(config, monkeypatch):
     # GSM8K: 8 prompts/step -> floor(7473 / 8) = 934 steps/epoch, stopped at 500; tiny: 2/step, 256/epoch, 120
     expected = {"gsm8k": (934, 500), "prompt": (256, 120)}[script_args.dataset_format]
     assert (plan.steps_per_epoch, plan.total_steps) == expected
+
+
+def test_every_field_of_ours_is_in_the_configuration_reference():
+    from dataclasses import fields
+
+    from trl import GRPOConfig, ScriptArguments
+
+    from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.hub import HubPushArguments
+    from trl_grpo_ext.launch import RecipeArguments
+
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    ours = ({f.name for f in fields(GRPOExtConfig)} - {f.name for f in fields(GRPOConfig)}) | (
+        {f.name for f in fields(RecipeArguments)} - {f.name for f in fields(ScriptArguments)}) | {
+        f.name for f in fields(HubPushArguments)}
+    assert len(ours) > 20
+    assert sorted(name for name in ours if f"`{name}`" not in reference) == []
