@@ -109,8 +109,8 @@ def test_every_recipe_config_parses_and_plans(config, monkeypatch):
     assert training_args.adapter_dtype == "float32"
     dataset_size = 7473 if script_args.dataset_format == "gsm8k" else script_args.embedded_num_prompts
     plan = resolve_plan(training_args.quantity_fields(), dataset_size, 1, training_args.max_completion_length)
-    # GSM8K: 8 prompts/step -> floor(7473 / 8) = 934 steps/epoch, stopped at 500; tiny: 2/step, 256/epoch, 120
-    expected = {"gsm8k": (934, 500), "prompt": (256, 120)}[script_args.dataset_format]
+    # GSM8K: 8 prompts/step -> floor(7473 / 8) = 934 steps/epoch, stopped at 500; tiny: 2/step, 120/epoch, 1 epoch = 120
+    expected = {"gsm8k": (934, 500), "prompt": (120, 120)}[script_args.dataset_format]
     assert (plan.steps_per_epoch, plan.total_steps) == expected
 
 
@@ -129,3 +129,8 @@ def test_every_field_of_ours_is_in_the_configuration_reference():
         f.name for f in fields(HubPushArguments)}
     assert len(ours) > 20
     assert sorted(name for name in ours if f"`{name}`" not in reference) == []
+
+
+def test_unknown_reward_parameter_fails_before_loading(tmp_path):
+    message = _error(["--config", _config(tmp_path, rewards=[{"name": "char_fraction", "kwargs": {"targt": "a"}}])])
+    assert "targt" in message

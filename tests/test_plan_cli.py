@@ -188,4 +188,4 @@ def test_plan_lists_the_resolved_rewards(capsys):
 
     config = Path(__file__).resolve().parents[1] / "recipes/configs/qwen2.5-0.5b-instruct_gsm8k.yaml"
     assert main(["--config", str(config), "--dataset-size", "7473"]) == 0
-    assert "rewards: accuracy × 1 (answer_column='answer') + format × 0.25" in capsys.readouterr().out
+    assert "rewards: accuracy × 1 (column='answer') + format × 0.25" in capsys.readouterr().out

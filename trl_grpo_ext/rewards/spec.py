@@ -178,8 +178,8 @@ def build_reward_funcs(specs: Sequence[RewardSpec], on_error: str = "raise") -> 
 def format_reward_specs(specs: Sequence[RewardSpec]) -> str:
     """One line listing the resolved rewards with their weights and keyword arguments, for the printed plan.
 
-    >>> format_reward_specs([RewardSpec("accuracy", 1.0, {"answer_column": "answer"}), RewardSpec("format", 0.25)])
-    "rewards: accuracy × 1 (answer_column='answer') + format × 0.25"
+    >>> format_reward_specs([RewardSpec("accuracy", 1.0, {"column": "answer"}), RewardSpec("format", 0.25)])
+    "rewards: accuracy × 1 (column='answer') + format × 0.25"
     """
     parts = []
     for spec in specs:
