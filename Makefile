@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
+	@if [ -d outputs/tiny-qwen2-count-char ]; then echo "make demo: replacing the previous demo run in outputs/tiny-qwen2-count-char"; rm -rf outputs/tiny-qwen2-count-char; fi
 	$(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/cpu.yaml \
 		recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
 

@@ -10,7 +10,7 @@
         recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
 
 Any config key can be overridden on the command line (`--learning_rate 1e-5`). The script reads top to bottom:
-arguments -> data -> plan / resume check -> tokenizer -> model settings -> trainer -> train -> save -> plot -> model card -> push.
+arguments -> data, plan and resume checks -> tokenizer -> model settings -> trainer -> train -> save -> plot -> model card -> push.
 """
 
 import sys
@@ -19,7 +19,7 @@ from accelerate.utils import set_seed
 from transformers import AutoTokenizer
 
 from trl_grpo_ext import GRPOExtTrainer, tiny
-from trl_grpo_ext.checkpoints import check_checkpoint_plan, resolve_resume_checkpoint
+from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
 from trl_grpo_ext.data import load_prompt_dataset
 from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
@@ -35,21 +35,19 @@ def main(script_args, training_args, model_args, push_args) -> int:
     ################
     set_seed(training_args.seed)
     push = push_args.resolve(training_args)
+    training_args.hub_token = None  # the push keeps it; training_args.bin in output_dir and checkpoints never does
 
     ################
-    # Data
-    ################
-    train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
-
-    ################
-    # Resume: which checkpoint, and does its saved plan match this run's? (answered before any model loads)
+    # Data, plan and resume check: every error here is answered in one line before any model loads
     ################
     try:
+        train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
         plan = resolve_plan(training_args.quantity_fields(), len(train_dataset), training_args.world_size,
                             training_args.max_completion_length)
         checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
         check_checkpoint_plan(checkpoint, plan)
-    except ValueError as err:  # QuantityError is a ValueError
+        check_output_dir(training_args.output_dir, resuming=checkpoint is not None)
+    except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -52,3 +52,16 @@ def test_saved_plan_must_match(tmp_path):
     check_checkpoint_plan(str(checkpoint), _plan(2))  # same plan: accepted
     with pytest.raises(QuantityError, match="prompts_per_step: 2 in the checkpoint, 4 now"):
         check_checkpoint_plan(str(checkpoint), _plan(4))
+
+
+def test_a_new_run_never_overwrites_an_old_one(tmp_path):
+    from trl_grpo_ext.checkpoints import check_output_dir
+
+    check_output_dir(tmp_path / "new", resuming=False)  # missing or empty: fine
+    _checkpoint(tmp_path, 2)
+    with pytest.raises(ValueError, match="--resume_from_checkpoint last, choose another --output_dir"):
+        check_output_dir(tmp_path, resuming=False)
+    check_output_dir(tmp_path, resuming=True)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        check_output_dir(tmp_path / "afile", resuming=False)

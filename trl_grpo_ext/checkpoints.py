@@ -57,6 +57,24 @@ def resolve_resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | 
     return str(path)
 
 
+def check_output_dir(output_dir: str | os.PathLike, resuming: bool) -> None:
+    """Refuse to start a new run in an ``output_dir`` that holds checkpoints of another: they would be overwritten.
+
+    Raises:
+        ValueError: ``output_dir`` is a file, or holds a complete ``checkpoint-*`` folder and ``resuming`` is False;
+            the message offers resuming, another ``output_dir``, or deleting the old run.
+    """
+    root = Path(output_dir)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"output_dir={str(root)!r} is a file, not a directory. Choose another output_dir.")
+    newest = last_complete_checkpoint(root)
+    if newest is not None and not resuming:
+        raise ValueError(
+            f"output_dir={str(root)!r} already holds a run ({Path(newest).name}); starting a new one would overwrite "
+            "it. Resume it with --resume_from_checkpoint last, choose another --output_dir, or delete the folder."
+        )
+
+
 def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan) -> None:
     """Refuse (`QuantityError`) a checkpoint whose saved plan differs from ``plan`` (see `check_resume_compatible`)."""
     if checkpoint is None:

@@ -167,6 +167,10 @@ class GRPOExtConfig(GRPOConfig):
                 f"{getattr(self, 'entropy_coef', 0.0)}). Use a token-normalised loss_type (dapo, bnpo, cispo, vespo), "
                 "or set entropy_coef: 0, or zero_variance_filter: off."
             )
+        if not self.temperature > 0:
+            raise ValueError(f"temperature={self.temperature} must be > 0: GRPO samples G different completions; try 1.0.")
+        if self.learning_rate < 0:
+            raise ValueError(f"learning_rate={self.learning_rate} must be >= 0; QLoRA GRPO typically uses 1e-5 to 1e-4.")
         if self.max_resample_rounds < 0:
             raise ValueError(f"max_resample_rounds={self.max_resample_rounds} must be >= 0; try 3.")
         if self.lost_update_steps < 0:

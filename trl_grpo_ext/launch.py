@@ -15,12 +15,13 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import yaml
 from trl import ModelConfig, ScriptArguments, TrlParser
 
 from .config import GRPOExtConfig
 from .hub import HubPushArguments, scrub_secrets
 from .models import check_model_path
-from .rewards.spec import RewardSpec, build_reward_funcs
+from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
 
 RUN_CONFIG_FILE = "run_config.json"
 
@@ -79,9 +80,12 @@ def parse_recipe_args(argv: list[str] | None = None):
         script_args, training_args, model_args, push_args = parser.parse_args_and_config(argv)
         check_model_path(model_args.model_name_or_path)
         push_args.resolve(copy.copy(training_args))  # a push without a repository id fails here, not after training
-        if training_args.rewards:  # unknown reward parameters fail here, not when the trainer builds the rewards
-            build_reward_funcs([RewardSpec(**spec) for spec in training_args.rewards])
-    except ValueError as err:
+        if not training_args.rewards:
+            raise ValueError("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
+        # unknown reward parameters fail here, not when the trainer builds the rewards after loading the model
+        build_reward_funcs(with_run_defaults([RewardSpec(**spec) for spec in training_args.rewards],
+                                             training_args.max_completion_length))
+    except (ValueError, yaml.YAMLError) as err:
         message = _explain_unknown_keys(str(err))
         print(f"error: {message}", file=sys.stderr)
         raise RecipeArgumentError(message) from err

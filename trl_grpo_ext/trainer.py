@@ -228,6 +228,11 @@ class GRPOExtTrainer(GRPOTrainer):
         saved plan differs from this run's plan is refused (`QuantityError`) before anything runs."""
         checkpoint = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
         check_checkpoint_plan(checkpoint, self.plan)
+        if checkpoint and not os.path.isfile(os.path.join(checkpoint, "optimizer.pt")):
+            logger.warning(
+                "%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh optimizer "
+                "and scheduler state, so it will not match an uninterrupted run.", checkpoint
+            )
         state_file = os.path.join(checkpoint or "", ZERO_VARIANCE_STATE_FILE)
         if checkpoint and self._resample_source is not None and os.path.isfile(state_file):
             with open(state_file) as f:
@@ -277,25 +282,32 @@ def _write_plan(plan: RunPlan, directory: str) -> None:
 
 
 def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
+    """The reward functions TRL receives, every Python callable wrapped by `guard_reward` (args.reward_error_policy).
+
+    Registry names come from ``args.rewards``; callables passed as ``reward_funcs=`` are guarded too (a NaN, a wrong
+    length or an exception is reported with the reward's name). Reward models (``nn.Module``) and Hub ids (``str``)
+    go to TRL unchanged.
+    """
+    from trl.trainer.utils import get_callable_name
+
+    from .rewards.guard import AsyncRewardGuard, RewardGuard, guard_reward
+    from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
+
     if args.rewards and reward_funcs is not None:
         raise ValueError(
             "Rewards were given twice: as reward_funcs= to the trainer and as `rewards` in the config. Keep one."
         )
     if reward_funcs is not None:
-        return reward_funcs
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+        return [
+            guard_reward(f, get_callable_name(f), on_error=args.reward_error_policy)
+            if callable(f) and not isinstance(f, (str, torch.nn.Module, RewardGuard, AsyncRewardGuard))
+            else f
+            for f in funcs
+        ]
     if not args.rewards:
         raise ValueError("No reward function: set `rewards: [name, ...]` in the config or pass reward_funcs=.")
-    from .rewards import get_reward_info
-    from .rewards.spec import RewardSpec, build_reward_funcs
-
-    specs = []
-    for spec in args.rewards:
-        spec = RewardSpec(**spec)
-        parameters = get_reward_info(spec.name).parameters or ()
-        if any(p.name == "max_completion_len" for p in parameters) and "max_completion_len" not in spec.kwargs:
-            # e.g. soft_overlong: its length limit is the run's max_completion_length unless given
-            spec = RewardSpec(spec.name, spec.weight, {**spec.kwargs, "max_completion_len": args.max_completion_length})
-        specs.append(spec)
+    specs = with_run_defaults([RewardSpec(**spec) for spec in args.rewards], args.max_completion_length)
     funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
     return funcs
 

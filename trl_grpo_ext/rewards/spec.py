@@ -186,3 +186,21 @@ def format_reward_specs(specs: Sequence[RewardSpec]) -> str:
         kwargs = ", ".join(f"{k}={v!r}" for k, v in spec.kwargs.items())
         parts.append(f"{spec.name} × {spec.weight:g}" + (f" ({kwargs})" if kwargs else ""))
     return "rewards: " + (" + ".join(parts) if parts else "none")
+
+
+def with_run_defaults(specs: Sequence[RewardSpec], max_completion_length: int) -> list[RewardSpec]:
+    """Fill the keyword arguments a reward takes from the run: a registered reward with a ``max_completion_len``
+    parameter (``soft_overlong``) gets the run's ``max_completion_length`` [tokens] unless it was given.
+
+    Import paths (``pkg.module:fn``) are returned unchanged: their parameters are not known before import.
+    """
+    from .registry import get_reward_info
+
+    out = []
+    for spec in specs:
+        registered = not any(c in spec.name for c in ".:")
+        parameters = (get_reward_info(spec.name).parameters or ()) if registered else ()
+        if any(p.name == "max_completion_len" for p in parameters) and "max_completion_len" not in spec.kwargs:
+            spec = RewardSpec(spec.name, spec.weight, {**spec.kwargs, "max_completion_len": max_completion_length})
+        out.append(spec)
+    return out

@@ -1,0 +1,40 @@
+"""GRPOExtTrainer wiring of rewards: Python callables are guarded too; import-path rewards work from the config."""
+
+import sys
+
+import pytest
+
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+from trl_grpo_ext.rewards.guard import RewardFunctionError
+
+COMMON = dict(use_cpu=True, prompts_per_step=2, num_generations=4, micro_batch_size=8, total_training_steps=1,
+              max_completion_length=4, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True)
+
+
+def nan_reward(completions, **kwargs):
+    return [float("nan")] * len(completions)
+
+
+def test_a_python_reward_function_is_guarded(tmp_path, tiny_model_dir, tiny_tokenizer):
+    args = GRPOExtConfig(output_dir=str(tmp_path), **COMMON)
+    trainer = GRPOExtTrainer(str(tiny_model_dir), reward_funcs=nan_reward, args=args,
+                             train_dataset=tiny.count_char_dataset(8), processing_class=tiny_tokenizer)
+    assert trainer.reward_func_names == ["nan_reward"]  # the metric name is the function's own
+    with pytest.raises(RewardFunctionError, match="nan_reward"):
+        trainer.train()
+
+
+def test_an_import_path_reward_from_the_config(tmp_path, tiny_model_dir, tiny_tokenizer, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(
+        "def ends_with_a(completions, **kwargs):\n"
+        "    texts = [c[0]['content'] if isinstance(c, list) else c for c in completions]\n"
+        "    return [float(t.endswith('a')) for t in texts]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = GRPOExtConfig(output_dir=str(tmp_path / "out"), rewards=["my_rewards:ends_with_a"], **COMMON)
+    trainer = GRPOExtTrainer(str(tiny_model_dir), args=args, train_dataset=tiny.count_char_dataset(8),
+                             processing_class=tiny_tokenizer)
+    trainer.train()
+    assert trainer.state.global_step == 1
+    assert "rewards/ends_with_a/mean" in trainer.state.log_history[0]
+    sys.modules.pop("my_rewards", None)
