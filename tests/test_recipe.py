@@ -69,3 +69,17 @@ def test_adapter_reloads_onto_the_base_and_weights_changed(short_run, tiny_model
         with model.disable_adapter():
             without = model(ids).logits
     assert not torch.allclose(with_adapter, without)
+
+
+@pytest.mark.slow
+def test_the_embedded_default_learns(tmp_path):
+    """The foundation issue's learning bar on the full demo config: last-10% mean reward >= 3x the first 10%."""
+    from trl_grpo_ext.plotting import reward_trend
+
+    out = tmp_path / "demo"
+    result = launch(["--config", "recipes/configs/tiny_cpu.yaml", "--output_dir", str(out)], timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    state = json.loads((out / "trainer_state.json").read_text())
+    first, last = reward_trend(state["log_history"])
+    assert state["global_step"] == 120  # 240 prompts / 2 per step: one epoch, before the 200-step limit
+    assert last >= 3 * first and last >= 0.5, (first, last)
