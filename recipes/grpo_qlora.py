@@ -88,42 +88,44 @@ def main(script_args, training_args, model_args, push_args) -> int:
     with GracefulInterrupt(trainer) as interrupt:
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
     if interrupt.stopped:
+        trainer.end()
         return interrupt.report()
 
     ################
-    # Save: adapter, tokenizer, metrics, trainer state, run config (all local, before any upload)
+    # Save: adapter, tokenizer, metrics, trainer state (every process takes part), then, on the main process only,
+    # the run config, plot and model card: all local, before any upload
     ################
     trainer.save_model(training_args.output_dir)
     trainer.log_metrics("train", train_result.metrics)
     trainer.save_metrics("train", train_result.metrics)
     trainer.save_state()
-    if not trainer.accelerator.is_main_process:
-        return 0
-    write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args)
+    exit_code = 0
+    if trainer.accelerator.is_main_process:
+        write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args)
+        first, last = reward_trend(trainer.state.log_history)
+        print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
+        if script_args.plot:
+            plot = plot_training(trainer.state.log_history, f"{training_args.output_dir}/reward_plot.png")
+            print(f"Reward plot: {plot}")
+        build_model_card(training_args.output_dir, mode=push.mode if push.enabled else "adapter",
+                         repo_id=push.repo_id).save(f"{training_args.output_dir}/README.md")
+        print(f"Adapter and tokenizer: {training_args.output_dir}")
+
+        ################
+        # Push (optional)
+        ################
+        if push.enabled:
+            try:
+                print(f"Pushed to {push.push(training_args.output_dir)}")
+            except HubPushError as err:
+                print(f"error: {err}", file=sys.stderr)
+                exit_code = 1
 
     ################
-    # Plot and model card
+    # End: finish the trackers and destroy the process group on every process
     ################
-    first, last = reward_trend(trainer.state.log_history)
-    print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
-    if script_args.plot:
-        plot = plot_training(trainer.state.log_history, f"{training_args.output_dir}/reward_plot.png")
-        print(f"Reward plot: {plot}")
-    build_model_card(training_args.output_dir, mode=push.mode if push.enabled else "adapter",
-                     repo_id=push.repo_id).save(f"{training_args.output_dir}/README.md")
-    print(f"Adapter and tokenizer: {training_args.output_dir}")
-
-    ################
-    # Push (optional)
-    ################
-    if push.enabled:
-        try:
-            url = push.push(training_args.output_dir)
-        except HubPushError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        print(f"Pushed to {url}")
-    return 0
+    trainer.end()
+    return exit_code
 
 
 if __name__ == "__main__":
