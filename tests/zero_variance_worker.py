@@ -87,6 +87,7 @@ def main(out_dir: str) -> None:
     result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "batches": batches, "history": history}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
+    trainer.end()  # destroy the process group: a gloo group left alive can abort the process at exit
 
 
 if __name__ == "__main__":
