@@ -111,8 +111,17 @@ class NumericMatch(TextReward):
         return out
 
 
+class _TagReward(TextReward):
+    """Base of the rewards that look for a reasoning tag and an answer tag (``<think>`` / ``<answer>`` by default)."""
+
+    def __init__(self, reasoning_tag: str = "think", answer_tag: str = "answer"):
+        super().__init__()
+        self.reasoning_tag = _check_tag("reasoning_tag", reasoning_tag)
+        self.answer_tag = _check_tag("answer_tag", answer_tag)
+
+
 @register_reward("format", description="1.0 if the completion is <think>...</think> then <answer>...</answer>.")
-class Format(TextReward):
+class Format(_TagReward):
     r"""1.0 if the completion is a reasoning block followed by an answer block, else 0.0.
 
     Formula: ``r = [completion matches ^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$]`` (dot matches newlines;
@@ -125,9 +134,7 @@ class Format(TextReward):
     """
 
     def __init__(self, reasoning_tag: str = "think", answer_tag: str = "answer"):
-        super().__init__()
-        self.reasoning_tag = _check_tag("reasoning_tag", reasoning_tag)
-        self.answer_tag = _check_tag("answer_tag", answer_tag)
+        super().__init__(reasoning_tag, answer_tag)
         r, a = re.escape(self.reasoning_tag), re.escape(self.answer_tag)
         self._pattern = re.compile(rf"^\s*<{r}>.*?</{r}>\s*<{a}>.*?</{a}>\s*$", re.DOTALL)
 
@@ -136,7 +143,7 @@ class Format(TextReward):
 
 
 @register_reward("tag_count", description="0.25 for each of the four reasoning/answer tags present exactly once.")
-class TagCount(TextReward):
+class TagCount(_TagReward):
     r"""Partial credit for the format tags: 0.25 for each of ``<think>``, ``</think>``, ``<answer>``, ``</answer>``
     that occurs exactly once.
 
@@ -147,11 +154,6 @@ class TagCount(TextReward):
         reasoning_tag (`str`, defaults to ``"think"``): tag of the reasoning block.
         answer_tag (`str`, defaults to ``"answer"``): tag of the answer block.
     """
-
-    def __init__(self, reasoning_tag: str = "think", answer_tag: str = "answer"):
-        super().__init__()
-        self.reasoning_tag = _check_tag("reasoning_tag", reasoning_tag)
-        self.answer_tag = _check_tag("answer_tag", answer_tag)
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         tags = [f"<{t}>" for t in (self.reasoning_tag, self.answer_tag)]
