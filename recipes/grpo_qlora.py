@@ -27,6 +27,7 @@ from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_r
 from trl_grpo_ext.models import lora_config, quantization_config
 from trl_grpo_ext.plotting import plot_training, reward_trend
 from trl_grpo_ext.quantifiers import resolve_plan
+from trl_grpo_ext.validation import check_reward_columns
 
 
 def main(script_args, training_args, model_args, push_args) -> int:
@@ -42,6 +43,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     ################
     try:
         train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
+        check_reward_columns(train_dataset.column_names, training_args)  # a reward's missing column, before the model
         plan = resolve_plan(training_args.quantity_fields(), len(train_dataset), training_args.world_size,
                             training_args.max_completion_length)
         checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)

@@ -195,6 +195,20 @@ class GRPOExtConfig(GRPOConfig):
         self.stop_semantics = resolved["stop_semantics"]
 
     def _resolve_advantages(self) -> None:
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            # TRL's fixed formula (per-reward group normalisation, sum, batch normalisation) ignores our settings.
+            # On values, because a dataclass cannot tell set keys apart; `validation` also refuses any such key the
+            # user wrote, whatever its value.
+            neutral = {"advantage_preset": (None,), "advantage_baseline": (None, "group_mean"),
+                       "advantage_std_scaling": (None, "group"), "advantage_epsilon": (None, 1e-4),
+                       "advantage_std_kind": (None, "sample"), "scale_rewards": ("group", True, "true")}
+            for name, allowed in neutral.items():
+                if getattr(self, name) not in allowed:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} has no effect with multi_objective_aggregation="
+                        "'normalize_then_sum' (TRL normalises each reward over its group, sums them and normalises "
+                        f"over the batch). Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize."
+                    )
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
         settings, trl_fields = resolve_advantage_settings(
             preset=self.advantage_preset,

@@ -1,8 +1,9 @@
 """What the recipes need around the trainer: their arguments, parsing with clear errors, and the run record.
 
 `parse_recipe_args` wraps TRL's `TrlParser` (YAML + CLI, unknown keys fatal) so that every mistake a user can make in
-a config — a missing file, an unknown key, an invalid quantity, bf16 on a CPU, a model that cannot be found offline —
-ends with one line naming the field, the value and the fix, before any model is loaded.
+a config — a missing file, an unknown key, an invalid quantity, bf16 on a CPU, a model that cannot be found offline,
+any value `validation.validate_run_args` refuses — ends with one line naming the field, the value and the fix, before
+any model is loaded.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from pathlib import Path
 import yaml
 from trl import ModelConfig, ScriptArguments, TrlParser
 
-from .config import GRPOExtConfig
+from .config import GRPOExtConfig, _world_size_from_env
 from .hub import HubPushArguments, scrub_secrets
 from .models import check_model_path
 from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
+from .validation import check_user_values, user_values_from_argv, validate_run_args
 
 RUN_CONFIG_FILE = "run_config.json"
 
@@ -77,6 +79,9 @@ def parse_recipe_args(argv: list[str] | None = None):
     _check_config_file(argv)
     parser = TrlParser(RECIPE_DATACLASSES)
     try:
+        # what the user set (YAML + command line), checked before TRL's dataclasses run their own checks
+        user_values = user_values_from_argv(argv, parser)
+        check_user_values(user_values, world_size=_world_size_from_env())
         script_args, training_args, model_args, push_args = parser.parse_args_and_config(argv)
         check_model_path(model_args.model_name_or_path)
         push_args.resolve(copy.copy(training_args))  # a push without a repository id fails here, not after training
@@ -85,6 +90,8 @@ def parse_recipe_args(argv: list[str] | None = None):
         # unknown reward parameters fail here, not when the trainer builds the rewards after loading the model
         build_reward_funcs(with_run_defaults([RewardSpec(**spec) for spec in training_args.rewards],
                                              training_args.max_completion_length))
+        validate_run_args(script_args, training_args, model_args, push_args, user_values=user_values,
+                          world_size=training_args.world_size)
     except (ValueError, yaml.YAMLError) as err:
         message = _explain_unknown_keys(str(err))
         print(f"error: {message}", file=sys.stderr)

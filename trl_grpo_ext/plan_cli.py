@@ -117,6 +117,11 @@ def build_plan(args: argparse.Namespace):
     config = load_config(args.config)
     values = {k: _coerce(config[k]) for k in _INPUT_FIELDS if k in config}
     world = world_size_from(args.num_processes)
+    from trl_grpo_ext.validation import validate_run_args
+
+    # the checks the recipe's argument stage runs, on the keys the YAML sets (torch is imported only to check LoRA
+    # target modules against the model's module names)
+    validate_run_args(None, config, None, None, user_values=config, world_size=world)
     fields = resolve_trl_fields(values, world)
     mcl = _coerce(config.get("max_completion_length", TRL_DEFAULTS["max_completion_length"]))
     plan = resolve_plan(fields, dataset_size_from(config, args.dataset_size), world, mcl)

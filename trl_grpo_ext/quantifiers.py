@@ -214,7 +214,7 @@ def _conflict(ours: dict, raw_name: str, raw_value, expected, why: str, fix: str
     )
 
 
-def resolve_trl_fields(values: dict, world_size: int) -> dict:
+def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
     """Validate the user's quantities and compute the TRL fields to write.
 
     Args:
@@ -225,6 +225,9 @@ def resolve_trl_fields(values: dict, world_size: int) -> dict:
             ``num_generations``, ``num_iterations`` (absent = :data:`TRL_DEFAULTS`). A raw field counts as "set" when
             it differs from :data:`TRL_DEFAULTS` (so an explicit ``per_device_train_batch_size=8`` looks unset).
         world_size (`int`): number of training processes (accelerate's ``num_processes``).
+        set_fields (`set[str]`, *optional*): the keys the user set. When given, a raw field counts as "set" exactly
+            when it is in this set, whatever its value (`validation` passes the YAML + command-line keys, so an
+            explicit ``per_device_train_batch_size: 8`` next to ``micro_batch_size: 4`` is a conflict).
 
     Returns:
         `dict`: TRL fields to write — ``per_device_train_batch_size``, ``gradient_accumulation_steps``,
@@ -287,7 +290,10 @@ def resolve_trl_fields(values: dict, world_size: int) -> dict:
                             "number of optimizer steps (or total_training_steps)")
     raw["num_train_epochs"] = _as_float("num_train_epochs", v["num_train_epochs"],
                                         "use a positive number of passes, e.g. 3", positive=False)
-    is_set = {k: raw[k] != TRL_DEFAULTS[k] for k in raw}
+    if set_fields is None:
+        is_set = {k: raw[k] != TRL_DEFAULTS[k] for k in raw}
+    else:
+        is_set = {k: k in set_fields for k in raw}
     out = {"num_generations": g, "num_iterations": mu, **ours}
 
     # batch shape

@@ -54,6 +54,8 @@ class Accuracy(TextReward):
         ImportError: math-verify is not installed (naming ``pip install trl-grpo-ext[math]``), on first call.
     """
 
+    required_packages = (("math_verify", "math-verify"),)
+
     def __init__(self, column: str | None = None, timeout_seconds: int = 5):
         super().__init__()
         if not isinstance(timeout_seconds, int) or isinstance(timeout_seconds, bool) or timeout_seconds <= 0:

@@ -146,8 +146,24 @@ class TextReward:
     :func:`completion_text`) and every keyword argument the trainer passes.
     """
 
+    #: Python packages the reward imports when called, as ``((import name, pip requirement), ...)``; checked before
+    #: the model loads by :mod:`trl_grpo_ext.validation`.
+    required_packages: tuple[tuple[str, str], ...] = ()
+
     def __init__(self) -> None:
         self.__name__ = getattr(type(self), "__reward_name__", type(self).__name__)
+
+    @property
+    def required_columns(self) -> tuple[tuple[str, ...], ...]:
+        """Dataset columns this reward reads: one tuple of alternatives per column (any one of them suffices).
+
+        A reward with a ``column`` attribute reads that column, or, when it is ``None``, the first of
+        :data:`DEFAULT_ANSWER_COLUMNS` present; checked against the dataset before the model loads
+        (:func:`trl_grpo_ext.validation.check_reward_columns`).
+        """
+        if "column" not in vars(self):
+            return ()
+        return ((self.column,),) if self.column else (tuple(DEFAULT_ANSWER_COLUMNS),)
 
     def __call__(self, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float | None]:
         return self.score(completion_texts(completions, self.__name__), **kwargs)

@@ -24,6 +24,10 @@ class TrlReward:
 
     _function: str = ""
     _factory: bool = False
+    #: Dataset columns read (one tuple of alternatives each) and packages imported ((import name, pip requirement)),
+    #: checked before the model loads by :mod:`trl_grpo_ext.validation`.
+    required_columns: tuple[tuple[str, ...], ...] = ()
+    required_packages: tuple[tuple[str, str], ...] = ()
 
     def __init__(self, **params: Any) -> None:
         self.__name__ = getattr(type(self), "__reward_name__", type(self).__name__)
@@ -69,6 +73,8 @@ class AccuracyReward(TrlReward):
     and plain numbers."""
 
     _function = "accuracy_reward"
+    required_columns = (("solution",),)
+    required_packages = (("math_verify", "math-verify"),)
 
     def __init__(self) -> None:
         super().__init__()
@@ -87,6 +93,8 @@ class ReasoningAccuracyReward(TrlReward):
     """
 
     _function = "reasoning_accuracy_reward"
+    required_columns = (("solution",),)
+    required_packages = (("math_verify", "math-verify"),)
 
     def __init__(self, reasoning_delimiters: list[str] | None = None) -> None:
         super().__init__(
@@ -112,6 +120,8 @@ class CosineScaledReward(TrlReward):
     """
 
     _function = "get_cosine_scaled_reward"
+    required_columns = (("solution",),)
+    required_packages = (("math_verify", "math-verify"),)
     _factory = True
 
     def __init__(

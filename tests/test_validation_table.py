@@ -1,0 +1,303 @@
+"""Every bad input refused before any weight loads, through both `plan` and the recipe's argument stage.
+
+Each row of `INVALID` is a change to a valid base config (the embedded tiny model, 4-bit + LoRA, the embedded
+count-char task). Both entry points must refuse it with exit status 2 and a one-line message naming every field in
+the row's `fields` and containing the row's fix text, and neither may load a weight (`from_pretrained`, the tiny
+model builder and safetensors' loader raise `AssertionError`, which no error handler turns into an exit status).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import yaml
+
+from trl_grpo_ext import plan_cli
+from trl_grpo_ext.launch import RecipeArgumentError, parse_recipe_args
+
+BASE = {
+    "model_name_or_path": "embedded:tiny-qwen2",
+    "load_in_4bit": True,
+    "bnb_4bit_quant_type": "nf4",
+    "use_peft": True,
+    "lora_r": 8,
+    "lora_alpha": 16,
+    "lora_dropout": 0.0,
+    "lora_target_modules": ["q_proj", "v_proj"],
+    "dataset_name": "embedded:count-char",
+    "embedded_num_prompts": 64,
+    "rewards": [{"name": "char_fraction", "weight": 1.0}],
+    "prompts_per_step": 2,
+    "num_generations": 8,
+    "micro_batch_size": 16,
+    "total_training_steps": 20,
+    "total_epochs": 1,
+    "max_completion_length": 24,
+    "use_cpu": True,
+    "bf16": False,
+    "learning_rate": 2.0e-3,
+    "lost_update_steps": 10,
+    "save_strategy": "steps",
+    "save_steps": 50,
+    "report_to": "none",
+}
+DROP = object()
+FIX = "Fix:"
+
+
+def row(id_, change, fields, fix=FIX, missing_module=None):
+    return pytest.param(change, fields, fix, missing_module, id=id_)
+
+
+INVALID = [
+    # ranges of numeric fields (ours, TRL, transformers, PEFT)
+    row("epsilon<0", {"epsilon": -0.2}, ["epsilon"]),
+    row("epsilon_high<0", {"epsilon_high": -0.1}, ["epsilon_high"]),
+    row("beta<0", {"beta": -0.01}, ["beta"]),
+    row("temperature=0", {"temperature": 0}, ["temperature"]),
+    row("temperature<0", {"temperature": -1.0}, ["temperature"]),
+    row("top_p=0", {"top_p": 0.0}, ["top_p"]),
+    row("top_p>1", {"top_p": 1.5}, ["top_p"]),
+    row("top_k<0", {"top_k": -1}, ["top_k"]),
+    row("min_p>1", {"min_p": 1.5}, ["min_p"]),
+    row("repetition_penalty=0", {"repetition_penalty": 0}, ["repetition_penalty"]),
+    row("lora_r=0", {"lora_r": 0}, ["lora_r"]),
+    row("lora_r=2.5", {"lora_r": 2.5}, ["lora_r"]),
+    row("lora_alpha=0", {"lora_alpha": 0}, ["lora_alpha"]),
+    row("lora_dropout=1", {"lora_dropout": 1.0}, ["lora_dropout"]),
+    row("lora_dropout<0", {"lora_dropout": -0.1}, ["lora_dropout"]),
+    row("learning_rate=0", {"learning_rate": 0}, ["learning_rate"]),
+    row("learning_rate<0", {"learning_rate": -1.0e-5}, ["learning_rate"]),
+    row("learning_rate=str", {"learning_rate": "fast"}, ["learning_rate"]),
+    row("warmup_steps<0", {"warmup_steps": -1}, ["warmup_steps"]),
+    row("weight_decay<0", {"weight_decay": -0.1}, ["weight_decay"]),
+    row("adam_beta1=1", {"adam_beta1": 1.0}, ["adam_beta1"]),
+    row("adam_beta2<0", {"adam_beta2": -0.5}, ["adam_beta2"]),
+    row("adam_epsilon=0", {"adam_epsilon": 0}, ["adam_epsilon"]),
+    row("max_grad_norm<0", {"max_grad_norm": -1.0}, ["max_grad_norm"]),
+    row("max_completion_length=0", {"max_completion_length": 0}, ["max_completion_length"]),
+    row("num_generations=1", {"num_generations": 1}, ["num_generations"]),
+    row("prompts_per_step=0", {"prompts_per_step": 0}, ["prompts_per_step"]),
+    row("micro_batch_size=0", {"micro_batch_size": 0}, ["micro_batch_size"]),
+    row("total_training_steps=0", {"total_training_steps": 0}, ["total_training_steps"]),
+    row("total_epochs=0", {"total_epochs": 0}, ["total_epochs"]),
+    row("num_iterations=0", {"num_iterations": 0}, ["num_iterations"]),
+    row("gradient_accumulation_steps=0", {"gradient_accumulation_steps": 0}, ["gradient_accumulation_steps"]),
+    row("num_train_epochs<0", {"num_train_epochs": -1}, ["num_train_epochs"]),
+    row("logging_steps=0", {"logging_steps": 0}, ["logging_steps"]),
+    row("save_steps<0", {"save_steps": -5}, ["save_steps"]),
+    row("save_total_limit=0", {"save_total_limit": 0}, ["save_total_limit"]),
+    row("seed<0", {"seed": -1}, ["seed"]),
+    row("delta<1", {"delta": 0.5}, ["delta"]),
+    row("top_entropy_quantile=0", {"top_entropy_quantile": 0}, ["top_entropy_quantile"]),
+    row("max_resample_rounds<0", {"zero_variance_filter": "resample", "max_resample_rounds": -1},
+        ["max_resample_rounds"]),
+    row("zero_variance_tolerance<0", {"zero_variance_filter": "mask", "zero_variance_tolerance": -0.1},
+        ["zero_variance_tolerance"]),
+    row("advantage_epsilon<0", {"advantage_epsilon": -1.0}, ["advantage_epsilon"]),
+    row("lost_update_steps<0", {"lost_update_steps": -1}, ["lost_update_steps"]),
+    row("lost_update_warning_threshold>1", {"lost_update_warning_threshold": 1.5}, ["lost_update_warning_threshold"]),
+    row("embedded_num_prompts=0", {"embedded_num_prompts": 0}, ["embedded_num_prompts"]),
+    row("per_device_eval_batch_size=0", {"per_device_eval_batch_size": 0}, ["per_device_eval_batch_size"]),
+    row("dataloader_num_workers<0", {"dataloader_num_workers": -1}, ["dataloader_num_workers"]),
+    row("vllm_gpu_memory_utilization>1", {"vllm_gpu_memory_utilization": 1.5}, ["vllm_gpu_memory_utilization"]),
+    row("ref_model_sync_steps=0", {"ref_model_sync_steps": 0}, ["ref_model_sync_steps"]),
+    row("sapo_temperature_neg=0", {"loss_type": "sapo", "sapo_temperature_neg": 0}, ["sapo_temperature_neg"]),
+    row("entropy_target<0", {"use_adaptive_entropy": True, "entropy_target": -1.0}, ["entropy_target"]),
+    # choices that would fail after the model loads or at step 1
+    row("loss_type typo", {"loss_type": "dapoo"}, ["loss_type"], "did you mean 'dapo'"),
+    row("multi_objective_aggregation typo", {"multi_objective_aggregation": "sum"}, ["multi_objective_aggregation"]),
+    row("importance_sampling_level typo", {"importance_sampling_level": "seq"}, ["importance_sampling_level"]),
+    row("dataset_format typo", {"dataset_format": "gsm8"}, ["dataset_format"], "did you mean 'gsm8k'"),
+    row("bnb_4bit_quant_type typo", {"bnb_4bit_quant_type": "nf5"}, ["bnb_4bit_quant_type"]),
+    row("eval_strategy typo", {"eval_strategy": "step"}, ["eval_strategy"], "did you mean 'steps'"),
+    row("zero_variance_filter typo", {"zero_variance_filter": "masked"}, ["zero_variance_filter"], "did you mean 'mask'"),
+    row("advantage_baseline typo", {"advantage_baseline": "loo"}, ["advantage_baseline"], "Valid values"),
+    row("scale_rewards typo", {"scale_rewards": "maybe"}, ["scale_rewards"], "Valid values"),
+    # mutually exclusive fields, both named
+    row("4bit+8bit", {"load_in_8bit": True}, ["load_in_4bit", "load_in_8bit"]),
+    row("bf16+fp16", {"bf16": True, "fp16": True}, ["bf16", "fp16"]),
+    row("generation_batch_size+steps_per_generation",
+        {"prompts_per_step": DROP, "micro_batch_size": DROP, "per_device_train_batch_size": 8,
+         "generation_batch_size": 16, "steps_per_generation": 2}, ["generation_batch_size", "steps_per_generation"]),
+    # conflicts judged by the keys the user set, even at TRL's default value
+    row("per_device_train_batch_size=8 (default) + micro_batch_size",
+        {"micro_batch_size": 4, "per_device_train_batch_size": 8}, ["micro_batch_size", "per_device_train_batch_size"],
+        "Remove per_device_train_batch_size"),
+    row("gradient_accumulation_steps=1 (default) + prompts_per_step",
+        {"micro_batch_size": 4, "gradient_accumulation_steps": 1}, ["prompts_per_step", "gradient_accumulation_steps"],
+        "Remove gradient_accumulation_steps"),
+    row("steps_per_generation + prompts_per_step", {"micro_batch_size": 4, "steps_per_generation": 1},
+        ["prompts_per_step", "steps_per_generation"], "Remove steps_per_generation"),
+    row("max_steps=-1 (default) + total_training_steps", {"max_steps": -1}, ["total_training_steps", "max_steps"],
+        "Remove max_steps"),
+    row("num_train_epochs=3 (default) + total_epochs", {"num_train_epochs": 3}, ["total_epochs", "num_train_epochs"],
+        "Remove num_train_epochs"),
+    row("scale_rewards=group (default) + advantage_std_scaling",
+        {"scale_rewards": "group", "advantage_std_scaling": "none"}, ["scale_rewards", "advantage_std_scaling"],
+        "Set only one of them"),
+    row("loss_type=dapo (default) + rloo preset", {"advantage_preset": "rloo", "loss_type": "dapo"},
+        ["advantage_preset", "loss_type"], "Remove loss_type"),
+    row("scale_rewards=group (default) + dr_grpo preset", {"advantage_preset": "dr_grpo", "scale_rewards": "group"},
+        ["advantage_preset", "scale_rewards"], "Remove scale_rewards"),
+    # settings that would be silently ignored
+    row("lora_r without use_peft", {"use_peft": False}, ["lora_r", "use_peft"]),
+    row("bnb_4bit_quant_type without load_in_4bit", {"load_in_4bit": False}, ["bnb_4bit_quant_type", "load_in_4bit"]),
+    row("max_resample_rounds without resample", {"max_resample_rounds": 2}, ["max_resample_rounds",
+                                                                             "zero_variance_filter"]),
+    row("zero_variance_tolerance without a filter", {"zero_variance_tolerance": 0.1}, ["zero_variance_tolerance",
+                                                                                       "zero_variance_filter"]),
+    row("lost_update_warning_threshold with lost_update_steps 0",
+        {"lost_update_steps": 0, "lost_update_warning_threshold": 0.5}, ["lost_update_warning_threshold",
+                                                                         "lost_update_steps"]),
+    row("embedded_target with a Hub dataset", {"dataset_name": "openai/gsm8k", "dataset_format": "gsm8k",
+                                               "embedded_num_prompts": DROP, "embedded_target": "b",
+                                               "rewards": ["numeric_match"]}, ["embedded_target", "dataset_name"]),
+    row("sapo_temperature_pos without sapo", {"sapo_temperature_pos": 1.2}, ["sapo_temperature_pos", "loss_type"]),
+    row("vespo_k_pos without vespo", {"vespo_k_pos": 2.5}, ["vespo_k_pos", "loss_type"]),
+    row("entropy_coef_max without adaptive entropy", {"entropy_coef_max": 0.5}, ["entropy_coef_max",
+                                                                                  "use_adaptive_entropy"]),
+    row("eval_steps without eval_strategy steps", {"eval_steps": 10}, ["eval_steps", "eval_strategy"]),
+    row("save_steps with save_strategy no", {"save_strategy": "no"}, ["save_steps", "save_strategy"]),
+    row("entropy_coef_min > max", {"use_adaptive_entropy": True, "entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
+        ["entropy_coef_min", "entropy_coef_max"]),
+    # evaluation without a test split
+    row("eval_strategy steps without a test split", {"eval_strategy": "steps"}, ["eval_strategy",
+                                                                                  "dataset_test_split"]),
+    row("eval_strategy epoch without a test split", {"eval_strategy": "epoch"}, ["eval_strategy",
+                                                                                  "dataset_test_split"]),
+    row("do_eval without a test split", {"do_eval": True}, ["do_eval", "dataset_test_split"]),
+    # advantage settings that normalize_then_sum would ignore
+    row("rloo preset + normalize_then_sum", {"advantage_preset": "rloo",
+                                             "multi_objective_aggregation": "normalize_then_sum"},
+        ["advantage_preset", "multi_objective_aggregation"]),
+    row("leave_one_out + normalize_then_sum", {"advantage_baseline": "leave_one_out",
+                                               "multi_objective_aggregation": "normalize_then_sum"},
+        ["advantage_baseline", "multi_objective_aggregation"]),
+    row("scale_rewards + normalize_then_sum", {"scale_rewards": "none",
+                                               "multi_objective_aggregation": "normalize_then_sum"},
+        ["scale_rewards", "multi_objective_aggregation"]),
+    row("scale_rewards=group (default) + normalize_then_sum", {"scale_rewards": "group",
+                                                               "multi_objective_aggregation": "normalize_then_sum"},
+        ["scale_rewards", "multi_objective_aggregation"]),
+    row("population std + normalize_then_sum", {"advantage_std_kind": "population",
+                                                "multi_objective_aggregation": "normalize_then_sum"},
+        ["advantage_std_kind", "multi_objective_aggregation"]),
+    row("zero-variance mask + normalize_then_sum", {"zero_variance_filter": "mask",
+                                                    "multi_objective_aggregation": "normalize_then_sum"},
+        ["zero_variance_filter", "multi_objective_aggregation"]),
+    # rewards: parameters against run settings, packages, dataset columns, names and parameters
+    row("soft_overlong beyond max_completion_length",
+        {"rewards": [{"name": "soft_overlong", "kwargs": {"max_completion_len": 1024, "soft_punish_cache": 256}}]},
+        ["soft_overlong", "max_completion_len", "max_completion_length"]),
+    row("length max_length >= max_completion_length", {"rewards": [{"name": "length", "kwargs": {"max_length": 100}}]},
+        ["length", "max_length", "max_completion_length"]),
+    row("accuracy without math-verify", {"rewards": [{"name": "accuracy", "kwargs": {"column": "target"}}]},
+        ["accuracy", "math-verify"], "pip install math-verify", missing_module="math_verify"),
+    row("accuracy_reward without math-verify", {"rewards": ["accuracy_reward"]}, ["accuracy_reward", "math-verify"],
+        "pip install math-verify", missing_module="math_verify"),
+    row("accuracy_reward needs solution", {"rewards": ["accuracy_reward"]}, ["accuracy_reward", "solution"]),
+    row("exact_match needs an answer column", {"rewards": ["exact_match"]}, ["exact_match", "answer"]),
+    row("char_fraction column missing", {"rewards": [{"name": "char_fraction", "kwargs": {"column": "letter"}}]},
+        ["char_fraction", "letter"]),
+    row("numeric_match column missing", {"rewards": [{"name": "numeric_match", "kwargs": {"column": "answer"}}]},
+        ["numeric_match", "answer"]),
+    row("reward name typo", {"rewards": ["char_fractoin"]}, ["char_fractoin"], "Did you mean 'char_fraction'"),
+    row("reward parameter typo", {"rewards": [{"name": "length", "kwargs": {"max_len": 8}}]}, ["length", "max_len"],
+        "max_length"),
+    row("reward parameter out of range", {"rewards": [{"name": "length", "kwargs": {"max_length": 0}}]},
+        ["length", "max_length"], "e.g. max_length: 256"),
+    row("reward_weights length", {"rewards": ["char_fraction"], "reward_weights": [1.0, 2.0]}, ["reward_weights"],
+        "give one weight per reward"),
+    # LoRA target modules against the model's module names (meta-device model)
+    row("lora target typo", {"lora_target_modules": ["q_proj", "k_projj"]}, ["lora_target_modules", "k_projj"],
+        "e.g. k_proj"),
+    row("lora one-item list is a regex", {"lora_target_modules": ["q_proj"]}, ["lora_target_modules", "q_proj"],
+        ".*q_proj"),
+    row("lora target on a norm", {"lora_target_modules": ["norm", "q_proj"]}, ["lora_target_modules", "norm"],
+        "target linear layers"),
+    row("lora target lm_head", {"lora_target_modules": ["lm_head", "q_proj"]}, ["lora_target_modules", "lm_head"],
+        "lora_modules_to_save"),
+    row("lora modules_to_save typo", {"lora_modules_to_save": ["lm_heads"]}, ["lora_modules_to_save", "lm_heads"],
+        "e.g. lm_head"),
+    row("lora target on another model's names", {"lora_target_modules": ["c_attn", "c_proj"]},
+        ["lora_target_modules", "c_attn"]),
+]
+
+
+def _config(tmp_path, change) -> str:
+    config = dict(BASE)
+    for key, value in change.items():
+        if value is DROP:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Loading or building any weights fails the test (AssertionError is never turned into an exit status)."""
+    import safetensors.torch
+    from transformers import AutoModelForCausalLM, PreTrainedModel
+
+    from trl_grpo_ext import tiny
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a weight was loaded before the arguments were validated")
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(fail))
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(fail))
+    monkeypatch.setattr(tiny, "ensure_tiny_model", fail)
+    monkeypatch.setattr(safetensors.torch, "load_file", fail)
+
+
+def _check_message(message: str, fields, fix):
+    assert "\n" not in message.strip(), message
+    for name in fields:
+        assert name in message, f"{name!r} not named in: {message}"
+    assert fix in message, f"fix {fix!r} not in: {message}"
+
+
+def test_the_base_config_is_valid(tmp_path, capsys, no_weights):
+    path = _config(tmp_path, {})
+    assert plan_cli.main(["--config", path]) == 0
+    parse_recipe_args(["--config", path])
+
+
+def test_there_are_at_least_80_invalid_configs():
+    assert len(INVALID) >= 80
+
+
+@pytest.mark.parametrize("change, fields, fix, missing_module", INVALID)
+def test_invalid_config_is_refused_by_plan_and_recipe(change, fields, fix, missing_module, tmp_path, capsys,
+                                                      no_weights, monkeypatch):
+    if missing_module:
+        monkeypatch.setitem(sys.modules, missing_module, None)  # importlib.util.find_spec then returns None
+    path = _config(tmp_path, change)
+
+    assert plan_cli.main(["--config", path]) == 2
+    plan_error = capsys.readouterr().err.strip()
+    assert plan_error.startswith("trl-grpo-ext plan: error: ")
+    _check_message(plan_error, fields, fix)
+
+    with pytest.raises(RecipeArgumentError) as info:
+        parse_recipe_args(["--config", path])
+    assert info.value.code == 2
+    _check_message(info.value.message, fields, fix)
+    assert capsys.readouterr().err.strip() == f"error: {info.value.message}"
+
+
+def test_a_command_line_override_counts_as_set(tmp_path, no_weights):
+    """`--per_device_train_batch_size 8` (TRL's default value) next to micro_batch_size in the YAML is refused."""
+    path = _config(tmp_path, {"micro_batch_size": 4})
+    parse_recipe_args(["--config", path])
+    with pytest.raises(RecipeArgumentError) as info:
+        parse_recipe_args(["--config", path, "--per_device_train_batch_size", "8"])
+    assert "per_device_train_batch_size=8" in info.value.message and "micro_batch_size=4" in info.value.message
+    with pytest.raises(RecipeArgumentError) as info:
+        parse_recipe_args(["--config", path, "--epsilon=-0.1"])
+    assert "epsilon=-0.1" in info.value.message
