@@ -191,6 +191,8 @@ INVALID = [
     row("soft_overlong beyond max_completion_length",
         {"rewards": [{"name": "soft_overlong", "kwargs": {"max_completion_len": 1024, "soft_punish_cache": 256}}]},
         ["soft_overlong", "max_completion_len", "max_completion_length"]),
+    row("soft_overlong without a cache", {"rewards": [{"name": "soft_overlong", "kwargs": {"soft_punish_cache": 0}}]},
+        ["soft_overlong", "soft_punish_cache", "max_completion_length"], "set soft_punish_cache > 0"),
     row("length max_length >= max_completion_length", {"rewards": [{"name": "length", "kwargs": {"max_length": 100}}]},
         ["length", "max_length", "max_completion_length"]),
     row("accuracy without math-verify", {"rewards": [{"name": "accuracy", "kwargs": {"column": "target"}}]},

@@ -23,8 +23,8 @@ line names the field, the value and a fix. The kinds of check, each driven by a 
   dataset columns each reward reads (its ``required_columns``, :func:`check_reward_columns`); LoRA target modules
   against the module names of the model, built on the meta device from its config (:func:`check_lora_targets`).
 
-Importing this module imports neither torch nor TRL (`plan` stays fast); only :func:`check_lora_targets` imports
-torch and transformers, when LoRA target modules are configured.
+Importing this module imports neither torch nor TRL (`plan` stays fast). Only :func:`model_modules` imports torch
+and transformers, the first time it meets a model config: the module names are then cached on disk.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ __all__ = [
     "check_user_values",
     "check_reward_columns",
     "check_lora_targets",
+    "model_modules",
+    "peft_target_matches",
     "user_values_from_argv",
 ]
 
@@ -332,8 +334,6 @@ DEFAULTS: dict[str, Any] = {
     "use_peft": False,
     "load_in_4bit": False,
     "load_in_8bit": False,
-    "bf16": None,
-    "fp16": False,
     "generation_batch_size": None,
     "steps_per_generation": None,
     "zero_variance_filter": "off",
@@ -596,7 +596,8 @@ def _check_evaluation(values: Mapping[str, Any], user: Mapping[str, Any]) -> Non
     evaluating = (strategy not in (None, "no")) or bool(values.get("do_eval"))
     if not evaluating:
         return
-    if user and "dataset_test_split" in user and user["dataset_test_split"]:
+    # with the user's keys: a split they chose (TRL's default "test" may not exist); without them: the value
+    if (user.get("dataset_test_split") if user else values.get("dataset_test_split")):
         return
     setting = f"eval_strategy={strategy!r}" if strategy not in (None, "no") else "do_eval=True"
     raise RunArgumentError(
@@ -631,7 +632,7 @@ def _check_aggregation(values: Mapping[str, Any], user: Mapping[str, Any]) -> No
 
 
 def _reward_specs(values: Mapping[str, Any]) -> list:
-    from .rewards.spec import parse_reward_specs
+    from .rewards.spec import parse_reward_specs, with_run_defaults
 
     rewards, weights = values.get("rewards"), values.get("reward_weights")
     if rewards is None:
@@ -641,9 +642,11 @@ def _reward_specs(values: Mapping[str, Any]) -> list:
         if [i["weight"] for i in items] == list(weights):
             weights = None  # already resolved by GRPOExtConfig
     try:
-        return parse_reward_specs(rewards, weights)
+        specs = parse_reward_specs(rewards, weights)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
+    max_len = _typed(values.get("max_completion_length"))
+    return with_run_defaults(specs, max_len) if isinstance(max_len, int) else specs
 
 
 def _reward_object(spec) -> Any | None:
@@ -655,7 +658,8 @@ def _reward_object(spec) -> Any | None:
     try:
         return get_reward(spec.name, **spec.kwargs)
     except (TypeError, ValueError) as err:
-        raise RunArgumentError(f"rewards: {spec.name} {err}".replace(f"{spec.name} {spec.name}", spec.name)) from None
+        message = str(err) if spec.name in str(err) else f"{spec.name}: {err}"
+        raise RunArgumentError(f"rewards: {message}") from None
 
 
 def _check_rewards_against_run(specs: Sequence, values: Mapping[str, Any]) -> None:
@@ -665,14 +669,16 @@ def _check_rewards_against_run(specs: Sequence, values: Mapping[str, Any]) -> No
         return
     for i, spec in enumerate(specs):
         kw = spec.kwargs
-        if spec.name in ("soft_overlong", "soft_overlong_punishment_reward") and "max_completion_len" in kw:
-            l_max, cache = kw.get("max_completion_len"), kw.get("soft_punish_cache", 0)
+        if spec.name in ("soft_overlong", "soft_overlong_punishment_reward"):
+            l_max, cache = kw.get("max_completion_len", int(max_len)), kw.get("soft_punish_cache", 0)
             if isinstance(l_max, int) and isinstance(cache, int) and l_max - cache >= max_len:
+                fix = (f"remove max_completion_len (it defaults to max_completion_length) or set it to {_fmt(max_len)}"
+                       if l_max != max_len else "set soft_punish_cache > 0, e.g. a quarter of "
+                       "max_completion_length")
                 raise RunArgumentError(
                     f"rewards[{i}] soft_overlong max_completion_len={l_max} with soft_punish_cache={cache} only "
                     f"punishes completions longer than {l_max - cache} tokens, but max_completion_length="
-                    f"{_fmt(max_len)} stops them first: it would score 0 for every completion. Fix: remove "
-                    f"max_completion_len (it defaults to max_completion_length) or set it to {_fmt(max_len)}."
+                    f"{_fmt(max_len)} stops them first: it would score 0 for every completion. Fix: {fix}."
                 )
         if spec.name == "length" and kw.get("unit", "tokens") == "tokens":
             low, high = kw.get("min_length", 0), kw.get("max_length")
@@ -755,24 +761,82 @@ def _check_lora_names(values: Mapping[str, Any]) -> None:
         )
 
 
-def _model_config(values: Mapping[str, Any]):
-    """The model's `PretrainedConfig` without weights, or None when it cannot be read locally."""
+def _config_text(values: Mapping[str, Any]) -> str | None:
+    """The model's config as JSON text, read without transformers: the embedded model's shape, a local directory's
+    ``config.json``, or the Hugging Face cache's copy (None when none is available offline)."""
+    import json
+
     from . import tiny
 
     name = values.get("model_name_or_path")
     if not name:
         return None
     if name == tiny.TINY_MODEL_ID:
-        from transformers import Qwen2Config
-
-        return Qwen2Config(vocab_size=len(tiny.ALPHABET) + len(tiny.SPECIAL_TOKENS), **tiny.TINY_CONFIG)
-    from transformers import AutoConfig
-
+        return json.dumps({"model_type": "qwen2", "vocab_size": len(tiny.ALPHABET) + len(tiny.SPECIAL_TOKENS),
+                           **tiny.TINY_CONFIG}, sort_keys=True)
+    local = Path(str(name)).expanduser() / "config.json"
+    if local.is_file():
+        return local.read_text(encoding="utf-8")
+    if tiny.is_embedded(name) or values.get("trust_remote_code"):
+        return None
     try:
-        return AutoConfig.from_pretrained(name, revision=values.get("model_revision") or "main",
-                                          trust_remote_code=bool(values.get("trust_remote_code")))
-    except (OSError, ValueError, KeyError):
-        return None  # not available offline: `check_model_path` reports that
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(str(name), "config.json", revision=values.get("model_revision") or None)
+    except Exception:  # a malformed repository id: `check_model_path` reports it
+        return None
+    return Path(cached).read_text(encoding="utf-8") if isinstance(cached, str) else None
+
+
+def model_modules(values: Mapping[str, Any]) -> dict[str, str] | None:
+    """``{module name: module class name}`` of the model, without reading a weight.
+
+    Built once per config from the config on the meta device (``accelerate.init_empty_weights`` +
+    ``AutoModelForCausalLM.from_config``), then cached as JSON under ``tiny.cache_dir() / "module-names"``, keyed by
+    the SHA-256 of the config text, so later calls (``plan``) import neither torch nor transformers.
+
+    Returns:
+        the mapping, or None when the model's config cannot be read offline (`check_model_path` reports that).
+    """
+    import hashlib
+    import json
+    import os
+    import tempfile
+
+    from . import tiny
+
+    text = _config_text(values)
+    if text is None:
+        return None
+    path = tiny.cache_dir() / "module-names" / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    data = json.loads(text)
+    model_type = data.pop("model_type", None)
+    try:
+        config = AutoConfig.for_model(model_type, **data)
+        with init_empty_weights():
+            model = AutoModelForCausalLM.from_config(config)
+    except (ValueError, KeyError, TypeError, OSError):
+        return None  # an architecture transformers cannot build without remote code: PEFT will judge
+    modules = {name: type(module).__name__ for name, module in model.named_modules() if name}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
+        json.dump(modules, fh)
+    os.replace(fh.name, path)
+    return modules
+
+
+def peft_target_matches(target: str | set[str], name: str) -> bool:
+    """PEFT's rule (`peft.tuners.tuners_utils.check_target_module_exists`, PEFT 0.18): a string is a regular
+    expression over the full module name (`re.fullmatch`); a set matches a name equal to an item or ending in
+    ``.item``. Restated here so `plan` needs no torch; tests/test_validation.py compares it with PEFT's function."""
+    if isinstance(target, str):
+        return re.fullmatch(target, name) is not None
+    return name in target or any(name.endswith(f".{t}") for t in target)
 
 
 #: Module types PEFT's LoRA can wrap (peft.tuners.lora.model: Linear, Embedding, Conv1d/2d/3d, transformers'
@@ -783,11 +847,10 @@ _LORA_LAYER_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1
 def check_lora_targets(values: Any) -> None:
     """Check ``lora_target_modules`` and ``lora_modules_to_save`` against the model's module names.
 
-    The model is built from its config on the meta device (``accelerate.init_empty_weights``: no weights are read
-    or allocated), for the embedded tiny model or any config readable offline (a local directory, the Hugging Face
-    cache). Matching is PEFT's (`peft.tuners.tuners_utils.check_target_module_exists`): a list item matches a module
-    whose name equals it or ends with ``.item``; a string is a regular expression over full module names. TRL's
-    `ModelConfig` turns a one-item list into that string, so ``[q_proj]`` is the regular expression ``q_proj``.
+    The module names come from :func:`model_modules` (the model built from its config on the meta device: no weights
+    are read), for the embedded tiny model or any config readable offline (a local directory, the Hugging Face
+    cache). Matching is PEFT's (:func:`peft_target_matches`). TRL's `ModelConfig` turns a one-item list into a string,
+    so ``[q_proj]`` is the regular expression ``q_proj``, which matches no full module name.
 
     Args:
         values: a mapping or `trl.ModelConfig` with ``model_name_or_path``, ``lora_target_modules``,
@@ -804,41 +867,29 @@ def check_lora_targets(values: Any) -> None:
         return
     if isinstance(targets, (list, tuple)) and len(targets) == 1:
         targets = targets[0]  # as trl.ModelConfig.__post_init__ does (the plan passes the YAML list)
-    config = _model_config(values)
-    if config is None:
+    modules = model_modules(values)
+    if modules is None:
         return
-    import torch  # noqa: F401  (transformers needs it to build the model)
-    from accelerate import init_empty_weights
-    from peft.tuners.tuners_utils import check_target_module_exists
-    from transformers import AutoModelForCausalLM
-
-    with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(config)
-    modules = {name: type(module).__name__ for name, module in model.named_modules() if name}
+    model = values.get("model_name_or_path")
     leaf_names = sorted({name.rsplit(".", 1)[-1] for name in modules})
     if isinstance(targets, str) and targets != "all-linear":
         groups = [(targets, targets)]
-        regex = True
     elif targets and targets != "all-linear":
         groups = [(t, {t}) for t in targets]
-        regex = False
     else:
         groups = []
-        regex = False
     for label, target in groups:
-        probe = _PeftProbe(target)
-        matched = [n for n in modules if check_target_module_exists(probe, n)]
+        matched = [n for n in modules if peft_target_matches(target, n)]
         if not matched:
             import difflib
 
-            close = difflib.get_close_matches(str(label), leaf_names, n=3)
+            close = difflib.get_close_matches(str(label).split(".")[-1], leaf_names, n=3)
             extra = (" TRL passes a one-item list as a string, which PEFT reads as a regular expression over full "
                      f"module names (e.g. {next(iter(modules))!r}); write '.*{label}' or list two modules."
-                     if regex and re.fullmatch(r"\w+", str(label)) else "")
+                     if isinstance(target, str) and re.fullmatch(r"\w+", label) else "")
             raise RunArgumentError(
-                f"lora_target_modules: {label!r} matches no module of {values.get('model_name_or_path')} "
-                f"({config.model_type}).{extra} Fix: use module names of the model"
-                + (f", e.g. {', '.join(close)}" if close else f" (e.g. {', '.join(leaf_names[:8])})") + "."
+                f"lora_target_modules: {label!r} matches no module of {model}.{extra} Fix: use module names of the "
+                "model" + (f", e.g. {', '.join(close)}" if close else f" (e.g. {', '.join(leaf_names[:8])})") + "."
             )
         if not any(modules[n] in _LORA_LAYER_TYPES for n in matched):
             raise RunArgumentError(
@@ -848,16 +899,6 @@ def check_lora_targets(values: Any) -> None:
     for entry in to_save:
         if not any(re.match(rf"(^|.*\.){re.escape(entry)}($|\..*)", n) for n in modules):
             raise RunArgumentError(
-                f"lora_modules_to_save: {entry!r} matches no module of {values.get('model_name_or_path')}. Fix: use "
-                f"module names of the model (e.g. lm_head, embed_tokens)."
+                f"lora_modules_to_save: {entry!r} matches no module of {model}. Fix: use module names of the model "
+                "(e.g. lm_head, embed_tokens)."
             )
-
-
-class _PeftProbe:
-    """The attributes of a `peft.LoraConfig` that `check_target_module_exists` reads, for one target."""
-
-    def __init__(self, target_modules):
-        self.target_modules = target_modules
-        self.exclude_modules = None
-        self.modules_to_save = None
-        self.target_parameters = None

@@ -186,8 +186,11 @@ class RewardGuard:
             index,
             prompts,
             completions,
-            "Fix the reward function (or return None for completions it cannot score); set the reward's on_error to "
-            "'none' to treat a failing call as missing values instead of failing the step.",
+            # a missing package is never answered with on_error 'none': that would train on the other rewards alone
+            "Install the missing package named above, or remove this reward from `rewards`."
+            if isinstance(exc, ImportError)
+            else "Fix the reward function (or return None for completions it cannot score); set the reward's on_error "
+            "to 'none' to treat a failing call as missing values instead of failing the step.",
         )
 
     def _missing(self, exc: BaseException, prompts: Any, completions: Any, kwargs: dict) -> list[None]:

@@ -1,0 +1,274 @@
+"""`trl_grpo_ext.validation`: the tables cover every field they claim to, and each kind of check on its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import inspect
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trl_grpo_ext import validation
+from trl_grpo_ext.validation import (
+    CHOICES,
+    DEFAULTS,
+    RANGES,
+    REQUIRES,
+    UNCHECKED_NUMERIC,
+    Range,
+    RunArgumentError,
+    check_lora_targets,
+    check_reward_columns,
+    check_user_values,
+    user_values_from_argv,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _recipe_fields():
+    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+
+    out = {}
+    for cls in RECIPE_DATACLASSES:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            out.setdefault(f.name, (hints[f.name], f))
+    return out
+
+
+def test_every_numeric_field_has_a_range_or_a_reason():
+    numeric = set()
+    for name, (hint, _) in _recipe_fields().items():
+        args = set(typing.get_args(hint)) or {hint}
+        if args & {int, float} and not args & {bool}:
+            numeric.add(name)
+    assert len(numeric) > 80
+    missing = sorted(numeric - set(RANGES) - set(UNCHECKED_NUMERIC))
+    assert missing == []
+
+
+def test_every_table_key_is_a_field():
+    fields = set(_recipe_fields())
+    for table in (RANGES, CHOICES, REQUIRES, DEFAULTS, UNCHECKED_NUMERIC):
+        assert sorted(set(table) - fields) == []
+
+
+def test_defaults_are_the_dataclass_defaults():
+    for name, value in DEFAULTS.items():
+        _, f = _recipe_fields()[name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        assert value == getattr(default, "value", default), name
+
+
+def test_choices_of_ours_and_trls_are_pinned():
+    from trl import GRPOTrainer
+
+    from trl_grpo_ext import config
+
+    assert CHOICES["zero_variance_filter"] == config.ZERO_VARIANCE_MODES
+    assert CHOICES["adapter_dtype"] == config.ADAPTER_DTYPES
+    assert CHOICES["reward_error_policy"] == config.REWARD_ERROR_POLICIES
+    loss_source = inspect.getsource(GRPOTrainer._compute_loss)
+    for loss_type in CHOICES["loss_type"]:
+        assert f'"{loss_type}"' in loss_source
+    aggregation_source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for value in CHOICES["multi_objective_aggregation"]:
+        assert f'"{value}"' in aggregation_source
+
+
+@pytest.mark.parametrize(
+    "rng, good, bad",
+    [
+        (RANGES["top_p"], [1.0, 1e-9, "0.5"], [0.0, 1.0000001, -1, "x", float("nan")]),
+        (RANGES["lora_dropout"], [0.0, 0.999], [1.0, -0.01]),
+        (RANGES["lora_r"], [1, 4.0, 64], [0, 2.5, True]),
+        (RANGES["seed"], [0, 2**32 - 1], [-1, 2**32]),
+        (RANGES["temperature"], [1e-6, 2.0], [0, -1, float("inf")]),
+        (RANGES["delta"], [1.0001, 3], [1.0, 0.5]),
+        (RANGES["max_steps"], [-1, 1], [-2, 1.5]),
+    ],
+)
+def test_range_bounds(rng, good, bad):
+    for value in good:
+        rng.check("x", value)
+    for value in bad:
+        with pytest.raises(RunArgumentError, match=r"^x=.* must be .*\. Fix: "):
+            rng.check("x", value)
+
+
+def test_range_describes_itself():
+    assert Range(low=0, high=1, low_open=True).describe() == "a number in (0, 1]"
+    assert Range(low=1, integer=True).describe() == "an integer >= 1"
+    assert Range(low=0, low_open=True).describe() == "a number > 0"
+
+
+def test_user_values_are_the_yaml_keys_and_the_command_line_arguments(tmp_path):
+    from trl import TrlParser
+
+    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+
+    config = tmp_path / "c.yaml"
+    config.write_text("micro_batch_size: 4\nlearning_rate: 1.0e-5\nenv: {A: b}\n")
+    argv = ["--config", str(config), "--per_device_train", "8", "--load-in-4bit", "--lora_target_modules", "q_proj",
+            "k_proj", "--learning_rate=3e-4"]
+    values = user_values_from_argv(argv, TrlParser(RECIPE_DATACLASSES))
+    assert values == {"micro_batch_size": 4, "learning_rate": 3e-4, "per_device_train_batch_size": 8,
+                      "load_in_4bit": True, "lora_target_modules": ["q_proj", "k_proj"]}
+    # without a parser (plan): tokens as strings
+    assert user_values_from_argv(["--config", str(config), "--beta", "0.1", "--use_peft"]) == {
+        "micro_batch_size": 4, "learning_rate": 1e-5, "beta": "0.1", "use_peft": True}
+
+
+def test_conflicts_are_judged_by_set_keys_not_values():
+    from trl_grpo_ext.quantifiers import resolve_trl_fields
+
+    # without set_fields (the dataclass path) an explicit default looks unset ...
+    assert resolve_trl_fields({"micro_batch_size": 4, "per_device_train_batch_size": 8}, 1)["micro_batch_size"] == 4
+    # ... with the keys the user set it is a conflict naming both
+    with pytest.raises(RunArgumentError, match="micro_batch_size=4 conflicts with per_device_train_batch_size=8"):
+        check_user_values({"micro_batch_size": 4, "per_device_train_batch_size": 8})
+    check_user_values({"micro_batch_size": 4, "per_device_train_batch_size": 4})  # the same value is no conflict
+    check_user_values({"micro_batch_size": 4, "num_generations": 8})
+
+
+def test_required_columns_and_packages_are_declared_by_the_rewards():
+    from trl_grpo_ext.rewards import get_reward
+
+    assert get_reward("exact_match").required_columns == (("solution", "answer"),)
+    assert get_reward("exact_match", column="gold").required_columns == (("gold",),)
+    assert get_reward("char_fraction").required_columns == (("target",),)
+    assert get_reward("accuracy").required_packages == (("math_verify", "math-verify"),)
+    assert get_reward("accuracy_reward").required_columns == (("solution",),)
+    assert get_reward("format").required_columns == () and get_reward("format").required_packages == ()
+
+
+def test_check_reward_columns_names_reward_column_and_fix():
+    from trl_grpo_ext.rewards.spec import parse_reward_specs
+
+    specs = parse_reward_specs(["char_fraction", {"name": "numeric_match", "kwargs": {"column": "gold"}}])
+    check_reward_columns(["prompt", "target", "gold"], specs)
+    with pytest.raises(RunArgumentError, match=r"rewards\[1\] 'numeric_match' reads the dataset column 'gold'.*Fix"):
+        check_reward_columns(["prompt", "target"], specs)
+
+
+def test_missing_package_is_named_with_pip_and_never_on_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "math_verify", None)
+    assert importlib.util.find_spec("math_verify") is None
+    with pytest.raises(RunArgumentError) as info:
+        validation.validate_run_args(None, {"rewards": ["accuracy"]}, None, None, check_model=False)
+    assert "pip install math-verify" in str(info.value) and "on_error" not in str(info.value)
+
+
+def test_lora_targets_on_a_local_model_directory(tiny_model_dir, monkeypatch):
+    """A local directory is read through its config.json only (meta device: from_pretrained is never called)."""
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", None)
+    base = {"model_name_or_path": str(tiny_model_dir), "use_peft": True}
+    check_lora_targets({**base, "lora_target_modules": ["q_proj", "gate_proj", "down_proj"]})
+    check_lora_targets({**base, "lora_target_modules": "all-linear"})
+    check_lora_targets({**base, "lora_target_modules": [r".*\.q_proj"]})  # one item: a regular expression
+    with pytest.raises(RunArgumentError, match="'gate' matches no module .*e.g. gate_proj"):
+        check_lora_targets({**base, "lora_target_modules": ["q_proj", "gate"]})
+
+
+def test_every_shipped_config_passes(monkeypatch):
+    for path in sorted((ROOT / "recipes/configs").glob("*.yaml")):
+        values = yaml.safe_load(path.read_text())
+        validation.validate_run_args(None, values, None, None, user_values=values)
+
+
+def test_recipe_refuses_a_missing_column_after_loading_the_dataset_before_the_model(tmp_path, monkeypatch, capsys):
+    """A local prompt dataset (columns unknown to `plan`) without the reward's column: exit 2 before any weight."""
+    import importlib.machinery
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_grpo_ext import tiny
+    from trl_grpo_ext.launch import parse_recipe_args
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("\n".join(json.dumps({"prompt": f"say {i}", "label": str(i)}) for i in range(8)))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_name_or_path": "embedded:tiny-qwen2", "dataset_name": str(data), "dataset_train_split": "train",
+        "rewards": ["exact_match"], "prompts_per_step": 2, "num_generations": 4, "total_training_steps": 1,
+        "use_cpu": True, "bf16": False, "report_to": "none", "output_dir": str(tmp_path / "out"),
+        "max_completion_length": 8,
+    }))
+    args = parse_recipe_args(["--config", str(config)])
+
+    def fail(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fail)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", fail)
+    monkeypatch.setattr(tiny, "ensure_tiny_model", fail)
+    loader = importlib.machinery.SourceFileLoader("grpo_qlora_recipe", str(ROOT / "recipes/grpo_qlora.py"))
+    recipe = loader.load_module()
+    monkeypatch.setattr(recipe.tiny, "ensure_tiny_model", fail)
+    assert recipe.main(*args) == 2
+    err = capsys.readouterr().err
+    assert "'exact_match' reads the dataset column 'solution' or 'answer'" in err and "['label', 'prompt']" in err
+
+
+def test_a_reward_failing_on_a_missing_package_is_not_told_to_use_on_error_none():
+    from trl_grpo_ext.rewards.guard import RewardFunctionError, guard_reward
+
+    def needs_math_verify(completions, **kwargs):
+        raise ModuleNotFoundError("No module named 'math_verify'")
+
+    with pytest.raises(RewardFunctionError) as info:
+        guard_reward(needs_math_verify, name="needs_math_verify")(prompts=["p"], completions=["c"])
+    assert "math_verify" in str(info.value) and "Install the missing package" in str(info.value)
+    assert "on_error" not in str(info.value)
+
+
+def test_peft_matching_is_restated_exactly(tiny_model_dir):
+    from types import SimpleNamespace
+
+    from peft.tuners.tuners_utils import check_target_module_exists
+
+    from trl_grpo_ext.validation import model_modules, peft_target_matches
+
+    names = list(model_modules({"model_name_or_path": str(tiny_model_dir)}))
+    assert "model.layers.0.self_attn.q_proj" in names and len(names) > 20
+    for target in ("q_proj", r".*\.q_proj", r".*(q|v)_proj", {"q_proj"}, {"q_proj", "mlp.up_proj", "norm"},
+                   {"layers.1.self_attn.k_proj"}, {"proj"}):
+        probe = SimpleNamespace(target_modules=target, exclude_modules=None, modules_to_save=None,
+                                target_parameters=None)
+        for name in names:
+            assert peft_target_matches(target, name) == bool(check_target_module_exists(probe, name)), (target, name)
+
+
+def test_module_names_are_cached_so_plan_needs_no_torch(tmp_path):
+    """After one run has built the meta model, `plan` on a LoRA config imports neither torch nor transformers."""
+    import os
+    import subprocess
+
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
+           "TRL_GRPO_EXT_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+    code = (
+        "import sys\n"
+        "from trl_grpo_ext import plan_cli\n"
+        "assert plan_cli.main(['--config', 'recipes/configs/tiny_cpu.yaml']) == 0\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.strip().splitlines()[-1] == "['torch', 'transformers']"
+    assert len(os.listdir(tmp_path / "cache" / "module-names")) == 1
+    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert second.returncode == 0 and second.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_soft_overlong_with_its_default_length_and_a_cache_is_accepted():
+    values = {"max_completion_length": 24, "rewards": [{"name": "soft_overlong", "kwargs": {"soft_punish_cache": 4}}]}
+    validation.validate_run_args(None, values, None, None, user_values=values, check_model=False)
