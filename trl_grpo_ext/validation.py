@@ -251,6 +251,8 @@ RANGES: dict[str, Range] = {
     "lost_update_steps": _int(0, "use 0 (off) or e.g. 10.", "adapter_precision"),
     "lost_update_warning_threshold": _unit("use e.g. 0.2.", "adapter_precision (a fraction)"),
     "embedded_num_prompts": _int(1, "use e.g. 240.", "tiny"),
+    "eval_num_prompts": _int(1, "remove it (the whole test split) or use e.g. 64.", "data.load_eval_dataset"),
+    "final_eval_num_samples": _int(0, "use 0 (greedy only) or e.g. 8 samples per prompt.", "evaluation"),
     # --- LoRA (trl.ModelConfig -> peft.LoraConfig) ---
     "lora_r": _int(1, "use a rank such as 8 or 16.", "PEFT raises for r <= 0, after the model loads"),
     "lora_alpha": _pos("use e.g. 2 × lora_r (16 for r 8).", "PEFT scales the update by alpha / r"),
@@ -271,6 +273,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
     "importance_sampling_level": ("token", "sequence"),
     "dataset_format": ("prompt", "gsm8k"),
+    "final_eval": ("none", "adapter", "compare_base"),
     "bnb_4bit_quant_type": ("nf4", "fp4"),
     "eval_strategy": ("no", "steps", "epoch"),
     "save_strategy": ("no", "steps", "epoch", "best"),
@@ -305,9 +308,20 @@ REQUIRES["zero_variance_tolerance"] = ("zero_variance_filter: mask or resample",
                                        "set zero_variance_filter: mask (or resample) or remove {field}.")
 REQUIRES["lost_update_warning_threshold"] = ("lost_update_steps > 0", lambda v: (v.get("lost_update_steps") or 0) > 0,
                                              "set lost_update_steps: 10 (say) or remove {field}.")
-for _name in ("embedded_num_prompts", "embedded_target"):
-    REQUIRES[_name] = ("an embedded dataset_name", lambda v: str(v.get("dataset_name") or "").startswith("embedded:"),
-                       "use dataset_name: embedded:count-char or remove {field}.")
+REQUIRES["embedded_num_prompts"] = ("an embedded dataset_name",
+                                    lambda v: str(v.get("dataset_name") or "").startswith("embedded:"),
+                                    "use an embedded dataset_name (embedded:count-char, embedded:arithmetic) or "
+                                    "remove {field}.")
+REQUIRES["embedded_target"] = ("dataset_name: embedded:count-char",
+                               lambda v: v.get("dataset_name") == "embedded:count-char",
+                               "use dataset_name: embedded:count-char or remove {field}.")
+REQUIRES["eval_num_prompts"] = ("an evaluation (eval_strategy other than no, or final_eval)",
+                                lambda v: _enum(v.get("eval_strategy")) not in (None, "no")
+                                or v.get("final_eval") not in (None, "none"),
+                                "set eval_strategy: steps or final_eval: adapter, or remove {field}.")
+REQUIRES["final_eval_num_samples"] = ("final_eval: adapter or compare_base",
+                                      lambda v: v.get("final_eval") not in (None, "none"),
+                                      "set final_eval: adapter or remove {field}.")
 for _name in ("sapo_temperature_neg", "sapo_temperature_pos"):
     REQUIRES[_name] = ("loss_type: sapo", lambda v: v.get("loss_type") == "sapo",
                        "set loss_type: sapo or remove {field}.")
@@ -346,6 +360,7 @@ DEFAULTS: dict[str, Any] = {
     "dataset_name": None,
     "dataset_format": "prompt",
     "embedded_target": "a",
+    "final_eval": "none",
     "max_completion_length": 512,
     "multi_objective_aggregation": "sum_then_normalize",
     "rewards": None,
@@ -593,16 +608,19 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
 def _check_evaluation(values: Mapping[str, Any], user: Mapping[str, Any]) -> None:
     """Evaluation needs a test split the user chose (TRL's `dataset_test_split` default "test" may not exist)."""
     strategy = _enum(values.get("eval_strategy"))
-    evaluating = (strategy not in (None, "no")) or bool(values.get("do_eval"))
+    final_eval = values.get("final_eval") or "none"
+    evaluating = (strategy not in (None, "no")) or bool(values.get("do_eval")) or final_eval != "none"
     if not evaluating:
         return
     # with the user's keys: a split they chose (TRL's default "test" may not exist); without them: the value
     if (user.get("dataset_test_split") if user else values.get("dataset_test_split")):
         return
-    setting = f"eval_strategy={strategy!r}" if strategy not in (None, "no") else "do_eval=True"
+    setting = (f"eval_strategy={strategy!r}" if strategy not in (None, "no")
+               else f"final_eval={final_eval!r}" if final_eval != "none" else "do_eval=True")
     raise RunArgumentError(
-        f"{setting} evaluates on a test split, but no dataset_test_split is set, so the trainer would fail after the "
-        "model loads. Fix: set dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: no."
+        f"{setting} evaluates on a test split, but no dataset_test_split is set (TRL's default 'test' may not exist "
+        "and is only used when you choose it). Fix: set dataset_test_split: <split of dataset_name> (e.g. test), or "
+        "eval_strategy: no and final_eval: none."
     )
 
 
@@ -712,8 +730,8 @@ def _known_columns(values: Mapping[str, Any]) -> list[str] | None:
             return list(tiny.count_char_rows(1, target=values.get("embedded_target") or "a")[0])
         except ValueError as err:
             raise RunArgumentError(f"embedded_target: {err} Fix: embedded_target: a") from None
-    if values.get("dataset_format") == "gsm8k":
-        return ["prompt", "answer"]
+    if values.get("dataset_format") == "gsm8k" or name == "embedded:arithmetic":
+        return ["prompt", "answer"]  # data.gsm8k_to_prompt's row (the arithmetic task is mapped the same way)
     return None
 
 
