@@ -20,6 +20,7 @@ loss types so each appears several times; `-m slow` runs every accepted 4-way co
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import warnings
@@ -184,16 +185,26 @@ def _settings(adv):
 # --- shared setup ---------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def setup(tiny_model_dir, tiny_tokenizer):
+    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
     from trl_grpo_ext import tiny
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a 64-wide model: one thread is fastest, and the machine is shared
+
     rows_a = tiny.count_char_rows(6, target="a")
     rows_b = tiny.count_char_rows(6, target="b", seed=1)
     dataset = Dataset.from_list([rows_b[i] if i % 2 else row for i, row in enumerate(rows_a)])
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
-    return model, tiny_tokenizer, dataset
+    # accelerate's free_memory() runs gc.collect() at every train(); freezing the objects alive now (torch,
+    # transformers, the model) keeps that collection to what each step creates
+    gc.collect()
+    gc.freeze()
+    yield model, tiny_tokenizer, dataset
+    gc.unfreeze()
+    torch.set_num_threads(threads)
 
 
 def _run_step(setup, combo, tmp_path):
@@ -213,6 +224,7 @@ def _run_step(setup, combo, tmp_path):
         args = GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, prompts_per_step=4,
                              num_generations=G, micro_batch_size=16, total_training_steps=1, max_completion_length=6,
                              learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=1,
+                             gradient_checkpointing=False,
                              disable_tqdm=True, seed=a, reward_weights=list(WEIGHTS), **values)
         trainer = GRPOExtTrainer(model, reward_funcs=[reward_count_b, reward_length_mod_3], args=args,
                                  train_dataset=dataset, processing_class=tokenizer)

@@ -562,8 +562,8 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
         dataset_columns (`list[str]`, *optional*): the training dataset's columns; when ``None`` they are known only
             for the embedded and GSM8K-format datasets (the recipe calls :func:`check_reward_columns` again after
             loading the dataset, before the model).
-        check_model (`bool`, defaults to `True`): check LoRA target modules against the model's module names (builds
-            the model on the meta device: imports torch and transformers; no weights are read).
+        check_model (`bool`, defaults to `True`): check LoRA target modules against the model's module names
+            (:func:`model_modules`: the model built on the meta device once per config, then cached; no weights).
 
     Raises:
         RunArgumentError: one line naming the field(s), the value(s) and a fix.
@@ -578,7 +578,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     for name, choices in CHOICES.items():
         value = _enum(values.get(name))
         if name in values and value is not None and value not in choices:
-            raise RunArgumentError(f"{name}={value!r} is not valid: choose one of {', '.join(map(repr, choices))}.")
+            raise RunArgumentError(f"{name}={value!r} is not valid. Fix: choose one of {', '.join(map(repr, choices))}.")
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
     for name in user:
         if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values):
