@@ -119,6 +119,8 @@ def test_user_values_are_the_yaml_keys_and_the_command_line_arguments(tmp_path):
     values = user_values_from_argv(argv, TrlParser(RECIPE_DATACLASSES))
     assert values == {"micro_batch_size": 4, "learning_rate": 3e-4, "per_device_train_batch_size": 8,
                       "load_in_4bit": True, "lora_target_modules": ["q_proj", "k_proj"]}
+    assert values.command_line_keys == {"per_device_train_batch_size", "load_in_4bit", "lora_target_modules",
+                                        "learning_rate"}
     # without a parser (plan): tokens as strings
     assert user_values_from_argv(["--config", str(config), "--beta", "0.1", "--use_peft"]) == {
         "micro_batch_size": 4, "learning_rate": 1e-5, "beta": "0.1", "use_peft": True}

@@ -303,3 +303,14 @@ def test_a_command_line_override_counts_as_set(tmp_path, no_weights):
     with pytest.raises(RecipeArgumentError) as info:
         parse_recipe_args(["--config", path, "--epsilon=-0.1"])
     assert "epsilon=-0.1" in info.value.message
+
+
+def test_switching_a_feature_off_on_the_command_line_is_not_refused(tmp_path, no_weights):
+    """`--save_strategy no` over a YAML with `save_steps: 50` disables saving on purpose; in the YAML it is refused."""
+    path = _config(tmp_path, {})
+    parse_recipe_args(["--config", path, "--save_strategy", "no"])
+    parse_recipe_args(["--config", path, "--use_peft", "false"])
+    with pytest.raises(RecipeArgumentError, match="save_steps=50 only takes effect with save_strategy: steps"):
+        parse_recipe_args(["--config", _config(tmp_path, {"save_strategy": "no"})])
+    with pytest.raises(RecipeArgumentError, match="save_steps=10.0 only takes effect"):
+        parse_recipe_args(["--config", path, "--save_strategy", "no", "--save_steps", "10"])

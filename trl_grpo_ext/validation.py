@@ -52,6 +52,7 @@ __all__ = [
     "model_modules",
     "peft_target_matches",
     "user_values_from_argv",
+    "UserValues",
 ]
 
 
@@ -336,6 +337,15 @@ REQUIRES["eval_steps"] = ("eval_strategy: steps", lambda v: _enum(v.get("eval_st
 REQUIRES["save_steps"] = ("save_strategy: steps", lambda v: _enum(v.get("save_strategy")) == "steps",
                           "set save_strategy: steps or remove {field}.")
 
+#: The field(s) deciding whether each `REQUIRES` field takes effect. A field written in the YAML is not refused when
+#: one of these was given on the command line: `--save_strategy no` over a YAML with `save_steps: 50` switches the
+#: feature off on purpose.
+GOVERNED_BY: dict[str, tuple[str, ...]] = {
+    name: {"embedded_num_prompts": ("dataset_name",), "eval_num_prompts": ("eval_strategy", "final_eval")}.get(
+        name, (setting.split(":")[0].split(" ")[0],))
+    for name, (setting, _, _) in REQUIRES.items()
+}
+
 #: (low field, high field): the first may not exceed the second.
 ORDERED: tuple[tuple[str, str], ...] = (
     ("entropy_coef_min", "entropy_coef_max"),
@@ -387,7 +397,13 @@ NORMALIZE_THEN_SUM_IGNORES = ("advantage_preset", "advantage_baseline", "advanta
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> dict[str, Any]:
+class UserValues(dict):
+    """The keys a user set and their values (a `dict`), with ``command_line_keys``: those given on the command line."""
+
+    command_line_keys: frozenset = frozenset()
+
+
+def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> UserValues:
     """The keys the user set and their values: the ``--config`` YAML mapping, overridden by command-line arguments.
 
     Args:
@@ -398,7 +414,8 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser |
             parser types them. Without a parser, ``--key value`` / ``--key=value`` tokens are read as strings.
 
     Returns:
-        `dict`: field name -> value, only for keys the user set (the YAML's ``env`` key excluded).
+        `UserValues`: field name -> value, only for keys the user set (the YAML's ``env`` key excluded); its
+        ``command_line_keys`` are the keys the command line set.
 
     Raises:
         RunArgumentError: the YAML file is not a mapping. (A missing file is reported by the caller.)
@@ -406,7 +423,7 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser |
     import yaml
 
     args = list(argv)
-    values: dict[str, Any] = {}
+    values = UserValues()
     if "--config" in args:
         index = args.index("--config")
         path = args[index + 1] if index + 1 < len(args) else None
@@ -418,6 +435,7 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser |
                                        f"{type(data).__name__}. Fix: write one `key: value` per line.")
             values.update({k: v for k, v in (data or {}).items() if k != "env"})
     if parser is None:
+        cli: dict[str, Any] = {}
         i = 0
         while i < len(args):
             token = args[i]
@@ -425,13 +443,15 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser |
                 key, eq, value = token[2:].partition("=")
                 if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
                     value, i = args[i + 1], i + 1
-                values[key.replace("-", "_")] = value if (eq or value) else True
+                cli[key.replace("-", "_")] = value if (eq or value) else True
             i += 1
-        return values
-    sentinel = object()
-    namespace = argparse.Namespace(**{a.dest: sentinel for a in parser._actions if a.dest != "help"})
-    parsed, _ = parser.parse_known_args(args, namespace=namespace)
-    values.update({k: v for k, v in vars(parsed).items() if v is not sentinel})
+    else:
+        sentinel = object()
+        namespace = argparse.Namespace(**{a.dest: sentinel for a in parser._actions if a.dest != "help"})
+        parsed, _ = parser.parse_known_args(args, namespace=namespace)
+        cli = {k: v for k, v in vars(parsed).items() if v is not sentinel}
+    values.update(cli)
+    values.command_line_keys = frozenset(cli)
     return values
 
 
@@ -580,8 +600,11 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
         if name in values and value is not None and value not in choices:
             raise RunArgumentError(f"{name}={value!r} is not valid. Fix: choose one of {', '.join(map(repr, choices))}.")
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
+    cli_keys = getattr(user_values, "command_line_keys", frozenset())
     for name in user:
         if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values):
+            if name not in cli_keys and cli_keys.intersection(GOVERNED_BY[name]):
+                continue  # switched off on the command line over a YAML that configures it
             ignored.setdefault(REQUIRES[name][0], []).append(name)
     for setting, names in ignored.items():
         fix = REQUIRES[names[0]][2].format(field=" and ".join(names))
