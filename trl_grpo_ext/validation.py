@@ -371,6 +371,7 @@ DEFAULTS: dict[str, Any] = {
     "dataset_format": "prompt",
     "embedded_target": "a",
     "final_eval": "none",
+    "dataset_test_split": "test",
     "max_completion_length": 512,
     "multi_objective_aggregation": "sum_then_normalize",
     "rewards": None,
@@ -629,21 +630,23 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
 
 
 def _check_evaluation(values: Mapping[str, Any], user: Mapping[str, Any]) -> None:
-    """Evaluation needs a test split the user chose (TRL's `dataset_test_split` default "test" may not exist)."""
+    """Evaluation needs a test split: `dataset_test_split` (TRL's default "test") not set to null or "".
+
+    Whether the named split exists is checked by the recipe's data stage (`data.load_eval_dataset`), which loads it
+    before the model; `plan` cannot look into a Hub dataset offline.
+    """
     strategy = _enum(values.get("eval_strategy"))
     final_eval = values.get("final_eval") or "none"
     evaluating = (strategy not in (None, "no")) or bool(values.get("do_eval")) or final_eval != "none"
     if not evaluating:
         return
-    # with the user's keys: a split they chose (TRL's default "test" may not exist); without them: the value
-    if (user.get("dataset_test_split") if user else values.get("dataset_test_split")):
+    if values.get("dataset_test_split"):
         return
     setting = (f"eval_strategy={strategy!r}" if strategy not in (None, "no")
                else f"final_eval={final_eval!r}" if final_eval != "none" else "do_eval=True")
     raise RunArgumentError(
-        f"{setting} evaluates on a test split, but no dataset_test_split is set (TRL's default 'test' may not exist "
-        "and is only used when you choose it). Fix: set dataset_test_split: <split of dataset_name> (e.g. test), or "
-        "eval_strategy: no and final_eval: none."
+        f"{setting} evaluates on a test split, but dataset_test_split={values.get('dataset_test_split')!r}. Fix: set "
+        "dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: no and final_eval: none."
     )
 
 
