@@ -123,8 +123,8 @@ def build_plan(args: argparse.Namespace):
     world = world_size_from(args.num_processes)
     from trl_grpo_ext.validation import validate_run_args
 
-    # the checks the recipe's argument stage runs, on the keys the YAML sets (torch is imported only to check LoRA
-    # target modules against the model's module names)
+    # the checks the recipe's argument stage runs, on the keys the YAML sets (torch is imported only the first time a
+    # model's module names are needed for LoRA targets; they are cached afterwards)
     validate_run_args(None, config, None, None, user_values=config, world_size=world)
     fields = resolve_trl_fields(values, world)
     mcl = _coerce(config.get("max_completion_length", TRL_DEFAULTS["max_completion_length"]))
