@@ -206,6 +206,8 @@ REFUSED = [
           transformers_continuous_batching_config={"num_blocks": 8}), r"generation_kwargs \['min_new_tokens'\]"),
     (dict(use_transformers_continuous_batching=True), "without `num_blocks`"),
     (dict(use_transformers_paged=True), "without `num_blocks`"),  # TRL's deprecated alias turns CB on
+    (dict(use_transformers_continuous_batching=True, generation_kwargs='{"min_length": 4}',  # JSON from the CLI
+          transformers_continuous_batching_config='{"num_blocks": 8}'), r"generation_kwargs \['min_length'\]"),
 ]
 
 

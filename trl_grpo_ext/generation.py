@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -130,7 +131,7 @@ def check_generation_settings(args, on_cpu: bool) -> None:
     cb = bool(getattr(args, "use_transformers_continuous_batching", False) or getattr(args, "use_transformers_paged",
                                                                                       False))
     cache = getattr(args, "cache_implementation", None)
-    gen_kwargs = getattr(args, "generation_kwargs", None) or {}
+    gen_kwargs = _as_dict(getattr(args, "generation_kwargs", None))
     if getattr(args, VLLM_4BIT_OPT_IN, False) and not use_vllm:
         raise ValueError(
             f"{VLLM_4BIT_OPT_IN}=True does nothing without use_vllm=True (it only lets vLLM run on a 4-bit base). "
@@ -171,14 +172,25 @@ def check_generation_settings(args, on_cpu: bool) -> None:
             "these logits processors, so they would not apply. Fix: remove them from `generation_kwargs`, or set "
             "`use_transformers_continuous_batching: false`."
         )
-    cb_config = args.transformers_continuous_batching_config or {}
-    if on_cpu and isinstance(cb_config, Mapping) and cb_config.get("num_blocks") is None:
+    cb_config = _as_dict(args.transformers_continuous_batching_config)
+    if on_cpu and cb_config.get("num_blocks") is None:
         raise ValueError(
             "use_transformers_continuous_batching=True on a CPU without `num_blocks` in "
             f"transformers_continuous_batching_config ({dict(cb_config)}): transformers then sizes the KV cache from "
             "free host memory (6.8 GB resident for the 87k-parameter tiny model, measured). Fix: set e.g. "
             "`transformers_continuous_batching_config: {num_blocks: 8, page_size: 64, max_batch_tokens: 512}`."
         )
+
+
+def _as_dict(value) -> dict:
+    """A dict field as TRL will see it: a JSON string from the command line is parsed only later, in
+    `TrainingArguments.__post_init__`; anything unparsable is left for TRL to report."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 class BaseDriftMonitor:
