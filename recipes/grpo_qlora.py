@@ -17,6 +17,7 @@ model card -> push.
 import sys
 
 from accelerate.utils import set_seed
+
 from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
 from trl_grpo_ext.data import load_eval_dataset, load_prompt_dataset

@@ -23,9 +23,9 @@ from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
 from trl_grpo_ext.generation import (
     DRIFT_METRIC,
     BaseDriftMonitor,
-    keep_4bit_layers_trainable_on_cpu,
     preserved_dtypes,
 )
+from trl_grpo_ext.models import keep_4bit_training_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 CYCLES = 50
@@ -348,7 +348,7 @@ def test_preserved_dtypes_restores_the_same_tensors():
 
 def test_4bit_layers_stay_trainable_after_an_eval_forward_on_cpu():
     model = _tiny_4bit_lora(double_quant=True)
-    assert keep_4bit_layers_trainable_on_cpu(model) == 14
+    assert keep_4bit_training_layout(model) == 14
     ids = torch.tensor([[5, 6, 7, 8]])
     model.eval()
     with torch.no_grad():

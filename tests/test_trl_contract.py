@@ -740,7 +740,7 @@ def test_continuous_batching_drops_the_processors_we_refuse_and_runs_in_eval_mod
     source = inspect.getsource(continuous_batching.continuous_api)
     assert "self.model = model.eval()" in source, _broken(
         "continuous batching no longer puts the model in eval mode",
-        "generation.keep_4bit_layers_trainable_on_cpu (may be unnecessary now)")
+        "models.keep_4bit_training_layout (may be unnecessary now)")
 
 
 def test_bnb_4bit_repacks_for_cpu_inference_only_when_allowed():
@@ -749,4 +749,4 @@ def test_bnb_4bit_repacks_for_cpu_inference_only_when_allowed():
     forward = _source(bnb.nn.Linear4bit.forward)
     assert "self.support_avx512bf16_for_cpu" in forward and "not self.training" in forward, _broken(
         "bitsandbytes' Linear4bit.forward no longer gates its CPU inference repacking on support_avx512bf16_for_cpu",
-        "generation.keep_4bit_layers_trainable_on_cpu")
+        "models.keep_4bit_training_layout")

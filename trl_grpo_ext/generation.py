@@ -13,7 +13,7 @@ Three generation back ends exist in TRL 1.16 (`trl/trainer/grpo_trainer.py`, `_g
   back, which would leave a float32 adapter in bf16 for the rest of training; :func:`preserved_dtypes` restores the
   exact float32 tensors afterwards. Its model runner calls ``model.eval()``; on a CPU with AVX512-BF16,
   bitsandbytes then repacks 4-bit weights for inference and the next training forward fails;
-  :func:`keep_4bit_layers_trainable_on_cpu` turns that repacking off.
+  ``models.keep_4bit_training_layout`` (called by the trainer) turns that repacking off.
 - ``model.generate`` (the default), with any transformers cache (`cache_implementation: static`).
 
 Settings that a back end would silently ignore are refused by :func:`check_generation_settings` (see
@@ -273,21 +273,3 @@ def preserved_dtypes(model) -> Iterator[None]:
             current = module._buffers.get(name)
             if current is not None and current.dtype != buffer.dtype:
                 module._buffers[name] = buffer
-
-
-def keep_4bit_layers_trainable_on_cpu(model) -> int:
-    """Stop bitsandbytes from repacking 4-bit weights for CPU inference; returns how many layers were changed.
-
-    ``bnb.nn.Linear4bit.forward`` on a CPU with AVX512-BF16 converts its weight to an inference-only layout the first
-    time it runs in eval mode without gradients (continuous batching's model runner calls ``model.eval()``), and keeps
-    it: the next training forward then fails ("a view of a leaf Variable that requires grad is being used in an
-    in-place operation"). Setting the layer's ``support_avx512bf16_for_cpu`` to False keeps the trainable layout.
-    """
-    import bitsandbytes as bnb
-
-    changed = 0
-    for module in model.modules():
-        if isinstance(module, bnb.nn.Linear4bit) and getattr(module, "support_avx512bf16_for_cpu", False):
-            module.support_avx512bf16_for_cpu = False
-            changed += 1
-    return changed

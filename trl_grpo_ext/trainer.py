@@ -34,9 +34,9 @@ from .generation import (
     check_vllm_quantization,
     is_4bit,
     is_8bit,
-    keep_4bit_layers_trainable_on_cpu,
     preserved_dtypes,
 )
+from .models import keep_4bit_training_layout
 from .quantifiers import RunPlan, plan_warnings, resample_note, resolve_plan
 from .rewards.spec import RewardSpec, format_reward_specs
 from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
@@ -86,8 +86,10 @@ class GRPOExtTrainer(GRPOTrainer):
             # trainable modules (a modules_to_save lm_head) get dtype-consistency hooks, without which TRL's own bf16
             # mode fails in the forward pass ("expected m1 and m2 to have the same dtype"). See adapter_precision.
             cast_trainable_to(self.model, args.adapter_dtype, exclude=("lora_magnitude_vector",))
-            if self.accelerator.device.type == "cpu":  # eval-mode forwards (continuous batching) must not repack
-                keep_4bit_layers_trainable_on_cpu(self.model)
+            # bitsandbytes repacks a 4-bit layer's weight for its CPU inference kernel on the first no-grad forward in
+            # eval mode (TRL's eval loop, continuous batching's model runner) and never unpacks it for training: the
+            # next training step then fails. Keep the training layout (see models.keep_4bit_training_layout).
+            keep_4bit_training_layout(self.model)
         # use_vllm on a 4-bit base (opted in): measure how far the re-quantized base drifts, once per generation batch
         self.base_drift = (
             BaseDriftMonitor(self.model)
