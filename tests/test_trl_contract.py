@@ -685,3 +685,68 @@ def test_quantized_model_adapters_cast_to_bf16_in_init(tiny_model_dir, tiny_toke
     assert trainable == {torch.bfloat16}, _broken(f"trainable dtypes after GRPOTrainer.__init__: {trainable}", ours)
     cast_trainable_to(grpo.model, "float32")
     assert {p.dtype for p in grpo.model.parameters() if p.requires_grad} == {torch.float32}
+
+
+# -- generation: TRL's vLLM weight sync merges the adapter into the base; continuous batching casts the model ----------
+def test_vllm_sync_merges_and_unmerges_a_peft_model():
+    """`generation.py` (the refusal, `BaseDriftMonitor`) and `tests/vllm_standin.py` rely on these lines."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    ours = "generation.py (vLLM-on-4-bit refusal and the vllm/base_drift metric) and tests/vllm_standin.py"
+    iterate = _source(VLLMGeneration._iter_named_params)
+    merge, unmerge = iterate.find("model.merge_adapter()"), iterate.find("model.unmerge_adapter()")
+    assert "if is_peft_model(model):" in iterate and 0 < merge < unmerge, _broken(
+        "VLLMGeneration._iter_named_params no longer merges then unmerges the PEFT adapter", ours
+        + " (the drift may be gone: check whether the 4-bit refusal is still needed)")
+    sync = _source(VLLMGeneration.sync_weights)
+    for line in ("for name, param in self._iter_named_params():",
+                 "self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights([(name, param)])",
+                 "self.llm.reset_prefix_cache()"):
+        assert line in sync, _broken(f"VLLMGeneration.sync_weights no longer contains {line!r}", ours)
+    assert "self._init_vllm()" in _source(VLLMGeneration.__init__), _broken(
+        "VLLMGeneration.__init__ no longer builds the engine in _init_vllm", "tests/vllm_standin.py")
+    found = list(inspect.signature(VLLMGeneration.generate).parameters)
+    assert found == ["self", "prompts", "images", "num_generations", "profiler"], _broken(
+        f"VLLMGeneration.generate parameters are now {found}", "tests/vllm_standin.py")
+    trainer_init = _source(GRPOTrainer.__init__)
+    assert "self.vllm_generation = VLLMGeneration(" in trainer_init, _broken(
+        "GRPOTrainer.__init__ no longer builds trl.trainer.grpo_trainer.VLLMGeneration", "tests/test_generation.py")
+    turn = _source(GRPOTrainer._generate_single_turn)
+    assert "self.vllm_generation.sync_weights()" in turn and "self._last_loaded_step = self.state.global_step" in turn, (
+        _broken("GRPOTrainer._generate_single_turn no longer syncs the weights once per optimizer step", ours))
+
+
+def test_continuous_batching_casts_the_model_and_takes_the_generation_config():
+    ours = "trainer.py _generate_and_score_keeping_dtypes (generation.preserved_dtypes around it)"
+    turn = _source(GRPOTrainer._generate_single_turn)
+    branch = turn[turn.index("elif self.use_transformers_continuous_batching:"):turn.index("else:\n            # Regular")]
+    for line in ("unwrapped_model.to(torch.bfloat16)", "unwrapped_model.generate_batch(",
+                 "generation_config=self.generation_config", "continuous_batching_config=self.continuous_batching_config"):
+        assert line in branch, _broken(f"the continuous-batching branch no longer contains {line!r}", ours)
+    init = _source(GRPOTrainer.__init__)
+    assert '"cache_implementation": args.cache_implementation,' in init and "if args.generation_kwargs is not None:\n" \
+        "                generation_kwargs.update(args.generation_kwargs)" in init, _broken(
+            "GRPOTrainer.__init__ no longer passes cache_implementation / generation_kwargs to the GenerationConfig",
+            "generation.check_generation_settings and docs/generation.md (cache_implementation: static)")
+
+
+def test_continuous_batching_drops_the_processors_we_refuse_and_runs_in_eval_mode():
+    from transformers.generation import continuous_batching, logits_process
+
+    for name in ("RepetitionPenaltyLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "MinLengthLogitsProcessor"):
+        assert getattr(logits_process, name).supports_continuous_batching is False, _broken(
+            f"transformers now supports {name} under continuous batching",
+            "generation.CB_UNSUPPORTED_GENERATION_KWARGS (the refusal can be relaxed)")
+    source = inspect.getsource(continuous_batching.continuous_api)
+    assert "self.model = model.eval()" in source, _broken(
+        "continuous batching no longer puts the model in eval mode",
+        "models.keep_4bit_training_layout (may be unnecessary now)")
+
+
+def test_bnb_4bit_repacks_for_cpu_inference_only_when_allowed():
+    import bitsandbytes as bnb
+
+    forward = _source(bnb.nn.Linear4bit.forward)
+    assert "self.support_avx512bf16_for_cpu" in forward and "not self.training" in forward, _broken(
+        "bitsandbytes' Linear4bit.forward no longer gates its CPU inference repacking on support_avx512bf16_for_cpu",
+        "models.keep_4bit_training_layout")

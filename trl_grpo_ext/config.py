@@ -15,6 +15,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from .advantage_settings import AdvantageSettings, resolve_advantage_settings
+from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
 from .quantifiers import TRL_DEFAULTS, QuantityError, resolve_trl_fields
 from .rewards.spec import parse_reward_specs
 from .zero_variance import ROW_NORMALISED_LOSSES
@@ -87,6 +88,14 @@ class GRPOExtConfig(GRPOConfig):
             Measure the lost-update fraction every this many optimizer steps (0 = never).
         lost_update_warning_threshold (`float`, *optional*, defaults to `0.2`):
             Warn when more than this fraction of trainable weights with a non-zero gradient did not change.
+
+    Generation (see `docs/generation.md`):
+
+        allow_vllm_4bit_merge (`bool`, *optional*, defaults to `False`):
+            Let `use_vllm: true` run on a 4-bit base although TRL's weight sync merges the adapter into the 4-bit
+            weights and unmerges it, re-quantizing the frozen base at every generation batch. The relative drift of a
+            few fixed base layers since the start is then logged as `vllm/base_drift`. Without it the combination is
+            refused before any model loads.
     """
 
     # Quantities
@@ -146,6 +155,11 @@ class GRPOExtConfig(GRPOConfig):
     lost_update_warning_threshold: float = field(
         default=0.2, metadata={"help": "Warn when the lost-update fraction exceeds this."}
     )
+    # Generation
+    allow_vllm_4bit_merge: bool = field(
+        default=False,
+        metadata={"help": "Let use_vllm run on a 4-bit base (its sync re-quantizes the base); logs vllm/base_drift."},
+    )
 
     def __post_init__(self):
         world_size = _world_size_from_env()
@@ -177,6 +191,7 @@ class GRPOExtConfig(GRPOConfig):
             raise ValueError(f"lost_update_steps={self.lost_update_steps} must be >= 0 (0 = off).")
         self._check_zero_variance_filter(world_size)
         self._check_bf16()
+        self._check_generation()
         super().__post_init__()
         if self.world_size != world_size:
             raise QuantityError(
@@ -278,6 +293,15 @@ class GRPOExtConfig(GRPOConfig):
                 "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU."
             )
 
+    def _check_generation(self) -> None:
+        """Generation settings TRL would ignore or that cannot work, and `use_vllm` on a 4-bit
+        ``model_init_kwargs["quantization_config"]`` (see `generation.check_generation_settings`)."""
+        check_generation_settings(self, on_cpu=self.use_cpu or not _accelerator_available())
+        init_kwargs = self.model_init_kwargs if isinstance(self.model_init_kwargs, dict) else {}
+        quantization = init_kwargs.get("quantization_config")
+        check_vllm_quantization(self, is_4bit(quantization), is_8bit(quantization),
+                                source="model_init_kwargs.quantization_config")
+
     def quantity_fields(self) -> dict[str, Any]:
         """The resolved quantity fields, as `quantifiers.resolve_plan` takes them."""
         values = {name: getattr(self, name) for name in QUANTITY_FIELDS}
@@ -307,6 +331,12 @@ def _world_size_from_env() -> int:
         return max(1, int(raw))
     except ValueError as err:
         raise ValueError(f"WORLD_SIZE={raw!r} in the environment is not an integer.") from err
+
+
+def _accelerator_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or bool(getattr(torch, "xpu", None) and torch.xpu.is_available())
 
 
 def _bf16_available() -> bool:

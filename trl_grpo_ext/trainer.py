@@ -1,7 +1,8 @@
 """`GRPOExtTrainer`: TRL's `GRPOTrainer` with the plan, the stop rule and the GRPO extensions wired in.
 
 The trainer holds no GRPO logic of its own: the plan comes from `quantifiers`, advantages and group masks from
-`advantages`, rewards from `rewards`, adapter precision from `adapter_precision`. Every override calls `super()` and
+`advantages`, rewards from `rewards`, adapter precision from `adapter_precision`, generation checks and the vLLM
+base-drift metric from `generation`. Every override calls `super()` and
 post-processes; no TRL method body is copied. The private TRL methods relied on are pinned in
 `tests/test_trl_contract.py`.
 """
@@ -26,6 +27,15 @@ from .checkpoints import (
     write_json,
 )
 from .config import GRPOExtConfig
+from .generation import (
+    DRIFT_METRIC,
+    DRIFT_WARNING_THRESHOLD,
+    BaseDriftMonitor,
+    check_vllm_quantization,
+    is_4bit,
+    is_8bit,
+    preserved_dtypes,
+)
 from .models import keep_4bit_training_layout
 from .quantifiers import RunPlan, plan_warnings, resample_note, resolve_plan
 from .rewards.spec import RewardSpec, format_reward_specs
@@ -69,6 +79,7 @@ class GRPOExtTrainer(GRPOTrainer):
         model_name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
             logger.warning(advice)
+        _check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if _is_quantized(self.model):
             # TRL casts trainable adapter weights of a quantized model to bf16; "float32" undoes it. Either way plain
@@ -76,9 +87,15 @@ class GRPOExtTrainer(GRPOTrainer):
             # mode fails in the forward pass ("expected m1 and m2 to have the same dtype"). See adapter_precision.
             cast_trainable_to(self.model, args.adapter_dtype, exclude=("lora_magnitude_vector",))
             # bitsandbytes repacks a 4-bit layer's weight for its CPU inference kernel on the first no-grad forward in
-            # eval mode (TRL's eval loop) and never unpacks it for training: the next training step then fails. Keep
-            # the training layout (see models.keep_4bit_training_layout).
+            # eval mode (TRL's eval loop, continuous batching's model runner) and never unpacks it for training: the
+            # next training step then fails. Keep the training layout (see models.keep_4bit_training_layout).
             keep_4bit_training_layout(self.model)
+        # use_vllm on a 4-bit base (opted in): measure how far the re-quantized base drifts, once per generation batch
+        self.base_drift = (
+            BaseDriftMonitor(self.model)
+            if args.use_vllm and _is_4bit_model(self.model) and hasattr(self.model, "merge_adapter") else None
+        )
+        self._drift_warned = False
         self.lost_updates = LostUpdateTracker(
             args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
         )
@@ -113,7 +130,9 @@ class GRPOExtTrainer(GRPOTrainer):
         normaliser through TRL's `tool_mask` and `num_items_in_batch`. Tensor shapes never change, so every process
         makes the same collective calls.
         """
-        output = super()._generate_and_score_completions(inputs)
+        output = self._generate_and_score_keeping_dtypes(inputs)
+        if self.base_drift is not None and self.model.training:
+            self._record_base_drift()
         if not self.model.training or self.args.multi_objective_aggregation != "sum_then_normalize":
             return output
         args, g = self.args, self.num_generations
@@ -136,6 +155,26 @@ class GRPOExtTrainer(GRPOTrainer):
         if filtering:
             self._mask_uniform_rows(output, kept, local)
         return output
+
+    def _generate_and_score_keeping_dtypes(self, inputs):
+        """TRL's generation batch; with continuous batching, the dtype cast TRL makes before it is undone after it
+        (the float32 adapter stays float32 and exact, see `generation.preserved_dtypes`)."""
+        if not self.use_transformers_continuous_batching:
+            return super()._generate_and_score_completions(inputs)
+        with preserved_dtypes(self.model):
+            return super()._generate_and_score_completions(inputs)
+
+    def _record_base_drift(self) -> None:
+        drift = self.base_drift.measure()
+        self._metrics["train"][DRIFT_METRIC].append(drift)
+        if drift > DRIFT_WARNING_THRESHOLD and not self._drift_warned:
+            self._drift_warned = True
+            logger.warning(
+                "The 4-bit base has drifted %.1f%% (relative Frobenius norm of layers %s) since the start, at "
+                "optimizer step %d: TRL's vLLM weight sync re-quantizes it at every generation batch "
+                "(allow_vllm_4bit_merge=True). See docs/generation.md.",
+                100 * drift, ", ".join(self.base_drift.layer_names), self.state.global_step,
+            )
 
     def _local_rows(self, local_size: int) -> slice:
         rank = self.accelerator.process_index
@@ -172,7 +211,7 @@ class GRPOExtTrainer(GRPOTrainer):
             indices = self._resample_source.draw(len(uniform) // g, self.accelerator.process_index,
                                                  self.accelerator.num_processes)
             extra_inputs = [self.train_dataset[i] for i in indices for _ in range(g)]
-            extra = super()._generate_and_score_completions(extra_inputs)
+            extra = self._generate_and_score_keeping_dtypes(extra_inputs)
             extra_rewards = weighted_total(self._last_rewards_per_func, self.reward_weights)
             extra_uniform = uniform_group_mask(extra_rewards, g, args.zero_variance_tolerance)
             extra["zero_variance_rewards"] = extra_rewards[local]
@@ -315,6 +354,23 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
     specs = with_run_defaults([RewardSpec(**spec) for spec in args.rewards], args.max_completion_length)
     funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
     return funcs
+
+
+def _check_vllm_before_loading(model, args: GRPOExtConfig, quantization_config) -> None:
+    """`generation.check_vllm_quantization` on what the trainer was given: a model id loaded with the
+    ``quantization_config=`` argument, or an already loaded (possibly 4-bit) model; before TRL loads anything."""
+    if isinstance(model, str):
+        check_vllm_quantization(args, is_4bit(quantization_config), is_8bit(quantization_config),
+                                source="quantization_config")
+        return
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    check_vllm_quantization(args, bool(getattr(base, "is_loaded_in_4bit", False)),
+                            bool(getattr(base, "is_loaded_in_8bit", False)), source="the model passed")
+
+
+def _is_4bit_model(model) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(base, "is_loaded_in_4bit", False))
 
 
 def _is_quantized(model) -> bool:
