@@ -15,6 +15,7 @@ import os
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages, uniform_group_mask
@@ -28,6 +29,7 @@ from .checkpoints import (
 from .config import GRPOExtConfig
 from .quantifiers import RunPlan, plan_warnings, resample_note, resolve_plan
 from .rewards.spec import RewardSpec, format_reward_specs
+from .sampling import EpochRepeatSampler
 from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
 
 logger = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ class GRPOExtTrainer(GRPOTrainer):
             args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
         )
         self.add_callback(_PlanCallback(self))
+        self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
+        self.add_callback(_SamplerEpochCallback(self))
         self._resample_source = (
             ResampleSource(dataset_size, args.seed) if args.zero_variance_filter == "resample" else None
         )
@@ -92,6 +96,14 @@ class GRPOExtTrainer(GRPOTrainer):
         if self.args.zero_variance_filter != "off":
             optimizer.step = self._optimizer_step_unless_all_uniform(optimizer.step)
         return optimizer
+
+    def _get_train_sampler(self, dataset=None):
+        """TRL's `RepeatSampler`, as an `EpochRepeatSampler`: the same order, but a function of (seed, epoch), so a
+        resume in any epoch trains the uninterrupted run's prompts (see `sampling`)."""
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is RepeatSampler:
+            sampler = self._epoch_sampler = EpochRepeatSampler.like(sampler)
+        return sampler
 
     # -- rewards -> advantages -> zero-variance filter ---------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -274,6 +286,24 @@ class _PlanCallback(TrainerCallback):
                 plan.stop_reason.replace("_", " "),
                 plan.epochs_covered,
             )
+
+
+class _SamplerEpochCallback(TrainerCallback):
+    """Sets the train sampler's epoch at the start of every epoch, the resumed one included.
+
+    transformers calls ``set_epoch`` on the train dataloader too, but accelerate does not forward it through every
+    wrapper: with several processes, the dataloader of a resumed epoch (`skip_first_batches`: `SkipBatchSampler`
+    around `BatchSamplerShard`) never reaches the sampler, which would then replay epoch 0's order. The epoch is
+    ``global_step // steps_per_epoch`` of the plan, as transformers computes it on resume (``_init_training_state``).
+    """
+
+    def __init__(self, trainer: GRPOExtTrainer):
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        sampler, steps_per_epoch = self.trainer._epoch_sampler, self.trainer.plan.steps_per_epoch
+        if sampler is not None and steps_per_epoch:
+            sampler.set_epoch(state.global_step // steps_per_epoch)
 
 
 def _write_plan(plan: RunPlan, directory: str) -> None:
