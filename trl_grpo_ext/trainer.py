@@ -30,7 +30,7 @@ from .config import GRPOExtConfig
 from .quantifiers import RunPlan, plan_warnings, resample_note, resolve_plan
 from .rewards.spec import RewardSpec, format_reward_specs
 from .sampling import EpochRepeatSampler
-from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
+from .zero_variance import ResampleSource, fill_uniform_groups, judged_rewards, masked_loss_scale, weighted_total
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ class GRPOExtTrainer(GRPOTrainer):
                 "GRPOConfig field."
             )
         reward_funcs = _reward_funcs_from_args(reward_funcs, args)
+        if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
+            _judged_reward_index(args.zero_variance_reward, [_reward_name(f) for f in reward_funcs])
         dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
         self.plan: RunPlan = resolve_plan(
             args.quantity_fields(),
@@ -79,6 +81,7 @@ class GRPOExtTrainer(GRPOTrainer):
         self.lost_updates = LostUpdateTracker(
             args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
         )
+        self._judged_reward_index = _judged_reward_index(args.zero_variance_reward, self.reward_func_names)
         self.add_callback(_PlanCallback(self))
         self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
         self.add_callback(_SamplerEpochCallback(self))
@@ -125,7 +128,7 @@ class GRPOExtTrainer(GRPOTrainer):
             return output
         args, g = self.args, self.num_generations
         rewards = weighted_total(self._last_rewards_per_func, self.reward_weights)
-        uniform = uniform_group_mask(rewards, g, args.zero_variance_tolerance)
+        uniform = self._uniform_groups(self._last_rewards_per_func)
         metrics = self._metrics["train"]
         if args.zero_variance_filter != "off":
             metrics["zero_variance/frac_uniform_before"].append(uniform.float().mean().item())
@@ -143,6 +146,11 @@ class GRPOExtTrainer(GRPOTrainer):
         if filtering:
             self._mask_uniform_rows(output, kept, local)
         return output
+
+    def _uniform_groups(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """(N,) bool, True for every row of a group uniform in the judged reward (`zero_variance_reward`)."""
+        judged = judged_rewards(rewards_per_func, self.reward_weights, self._judged_reward_index)
+        return uniform_group_mask(judged, self.num_generations, self.args.zero_variance_tolerance)
 
     def _local_rows(self, local_size: int) -> slice:
         rank = self.accelerator.process_index
@@ -181,7 +189,7 @@ class GRPOExtTrainer(GRPOTrainer):
             extra_inputs = [self.train_dataset[i] for i in indices for _ in range(g)]
             extra = super()._generate_and_score_completions(extra_inputs)
             extra_rewards = weighted_total(self._last_rewards_per_func, self.reward_weights)
-            extra_uniform = uniform_group_mask(extra_rewards, g, args.zero_variance_tolerance)
+            extra_uniform = self._uniform_groups(self._last_rewards_per_func)
             extra["zero_variance_rewards"] = extra_rewards[local]
             output, local_uniform, _ = fill_uniform_groups(
                 output, local_uniform, extra, extra_uniform[local], g, self.processing_class.pad_token_id
@@ -340,6 +348,32 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
     specs = with_run_defaults([RewardSpec(**spec) for spec in args.rewards], args.max_completion_length)
     funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
     return funcs
+
+
+def _judged_reward_index(name: str | None, reward_func_names: list[str]) -> int | None:
+    """Column of ``name`` among TRL's reward function names (None: judge the weighted total).
+
+    Raises:
+        ValueError: ``name`` is not one of ``reward_func_names``.
+    """
+    if name is None:
+        return None
+    if name not in reward_func_names:
+        raise ValueError(
+            f"zero_variance_reward={name!r} is not one of this run's reward functions ({', '.join(reward_func_names)}). "
+            "Fix: name one of them (as logged in rewards/<name>/mean), or remove zero_variance_reward to judge the "
+            "weighted total."
+        )
+    return reward_func_names.index(name)
+
+
+def _reward_name(reward_func) -> str:
+    """The name TRL gives a reward function or reward model (`GRPOTrainer.__init__`, ``reward_func_names``)."""
+    from trl.trainer.utils import get_callable_name, get_config_model_id
+
+    if isinstance(reward_func, torch.nn.Module):
+        return get_config_model_id(reward_func.config).split("/")[-1]
+    return get_callable_name(reward_func)
 
 
 def _is_quantized(model) -> bool:

@@ -5,7 +5,8 @@ every advantage in it is 0, so it carries no policy-gradient signal, yet TRL sti
 normaliser and applies KL / entropy terms to it. "mask" removes its completions from the loss and the normaliser;
 "resample" (Yu et al. 2025, DAPO, arXiv 2503.14476, "dynamic sampling") first replaces uniform groups with
 informative groups generated for further prompts. Uniformity is judged on the weighted total reward, the quantity
-TRL turns into advantages (`multi_objective_aggregation="sum_then_normalize"`).
+TRL turns into advantages (`multi_objective_aggregation="sum_then_normalize"`), or on one reward function chosen with
+`zero_variance_reward` (`judged_rewards`).
 
 Nothing here imports the trainer: the functions take and return plain tensors and dicts of tensors.
 """
@@ -46,6 +47,26 @@ def weighted_total(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> tor
     """
     total = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
     return total.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
+
+
+def judged_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor, index: int | None) -> torch.Tensor:
+    """The per-completion values the zero-variance filter judges uniformity on.
+
+    Args:
+        rewards_per_func (`Tensor`): (N, F) float, NaN where a reward function returned None.
+        weights (`Tensor`): (F,) reward weights.
+        index (`int`, *optional*): column of the chosen reward function (`zero_variance_reward`); ``None`` judges the
+            weighted total (`weighted_total`).
+
+    Returns:
+        (N,) float: the chosen function's raw (unweighted) values, or the weighted totals; NaN where missing.
+
+    Example: accuracy [0, 0, 0, 0] and a 0.1-weighted format reward [1, 0, 1, 1] give totals [0.1, 0, 0.1, 0.1]
+    (not uniform), but judged on accuracy (index 0) the group is uniform.
+    """
+    if index is None:
+        return weighted_total(rewards_per_func, weights)
+    return rewards_per_func[:, index]
 
 
 def masked_loss_scale(loss_type: str, num_rows: int, kept_rows: int) -> float:
