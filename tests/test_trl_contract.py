@@ -529,6 +529,21 @@ def test_resume_epoch_and_epoch_begin_hook():
     )
 
 
+def test_eos_token_ids_and_tokenizer_attributes(trainer, tiny_tokenizer):
+    # trainer.py GRPOExtTrainer._row_stats marks a completion truncated as TRL does (`_generate`): its last token is
+    # not in [*self.eos_token_ids, self._tokenizer.pad_token_id]
+    ours = "trainer.py GRPOExtTrainer._row_stats (completions/clipped_ratio of the trained batch in resample mode)"
+    source = _source(GRPOTrainer._generate)
+    assert "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]" in source, _broken(
+        "_generate no longer defines truncation by eos_token_ids and the pad token", ours
+    )
+    assert "ids[-1] not in eos_and_pad for ids in completion_ids" in source, _broken(
+        "_generate no longer marks a completion truncated by its last token", ours
+    )
+    assert tiny_tokenizer.eos_token_id in trainer.eos_token_ids, _broken("eos_token_ids changed", ours)
+    assert trainer._tokenizer.pad_token_id == tiny_tokenizer.pad_token_id, _broken("_tokenizer changed", ours)
+
+
 def test_train_sampler_and_dataloader_length(trainer):
     sampler = trainer._get_train_sampler()
     assert (sampler.mini_repeat_count, sampler.batch_size, sampler.repeat_count) == (NUM_GENERATIONS, 2, 2), _broken(
