@@ -9,7 +9,7 @@ import random
 
 import pytest
 import torch
-from test_zero_variance_training import G, _dataset, _trainer, _uniform_rows, position_reward
+from test_zero_variance_training import _dataset, _trainer, _uniform_rows, position_reward
 
 from trl_grpo_ext.zero_variance import (
     UniformFractionEstimate,

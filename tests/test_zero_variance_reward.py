@@ -11,8 +11,8 @@ import torch
 from datasets import Dataset
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
-from trl_grpo_ext.advantages import compute_advantages, uniform_group_mask
 from trl_grpo_ext.advantage_settings import resolve_advantage_settings
+from trl_grpo_ext.advantages import compute_advantages, uniform_group_mask
 from trl_grpo_ext.zero_variance import judged_rewards
 
 G = 4
@@ -78,12 +78,12 @@ def test_training_step_filters_the_groups_uniform_in_the_judged_reward(tmp_path,
 
 
 def test_unknown_judged_reward_is_refused_before_the_model_loads(tmp_path, monkeypatch):
-    import transformers
+    from trl import GRPOTrainer
 
     def no_loading(*args, **kwargs):
-        raise AssertionError("the model was loaded")
+        raise AssertionError("TRL's __init__ (which loads the model) was reached")
 
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_loading)
+    monkeypatch.setattr(GRPOTrainer, "__init__", no_loading)
     with pytest.raises(ValueError, match=r"zero_variance_reward='acc' is not one of this run's reward functions "
                                          r"\(accuracy, format_reward\)"):
         _trainer(tmp_path, zero_variance_reward="acc")
