@@ -41,15 +41,18 @@ def test_expected_surplus_by_hand():
 
 
 def test_round_size_rule():
-    # an earlier round: the largest n with expected surplus <= 0.05 × missing
+    # an earlier round: the largest n >= missing with expected surplus <= 0.05 × missing
     assert resample_round_size(1, 0.5, cap=4, last_round=False) == 1  # n = 2 would waste 0.25 > 0.05
     # missing 4 at p = 0.5: n = 6 wastes 8/64 = 0.125 <= 0.2; n = 7 wastes (21 + 14 + 3)/128 ≈ 0.297 > 0.2
     assert resample_round_size(4, 0.5, cap=16, last_round=False) == 6
-    # the last round: the expected need ceil(missing / (1 − p)), within [missing, cap]
+    # p = 0.9, missing 1: n = 3 wastes 3 · 0.01 · 0.9 + 2 · 0.001 = 0.029; n = 4 wastes 0.0561 > 0.05
+    assert resample_round_size(1, 0.9, cap=8, last_round=False) == 3
+    # the last round allows 0.25 × missing: p = 0.5, missing 1: n = 2 wastes 0.25; n = 3 wastes 3/8 + 2/8 > 0.25
     assert resample_round_size(1, 0.5, cap=4, last_round=True) == 2
+    # p = 0.25, missing 3 (bound 0.75): n = 4 wastes 0.75^4 ≈ 0.316; n = 5 wastes 5·0.75^4·0.25 + 2·0.75^5 ≈ 0.870
     assert resample_round_size(3, 0.25, cap=8, last_round=True) == 4
-    assert resample_round_size(1, 0.9, cap=4, last_round=True) == 4  # 10 capped
-    assert resample_round_size(3, 0.0, cap=4, last_round=True) == 3
+    assert resample_round_size(1, 0.9, cap=4, last_round=True) == 4  # n = 4 wastes 0.0561: the cap binds
+    assert resample_round_size(3, 0.0, cap=4, last_round=True) == 3  # every prompt informative: n = 4 wastes 1
     # no estimate, or nothing informative seen: a whole share (the size of every round before the estimate existed)
     assert resample_round_size(1, None, cap=4, last_round=False) == 4
     assert resample_round_size(1, 1.0, cap=4, last_round=False) == 4

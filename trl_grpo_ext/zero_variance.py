@@ -263,9 +263,10 @@ class UniformFractionEstimate:
         self.uniform, self.groups = float(state["uniform"]), float(state["groups"])
 
 
-#: Largest expected number of surplus informative groups a resample round that is not the last may generate, as a
-#: fraction of the groups it is drawn for (see `resample_round_size`).
+#: Largest expected number of surplus informative groups a resample round may generate, as a fraction of the groups
+#: it is drawn for: a round that is not the last allowed one, and the last one (see `resample_round_size`).
 MAX_EXPECTED_SURPLUS = 0.05
+MAX_EXPECTED_SURPLUS_LAST_ROUND = 0.25
 
 
 def expected_surplus(prompts: int, missing: int, informative_probability: float) -> float:
@@ -278,20 +279,24 @@ def expected_surplus(prompts: int, missing: int, informative_probability: float)
 
 
 def resample_round_size(
-    missing: int, uniform_fraction: float | None, cap: int, last_round: bool, max_surplus: float = MAX_EXPECTED_SURPLUS
+    missing: int,
+    uniform_fraction: float | None,
+    cap: int,
+    last_round: bool,
+    max_surplus: float = MAX_EXPECTED_SURPLUS,
+    max_surplus_last_round: float = MAX_EXPECTED_SURPLUS_LAST_ROUND,
 ) -> int:
     """Prompts (= groups) to generate in one resample round, for one process's share of the batch.
 
     Each prompt yields an informative group with probability q = 1 − p (``uniform_fraction``). Generating n prompts
-    for ``missing`` holes costs n groups and gives Binomial(n, q) informative ones, of which those beyond ``missing``
-    are thrown away. The fewest completions per informative group kept is G / (1 − p) (every informative group used):
-    the waste above that bound is the surplus. The rule:
+    for ``missing`` holes costs n groups and gives X ~ Binomial(n, q) informative ones, of which those beyond
+    ``missing`` are thrown away. The fewest completions per informative group kept is G / (1 − p) (every informative
+    group used); the waste above that bound is the surplus E[max(0, X − missing)] (`expected_surplus`). The rule: the
+    largest n >= missing whose expected surplus is at most ``max_surplus × missing`` (a round that is not the last
+    allowed one: what it leaves missing is drawn for in the next round, with a fresh estimate), or at most
+    ``max_surplus_last_round × missing`` (the last allowed round, a larger draw so that a shortfall stays rare).
 
-    - the last allowed round (``last_round``): n = ceil(missing / q), the expected need, so a shortfall stays rare;
-    - an earlier round: the largest n ≥ missing whose expected surplus `expected_surplus` is at most
-      ``max_surplus × missing``; what it leaves missing is drawn for in the next round, with a fresh estimate.
-
-    n is kept within [missing, cap]; with no estimate yet (None) or q = 0, n = cap (TRL's generation batch share,
+    n is kept within [missing, cap]; with no estimate yet (None) or p = 1, n = cap (TRL's generation batch share,
     the size of every round before this sizing existed).
 
     Args:
@@ -299,7 +304,11 @@ def resample_round_size(
         uniform_fraction (`float`, *optional*): the running estimate of p (`UniformFractionEstimate.value`).
         cap (`int`): most prompts a round may draw on this process (its share of one generation batch).
         last_round (`bool`): this is the last round `max_resample_rounds` allows.
-        max_surplus (`float`, defaults to `MAX_EXPECTED_SURPLUS`): see above.
+        max_surplus (`float`, defaults to `MAX_EXPECTED_SURPLUS` = 0.05), max_surplus_last_round (`float`, defaults to
+            `MAX_EXPECTED_SURPLUS_LAST_ROUND` = 0.25): see above. Chosen in a simulation of 17-step runs with the
+            estimate (4 prompts a step, 3 rounds): completions per informative group 1.03 × the bound on average at
+            p = 0.5 to 0.7 (95th percentile ≤ 1.08), against 1.05 to 1.07 (up to 1.12) when the last round draws the
+            expected need ceil(missing / q).
 
     Returns:
         `int` in [min(missing, cap), cap].
@@ -312,10 +321,9 @@ def resample_round_size(
     if uniform_fraction is None or uniform_fraction >= 1:
         return cap
     q = 1.0 - max(0.0, uniform_fraction)
-    if last_round:
-        return max(min(missing, cap), min(cap, math.ceil(missing / q - 1e-9)))
+    bound = (max_surplus_last_round if last_round else max_surplus) * missing
     n = min(missing, cap)
-    while n < cap and expected_surplus(n + 1, missing, q) <= max_surplus * missing:
+    while n < cap and expected_surplus(n + 1, missing, q) <= bound:
         n += 1
     return n
 
