@@ -1,4 +1,4 @@
-"""The ``trl-grpo-ext`` command line: ``plan``, ``rewards`` and ``push``.
+"""The ``trl-grpo-ext`` command line: ``plan``, ``eval``, ``rewards`` and ``push``.
 
 Each sub-command lives next to the code it exposes and provides two functions: ``add_parser(subparsers)`` that
 declares its arguments and ``run(args) -> int`` that executes it. Importing this module and the sub-command modules
@@ -14,6 +14,7 @@ from importlib import import_module
 #: sub-command name -> module providing ``add_parser(subparsers)`` and ``run(args)``.
 SUBCOMMANDS = {
     "plan": "trl_grpo_ext.plan_cli",
+    "eval": "trl_grpo_ext.eval_cli",
     "rewards": "trl_grpo_ext.rewards.cli",
     "push": "trl_grpo_ext.hub_cli",
 }
@@ -34,7 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``trl-grpo-ext`` console script; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "eval":  # the remaining `--key value` pairs override the run's config
+        return int(import_module(args._module).run(args, rest) or 0)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return int(import_module(args._module).run(args) or 0)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import tiny
+from . import smollm2, tiny
 
 
 def compute_dtype_name(model_args, training_args) -> str:
@@ -50,6 +50,19 @@ def lora_config(model_args):
     return get_peft_config(model_args)
 
 
+def load_tokenizer(name: str, path: str, revision: str | None = None):
+    """The tokenizer of model ``name`` (already resolved to the local ``path``), left-padded for generation.
+
+    The embedded tiny model's character tokenizer goes through :func:`trl_grpo_ext.tiny.load_tokenizer` (AutoTokenizer
+    would drop its spaces); every other model through ``AutoTokenizer.from_pretrained(path, revision=revision)``.
+    """
+    if name == tiny.TINY_MODEL_ID:
+        return tiny.load_tokenizer(path)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, revision=revision, padding_side="left")
+
+
 def check_model_path(name: str | None) -> None:
     """Fail fast, before any model load, when ``name`` can be neither found locally nor downloaded.
 
@@ -68,8 +81,10 @@ def check_model_path(name: str | None) -> None:
     if not name:
         raise ValueError(f"model_name_or_path is not set. Set it to a Hub id or a local directory. {hint}")
     if tiny.is_embedded(name):
-        if name != tiny.TINY_MODEL_ID:
-            raise ValueError(f"model_name_or_path={name!r}: the only embedded model is {tiny.TINY_MODEL_ID!r}.")
+        if name not in tiny.EMBEDDED_MODELS:
+            raise ValueError(f"model_name_or_path={name!r} is not an embedded model; use one of {list(tiny.EMBEDDED_MODELS)}.")
+        if name == smollm2.SMOLLM2_MODEL_ID:
+            smollm2.check_installed()
         return
     if Path(name).expanduser().is_dir():
         return
@@ -86,3 +101,31 @@ def check_model_path(name: str | None) -> None:
             "unreachable offline (HF_HUB_OFFLINE=1). Download it on a machine with a network "
             f"(`hf download {name}`) and point model_name_or_path at that directory. {hint}"
         )
+
+
+def keep_4bit_training_layout(model) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights for CPU inference while the model is being trained.
+
+    On a CPU with AVX512-BF16, bitsandbytes 0.50's ``Linear4bit.forward`` converts its weight into a CPU inference
+    layout the first time it runs in eval mode without gradients (``support_avx512bf16_for_cpu``), and only converts
+    it back when the state dict is saved. A training step after an evaluation (TRL's eval loop, ``eval_strategy``)
+    then fails inside ``bnb.matmul_4bit`` ("a view of a leaf Variable that requires grad is being used in an in-place
+    operation"). Setting the flag to False on every 4-bit layer keeps the training layout; evaluation during training
+    uses the same kernel as training.
+
+    Args:
+        model: any ``torch.nn.Module`` (PEFT-wrapped or not).
+
+    Returns:
+        `int`: the number of 4-bit layers changed (0 without bitsandbytes layers).
+    """
+    try:
+        from bitsandbytes.nn import Linear4bit
+    except ImportError:  # pragma: no cover - bitsandbytes is a dependency
+        return 0
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, Linear4bit) and getattr(module, "support_avx512bf16_for_cpu", False):
+            module.support_avx512bf16_for_cpu = False
+            changed += 1
+    return changed

@@ -26,6 +26,7 @@ import argparse
 import os
 import sys
 
+from trl_grpo_ext.eval_plan import uniform_forecast_warning
 from trl_grpo_ext.quantifiers import (
     _INPUT_FIELDS,
     TRL_DEFAULTS,
@@ -55,6 +56,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="memory of one device in GiB, to check that a micro-batch can fit")
     parser.add_argument("--model-params", type=float, default=None,
                         help="number of model parameters (e.g. 0.5e9), used with --gpu-memory-gib")
+    parser.add_argument("--eval-results", default=None,
+                        help="an `eval --json` output (or eval_results.json): warn when its σ = 0 forecast for the "
+                             "run's num_generations exceeds one half")
     return parser
 
 
@@ -132,7 +136,35 @@ def build_plan(args: argparse.Namespace):
     notes = []
     if config.get("zero_variance_filter") == "resample":
         notes.append(resample_note(plan, int(config.get("max_resample_rounds", 3))))
+    if getattr(args, "eval_results", None):
+        import json
+
+        with open(args.eval_results, encoding="utf-8") as fh:
+            forecast_warning = uniform_forecast_warning(json.load(fh), plan.num_generations)
+        if forecast_warning:
+            warns.append(forecast_warning)
     return plan, warns, notes, rewards
+
+
+def eval_plan_from(config: dict, plan):
+    """The evaluation plan of a YAML config (:func:`trl_grpo_ext.eval_plan.resolve_eval_plan`), or ``None``.
+
+    Held-out prompts: ``eval_num_prompts``, else the embedded task's test split size, else unknown.
+    """
+    from trl_grpo_ext.data_sizes import embedded_test_size
+    from trl_grpo_ext.eval_plan import resolve_eval_plan
+
+    prompts = _coerce(config.get("eval_num_prompts"))
+    if prompts is None:
+        prompts = embedded_test_size(config.get("dataset_name"))
+    return resolve_eval_plan(
+        eval_prompts=prompts, eval_strategy=str(config.get("eval_strategy", "no")),
+        eval_steps=_coerce(config.get("eval_steps")), logging_steps=_coerce(config.get("logging_steps", 10)),
+        num_generations=plan.num_generations, num_generations_eval=_coerce(config.get("num_generations_eval")),
+        per_device_eval_batch_size=_coerce(config.get("per_device_eval_batch_size", 8)),
+        world_size=plan.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch or 1,
+        final_eval=str(config.get("final_eval", "none")),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,9 +176,16 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError, yaml.YAMLError) as err:  # QuantityError is a ValueError
         print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    try:
+        evaluation = eval_plan_from(load_config(args.config), plan)
+    except (ValueError, OSError) as err:
+        print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
     print(plan.to_json() if args.json else plan.format_table())
     if rewards and not args.json:
         print(rewards)
+    if evaluation is not None and not args.json:
+        print("evaluation:\n  " + "\n  ".join(evaluation.format_lines()))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     for warning in warns:
