@@ -149,6 +149,12 @@ SIGNATURES = [
         "trainer.py GRPOExtTrainer.training_step (skip decision at the end of an accumulation window)",
     ),
     (
+        GRPOTrainer,
+        "_get_train_sampler",
+        ["self", "dataset"],
+        "trainer.py GRPOExtTrainer._get_train_sampler (EpochRepeatSampler: resume in any epoch)",
+    ),
+    (
         Trainer,
         "set_initial_training_values",
         ["self", "args", "dataloader"],
@@ -480,6 +486,62 @@ def test_repeat_sampler_order():
     assert list(sampler) == expected and len(sampler) == 24, _broken(
         f"RepeatSampler order changed: {list(sampler)}", ours
     )
+
+
+def test_repeat_sampler_draws_one_permutation_per_iteration_from_one_seeded_generator():
+    # sampling.EpochRepeatSampler reseeds `generator` and advances it by `epoch` permutations before TRL's __iter__
+    # draws the epoch's: that reproduces TRL's order only if TRL draws exactly one randperm(num_samples) per __iter__
+    # from `self.generator`, seeded once with `seed`.
+    sampler = RepeatSampler(list(range(6)), mini_repeat_count=1, batch_size=6, repeat_count=1, seed=3)
+    generator = torch.Generator().manual_seed(3)
+    expected = [torch.randperm(6, generator=generator).tolist() for _ in range(3)]
+    ours = "sampling.py EpochRepeatSampler (resume in any epoch)"
+    assert [list(sampler) for _ in range(3)] == expected, _broken("RepeatSampler's shuffled order changed", ours)
+    assert isinstance(sampler.generator, torch.Generator) and sampler.num_samples == 6, _broken(
+        "RepeatSampler no longer keeps `generator` / `num_samples`", ours
+    )
+
+
+def test_train_sampler_is_a_repeat_sampler_with_its_settings_as_attributes(trainer):
+    sampler = trainer._get_train_sampler()
+    ours = "trainer.py GRPOExtTrainer._get_train_sampler (EpochRepeatSampler.like copies these attributes)"
+    assert type(sampler) is RepeatSampler, _broken(f"_get_train_sampler returns {type(sampler).__name__}", ours)
+    settings = {k: getattr(sampler, k, None) for k in ("mini_repeat_count", "batch_size", "repeat_count", "shuffle",
+                                                        "seed")}
+    assert settings == dict(mini_repeat_count=NUM_GENERATIONS, batch_size=2, repeat_count=2, shuffle=True, seed=0), (
+        _broken(f"RepeatSampler attributes are now {settings}", ours)
+    )
+    assert len(sampler.data_source) == DATASET_ROWS, _broken("RepeatSampler.data_source changed", ours)
+
+
+def test_resume_epoch_and_epoch_begin_hook():
+    # transformers computes the resumed epoch as global_step // num_update_steps_per_epoch, and calls on_epoch_begin
+    # before running each epoch; the sampler's epoch is set there (trainer.py _SamplerEpochCallback), because accelerate
+    # does not forward set_epoch through SkipBatchSampler around BatchSamplerShard (several processes, resumed epoch).
+    ours = "trainer.py _SamplerEpochCallback (sampler epoch on resume)"
+    init_state = _source(Trainer._init_training_state)
+    assert "epochs_trained = int(self.state.global_step // num_update_steps_per_epoch)" in init_state, _broken(
+        "Trainer._init_training_state computes the resumed epoch differently", ours
+    )
+    loop = _source(Trainer._inner_training_loop)
+    assert 0 <= loop.index("on_epoch_begin") < loop.index("self._run_epoch("), _broken(
+        "on_epoch_begin is no longer called before each epoch runs", ours
+    )
+
+
+def test_eos_token_ids_and_tokenizer_attributes(trainer, tiny_tokenizer):
+    # trainer.py GRPOExtTrainer._row_stats marks a completion truncated as TRL does (`_generate`): its last token is
+    # not in [*self.eos_token_ids, self._tokenizer.pad_token_id]
+    ours = "trainer.py GRPOExtTrainer._row_stats (completions/clipped_ratio of the trained batch in resample mode)"
+    source = _source(GRPOTrainer._generate)
+    assert "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]" in source, _broken(
+        "_generate no longer defines truncation by eos_token_ids and the pad token", ours
+    )
+    assert "ids[-1] not in eos_and_pad for ids in completion_ids" in source, _broken(
+        "_generate no longer marks a completion truncated by its last token", ours
+    )
+    assert tiny_tokenizer.eos_token_id in trainer.eos_token_ids, _broken("eos_token_ids changed", ours)
+    assert trainer._tokenizer.pad_token_id == tiny_tokenizer.pad_token_id, _broken("_tokenizer changed", ours)
 
 
 def test_train_sampler_and_dataloader_length(trainer):

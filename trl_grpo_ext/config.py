@@ -66,7 +66,10 @@ class GRPOExtConfig(GRPOConfig):
             `"off"` (TRL's behaviour), `"mask"` (drop uniform groups from the loss and its normaliser) or
             `"resample"` (DAPO dynamic sampling, arXiv 2503.14476).
         zero_variance_tolerance (`float`, *optional*, defaults to `0.0`):
-            A group is uniform when the spread of its weighted total rewards is at most this.
+            A group is uniform when the spread of its judged rewards (see `zero_variance_reward`) is at most this.
+        zero_variance_reward (`str`, *optional*):
+            The reward function whose values the filter judges (its name, as logged under `rewards/<name>/mean`,
+            e.g. `"accuracy"`); unset judges the weighted total reward. Needs the filter on.
         max_resample_rounds (`int`, *optional*, defaults to `3`):
             Extra generation rounds per step in `"resample"` mode; a shortfall after them is masked and logged.
 
@@ -133,6 +136,10 @@ class GRPOExtConfig(GRPOConfig):
     )
     zero_variance_tolerance: float = field(
         default=0.0, metadata={"help": "A group is uniform when its reward spread is at most this."}
+    )
+    zero_variance_reward: str | None = field(
+        default=None,
+        metadata={"help": "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total."},
     )
     max_resample_rounds: int = field(
         default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
@@ -254,7 +261,13 @@ class GRPOExtConfig(GRPOConfig):
           derives the missing one.
         """
         if self.zero_variance_filter == "off":
+            if self.zero_variance_reward is not None:
+                raise ValueError(
+                    f"zero_variance_reward={self.zero_variance_reward!r} only takes effect with the zero-variance "
+                    "filter on. Fix: set zero_variance_filter: mask (or resample), or remove zero_variance_reward."
+                )
             return
+        self._resolve_zero_variance_reward()
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 f"zero_variance_filter={self.zero_variance_filter!r} judges groups on the weighted total reward and "
@@ -283,6 +296,27 @@ class GRPOExtConfig(GRPOConfig):
                 f"num_generations ({self.num_generations}). Fix: {fix}, or use zero_variance_filter: mask (which "
                 "works on the gathered batch)."
             )
+
+    def _resolve_zero_variance_reward(self) -> None:
+        """With `rewards` from the registry, check `zero_variance_reward` names one of them (an alias gives the
+        canonical name, the one TRL logs). Reward functions passed to the trainer are checked there."""
+        name = self.zero_variance_reward
+        if name is None or not self.rewards:
+            return
+        from .rewards.registry import UnknownRewardError, check_reward_name
+
+        selected = [check_reward_name(spec["name"]) for spec in self.rewards]
+        if name not in selected:
+            try:
+                canonical = check_reward_name(name)
+            except UnknownRewardError:
+                canonical = None
+            if canonical not in selected:
+                raise ValueError(
+                    f"zero_variance_reward={name!r} is not one of this run's rewards ({', '.join(selected)}). Fix: "
+                    "name one of them, or remove zero_variance_reward to judge the weighted total."
+                )
+            self.zero_variance_reward = canonical
 
     def _check_bf16(self) -> None:
         if self.bf16 is None:  # TRL would default to True; choose what this machine supports
