@@ -1,7 +1,7 @@
 # trl-grpo-ext — every target creates what it needs (a virtualenv in .venv, the package and its dependencies).
 #   make demo   run the QLoRA recipe on the embedded tiny model (CPU, no network)
 #   make test   run the test suite (CPU, no network, < 10 minutes on 2 cores)
-#   make demo-real   train and evaluate a real pretrained model (SmolLM2-135M-Instruct) on a CPU, about 25 minutes
+#   make demo-real   train and evaluate a real pretrained model (SmolLM2-135M-Instruct) on a CPU, about 20 minutes
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-real demo demo-real test test-slow test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real plan clean
+.PHONY: install install-real demo demo-real test test-slow test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-generation plan clean
 
 install: $(STAMP)
 
@@ -67,6 +67,12 @@ bench-adapter: install
 
 bench-real: install-real
 	$(PY) benchmarks/real_model.py
+
+# On one GPU (a few minutes): default generation vs continuous batching vs a static cache, Qwen2.5-1.5B-shaped, NF4 + LoRA.
+# On a CPU, a smoke test of the same code path: make bench-generation BENCH_GENERATION_ARGS="--device cpu --smoke"
+BENCH_GENERATION_ARGS ?= --device cuda
+bench-generation: install
+	$(PY) benchmarks/generation.py $(BENCH_GENERATION_ARGS)
 
 clean:
 	rm -rf outputs .pytest_cache

@@ -10,6 +10,9 @@ resample included, then the policy is scored on held-out prompts of the same mix
 - uniform groups before filtering (fraction, averaged over steps);
 - informative groups per step: groups with non-uniform rewards that reach the loss (of `--prompts-per-step`);
 - completions generated per optimizer step (resample generates extra rounds);
+- uniform fraction p: uniform groups among every group generated (all rounds), counted in the reward function;
+- completions generated per informative group that reached the loss, and its ratio to the lower bound G / (1 − p)
+  (the cost if every informative group generated were used; 1.00 for off and mask by construction);
 - seconds per optimizer step, wall clock and CPU time of this process, as a ratio to off (other jobs on the machine
   disturb both);
 - skipped optimizer updates (every group uniform);
@@ -48,12 +51,17 @@ def rows(num_prompts: int, min_counts: list[int], seed: int) -> list[dict]:
     return out
 
 
-def contains_target(counter: dict):
-    """Binary reward: 1.0 if the completion holds `target` at least `min_count` times; counts what it scores."""
+def contains_target(counter: dict, num_generations: int):
+    """Binary reward: 1.0 if the completion holds `target` at least `min_count` times; counts what it scores (and its
+    groups of `num_generations` consecutive completions, uniform when all their rewards are equal)."""
 
     def contains_target_k(completions, target, min_count, **kwargs):
+        rewards = [float(c[0]["content"].count(t) >= k) for c, t, k in zip(completions, target, min_count)]
         counter["completions"] += len(completions)
-        return [float(c[0]["content"].count(t) >= k) for c, t, k in zip(completions, target, min_count)]
+        groups = [rewards[i : i + num_generations] for i in range(0, len(rewards), num_generations)]
+        counter["groups"] += len(groups)
+        counter["uniform_groups"] += sum(len(set(group)) == 1 for group in groups)
+        return rewards
 
     return contains_target_k
 
@@ -67,7 +75,7 @@ def train(mode: str, args, tmp: str) -> dict:
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
 
     logging.getLogger("trl_grpo_ext.trainer").setLevel(logging.ERROR)
-    counter = {"completions": 0}
+    counter = {"completions": 0, "groups": 0, "uniform_groups": 0}
     per_step = args.prompts_per_step * args.num_generations
 
     class StopAtBudget(TrainerCallback):
@@ -96,7 +104,7 @@ def train(mode: str, args, tmp: str) -> dict:
     )
     trainer = GRPOExtTrainer(
         str(path),
-        reward_funcs=contains_target(counter),
+        reward_funcs=contains_target(counter, args.num_generations),
         args=config,
         train_dataset=Dataset.from_list(rows(args.train_prompts, args.min_counts, args.seed)),
         processing_class=tiny.load_tokenizer(path),
@@ -115,6 +123,9 @@ def train(mode: str, args, tmp: str) -> dict:
         uniform_before = [entry["zero_variance/frac_uniform_before"] for entry in logs]
         uniform_after = [entry["zero_variance/frac_uniform_after"] for entry in logs]
     steps = trainer.state.global_step
+    informative_trained = sum(args.prompts_per_step * (1 - after) for after in uniform_after)
+    p = counter["uniform_groups"] / counter["groups"]
+    per_informative = counter["completions"] / informative_trained
     reward, count = evaluate(trainer.model, trainer.processing_class, args)
     return {
         "mode": mode,
@@ -126,6 +137,9 @@ def train(mode: str, args, tmp: str) -> dict:
         "uniform_before": sum(uniform_before) / len(uniform_before),
         "skipped": max((entry.get("zero_variance/skipped_updates", 0) for entry in logs), default=0),
         "generated": counter["completions"],
+        "uniform_fraction": p,
+        "per_informative": per_informative,
+        "bound_ratio": per_informative / (args.num_generations / (1 - p)),
         "reward": reward,
         "count": count,
     }
@@ -180,7 +194,9 @@ def main() -> None:
 
     import torch
 
+    load = os.getloadavg()
     print(
+        f"machine load (1/5/15 min) at start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} on {os.cpu_count()} cores; "
         f"budget={args.budget} completions, P={args.prompts_per_step} prompts/step, G={args.num_generations}, "
         f"L={args.max_completion_length} tokens, k in {args.min_counts}, max_resample_rounds={args.max_resample_rounds}, "
         f"lr={args.learning_rate}, torch threads={torch.get_num_threads()}",
@@ -191,13 +207,16 @@ def main() -> None:
         for mode in args.modes:
             results.append(train(mode, args, tmp))
             print(f"  {mode}: done ({results[-1]['steps']} steps)", flush=True)
+    load = os.getloadavg()
+    print(f"machine load (1/5/15 min) at the end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
     base = next((r for r in results if r["mode"] == "off"), None)
     print(
         "\n| mode | optimizer steps | uniform groups before filter | informative groups / step "
-        f"(of {args.prompts_per_step}) | completions generated / step | wall s / step (× off) | CPU s / step (× off) "
+        f"(of {args.prompts_per_step}) | completions generated / step | uniform fraction p (all rounds) | "
+        "completions / informative group (× bound G/(1−p)) | wall s / step (× off) | CPU s / step (× off) "
         f"| skipped updates | reward after {args.budget} completions | mean target count |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         wall = f"{r['seconds_per_step']:.3f}" + (
             f" ({r['seconds_per_step'] / base['seconds_per_step']:.2f}×)" if base else ""
@@ -207,7 +226,8 @@ def main() -> None:
         )
         print(
             f"| {r['mode']} | {r['steps']} | {r['uniform_before']:.2f} | {r['informative']:.2f} | "
-            f"{r['generated_per_step']:.1f} | {wall} | {cpu} | {int(r['skipped'])} | {r['reward']:.3f} | "
+            f"{r['generated_per_step']:.1f} | {r['uniform_fraction']:.3f} | {r['per_informative']:.2f} "
+            f"({r['bound_ratio']:.3f}×) | {wall} | {cpu} | {int(r['skipped'])} | {r['reward']:.3f} | "
             f"{r['count']:.2f} |"
         )
 

@@ -23,6 +23,7 @@ from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, re
 from trl_grpo_ext.data import load_eval_dataset, load_prompt_dataset
 from trl_grpo_ext.eval_plan import resolve_eval_plan
 from trl_grpo_ext.evaluation import final_evaluation
+from trl_grpo_ext.generation import check_vllm_quantization
 from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
@@ -65,6 +66,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
         check_checkpoint_plan(checkpoint, plan)
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None)
+        check_vllm_quantization(training_args, model_args.load_in_4bit, model_args.load_in_8bit)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
         return 2

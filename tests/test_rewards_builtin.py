@@ -54,6 +54,28 @@ def test_accuracy_skips_unparseable_reference_and_reads_column():
         acc(completions=["1"], question=["q"])
 
 
+def test_accuracy_counts_unscorable_references_per_call_and_warns_once(caplog):
+    acc = get_reward("accuracy")
+    logged = []
+
+    def log_metric(name, value):
+        logged.append((name, value))
+
+    refs = ["no number here", "#### 3", "no number here", "still none"]
+    with caplog.at_level("WARNING", logger="trl_grpo_ext.rewards.math"):
+        out = acc(completions=["\\boxed{3}"] * 4, solution=refs, log_metric=log_metric)
+        assert out == [None, 1.0, None, None]
+        out = acc(completions=["\\boxed{3}"] * 2, solution=["#### 3", "nothing"], log_metric=log_metric)
+        assert out == [1.0, None]
+        assert acc(completions=["\\boxed{3}"], solution=["#### 3"], log_metric=log_metric) == [1.0]
+    # 3 of the first call's 4 completions, 1 of the second's, 0 of the third: one value per call (TRL averages them)
+    assert logged == [("rewards/accuracy/unscorable_gold", v) for v in (3.0, 1.0, 0.0)]
+    warnings = [r.getMessage() for r in caplog.records if "cannot parse the reference answer" in r.getMessage()]
+    assert len(warnings) == 1  # warned once, with the first unscorable reference and its column
+    assert "'no number here' (dataset column 'solution')" in warnings[0]
+    assert "rewards/accuracy/unscorable_gold" in warnings[0]
+
+
 def test_accuracy_without_math_verify_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "math_verify", None)  # makes `import math_verify` raise ImportError
     with pytest.raises(ImportError, match=r"pip install trl-grpo-ext\[math\]"):

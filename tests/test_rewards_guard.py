@@ -86,10 +86,38 @@ def test_exception_raise_names_reward_index_and_excerpt():
 def test_exception_of_the_whole_batch_has_no_index():
     with pytest.raises(
         RewardFunctionError,
-        match=r"^Reward 'batchy': raised RuntimeError: batch too large for the batch of 3 completions",
+        match=r"^Reward 'batchy': raised RuntimeError: batch too large; it failed on the batch of 3 but on no single "
+        r"completion \(each of the 3 retried alone succeeded\)\. The failure depends on the batch",
     ) as err:
         call(guard_reward(fails_on_batches, "batchy"))
     assert err.value.index is None
+
+
+def fails_on_eight(completions, **kwargs):
+    """Fails only when called with exactly 8 completions (a batch-position fault)."""
+    if len(completions) == 8:
+        raise IndexError("list index out of range")
+    return [1.0] * len(completions)
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_failure_no_single_completion_reproduces_says_so(is_async):
+    fn = fails_on_eight
+    if is_async:
+        async def fn(completions, **kwargs):  # noqa: F811 - the async twin
+            return fails_on_eight(completions, **kwargs)
+    guard = guard_reward(fn, "positional")
+    completions = [str(i) for i in range(8)]
+    kwargs = dict(prompts=["p"] * 8, completions=completions, completion_ids=None, log_metric=Metrics())
+    with pytest.raises(RewardFunctionError) as err:
+        asyncio.run(guard(**kwargs)) if is_async else guard(**kwargs)
+    msg = str(err.value)
+    assert "raised IndexError: list index out of range; it failed on the batch of 8 but on no single completion" in msg
+    assert " at completion" not in msg and err.value.index is None
+    # a failure one completion reproduces alone is still reported with its index, not as a batch failure
+    with pytest.raises(RewardFunctionError) as err:
+        call(guard_reward(fails_on_bad, "div"))
+    assert "no single completion" not in str(err.value) and err.value.index == 1
 
 
 def test_exception_none_policy_makes_the_call_missing_and_counts(caplog):

@@ -149,6 +149,12 @@ SIGNATURES = [
         "trainer.py GRPOExtTrainer.training_step (skip decision at the end of an accumulation window)",
     ),
     (
+        GRPOTrainer,
+        "_get_train_sampler",
+        ["self", "dataset"],
+        "trainer.py GRPOExtTrainer._get_train_sampler (EpochRepeatSampler: resume in any epoch)",
+    ),
+    (
         Trainer,
         "set_initial_training_values",
         ["self", "args", "dataloader"],
@@ -482,6 +488,62 @@ def test_repeat_sampler_order():
     )
 
 
+def test_repeat_sampler_draws_one_permutation_per_iteration_from_one_seeded_generator():
+    # sampling.EpochRepeatSampler reseeds `generator` and advances it by `epoch` permutations before TRL's __iter__
+    # draws the epoch's: that reproduces TRL's order only if TRL draws exactly one randperm(num_samples) per __iter__
+    # from `self.generator`, seeded once with `seed`.
+    sampler = RepeatSampler(list(range(6)), mini_repeat_count=1, batch_size=6, repeat_count=1, seed=3)
+    generator = torch.Generator().manual_seed(3)
+    expected = [torch.randperm(6, generator=generator).tolist() for _ in range(3)]
+    ours = "sampling.py EpochRepeatSampler (resume in any epoch)"
+    assert [list(sampler) for _ in range(3)] == expected, _broken("RepeatSampler's shuffled order changed", ours)
+    assert isinstance(sampler.generator, torch.Generator) and sampler.num_samples == 6, _broken(
+        "RepeatSampler no longer keeps `generator` / `num_samples`", ours
+    )
+
+
+def test_train_sampler_is_a_repeat_sampler_with_its_settings_as_attributes(trainer):
+    sampler = trainer._get_train_sampler()
+    ours = "trainer.py GRPOExtTrainer._get_train_sampler (EpochRepeatSampler.like copies these attributes)"
+    assert type(sampler) is RepeatSampler, _broken(f"_get_train_sampler returns {type(sampler).__name__}", ours)
+    settings = {k: getattr(sampler, k, None) for k in ("mini_repeat_count", "batch_size", "repeat_count", "shuffle",
+                                                        "seed")}
+    assert settings == dict(mini_repeat_count=NUM_GENERATIONS, batch_size=2, repeat_count=2, shuffle=True, seed=0), (
+        _broken(f"RepeatSampler attributes are now {settings}", ours)
+    )
+    assert len(sampler.data_source) == DATASET_ROWS, _broken("RepeatSampler.data_source changed", ours)
+
+
+def test_resume_epoch_and_epoch_begin_hook():
+    # transformers computes the resumed epoch as global_step // num_update_steps_per_epoch, and calls on_epoch_begin
+    # before running each epoch; the sampler's epoch is set there (trainer.py _SamplerEpochCallback), because accelerate
+    # does not forward set_epoch through SkipBatchSampler around BatchSamplerShard (several processes, resumed epoch).
+    ours = "trainer.py _SamplerEpochCallback (sampler epoch on resume)"
+    init_state = _source(Trainer._init_training_state)
+    assert "epochs_trained = int(self.state.global_step // num_update_steps_per_epoch)" in init_state, _broken(
+        "Trainer._init_training_state computes the resumed epoch differently", ours
+    )
+    loop = _source(Trainer._inner_training_loop)
+    assert 0 <= loop.index("on_epoch_begin") < loop.index("self._run_epoch("), _broken(
+        "on_epoch_begin is no longer called before each epoch runs", ours
+    )
+
+
+def test_eos_token_ids_and_tokenizer_attributes(trainer, tiny_tokenizer):
+    # trainer.py GRPOExtTrainer._row_stats marks a completion truncated as TRL does (`_generate`): its last token is
+    # not in [*self.eos_token_ids, self._tokenizer.pad_token_id]
+    ours = "trainer.py GRPOExtTrainer._row_stats (completions/clipped_ratio of the trained batch in resample mode)"
+    source = _source(GRPOTrainer._generate)
+    assert "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]" in source, _broken(
+        "_generate no longer defines truncation by eos_token_ids and the pad token", ours
+    )
+    assert "ids[-1] not in eos_and_pad for ids in completion_ids" in source, _broken(
+        "_generate no longer marks a completion truncated by its last token", ours
+    )
+    assert tiny_tokenizer.eos_token_id in trainer.eos_token_ids, _broken("eos_token_ids changed", ours)
+    assert trainer._tokenizer.pad_token_id == tiny_tokenizer.pad_token_id, _broken("_tokenizer changed", ours)
+
+
 def test_train_sampler_and_dataloader_length(trainer):
     sampler = trainer._get_train_sampler()
     assert (sampler.mini_repeat_count, sampler.batch_size, sampler.repeat_count) == (NUM_GENERATIONS, 2, 2), _broken(
@@ -685,3 +747,68 @@ def test_quantized_model_adapters_cast_to_bf16_in_init(tiny_model_dir, tiny_toke
     assert trainable == {torch.bfloat16}, _broken(f"trainable dtypes after GRPOTrainer.__init__: {trainable}", ours)
     cast_trainable_to(grpo.model, "float32")
     assert {p.dtype for p in grpo.model.parameters() if p.requires_grad} == {torch.float32}
+
+
+# -- generation: TRL's vLLM weight sync merges the adapter into the base; continuous batching casts the model ----------
+def test_vllm_sync_merges_and_unmerges_a_peft_model():
+    """`generation.py` (the refusal, `BaseDriftMonitor`) and `tests/vllm_standin.py` rely on these lines."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    ours = "generation.py (vLLM-on-4-bit refusal and the vllm/base_drift metric) and tests/vllm_standin.py"
+    iterate = _source(VLLMGeneration._iter_named_params)
+    merge, unmerge = iterate.find("model.merge_adapter()"), iterate.find("model.unmerge_adapter()")
+    assert "if is_peft_model(model):" in iterate and 0 < merge < unmerge, _broken(
+        "VLLMGeneration._iter_named_params no longer merges then unmerges the PEFT adapter", ours
+        + " (the drift may be gone: check whether the 4-bit refusal is still needed)")
+    sync = _source(VLLMGeneration.sync_weights)
+    for line in ("for name, param in self._iter_named_params():",
+                 "self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights([(name, param)])",
+                 "self.llm.reset_prefix_cache()"):
+        assert line in sync, _broken(f"VLLMGeneration.sync_weights no longer contains {line!r}", ours)
+    assert "self._init_vllm()" in _source(VLLMGeneration.__init__), _broken(
+        "VLLMGeneration.__init__ no longer builds the engine in _init_vllm", "tests/vllm_standin.py")
+    found = list(inspect.signature(VLLMGeneration.generate).parameters)
+    assert found == ["self", "prompts", "images", "num_generations", "profiler"], _broken(
+        f"VLLMGeneration.generate parameters are now {found}", "tests/vllm_standin.py")
+    trainer_init = _source(GRPOTrainer.__init__)
+    assert "self.vllm_generation = VLLMGeneration(" in trainer_init, _broken(
+        "GRPOTrainer.__init__ no longer builds trl.trainer.grpo_trainer.VLLMGeneration", "tests/test_generation.py")
+    turn = _source(GRPOTrainer._generate_single_turn)
+    assert "self.vllm_generation.sync_weights()" in turn and "self._last_loaded_step = self.state.global_step" in turn, (
+        _broken("GRPOTrainer._generate_single_turn no longer syncs the weights once per optimizer step", ours))
+
+
+def test_continuous_batching_casts_the_model_and_takes_the_generation_config():
+    ours = "trainer.py _generate_and_score_keeping_dtypes (generation.preserved_dtypes around it)"
+    turn = _source(GRPOTrainer._generate_single_turn)
+    branch = turn[turn.index("elif self.use_transformers_continuous_batching:"):turn.index("else:\n            # Regular")]
+    for line in ("unwrapped_model.to(torch.bfloat16)", "unwrapped_model.generate_batch(",
+                 "generation_config=self.generation_config", "continuous_batching_config=self.continuous_batching_config"):
+        assert line in branch, _broken(f"the continuous-batching branch no longer contains {line!r}", ours)
+    init = _source(GRPOTrainer.__init__)
+    assert '"cache_implementation": args.cache_implementation,' in init and "if args.generation_kwargs is not None:\n" \
+        "                generation_kwargs.update(args.generation_kwargs)" in init, _broken(
+            "GRPOTrainer.__init__ no longer passes cache_implementation / generation_kwargs to the GenerationConfig",
+            "generation.check_generation_settings and docs/generation.md (cache_implementation: static)")
+
+
+def test_continuous_batching_drops_the_processors_we_refuse_and_runs_in_eval_mode():
+    from transformers.generation import continuous_batching, logits_process
+
+    for name in ("RepetitionPenaltyLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "MinLengthLogitsProcessor"):
+        assert getattr(logits_process, name).supports_continuous_batching is False, _broken(
+            f"transformers now supports {name} under continuous batching",
+            "generation.CB_UNSUPPORTED_GENERATION_KWARGS (the refusal can be relaxed)")
+    source = inspect.getsource(continuous_batching.continuous_api)
+    assert "self.model = model.eval()" in source, _broken(
+        "continuous batching no longer puts the model in eval mode",
+        "models.keep_4bit_training_layout (may be unnecessary now)")
+
+
+def test_bnb_4bit_repacks_for_cpu_inference_only_when_allowed():
+    import bitsandbytes as bnb
+
+    forward = _source(bnb.nn.Linear4bit.forward)
+    assert "self.support_avx512bf16_for_cpu" in forward and "not self.training" in forward, _broken(
+        "bitsandbytes' Linear4bit.forward no longer gates its CPU inference repacking on support_avx512bf16_for_cpu",
+        "models.keep_4bit_training_layout")

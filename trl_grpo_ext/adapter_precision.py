@@ -59,7 +59,7 @@ def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32", ex
                 changed += 1
         if "lora_" in name:
             continue
-        module._trl_grpo_ext_dtype = dtype  # read by the hook at call time, so a later cast to another dtype holds
+        module._trl_grpo_ext_dtype = dtype  # fallback; the hook follows the weight's dtype at call time
         if not getattr(module, "_trl_grpo_ext_dtype_hooks", False):
             module.register_forward_pre_hook(_cast_inputs_hook)
             module.register_forward_hook(_cast_output_back_hook)
@@ -68,7 +68,10 @@ def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32", ex
 
 
 def _cast_inputs_hook(module, args):
-    dtype = module._trl_grpo_ext_dtype
+    # The dtype the module's own trainable weight has now: TRL's continuous-batching generation casts the whole model
+    # to bf16 with `model.to(...)`, which does not update `_trl_grpo_ext_dtype` (see generation.preserved_dtypes).
+    dtype = next((p.dtype for p in module.parameters(recurse=False) if p.is_floating_point()),
+                 module._trl_grpo_ext_dtype)
     first = next((a for a in args if torch.is_tensor(a) and a.is_floating_point()), None)
     module._trl_grpo_ext_input_dtype = None if first is None else first.dtype
     return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)

@@ -15,6 +15,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from .advantage_settings import AdvantageSettings, resolve_advantage_settings
+from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
 from .quantifiers import TRL_DEFAULTS, QuantityError, resolve_trl_fields
 from .rewards.spec import parse_reward_specs
 from .zero_variance import ROW_NORMALISED_LOSSES
@@ -65,7 +66,10 @@ class GRPOExtConfig(GRPOConfig):
             `"off"` (TRL's behaviour), `"mask"` (drop uniform groups from the loss and its normaliser) or
             `"resample"` (DAPO dynamic sampling, arXiv 2503.14476).
         zero_variance_tolerance (`float`, *optional*, defaults to `0.0`):
-            A group is uniform when the spread of its weighted total rewards is at most this.
+            A group is uniform when the spread of its judged rewards (see `zero_variance_reward`) is at most this.
+        zero_variance_reward (`str`, *optional*):
+            The reward function whose values the filter judges (its name, as logged under `rewards/<name>/mean`,
+            e.g. `"accuracy"`); unset judges the weighted total reward. Needs the filter on.
         max_resample_rounds (`int`, *optional*, defaults to `3`):
             Extra generation rounds per step in `"resample"` mode; a shortfall after them is masked and logged.
 
@@ -87,6 +91,14 @@ class GRPOExtConfig(GRPOConfig):
             Measure the lost-update fraction every this many optimizer steps (0 = never).
         lost_update_warning_threshold (`float`, *optional*, defaults to `0.2`):
             Warn when more than this fraction of trainable weights with a non-zero gradient did not change.
+
+    Generation (see `docs/generation.md`):
+
+        allow_vllm_4bit_merge (`bool`, *optional*, defaults to `False`):
+            Let `use_vllm: true` run on a 4-bit base although TRL's weight sync merges the adapter into the 4-bit
+            weights and unmerges it, re-quantizing the frozen base at every generation batch. The relative drift of a
+            few fixed base layers since the start is then logged as `vllm/base_drift`. Without it the combination is
+            refused before any model loads.
     """
 
     # Quantities
@@ -125,6 +137,10 @@ class GRPOExtConfig(GRPOConfig):
     zero_variance_tolerance: float = field(
         default=0.0, metadata={"help": "A group is uniform when its reward spread is at most this."}
     )
+    zero_variance_reward: str | None = field(
+        default=None,
+        metadata={"help": "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total."},
+    )
     max_resample_rounds: int = field(
         default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
     )
@@ -145,6 +161,11 @@ class GRPOExtConfig(GRPOConfig):
     )
     lost_update_warning_threshold: float = field(
         default=0.2, metadata={"help": "Warn when the lost-update fraction exceeds this."}
+    )
+    # Generation
+    allow_vllm_4bit_merge: bool = field(
+        default=False,
+        metadata={"help": "Let use_vllm run on a 4-bit base (its sync re-quantizes the base); logs vllm/base_drift."},
     )
 
     def __post_init__(self):
@@ -177,6 +198,7 @@ class GRPOExtConfig(GRPOConfig):
             raise ValueError(f"lost_update_steps={self.lost_update_steps} must be >= 0 (0 = off).")
         self._check_zero_variance_filter(world_size)
         self._check_bf16()
+        self._check_generation()
         super().__post_init__()
         if self.world_size != world_size:
             raise QuantityError(
@@ -253,7 +275,13 @@ class GRPOExtConfig(GRPOConfig):
           derives the missing one.
         """
         if self.zero_variance_filter == "off":
+            if self.zero_variance_reward is not None:
+                raise ValueError(
+                    f"zero_variance_reward={self.zero_variance_reward!r} only takes effect with the zero-variance "
+                    "filter on. Fix: set zero_variance_filter: mask (or resample), or remove zero_variance_reward."
+                )
             return
+        self._resolve_zero_variance_reward()
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 f"zero_variance_filter={self.zero_variance_filter!r} judges groups on the weighted total reward and "
@@ -283,6 +311,27 @@ class GRPOExtConfig(GRPOConfig):
                 "works on the gathered batch)."
             )
 
+    def _resolve_zero_variance_reward(self) -> None:
+        """With `rewards` from the registry, check `zero_variance_reward` names one of them (an alias gives the
+        canonical name, the one TRL logs). Reward functions passed to the trainer are checked there."""
+        name = self.zero_variance_reward
+        if name is None or not self.rewards:
+            return
+        from .rewards.registry import UnknownRewardError, check_reward_name
+
+        selected = [check_reward_name(spec["name"]) for spec in self.rewards]
+        if name not in selected:
+            try:
+                canonical = check_reward_name(name)
+            except UnknownRewardError:
+                canonical = None
+            if canonical not in selected:
+                raise ValueError(
+                    f"zero_variance_reward={name!r} is not one of this run's rewards ({', '.join(selected)}). Fix: "
+                    "name one of them, or remove zero_variance_reward to judge the weighted total."
+                )
+            self.zero_variance_reward = canonical
+
     def _check_bf16(self) -> None:
         if self.bf16 is None:  # TRL would default to True; choose what this machine supports
             self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
@@ -291,6 +340,15 @@ class GRPOExtConfig(GRPOConfig):
                 "bf16=True, but this machine has no accelerator with bfloat16 support. Fix: set `bf16: false` "
                 "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU."
             )
+
+    def _check_generation(self) -> None:
+        """Generation settings TRL would ignore or that cannot work, and `use_vllm` on a 4-bit
+        ``model_init_kwargs["quantization_config"]`` (see `generation.check_generation_settings`)."""
+        check_generation_settings(self, on_cpu=self.use_cpu or not _accelerator_available())
+        init_kwargs = self.model_init_kwargs if isinstance(self.model_init_kwargs, dict) else {}
+        quantization = init_kwargs.get("quantization_config")
+        check_vllm_quantization(self, is_4bit(quantization), is_8bit(quantization),
+                                source="model_init_kwargs.quantization_config")
 
     def quantity_fields(self) -> dict[str, Any]:
         """The resolved quantity fields, as `quantifiers.resolve_plan` takes them."""
@@ -321,6 +379,12 @@ def _world_size_from_env() -> int:
         return max(1, int(raw))
     except ValueError as err:
         raise ValueError(f"WORLD_SIZE={raw!r} in the environment is not an integer.") from err
+
+
+def _accelerator_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or bool(getattr(torch, "xpu", None) and torch.xpu.is_available())
 
 
 def _bf16_available() -> bool:

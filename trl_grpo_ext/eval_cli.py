@@ -103,11 +103,10 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     from transformers import AutoModelForCausalLM
 
     from . import tiny
+    from .data import load_eval_dataset
     from .evaluation import compare, evaluate_model
     from .models import load_tokenizer, quantization_config
     from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
-
-    from .data import load_eval_dataset
 
     dataset = load_eval_dataset(script_args, training_args.seed, split, num_prompts)
     specs = with_run_defaults([RewardSpec(**spec) for spec in training_args.rewards],

@@ -1,7 +1,8 @@
 """`GRPOExtTrainer`: TRL's `GRPOTrainer` with the plan, the stop rule and the GRPO extensions wired in.
 
 The trainer holds no GRPO logic of its own: the plan comes from `quantifiers`, advantages and group masks from
-`advantages`, rewards from `rewards`, adapter precision from `adapter_precision`. Every override calls `super()` and
+`advantages`, rewards from `rewards`, adapter precision from `adapter_precision`, generation checks and the vLLM
+base-drift metric from `generation`. Every override calls `super()` and
 post-processes; no TRL method body is copied. The private TRL methods relied on are pinned in
 `tests/test_trl_contract.py`.
 """
@@ -15,6 +16,7 @@ import os
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages, uniform_group_mask
@@ -26,9 +28,30 @@ from .checkpoints import (
     write_json,
 )
 from .config import GRPOExtConfig
+from .generation import (
+    DRIFT_METRIC,
+    DRIFT_WARNING_THRESHOLD,
+    BaseDriftMonitor,
+    check_vllm_quantization,
+    is_4bit,
+    is_8bit,
+    preserved_dtypes,
+)
+from .models import keep_4bit_training_layout
 from .quantifiers import RunPlan, plan_warnings, resample_note, resolve_plan
 from .rewards.spec import RewardSpec, format_reward_specs
-from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
+from .sampling import EpochRepeatSampler
+from .zero_variance import (
+    ROW_STAT_KEYS,
+    ResampleSource,
+    UniformFractionEstimate,
+    fill_uniform_groups,
+    judged_rewards,
+    masked_loss_scale,
+    resample_round_size,
+    trained_batch_metrics,
+    weighted_total,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +81,8 @@ class GRPOExtTrainer(GRPOTrainer):
                 "GRPOConfig field."
             )
         reward_funcs = _reward_funcs_from_args(reward_funcs, args)
+        if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
+            _judged_reward_index(args.zero_variance_reward, [_reward_name(f) for f in reward_funcs])
         dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
         self.plan: RunPlan = resolve_plan(
             args.quantity_fields(),
@@ -68,19 +93,34 @@ class GRPOExtTrainer(GRPOTrainer):
         model_name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
             logger.warning(advice)
+        _check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if _is_quantized(self.model):
             # TRL casts trainable adapter weights of a quantized model to bf16; "float32" undoes it. Either way plain
             # trainable modules (a modules_to_save lm_head) get dtype-consistency hooks, without which TRL's own bf16
             # mode fails in the forward pass ("expected m1 and m2 to have the same dtype"). See adapter_precision.
             cast_trainable_to(self.model, args.adapter_dtype, exclude=("lora_magnitude_vector",))
+            # bitsandbytes repacks a 4-bit layer's weight for its CPU inference kernel on the first no-grad forward in
+            # eval mode (TRL's eval loop, continuous batching's model runner) and never unpacks it for training: the
+            # next training step then fails. Keep the training layout (see models.keep_4bit_training_layout).
+            keep_4bit_training_layout(self.model)
+        # use_vllm on a 4-bit base (opted in): measure how far the re-quantized base drifts, once per generation batch
+        self.base_drift = (
+            BaseDriftMonitor(self.model)
+            if args.use_vllm and _is_4bit_model(self.model) and hasattr(self.model, "merge_adapter") else None
+        )
+        self._drift_warned = False
         self.lost_updates = LostUpdateTracker(
             args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
         )
+        self._judged_reward_index = _judged_reward_index(args.zero_variance_reward, self.reward_func_names)
         self.add_callback(_PlanCallback(self))
+        self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
+        self.add_callback(_SamplerEpochCallback(self))
         self._resample_source = (
             ResampleSource(dataset_size, args.seed) if args.zero_variance_filter == "resample" else None
         )
+        self._uniform_fraction = UniformFractionEstimate()  # sizes the resample rounds (resample only)
         self._window_kept_rows = 0.0  # rows kept by the zero-variance filter in this accumulation window (local)
         self._skip_optimizer_step = False
         self._skipped_updates = 0
@@ -93,11 +133,20 @@ class GRPOExtTrainer(GRPOTrainer):
             optimizer.step = self._optimizer_step_unless_all_uniform(optimizer.step)
         return optimizer
 
+    def _get_train_sampler(self, dataset=None):
+        """TRL's `RepeatSampler`, as an `EpochRepeatSampler`: the same order, but a function of (seed, epoch), so a
+        resume in any epoch trains the uninterrupted run's prompts (see `sampling`)."""
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is RepeatSampler:
+            sampler = self._epoch_sampler = EpochRepeatSampler.like(sampler)
+        return sampler
+
     # -- rewards -> advantages -> zero-variance filter ---------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's rewards (gathered, (N, F)); kept so the advantages below are computed from the same tensor."""
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func
+        self._last_completion_ids_list = completion_ids_list  # local rows: lengths for the trained batch's metrics
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -108,22 +157,27 @@ class GRPOExtTrainer(GRPOTrainer):
         normaliser through TRL's `tool_mask` and `num_items_in_batch`. Tensor shapes never change, so every process
         makes the same collective calls.
         """
-        output = super()._generate_and_score_completions(inputs)
+        metric_marks = {key: len(values) for key, values in self._metrics["train"].items()}
+        output = self._generate_and_score_keeping_dtypes(inputs)
+        if self.base_drift is not None and self.model.training:
+            self._record_base_drift()
         if not self.model.training or self.args.multi_objective_aggregation != "sum_then_normalize":
             return output
         args, g = self.args, self.num_generations
         rewards = weighted_total(self._last_rewards_per_func, self.reward_weights)
-        uniform = uniform_group_mask(rewards, g, args.zero_variance_tolerance)
+        uniform = self._uniform_groups(self._last_rewards_per_func)
         metrics = self._metrics["train"]
         if args.zero_variance_filter != "off":
             metrics["zero_variance/frac_uniform_before"].append(uniform.float().mean().item())
         if args.zero_variance_filter == "resample":
             output, rewards, uniform = self._resample(output, rewards, uniform)
+            self._log_trained_batch(output, metric_marks)
         filtering = args.zero_variance_filter != "off"
         advantages = compute_advantages(rewards, g, args.advantage_settings, uniform_mask=uniform if filtering else None)
         local = self._local_rows(len(output["advantages"]))
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
-        output.pop("zero_variance_rewards", None)
+        for key in ROW_STAT_KEYS:
+            output.pop(key, None)
         kept = ~uniform if filtering else torch.ones_like(uniform)
         if kept.sum() > 1:  # with every row masked the statistics are undefined (NaN would poison the log average)
             for name, value in advantage_metrics(advantages, mask=kept).items():
@@ -131,6 +185,31 @@ class GRPOExtTrainer(GRPOTrainer):
         if filtering:
             self._mask_uniform_rows(output, kept, local)
         return output
+
+    def _generate_and_score_keeping_dtypes(self, inputs):
+        """TRL's generation batch; with continuous batching, the dtype cast TRL makes before it is undone after it
+        (the float32 adapter stays float32 and exact, see `generation.preserved_dtypes`)."""
+        if not self.use_transformers_continuous_batching:
+            return super()._generate_and_score_completions(inputs)
+        with preserved_dtypes(self.model):
+            return super()._generate_and_score_completions(inputs)
+
+    def _record_base_drift(self) -> None:
+        drift = self.base_drift.measure()
+        self._metrics["train"][DRIFT_METRIC].append(drift)
+        if drift > DRIFT_WARNING_THRESHOLD and not self._drift_warned:
+            self._drift_warned = True
+            logger.warning(
+                "The 4-bit base has drifted %.1f%% (relative Frobenius norm of layers %s) since the start, at "
+                "optimizer step %d: TRL's vLLM weight sync re-quantizes it at every generation batch "
+                "(allow_vllm_4bit_merge=True). See docs/generation.md.",
+                100 * drift, ", ".join(self.base_drift.layer_names), self.state.global_step,
+            )
+
+    def _uniform_groups(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """(N,) bool, True for every row of a group uniform in the judged reward (`zero_variance_reward`)."""
+        judged = judged_rewards(rewards_per_func, self.reward_weights, self._judged_reward_index)
+        return uniform_group_mask(judged, self.num_generations, self.args.zero_variance_tolerance)
 
     def _local_rows(self, local_size: int) -> slice:
         rank = self.accelerator.process_index
@@ -155,34 +234,80 @@ class GRPOExtTrainer(GRPOTrainer):
     def _resample(self, output: dict, rewards: torch.Tensor, uniform: torch.Tensor):
         """DAPO dynamic sampling: up to `max_resample_rounds` extra generation rounds filling uniform groups.
 
-        Decisions use gathered tensors only (`uniform` is identical on every process), so every process runs the
-        same number of rounds and collective calls.
+        Each round is sized by `zero_variance.resample_round_size` from the running estimate of the uniform fraction
+        (`UniformFractionEstimate`, updated with every round's gathered counts) and the uniform groups still missing
+        on the process that misses most. Decisions use gathered tensors only, so every process runs the same number
+        of rounds of the same size and makes the same collective calls.
         """
         args, g = self.args, self.num_generations
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
         local = self._local_rows(len(output["advantages"]))
         output["zero_variance_rewards"] = rewards[local]
+        output.update(self._row_stats(local))
         local_uniform = uniform[local]
+        cap = len(local_uniform) // g  # groups of this process's share of a generation batch
+        self._uniform_fraction.update(int(uniform.sum()) // g, len(uniform) // g)
         rounds = drawn = 0
         while bool(uniform.any()) and rounds < args.max_resample_rounds:
-            indices = self._resample_source.draw(len(uniform) // g, self.accelerator.process_index,
-                                                 self.accelerator.num_processes)
+            missing = int(uniform.view(world, -1).sum(dim=1).max()) // g  # on the process that misses most
+            per_process = resample_round_size(
+                missing, self._uniform_fraction.value, cap, last_round=rounds == args.max_resample_rounds - 1
+            )
+            indices = self._resample_source.draw(per_process * world, rank, world)
             extra_inputs = [self.train_dataset[i] for i in indices for _ in range(g)]
-            extra = super()._generate_and_score_completions(extra_inputs)
+            extra = self._generate_and_score_keeping_dtypes(extra_inputs)
             extra_rewards = weighted_total(self._last_rewards_per_func, self.reward_weights)
-            extra_uniform = uniform_group_mask(extra_rewards, g, args.zero_variance_tolerance)
-            extra["zero_variance_rewards"] = extra_rewards[local]
+            extra_uniform = self._uniform_groups(self._last_rewards_per_func)
+            self._uniform_fraction.update(int(extra_uniform.sum()) // g, len(extra_uniform) // g)
+            extra_local = self._local_rows(per_process * g)
+            extra["zero_variance_rewards"] = extra_rewards[extra_local]
+            extra.update(self._row_stats(extra_local))
             output, local_uniform, _ = fill_uniform_groups(
-                output, local_uniform, extra, extra_uniform[local], g, self.processing_class.pad_token_id
+                output, local_uniform, extra, extra_uniform[extra_local], g, self.processing_class.pad_token_id
             )
             rewards = self.accelerator.gather(output["zero_variance_rewards"])
             uniform = self.accelerator.gather(local_uniform.to(torch.int8)).bool()
             rounds += 1
-            drawn += len(uniform) // g
+            drawn += per_process * world
         metrics = self._metrics["train"]
         metrics["zero_variance/resample_rounds"].append(float(rounds))
         metrics["zero_variance/prompts_drawn"].append(float(drawn))
         metrics["zero_variance/shortfall_groups"].append(uniform.float().sum().item() / g)
+        metrics["zero_variance/uniform_fraction_estimate"].append(self._uniform_fraction.value)
         return output, rewards, uniform
+
+    def _row_stats(self, local: slice) -> dict:
+        """Per-row figures of the last generation round (local rows), carried through `fill_uniform_groups` so that
+        the trained batch's metrics can be computed: rewards per function, completion lengths, truncation."""
+        ids = self._last_completion_ids_list
+        device = self._last_rewards_per_func.device
+        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        return {
+            "zero_variance_rewards_per_func": self._last_rewards_per_func[local],
+            "zero_variance_completion_lengths": torch.tensor([len(row) for row in ids], device=device),
+            "zero_variance_truncated": torch.tensor([int(row[-1]) not in eos_and_pad for row in ids], device=device),
+        }
+
+    def _log_trained_batch(self, output: dict, metric_marks: dict) -> None:
+        """Log TRL's batch metrics of the batch that is trained on under TRL's names; move TRL's values of every
+        generation round of this step to ``zero_variance/rounds/<name>`` (their average over the rounds)."""
+        gather = self.accelerator.gather
+        values = trained_batch_metrics(
+            gather(output["zero_variance_rewards_per_func"]),
+            self.reward_weights,
+            self.reward_func_names,
+            self.num_generations,
+            self.scale_rewards,
+            gather(output["zero_variance_completion_lengths"]),
+            gather(output["zero_variance_truncated"].to(torch.int8)).bool(),
+        )
+        metrics = self._metrics["train"]
+        for name, value in values.items():
+            logged = metrics[name]
+            mark = metric_marks.get(name, 0)
+            metrics[f"zero_variance/rounds/{name}"].extend(logged[mark:])
+            del logged[mark:]
+            logged.append(value)
 
     def _compute_loss(self, model, inputs):
         """TRL's loss; with the filter on, rescaled so masked rows leave row-counting normalisers too."""
@@ -236,7 +361,10 @@ class GRPOExtTrainer(GRPOTrainer):
         state_file = os.path.join(checkpoint or "", ZERO_VARIANCE_STATE_FILE)
         if checkpoint and self._resample_source is not None and os.path.isfile(state_file):
             with open(state_file) as f:
-                self._resample_source.cursor = json.load(f)["resample_cursor"]
+                state = json.load(f)
+            self._resample_source.cursor = state["resample_cursor"]
+            if "uniform_fraction_estimate" in state:  # absent in checkpoints of earlier versions
+                self._uniform_fraction.load_state_dict(state["uniform_fraction_estimate"])
         return super().train(resume_from_checkpoint=checkpoint, **kwargs)
 
 
@@ -262,8 +390,11 @@ class _PlanCallback(TrainerCallback):
             if os.path.isdir(checkpoint):
                 _write_plan(self.trainer.plan, checkpoint)
                 source = self.trainer._resample_source
-                if source is not None:  # where the extra prompts of "resample" continue after a resume
-                    write_json(checkpoint, ZERO_VARIANCE_STATE_FILE, {"resample_cursor": source.cursor})
+                if source is not None:  # where the extra prompts of "resample" continue, and how rounds are sized
+                    write_json(checkpoint, ZERO_VARIANCE_STATE_FILE, {
+                        "resample_cursor": source.cursor,
+                        "uniform_fraction_estimate": self.trainer._uniform_fraction.state_dict(),
+                    })
 
     def on_train_end(self, args, state, control, **kwargs):
         plan = self.trainer.plan
@@ -274,6 +405,24 @@ class _PlanCallback(TrainerCallback):
                 plan.stop_reason.replace("_", " "),
                 plan.epochs_covered,
             )
+
+
+class _SamplerEpochCallback(TrainerCallback):
+    """Sets the train sampler's epoch at the start of every epoch, the resumed one included.
+
+    transformers calls ``set_epoch`` on the train dataloader too, but accelerate does not forward it through every
+    wrapper: with several processes, the dataloader of a resumed epoch (`skip_first_batches`: `SkipBatchSampler`
+    around `BatchSamplerShard`) never reaches the sampler, which would then replay epoch 0's order. The epoch is
+    ``global_step // steps_per_epoch`` of the plan, as transformers computes it on resume (``_init_training_state``).
+    """
+
+    def __init__(self, trainer: GRPOExtTrainer):
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        sampler, steps_per_epoch = self.trainer._epoch_sampler, self.trainer.plan.steps_per_epoch
+        if sampler is not None and steps_per_epoch:
+            sampler.set_epoch(state.global_step // steps_per_epoch)
 
 
 def _write_plan(plan: RunPlan, directory: str) -> None:
@@ -310,6 +459,48 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
     specs = with_run_defaults([RewardSpec(**spec) for spec in args.rewards], args.max_completion_length)
     funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
     return funcs
+
+
+def _check_vllm_before_loading(model, args: GRPOExtConfig, quantization_config) -> None:
+    """`generation.check_vllm_quantization` on what the trainer was given: a model id loaded with the
+    ``quantization_config=`` argument, or an already loaded (possibly 4-bit) model; before TRL loads anything."""
+    if isinstance(model, str):
+        check_vllm_quantization(args, is_4bit(quantization_config), is_8bit(quantization_config),
+                                source="quantization_config")
+        return
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    check_vllm_quantization(args, bool(getattr(base, "is_loaded_in_4bit", False)),
+                            bool(getattr(base, "is_loaded_in_8bit", False)), source="the model passed")
+
+
+def _is_4bit_model(model) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(base, "is_loaded_in_4bit", False))
+
+def _judged_reward_index(name: str | None, reward_func_names: list[str]) -> int | None:
+    """Column of ``name`` among TRL's reward function names (None: judge the weighted total).
+
+    Raises:
+        ValueError: ``name`` is not one of ``reward_func_names``.
+    """
+    if name is None:
+        return None
+    if name not in reward_func_names:
+        raise ValueError(
+            f"zero_variance_reward={name!r} is not one of this run's reward functions ({', '.join(reward_func_names)}). "
+            "Fix: name one of them (as logged in rewards/<name>/mean), or remove zero_variance_reward to judge the "
+            "weighted total."
+        )
+    return reward_func_names.index(name)
+
+
+def _reward_name(reward_func) -> str:
+    """The name TRL gives a reward function or reward model (`GRPOTrainer.__init__`, ``reward_func_names``)."""
+    from trl.trainer.utils import get_callable_name, get_config_model_id
+
+    if isinstance(reward_func, torch.nn.Module):
+        return get_config_model_id(reward_func.config).split("/")[-1]
+    return get_callable_name(reward_func)
 
 
 def _is_quantized(model) -> bool:

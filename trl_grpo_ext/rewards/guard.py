@@ -10,7 +10,9 @@ the values were used; a NaN or a string surfaces later as a bare tensor error. T
 
 With ``on_error="raise"`` (default) a bad value, or an exception inside the reward, raises
 :class:`RewardFunctionError` naming the reward, the completion index, an excerpt of that prompt and completion
-(at most 200 characters each), what was wrong and how to fix it. With ``on_error="none"`` bad values become ``None``
+(at most 200 characters each), what was wrong and how to fix it. To find the index of an exception, each completion
+is retried alone; when none fails alone, the message says the reward "failed on the batch of N but on no single
+completion" (a failure that depends on the batch's size or mix). With ``on_error="none"`` bad values become ``None``
 (TRL then leaves that reward out of the completion's weighted sum), an exception turns the whole call into ``None``,
 and the number of values replaced in each call is logged through TRL's ``log_metric`` as ``rewards/<name>/invalid``
 (logged at every call, so its logged mean is invalid values per call).
@@ -179,19 +181,37 @@ class RewardGuard:
             self._log_invalid(len(bad), kwargs)
         return out
 
-    def _exception_error(self, exc: BaseException, index: int | None, prompts: Any, completions: Any):
-        where = "" if index is not None else f" for the batch of {len(completions)} completions"
-        return self._error(
-            f"raised {type(exc).__name__}: {exc}{where}",
-            index,
-            prompts,
-            completions,
-            # a missing package is never answered with on_error 'none': that would train on the other rewards alone
+    def _exception_error(
+        self, exc: BaseException, index: int | None, prompts: Any, completions: Any, retried: bool = False
+    ) -> RewardFunctionError:
+        """The error for an exception raised by the reward on the batch.
+
+        ``index``: the first completion that also fails alone (None if none does, or none was tried); ``retried``:
+        every completion was retried alone and none failed, so the failure depends on the batch itself.
+        """
+        n = len(completions)
+        # a missing package is never answered with on_error 'none': that would train on the other rewards alone
+        fix = (
             "Install the missing package named above, or remove this reward from `rewards`."
             if isinstance(exc, ImportError)
             else "Fix the reward function (or return None for completions it cannot score); set the reward's on_error "
-            "to 'none' to treat a failing call as missing values instead of failing the step.",
+            "to 'none' to treat a failing call as missing values instead of failing the step."
         )
+        if index is not None:
+            where = ""
+        elif retried:
+            where = (
+                f"; it failed on the batch of {n} but on no single completion (each of the {n} retried alone "
+                "succeeded)"
+            )
+            fix = (
+                "The failure depends on the batch, not on one completion: its size, its mix of completions, or state "
+                "kept between calls (a batched model or API call, a cache, a counter). Call the reward with that many "
+                "completions to reproduce it. " + fix
+            )
+        else:
+            where = f" for the batch of {n} completions"
+        return self._error(f"raised {type(exc).__name__}: {exc}{where}", index, prompts, completions, fix)
 
     def _missing(self, exc: BaseException, prompts: Any, completions: Any, kwargs: dict) -> list[None]:
         n = len(completions)
@@ -228,7 +248,7 @@ class RewardGuard:
                 except Exception:
                     index = i
                     break
-            raise self._exception_error(exc, index, prompts, completions) from exc
+            raise self._exception_error(exc, index, prompts, completions, retried=index is None) from exc
         return self._check(values, prompts, completions, kwargs)
 
 
@@ -254,7 +274,7 @@ class AsyncRewardGuard(RewardGuard):
                 except Exception:
                     index = i
                     break
-            raise self._exception_error(exc, index, prompts, completions) from exc
+            raise self._exception_error(exc, index, prompts, completions, retried=index is None) from exc
         return self._check(values, prompts, completions, kwargs)
 
 

@@ -10,6 +10,8 @@ from typing import Any
 from .registry import register_reward
 from .text import DEFAULT_ANSWER_COLUMNS, TextReward, last_boxed, read_column
 
+logger = logging.getLogger(__name__)
+
 _INSTALL_HINT = "Install it with `pip install trl-grpo-ext[math]` (or `pip install math-verify`)."
 
 
@@ -61,7 +63,9 @@ class Accuracy(TextReward):
     follows ``####`` (GSM8K: ``"... #### 72"``), else the whole text, and
     ``parse``/``verify`` are math-verify's (symbolic equivalence, so ``\frac{1}{2}`` equals ``0.5``). The completion
     is parsed with LaTeX (boxed first, units normalised) then plain-expression extraction, first match. A reference
-    math-verify cannot parse gives ``None`` (example skipped, as in TRL's ``accuracy_reward``); an unparseable
+    math-verify cannot parse gives ``None`` (example skipped, as in TRL's ``accuracy_reward``): such completions are
+    counted at every call in the metric ``rewards/<name>/unscorable_gold`` (completions per call, averaged over
+    processes, through TRL's ``log_metric``) and the first such reference is warned about once. An unparseable
     completion gives 0.0. Source: TRL's ``trl.rewards.accuracy_reward`` / open-r1's accuracy reward, extended to
     GSM8K answers and plain-text completions; math-verify by Hugging Face (github.com/huggingface/Math-Verify).
 
@@ -90,24 +94,46 @@ class Accuracy(TextReward):
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         mv, NormalizationConfig = _math_verify()
-        _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
+        column, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
         main = threading.current_thread() is threading.main_thread()
         timeout = self.timeout_seconds if main else None
         if not main:
-            for logger in ("math_verify.parser", "math_verify.grader"):
-                logging.getLogger(logger).setLevel(logging.ERROR)
+            for name in ("math_verify.parser", "math_verify.grader"):
+                logging.getLogger(name).setLevel(logging.ERROR)
         extraction = [
             mv.LatexExtractionConfig(normalization_config=NormalizationConfig(units=True), boxed_match_priority=0),
             mv.ExprExtractionConfig(),
         ]
         out: list[float | None] = []
+        golds: dict[str, Any] = {}  # each reference parsed once (a group repeats it G times)
+        unscorable = 0
         for text, ref in zip(texts, refs):
-            gold = mv.parse(answer_span(str(ref), self.answer_tag), parsing_timeout=timeout)
+            ref = str(ref)
+            if ref not in golds:
+                golds[ref] = mv.parse(answer_span(ref, self.answer_tag), parsing_timeout=timeout)
+            gold = golds[ref]
             if not gold:
                 out.append(None)
+                unscorable += 1
+                self._warn_unscorable(ref, column)
                 continue
             pred = mv.parse(
                 answer_span(text, self.answer_tag), extraction_config=extraction, extraction_mode="first_match", parsing_timeout=timeout
             )
             out.append(float(bool(pred) and mv.verify(gold, pred, timeout_seconds=timeout)))
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            log_metric(f"rewards/{self.__name__}/unscorable_gold", float(unscorable))
         return out
+
+    def _warn_unscorable(self, reference: str, column: str) -> None:
+        if getattr(self, "_warned_unscorable", False):
+            return
+        self._warned_unscorable = True
+        text = reference if len(reference) <= 120 else reference[:117] + "..."
+        logger.warning(
+            "Reward %r: math-verify cannot parse the reference answer %r (dataset column %r); its completions get "
+            "None (left out of the reward) and are counted in rewards/%s/unscorable_gold. Warned once; fix the "
+            "dataset's answers (GSM8K: '#### <number>'; else a number, an expression or \\boxed{...}).",
+            self.__name__, text, column, self.__name__,
+        )

@@ -1,0 +1,101 @@
+"""`zero_variance_reward`: the filter judges one chosen reward function instead of the weighted total.
+
+The example of the docs: accuracy [0, 0, 0, 0] and a 0.1-weighted format reward [1, 0, 1, 1]. The weighted totals
+[0.1, 0, 0.1, 0.1] are not uniform: TRL's advantages are (r − 0.075) / (0.05 + 1e-4) ≈ [0.5, −1.5, 0.5, 0.5] (mean
+0.075; sample std √((3 · 0.025² + 0.075²) / 3) = 0.05), so the format reward alone trains the group although no
+completion is correct. Judged on accuracy, the group is uniform and filtered.
+"""
+
+import pytest
+import torch
+from datasets import Dataset
+
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+from trl_grpo_ext.advantage_settings import resolve_advantage_settings
+from trl_grpo_ext.advantages import compute_advantages, uniform_group_mask
+from trl_grpo_ext.zero_variance import judged_rewards
+
+G = 4
+ACCURACY = [0.0, 0.0, 0.0, 0.0]
+FORMAT = [1.0, 0.0, 1.0, 1.0]
+WEIGHTS = torch.tensor([1.0, 0.1])
+
+
+def _rewards_per_func() -> torch.Tensor:
+    return torch.tensor([ACCURACY, FORMAT]).T  # (4, 2)
+
+
+def test_example_is_kept_on_the_total_and_filtered_on_accuracy():
+    rewards = _rewards_per_func()
+    total = judged_rewards(rewards, WEIGHTS, None)
+    torch.testing.assert_close(total, torch.tensor([0.1, 0.0, 0.1, 0.1]))
+    assert not uniform_group_mask(total, G, 0.0).any()
+    settings, _ = resolve_advantage_settings()  # TRL's defaults: group mean, group sample std, ε 1e-4
+    expected = torch.tensor([0.025, -0.075, 0.025, 0.025]) / (0.05 + 1e-4)
+    torch.testing.assert_close(compute_advantages(total, G, settings), expected, rtol=1e-5, atol=1e-6)
+
+    on_accuracy = judged_rewards(rewards, WEIGHTS, 0)
+    torch.testing.assert_close(on_accuracy, torch.tensor(ACCURACY))
+    assert uniform_group_mask(on_accuracy, G, 0.0).all()
+    assert not uniform_group_mask(judged_rewards(rewards, WEIGHTS, 1), G, 0.0).any()  # format alone varies
+
+
+def accuracy(completions, **kwargs):
+    """Never correct: the accuracy of the example."""
+    return [0.0] * len(completions)
+
+
+def format_reward(completions, **kwargs):
+    """[1, 0, 1, 1] in every group: the format reward of the example."""
+    return [FORMAT[i % G] for i in range(len(completions))]
+
+
+def _trainer(tmp_path, **overrides) -> GRPOExtTrainer:
+    path = tiny.ensure_tiny_model()
+    settings = dict(
+        output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=G, micro_batch_size=8,
+        total_training_steps=1, max_completion_length=4, learning_rate=1e-3, report_to=[], save_strategy="no",
+        logging_steps=1, disable_tqdm=True, seed=0, zero_variance_filter="mask", reward_weights=[1.0, 0.1],
+    )
+    settings.update(overrides)
+    return GRPOExtTrainer(
+        str(path), reward_funcs=[accuracy, format_reward], args=GRPOExtConfig(**settings),
+        train_dataset=Dataset.from_list(tiny.count_char_rows(4)), processing_class=tiny.load_tokenizer(path),
+    )
+
+
+@pytest.mark.parametrize(("judged", "uniform"), [(None, 0.0), ("accuracy", 1.0), ("format_reward", 0.0)])
+def test_training_step_filters_the_groups_uniform_in_the_judged_reward(tmp_path, judged, uniform):
+    trainer = _trainer(tmp_path, zero_variance_reward=judged)
+    trainer.train()
+    (log,) = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert log["zero_variance/frac_uniform_before"] == uniform
+    assert log["zero_variance/completions_masked"] == uniform * 8
+    if judged == "accuracy":  # both groups filtered: no update
+        assert log["zero_variance/skipped_updates"] == 1
+    else:  # kept: the format reward drives the advantages, ≈ [0.5, -1.5, 0.5, 0.5] per group
+        assert log["advantages/abs_mean"] == pytest.approx((3 * 0.025 + 0.075) / 4 / (0.05 + 1e-4), rel=1e-4)
+
+
+def test_unknown_judged_reward_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from trl import GRPOTrainer
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("TRL's __init__ (which loads the model) was reached")
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", no_loading)
+    with pytest.raises(ValueError, match=r"zero_variance_reward='acc' is not one of this run's reward functions "
+                                         r"\(accuracy, format_reward\)"):
+        _trainer(tmp_path, zero_variance_reward="acc")
+
+
+def test_config_checks_the_judged_reward_against_the_selected_rewards(tmp_path):
+    common = dict(output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=4)
+    with pytest.raises(ValueError, match="zero_variance_reward='length' is not one of this run's rewards"):
+        GRPOExtConfig(**common, zero_variance_filter="mask", rewards=["accuracy", "format"],
+                      zero_variance_reward="length")
+    with pytest.raises(ValueError, match="only takes effect with the zero-variance filter on"):
+        GRPOExtConfig(**common, rewards=["accuracy"], zero_variance_reward="accuracy")
+    alias = GRPOExtConfig(**common, zero_variance_filter="mask", rewards=["accuracy", "format"],
+                          zero_variance_reward="math_accuracy")
+    assert alias.zero_variance_reward == "accuracy"  # the canonical name, the one TRL logs

@@ -1,0 +1,75 @@
+"""A train sampler whose prompt order is a function of (seed, epoch), so a resume in any epoch replays it exactly.
+
+TRL's `RepeatSampler` seeds one `torch.Generator` once, in its constructor, and draws one permutation per
+``__iter__``: epoch e gets the (e+1)-th permutation of that generator. transformers 5.24 does not replay finished
+epochs through the sampler when it resumes (``Trainer._run_epoch`` skips batches of the resumed epoch only), so a
+freshly built sampler in a resumed run hands epoch e the *first* permutation, epoch 0's: the resumed run trains
+another prompt order than the uninterrupted one.
+
+`EpochRepeatSampler` is TRL's `RepeatSampler` plus ``set_epoch``: transformers calls ``set_epoch(epoch)`` on the
+train dataloader before iterating each epoch (accelerate forwards it to the sampler), and ``__iter__`` reseeds the
+generator and advances it by ``epoch`` permutations before TRL's own ``__iter__`` draws the epoch's. The order of
+epoch e is therefore the (e+1)-th permutation of ``torch.Generator().manual_seed(seed)``: identical to TRL's
+uninterrupted order, whatever happened before (a resume, a dataloader rebuilt). Cost: e extra ``randperm`` calls of
+the dataset size per epoch.
+
+Nothing here imports the trainer.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl.trainer.utils import RepeatSampler
+
+
+class EpochRepeatSampler(RepeatSampler):
+    """TRL's `RepeatSampler` whose permutation depends only on ``(seed, epoch)``.
+
+    Args: as `trl.trainer.utils.RepeatSampler` (``data_source``, ``mini_repeat_count``, ``batch_size`` [prompts per
+        generation batch], ``repeat_count``, ``shuffle``, ``seed``).
+
+    Attributes:
+        epoch (`int`): the epoch the next ``__iter__`` yields, 0-based; set by ``set_epoch`` (transformers calls it at
+            the start of every epoch, also the resumed one). Starts at 0; each ``__iter__`` advances it by one, so
+            without ``set_epoch`` calls the order is TRL's.
+
+    Raises:
+        ValueError: ``shuffle=True`` with ``seed=None`` (an unseeded order cannot be replayed on resume).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.shuffle and self.seed is None:
+            raise ValueError("EpochRepeatSampler(shuffle=True) needs a seed: an unseeded order cannot be replayed.")
+        self.epoch = 0
+
+    @classmethod
+    def like(cls, sampler: RepeatSampler) -> EpochRepeatSampler:
+        """The `EpochRepeatSampler` with the settings of TRL's ``sampler`` (as `GRPOTrainer._get_train_sampler`
+        built it)."""
+        return cls(
+            data_source=sampler.data_source,
+            mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size,
+            repeat_count=sampler.repeat_count,
+            shuffle=sampler.shuffle,
+            seed=sampler.seed,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``__iter__`` yield epoch ``epoch`` (0-based) of the seeded sequence.
+
+        Raises:
+            ValueError: ``epoch`` is negative.
+        """
+        if epoch < 0:
+            raise ValueError(f"EpochRepeatSampler.set_epoch: epoch={epoch} must be >= 0.")
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1  # without a set_epoch call, the next iteration is the next epoch
+        if self.shuffle:
+            self.generator.manual_seed(self.seed)
+            for _ in range(epoch):  # the permutations TRL's generator drew for the epochs before this one
+                torch.randperm(self.num_samples, generator=self.generator)
+        return super().__iter__()
