@@ -10,7 +10,7 @@
         recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
 
 Any config key can be overridden on the command line (`--learning_rate 1e-5`). The script reads top to bottom:
-arguments -> data, plan and resume checks -> tokenizer -> model settings -> trainer -> train -> save -> plot -> model card -> push.
+arguments -> tokenizer -> data, plan and resume checks -> model settings -> trainer -> train -> save -> plot -> model card -> push.
 """
 
 import sys
@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 
 from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
-from trl_grpo_ext.data import load_prompt_dataset
+from trl_grpo_ext.data import drop_long_prompts, load_prompt_dataset
 from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
@@ -38,20 +38,6 @@ def main(script_args, training_args, model_args, push_args) -> int:
     training_args.hub_token = None  # the push keeps it; training_args.bin in output_dir and checkpoints never does
 
     ################
-    # Data, plan and resume check: every error here is answered in one line before any model loads
-    ################
-    try:
-        train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
-        plan = resolve_plan(training_args.quantity_fields(), len(train_dataset), training_args.world_size,
-                            training_args.max_completion_length)
-        checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
-        check_checkpoint_plan(checkpoint, plan)
-        check_output_dir(training_args.output_dir, resuming=checkpoint is not None)
-    except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-    ################
     # Tokenizer
     ################
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)
@@ -59,6 +45,24 @@ def main(script_args, training_args, model_args, push_args) -> int:
         tokenizer = tiny.load_tokenizer(model_path)
     else:
         tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision, padding_side="left")
+    if script_args.chat_template is not None:
+        tokenizer.chat_template = script_args.chat_template
+
+    ################
+    # Data, plan and resume check: every error here is answered in one line before any model loads
+    ################
+    try:
+        train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
+        if script_args.max_prompt_length is not None:
+            train_dataset = drop_long_prompts(train_dataset, tokenizer, script_args.max_prompt_length)
+        plan = resolve_plan(training_args.quantity_fields(), len(train_dataset), training_args.world_size,
+                            training_args.max_completion_length)
+        checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+        check_checkpoint_plan(checkpoint, plan)
+        check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
+    except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
     ################
     # Model settings: 4-bit NF4 base + LoRA adapter (TRL loads the model inside the trainer)

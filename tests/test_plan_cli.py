@@ -145,7 +145,7 @@ def test_errors_print_one_line_and_exit_2(capsys, write_yaml, monkeypatch, text,
 
 def test_missing_config_file(capsys, tmp_path):
     code, _, err = run_plan(capsys, "--config", str(tmp_path / "absent.yaml"))
-    assert code == 2 and "No such file" in err and err.count("\n") == 1
+    assert code == 2 and "no such file" in err and err.count("\n") == 1
 
 
 def test_bad_world_size_env(capsys, write_yaml, monkeypatch):

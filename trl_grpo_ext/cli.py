@@ -1,19 +1,25 @@
-"""The ``trl-grpo-ext`` command line: ``plan``, ``rewards`` and ``push``.
+"""The ``trl-grpo-ext`` command line: ``plan``, ``train``, ``rewards`` and ``push``.
 
 Each sub-command lives next to the code it exposes and provides two functions: ``add_parser(subparsers)`` that
 declares its arguments and ``run(args) -> int`` that executes it. Importing this module and the sub-command modules
-must not import torch, so ``trl-grpo-ext plan`` answers in well under a second.
+must not import torch, so ``trl-grpo-ext plan`` answers in well under a second. A sub-command module that sets
+``ACCEPTS_OVERRIDES = True`` (``plan``, ``train``) receives the arguments it does not declare — config overrides such
+as ``--learning_rate 1e-5`` — as ``args.overrides``; the others refuse them.
+
+Output cut short by the reader (``trl-grpo-ext rewards | head``) ends quietly, as a closed pipe should.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import import_module
 
 #: sub-command name -> module providing ``add_parser(subparsers)`` and ``run(args)``.
 SUBCOMMANDS = {
     "plan": "trl_grpo_ext.plan_cli",
+    "train": "trl_grpo_ext.train",
     "rewards": "trl_grpo_ext.rewards.cli",
     "push": "trl_grpo_ext.hub_cli",
 }
@@ -34,8 +40,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``trl-grpo-ext`` console script; returns the process exit code."""
-    args = build_parser().parse_args(argv)
-    return int(import_module(args._module).run(args) or 0)
+    parser = build_parser()
+    args, overrides = parser.parse_known_args(argv)
+    module = import_module(args._module)
+    if overrides and not getattr(module, "ACCEPTS_OVERRIDES", False):
+        parser.error(f"unrecognized arguments: {' '.join(overrides)}")
+    args.overrides = overrides
+    try:
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader closed the pipe (`| head`): stop writing, and keep Python from reporting the failed flush at exit
+        # (https://docs.python.org/3/library/signal.html#note-on-sigpipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return code
 
 
 if __name__ == "__main__":
