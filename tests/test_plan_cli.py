@@ -189,3 +189,16 @@ def test_plan_lists_the_resolved_rewards(capsys):
     config = Path(__file__).resolve().parents[1] / "recipes/configs/qwen2.5-0.5b-instruct_gsm8k.yaml"
     assert main(["--config", str(config), "--dataset-size", "7473"]) == 0
     assert "rewards: accuracy × 1 (column='answer') + format × 0.25" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_plan_is_no_slower_than_importing_trl():
+    """Issue 13's bar: the median wall time of `plan --config tiny_cpu` is at most that of `python -c "import trl"`
+    (interleaved runs, benchmarks/plan_latency.py)."""
+    import statistics
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from plan_latency import measure
+
+    times = measure(9, "tiny_cpu")
+    assert statistics.median(times["plan"]) <= statistics.median(times["import trl"]), times

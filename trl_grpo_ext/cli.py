@@ -25,14 +25,21 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the top-level parser with one sub-parser per entry of :data:`SUBCOMMANDS`."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Build the top-level parser with one sub-parser per entry of :data:`SUBCOMMANDS`.
+
+    With ``command`` (the sub-command about to run), only that sub-command's module is imported; the others get an
+    empty placeholder, so that `plan` does not pay for importing `push`.
+    """
     from trl_grpo_ext import __version__
 
     parser = argparse.ArgumentParser(prog="trl-grpo-ext", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trl-grpo-ext {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
-    for module in SUBCOMMANDS.values():
+    for name, module in SUBCOMMANDS.items():
+        if command in SUBCOMMANDS and name != command:
+            subparsers.add_parser(name)
+            continue
         sub = import_module(module).add_parser(subparsers)
         sub.set_defaults(_module=module)
     return parser
@@ -40,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``trl-grpo-ext`` console script; returns the process exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     args, overrides = parser.parse_known_args(argv)
     module = import_module(args._module)
     if overrides and not getattr(module, "ACCEPTS_OVERRIDES", False):

@@ -138,11 +138,15 @@ def light_dataclasses() -> tuple[type, ...]:
     (once per process)."""
     from ._fields import TABLES
 
+    types_: dict[str, Any] = {}
     classes = []
     for name, rows in TABLES.items():
-        spec = [(fname, eval(text, dict(_NAMESPACE)), _field(default, dict(meta)))  # noqa: S307 (generated file)
-                for fname, text, default, meta in rows]
-        classes.append(dataclasses.make_dataclass(name, spec))
+        spec = []
+        for fname, text, default, meta in rows:
+            if text not in types_:
+                types_[text] = eval(text, dict(_NAMESPACE))  # noqa: S307 (the generated file, see write_table)
+            spec.append((fname, types_[text], _field(default, dict(meta))))
+        classes.append(dataclasses.make_dataclass(name, spec, repr=False, eq=False))
     return tuple(classes)
 
 

@@ -24,7 +24,6 @@ Errors raise :class:`ConfigError` (a ``ValueError``) with one line naming the ke
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 from dataclasses import dataclass, fields
@@ -155,6 +154,8 @@ def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
     stem = path.name[: -len(path.suffix)] if path.suffix in CONFIG_SUFFIXES else path.name
     if str(path.parent) in (".", "") and stem in shipped:
         return shipped[stem]
+    import difflib
+
     close = difflib.get_close_matches(stem, list(shipped), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     flag = "--config" if kind == "configs" else "--accelerate_config"
@@ -304,6 +305,8 @@ def _check_unknown(config: dict, args: list[str], types_: tuple[type, ...]) -> s
             unknown.append(f"--{key}")
     if not unknown:
         return cli
+    import difflib
+
     parts = []
     for key in unknown:
         bare = key.lstrip("-")
