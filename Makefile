@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 
 demo: install
 	@if [ -d outputs/tiny-qwen2-count-char ]; then echo "make demo: replacing the previous demo run in outputs/tiny-qwen2-count-char"; rm -rf outputs/tiny-qwen2-count-char; fi
-	$(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/cpu.yaml --num_cpu_threads_per_process $(CPU_THREADS) \
+	$(VENV)/bin/accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml --num_cpu_threads_per_process $(CPU_THREADS) \
 		recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
 
 test: install

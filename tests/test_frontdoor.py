@@ -174,7 +174,9 @@ def test_plan_takes_overrides_and_refuses_what_the_recipe_refuses(tmp_path):
 
 
 def test_rewards_into_a_closed_pipe_ends_without_a_traceback():
-    result = subprocess.run(f"{sys.executable} -m trl_grpo_ext.cli rewards | head -1", shell=True, cwd=ROOT,
+    rewards = f"{sys.executable} -m trl_grpo_ext.cli rewards"
+    # `| true` closes the pipe before the first write: the old code died there with a BrokenPipeError traceback
+    result = subprocess.run(f"{rewards} | head -1; {rewards} | true", shell=True, cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
