@@ -22,7 +22,7 @@ ROWS = [{"problem": f"What is {a} + {b}?", "solution": f"${a + b}$"} for a in ra
 #: vLLM), no network (push, wandb), a 2-core CPU (2 steps of 32 new tokens instead of an epoch of 1024).
 CPU_OVERRIDES = ["--bf16", "false", "--use_cpu", "true", "--torch_dtype", "float32", "--attn_implementation", "sdpa",
                  "--use_vllm", "false", "--push_to_hub", "false", "--report_to", "none", "--max_steps", "2",
-                 "--max_completion_length", "32", "--log_completions", "false", "--log_level", "warning"]
+                 "--max_completion_length", "32"]
 
 
 @pytest.fixture
