@@ -57,10 +57,11 @@ def test_installed_plan_by_name(installed):
 
 
 def test_installed_train_two_steps_and_the_card_snippet_generates(installed):
+    """`train` under `accelerate launch -m trl_grpo_ext.train` with the shipped accelerate config `cpu`."""
     env_dir, tmp = installed
     out = tmp / "run"
-    result = _run([str(env_dir / "bin" / "trl-grpo-ext"), "train", "--config", "tiny_cpu", "--output_dir", str(out),
-                   "--total_training_steps", "2", "--save_strategy", "no"], cwd=tmp)
+    result = _run([str(env_dir / "bin" / "trl-grpo-ext"), "train", "--config", "tiny_cpu", "--accelerate_config", "cpu",
+                   "--output_dir", str(out), "--total_training_steps", "2", "--save_strategy", "no"], cwd=tmp)
     assert "step 2/2  reward" in result.stdout
     assert (out / "adapter_model.safetensors").is_file() and (out / "README.md").is_file()
     card = (out / "README.md").read_text()

@@ -40,9 +40,12 @@ from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scal
 logger = logging.getLogger(__name__)
 
 
-# TRL 1.16 (trl/models/utils.py) and PEFT read `model.is_gradient_checkpointing`, which transformers 5.24 deprecated:
-# one FutureWarning per generation that no user setting can avoid. Silenced here, by its exact text only.
-warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+# TRL 1.16 (trl/models/utils.py, grpo_trainer.py) and PEFT call the model's `is_gradient_checkpointing`,
+# `gradient_checkpointing_enable` and `gradient_checkpointing_disable`, which transformers 5.24 deprecated: one
+# FutureWarning per generation that no user setting can avoid. Silenced here, by their exact texts only.
+warnings.filterwarnings(
+    "ignore", message=r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated",
+    category=FutureWarning)
 
 class GRPOExtTrainer(GRPOTrainer):
     """TRL's `GRPOTrainer` driven by a [`GRPOExtConfig`].
