@@ -91,8 +91,8 @@ class GRPOExtTrainer(GRPOTrainer):
         self.lost_updates = LostUpdateTracker(
             args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
         )
+        console.install(self)  # first, so that the bar is closed before _PlanCallback logs the stop reason
         self.add_callback(_PlanCallback(self))
-        console.install(self)
         self._resample_source = (
             ResampleSource(dataset_size, args.seed) if args.zero_variance_filter == "resample" else None
         )
