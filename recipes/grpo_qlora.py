@@ -10,21 +10,23 @@
         recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
 
 Any config key can be overridden on the command line (`--learning_rate 1e-5`). The script reads top to bottom:
-arguments -> tokenizer -> data, plan and resume checks -> model settings -> trainer -> train -> save -> plot -> model card -> push.
+arguments -> data, plan and resume checks -> tokenizer -> model settings -> trainer -> train -> save -> evaluate -> plot ->
+model card -> push.
 """
 
 import sys
 
 from accelerate.utils import set_seed
-from transformers import AutoTokenizer
 
 from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
-from trl_grpo_ext.data import drop_long_prompts, load_prompt_dataset
+from trl_grpo_ext.data import drop_long_prompts, load_eval_dataset, load_prompt_dataset
+from trl_grpo_ext.eval_plan import resolve_eval_plan
+from trl_grpo_ext.evaluation import final_evaluation
 from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
-from trl_grpo_ext.models import lora_config, quantization_config
+from trl_grpo_ext.models import lora_config, quantization_config, run_tokenizer
 from trl_grpo_ext.plotting import plot_training, reward_trend
 from trl_grpo_ext.quantifiers import resolve_plan
 
@@ -38,31 +40,39 @@ def main(script_args, training_args, model_args, push_args) -> int:
     training_args.hub_token = None  # the push keeps it; training_args.bin in output_dir and checkpoints never does
 
     ################
-    # Tokenizer
-    ################
-    model_path = tiny.resolve_model_path(model_args.model_name_or_path)
-    if tiny.is_embedded(model_args.model_name_or_path):
-        tokenizer = tiny.load_tokenizer(model_path)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision, padding_side="left")
-    if script_args.chat_template is not None:
-        tokenizer.chat_template = script_args.chat_template
-
-    ################
     # Data, plan and resume check: every error here is answered in one line before any model loads
     ################
     try:
         train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
-        if script_args.max_prompt_length is not None:
-            train_dataset = drop_long_prompts(train_dataset, tokenizer, script_args.max_prompt_length)
+        if script_args.max_prompt_length is not None:  # counted in tokens of the run's tokenizer and chat template
+            train_dataset = drop_long_prompts(train_dataset, run_tokenizer(model_args, script_args.chat_template),
+                                              script_args.max_prompt_length)
         plan = resolve_plan(training_args.quantity_fields(), len(train_dataset), training_args.world_size,
                             training_args.max_completion_length)
+        evaluating = training_args.eval_strategy != "no" or script_args.final_eval != "none"
+        eval_dataset = load_eval_dataset(script_args, training_args.seed, "test", script_args.eval_num_prompts) \
+            if evaluating else None
+        eval_plan = resolve_eval_plan(
+            eval_prompts=len(eval_dataset) if eval_dataset is not None else None,
+            eval_strategy=training_args.eval_strategy, eval_steps=training_args.eval_steps,
+            logging_steps=training_args.logging_steps, num_generations=training_args.num_generations,
+            num_generations_eval=training_args.num_generations_eval,
+            per_device_eval_batch_size=training_args.per_device_eval_batch_size,
+            world_size=training_args.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch,
+            final_eval=script_args.final_eval,
+        )
         checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
         check_checkpoint_plan(checkpoint, plan)
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+    ################
+    # Tokenizer
+    ################
+    model_path = tiny.resolve_model_path(model_args.model_name_or_path)
+    tokenizer = run_tokenizer(model_args, script_args.chat_template)
 
     ################
     # Model settings: 4-bit NF4 base + LoRA adapter (TRL loads the model inside the trainer)
@@ -75,12 +85,16 @@ def main(script_args, training_args, model_args, push_args) -> int:
     }
 
     ################
-    # Trainer (rewards come from `rewards:` in the config, through the registry)
+    # Trainer (rewards come from `rewards:` in the config, through the registry; TRL's eval loop scores the held-out
+    # split with the same rewards every `eval_steps`)
     ################
+    if eval_plan is not None and training_args.process_index == 0:
+        print("evaluation:\n  " + "\n  ".join(eval_plan.format_lines()))
     trainer = GRPOExtTrainer(
         model=model_path,
         args=training_args,
         train_dataset=train_dataset,
+        eval_dataset=eval_dataset if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         quantization_config=quantization_config(model_args, training_args),
         peft_config=lora_config(model_args),
@@ -108,6 +122,16 @@ def main(script_args, training_args, model_args, push_args) -> int:
         write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args)
         first, last = reward_trend(trainer.state.log_history)
         print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
+
+        ################
+        # Final evaluation: greedy accuracy on the held-out prompts (and the base's, on the same prompts)
+        ################
+        if script_args.final_eval != "none":
+            evaluation = final_evaluation(trainer, tokenizer, eval_dataset,
+                                          compare_base=script_args.final_eval == "compare_base",
+                                          num_samples=script_args.final_eval_num_samples)
+            print(evaluation.report)
+            print(f"Evaluation: {evaluation.write(training_args.output_dir)}")
         if script_args.plot:
             plot = plot_training(trainer.state.log_history, f"{training_args.output_dir}/reward_plot.png")
             print(f"Reward plot: {plot}")

@@ -106,14 +106,16 @@ def test_every_recipe_config_parses_and_plans(config, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     script_args, training_args, model_args, push_args = TrlParser(RECIPE_DATACLASSES).parse_args_and_config(
         ["--config", str(ROOT / "recipes" / "configs" / config), "--bf16", "false", "--use_cpu", "true"])
-    assert training_args.rewards and model_args.load_in_4bit and model_args.use_peft
-    assert model_args.use_bnb_nested_quant and model_args.bnb_4bit_quant_type == "nf4"
-    assert training_args.adapter_dtype == "float32"
-    dataset_size = 7473 if script_args.dataset_format == "gsm8k" else script_args.embedded_num_prompts
+    assert training_args.rewards and model_args.use_peft and training_args.adapter_dtype == "float32"
+    if config != "smollm2_arithmetic_cpu.yaml":  # the real-model CPU config keeps a float32 base (docs/recipes.md)
+        assert model_args.load_in_4bit and model_args.use_bnb_nested_quant and model_args.bnb_4bit_quant_type == "nf4"
+    embedded = script_args.dataset_name.startswith("embedded:")
+    dataset_size = script_args.embedded_num_prompts if embedded else 7473
     plan = resolve_plan(training_args.quantity_fields(), dataset_size, 1, training_args.max_completion_length)
-    # GSM8K: 8 prompts/step -> floor(7473 / 8) = 934 steps/epoch, stopped at 500; tiny: 2/step, 120/epoch, 1 epoch = 120
-    expected = {"gsm8k": (934, 500), "prompt": (120, 120)}[script_args.dataset_format]
-    assert (plan.steps_per_epoch, plan.total_steps) == expected
+    # GSM8K: 8 prompts/step -> floor(7473 / 8) = 934 steps/epoch, stopped at 500; tiny: 2/step, 120/epoch, 1 epoch =
+    # 120; arithmetic: 3/step -> floor(2000 / 3) = 666 steps/epoch, stopped at 24
+    expected = {"openai/gsm8k": (934, 500), "embedded:count-char": (120, 120), "embedded:arithmetic": (666, 24)}
+    assert (plan.steps_per_epoch, plan.total_steps) == expected[script_args.dataset_name]
 
 
 def test_every_field_of_ours_is_in_the_configuration_reference():

@@ -191,6 +191,26 @@ def test_plan_lists_the_resolved_rewards(capsys):
     assert "rewards: accuracy × 1 (column='answer') + format × 0.25" in capsys.readouterr().out
 
 
+def test_plan_prints_the_evaluation_quantities_and_refuses_an_impossible_eval_batch(capsys, write_yaml):
+    config = TUTORIAL + "eval_strategy: steps\neval_steps: 100\neval_num_prompts: 256\nnum_generations_eval: 2\n" \
+                        "per_device_eval_batch_size: 32\nfinal_eval: compare_base\n"
+    code, out, _ = run_plan(capsys, "--config", write_yaml(config), "--dataset-size", "7473")
+    assert code == 0
+    assert "512 completions = 256 × 2" in out and "16 = 512 / (32" in out and "10 (every 100 steps)" in out
+    code, _, err = run_plan(capsys, "--config", write_yaml(config.replace("eval_batch_size: 32", "eval_batch_size: 3")),
+                            "--dataset-size", "7473")
+    assert code == 2 and "per_device_eval_batch_size=3" in err
+
+
+def test_plan_warns_when_an_evaluation_forecasts_mostly_uniform_groups(capsys, write_yaml, tmp_path):
+    results = tmp_path / "eval.json"
+    results.write_text(json.dumps({"uniform_group_forecast": {"2": 0.9, "4": 0.85, "8": 0.74, "16": 0.7},
+                                   "pass_rates": [0.0, 0.125]}))
+    code, _, err = run_plan(capsys, "--config", write_yaml(TUTORIAL), "--dataset-size", "2000",
+                            "--eval-results", str(results))
+    assert code == 0 and "74% of groups with σ = 0 at G=8" in err
+
+
 @pytest.mark.slow
 def test_plan_is_no_slower_than_importing_trl():
     """Issue 13's bar: the median wall time of `plan --config tiny_cpu` is at most that of `python -c "import trl"`

@@ -32,7 +32,8 @@ def short_run(tmp_path_factory):
 def test_outputs_are_written(short_run):
     out, result = short_run
     for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "trainer_state.json",
-                 "train_results.json", "run_plan.json", "run_config.json", "reward_plot.png", "README.md"):
+                 "train_results.json", "run_plan.json", "run_config.json", "reward_plot.png", "README.md",
+                 "eval_results.json"):
         assert (out / name).is_file(), name
     assert f"Adapter and tokenizer: {out}" in result.stdout
     assert f"Reward plot: {out / 'reward_plot.png'}" in result.stdout

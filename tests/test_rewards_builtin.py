@@ -178,3 +178,31 @@ def test_trl_cosine_and_token_repetition():
     rp = get_reward("repetition_penalty_reward", ngram_size=2)
     # [5,5,5,5,5]: 4 bigrams, 1 distinct -> (1 - 1/4) * -1.
     assert both(rp, ["x", "y"], completion_ids=[[1, 2, 3, 4], [5, 5, 5, 5, 5]]) == [0.0, -0.75]
+
+
+def test_numeric_match_with_an_answer_phrase_reads_the_stated_answer():
+    from trl_grpo_ext.rewards.builtin import NumericMatch
+
+    reward = NumericMatch(column="answer", answer_phrase="The answer is")
+    completions = [
+        "3 + 4 = 7 apples. The answer is 7.",
+        "The answer is 7.\nThe answer is ",  # a cut-off repetition: the last complete statement counts
+        "3 + 4 = 7",  # right number, but not the asked sentence
+        "The answer is 34 - 32 = 2.",  # the last number on the answer's line
+        "the answer is 1,200",
+        "The answer is 8. Oh wait 7",
+    ]
+    gold = ["#### 7", "#### 7", "#### 7", "#### 2", "1200", "#### 7"]
+    assert reward(completions=completions, answer=gold) == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    assert reward(completions=["The answer is 6."], answer=["#### 7"]) == [0.0]
+    with pytest.raises(ValueError, match="answer_phrase"):
+        NumericMatch(answer_phrase="")
+
+
+def test_answer_phrase_format_gives_partial_credit():
+    from trl_grpo_ext.rewards.builtin import AnswerPhraseFormat
+
+    reward = AnswerPhraseFormat()
+    texts = ["3 + 4 = 7. The answer is 7.", "The answer is 7. Then we add more.", "It is 7.", "The answer is $1,200 ",
+             "The answer is: 12", "The answer is seven."]
+    assert reward(completions=texts) == [1.0, 0.5, 0.0, 1.0, 1.0, 0.0]

@@ -1,4 +1,4 @@
-"""The ``trl-grpo-ext`` command line: ``plan``, ``train``, ``rewards`` and ``push``.
+"""The ``trl-grpo-ext`` command line: ``plan``, ``train``, ``eval``, ``rewards`` and ``push``.
 
 Each sub-command lives next to the code it exposes and provides two functions: ``add_parser(subparsers)`` that
 declares its arguments and ``run(args) -> int`` that executes it. Importing this module and the sub-command modules
@@ -20,6 +20,7 @@ from importlib import import_module
 SUBCOMMANDS = {
     "plan": "trl_grpo_ext.plan_cli",
     "train": "trl_grpo_ext.train",
+    "eval": "trl_grpo_ext.eval_cli",
     "rewards": "trl_grpo_ext.rewards.cli",
     "push": "trl_grpo_ext.hub_cli",
 }
@@ -51,11 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv[0] if argv else None)
     args, overrides = parser.parse_known_args(argv)
     module = import_module(args._module)
-    if overrides and not getattr(module, "ACCEPTS_OVERRIDES", False):
+    takes_overrides = getattr(module, "ACCEPTS_OVERRIDES", False) or args.command == "eval"
+    if overrides and not takes_overrides:
         parser.error(f"unrecognized arguments: {' '.join(overrides)}")
     args.overrides = overrides
     try:
-        code = int(module.run(args) or 0)
+        # eval takes the overrides as its second argument
+        code = int((module.run(args, overrides) if args.command == "eval" else module.run(args)) or 0)
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader closed the pipe (`| head`): stop writing, and keep Python from reporting the failed flush at exit

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 from . import tiny
+from .arithmetic import ARITHMETIC_DATASET_ID, arithmetic_rows
+from .data_sizes import EMBEDDED_TEST_SIZES
 
 GSM8K_SYSTEM_PROMPT = (
     "Solve the math problem step by step. Put your reasoning between <think> and </think>, then give the final "
@@ -36,6 +38,14 @@ def gsm8k_to_prompt(row: dict, system_prompt: str | None = GSM8K_SYSTEM_PROMPT) 
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": row["question"]})
     return {"prompt": messages, "answer": gsm8k_final_answer(row["answer"])}
+
+
+#: System prompt of the embedded arithmetic task: the format its rewards (``numeric_match`` and
+#: ``answer_phrase_format`` with ``answer_phrase: The answer is``) read.
+ARITHMETIC_SYSTEM_PROMPT = "Solve the problem. End your reply with: The answer is N."
+#: The embedded datasets, by ``dataset_name``.
+EMBEDDED_DATASETS = (tiny.TINY_DATASET_ID, ARITHMETIC_DATASET_ID)
+
 
 
 def to_chat_prompt(prompt, system_prompt: str | None = None) -> list[dict]:
@@ -74,40 +84,77 @@ def apply_prompt_settings(dataset, prompt_column: str = "prompt", system_prompt:
     return dataset.map(lambda row: {"prompt": to_chat_prompt(row[prompt_column], system_prompt)})
 
 
-def load_prompt_dataset(script_args, seed: int = 0):
-    """The training prompts for a recipe, as a `datasets.Dataset` with a ``prompt`` column.
+def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
+    """The prompts of one split of a recipe's dataset, as a `datasets.Dataset` with a ``prompt`` column.
 
     Args:
-        script_args (`RecipeArguments`): ``dataset_name`` (``"embedded:count-char"`` or a Hub id / local path),
-            ``dataset_config``, ``dataset_train_split``, ``dataset_format`` (``"gsm8k"`` or ``"prompt"``),
-            ``dataset_prompt_column``, ``system_prompt``, ``embedded_num_prompts``, ``embedded_target``.
-        seed (`int`): seed of the embedded task's rows.
+        script_args (`RecipeArguments`): ``dataset_name`` (``"embedded:count-char"``, ``"embedded:arithmetic"`` or a
+            Hub id / local path), ``dataset_config``, ``dataset_train_split`` / ``dataset_test_split``,
+            ``dataset_format`` (``"gsm8k"`` or ``"prompt"``: rows already hold a ``prompt`` column),
+            ``dataset_prompt_column``, ``embedded_num_prompts``, ``eval_num_prompts`` (test split of an embedded
+            task), ``embedded_target``, ``system_prompt`` (applies to every dataset, `apply_prompt_settings`; GSM8K
+            and the arithmetic task use their own default when it is unset).
+        seed (`int`): seed of the embedded tasks' rows (the test split of an embedded task never repeats a training
+            prompt).
+        split (`str`, defaults to ``"train"``): ``"train"`` reads ``dataset_train_split``; ``"test"`` reads
+            ``dataset_test_split``.
 
-    ``system_prompt`` applies to every dataset (`apply_prompt_settings`); GSM8K uses :data:`GSM8K_SYSTEM_PROMPT`
-    when it is unset.
+    Raises:
+        ValueError: an unknown embedded dataset, or rows without a usable prompt column.
     """
     name = script_args.dataset_name
     column = getattr(script_args, "dataset_prompt_column", "prompt")
+    system_prompt = getattr(script_args, "system_prompt", None)
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r} must be 'train' or 'test'.")
     if getattr(script_args, "dataset_streaming", False):
         raise ValueError("dataset_streaming=True is not supported by the recipe: the plan counts the prompts. Remove it "
                          "(the dataset is downloaded once and cached).")
     if tiny.is_embedded(name):
-        if name != tiny.TINY_DATASET_ID:
-            raise ValueError(f"dataset_name={name!r}: the only embedded dataset is {tiny.TINY_DATASET_ID!r}.")
-        dataset = tiny.count_char_dataset(script_args.embedded_num_prompts, target=script_args.embedded_target,
-                                          seed=seed)
-        return apply_prompt_settings(dataset, "prompt", getattr(script_args, "system_prompt", None))
+        if name not in EMBEDDED_DATASETS:
+            raise ValueError(f"dataset_name={name!r} is not an embedded dataset; use one of {list(EMBEDDED_DATASETS)}.")
+        if split == "train":
+            num = script_args.embedded_num_prompts
+        else:
+            num = getattr(script_args, "eval_num_prompts", None) or EMBEDDED_TEST_SIZES[name]
+        if name == tiny.TINY_DATASET_ID:
+            # The test split draws its filler words from another seed: other prompts, the same task.
+            dataset = tiny.count_char_dataset(num, target=script_args.embedded_target,
+                                              seed=seed if split == "train" else seed + 10_000)
+            return apply_prompt_settings(dataset, "prompt", system_prompt)
+        from datasets import Dataset
+
+        rows = arithmetic_rows(split, num, seed=seed)
+        return Dataset.from_list([gsm8k_to_prompt(row, system_prompt or ARITHMETIC_SYSTEM_PROMPT) for row in rows])
     from datasets import load_dataset
 
-    dataset = load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split)
+    split_name = script_args.dataset_train_split if split == "train" else script_args.dataset_test_split
+    dataset = load_dataset(name, name=script_args.dataset_config, split=split_name)
     if script_args.dataset_format == "gsm8k":
-        system_prompt = script_args.system_prompt or GSM8K_SYSTEM_PROMPT
-        return dataset.map(lambda row: gsm8k_to_prompt(row, system_prompt), remove_columns=dataset.column_names)
+        gsm8k_system = system_prompt or GSM8K_SYSTEM_PROMPT
+        return dataset.map(lambda row: gsm8k_to_prompt(row, gsm8k_system), remove_columns=dataset.column_names)
     if column == "prompt" and "prompt" not in dataset.column_names:
         raise ValueError(
             f"dataset {name!r} has no 'prompt' column (columns: {dataset.column_names}). Set dataset_prompt_column "
             "to the column holding the prompts, or dataset_format: gsm8k for question/answer rows.")
-    return apply_prompt_settings(dataset, column, script_args.system_prompt)
+    return apply_prompt_settings(dataset, column, system_prompt)
+
+
+def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_prompts: int | None = None):
+    """The held-out prompts of a run: :func:`load_prompt_dataset` of ``split``, cut to its first ``num_prompts``.
+
+    Raises:
+        ValueError: the split cannot be loaded, is empty, or has fewer than ``num_prompts`` rows.
+    """
+    dataset = load_prompt_dataset(script_args, seed=seed, split=split)
+    if len(dataset) == 0:
+        raise ValueError(f"the {split!r} split of dataset {script_args.dataset_name!r} is empty.")
+    if num_prompts is not None:
+        if num_prompts > len(dataset):
+            raise ValueError(f"eval_num_prompts={num_prompts} exceeds the {len(dataset)} prompts of the {split!r} split "
+                             f"of {script_args.dataset_name!r}; lower it.")
+        dataset = dataset.select(range(num_prompts))
+    return dataset
 
 
 def prompt_length(prompt, tokenizer) -> int:

@@ -114,6 +114,10 @@ Every derived quantity of the run, as resolved before training (`run_plan.json`)
 ### Final metrics
 
 {{ metrics_table }}
+
+## Evaluation
+
+{{ eval_section }}
 {% if has_plot %}
 ### Reward curve
 
@@ -279,6 +283,56 @@ def _has_chat_template(path: Path) -> bool:
     return bool(read_json(path / "tokenizer_config.json").get("chat_template"))
 
 
+def _eval_rows(evaluation: dict) -> list[tuple]:
+    rows = []
+    for key, label in (("base", "base model"), ("trained", "trained adapter")):
+        result = evaluation.get(key)
+        if not isinstance(result, dict):
+            continue
+        low, high = result.get("accuracy_ci", [float("nan")] * 2)
+        rewards = ", ".join(f"{k} {v:.3f}" for k, v in (result.get("mean_reward") or {}).items())
+        rows.append((label, f"{result['accuracy']:.3f} [{low:.3f}, {high:.3f}]", result.get("num_prompts"), rewards))
+    return rows
+
+
+def _eval_section(evaluation: dict) -> str:
+    """The card's evaluation table from ``eval_results.json`` (written by the recipe's final evaluation)."""
+    rows = _eval_rows(evaluation)
+    if not rows:
+        return "Not recorded for this run (set `final_eval` and `dataset_test_split` in the recipe config)."
+    judged = (evaluation.get("trained") or evaluation.get("base") or {}).get("correctness_reward")
+    text = (
+        "Greedy accuracy (pass@1 at temperature 0) on held-out prompts with the run's chat template, system prompt "
+        f"and rewards; a completion is correct when `{judged}` reaches 1. Intervals are 95% Wilson intervals.\n\n"
+        + markdown_table(("model", "accuracy [95% CI]", "prompts", "mean reward (greedy)"), rows)
+    )
+    if "difference" in evaluation:
+        low, high = evaluation["difference_ci"]
+        text += (f"\n\nPaired difference (trained − base) on the same prompts: {evaluation['difference']:+.3f} "
+                 f"[95% CI {low:+.3f}, {high:+.3f}] (Newcombe's score interval for paired proportions).")
+    return text
+
+
+def _eval_results_metadata(evaluation: dict, dataset: str | None, script_args: dict) -> list:
+    """``model-index`` results (huggingface_hub ``EvalResult``) for the trained adapter's greedy accuracy."""
+    from huggingface_hub import EvalResult
+
+    result = evaluation.get("trained")
+    if not isinstance(result, dict) or "accuracy" not in result:
+        return []
+    return [
+        EvalResult(
+            task_type="text-generation",
+            dataset_type=dataset or "unknown",
+            dataset_name=dataset or "held-out split",
+            dataset_split=script_args.get("dataset_test_split"),
+            metric_type="accuracy",
+            metric_value=round(float(result["accuracy"]), 4),
+            metric_name=f"greedy pass@1 ({result.get('num_prompts')} prompts)",
+        )
+    ]
+
+
 def build_model_card(
     output_dir: str | Path, *, mode: str = "adapter", repo_id: str | None = None, token: str | None = None
 ):
@@ -327,7 +381,9 @@ def build_model_card(
     model_name = (repo_id or path.resolve().name).split("/")[-1]
     license_id = (config.get("push_args") or {}).get("hub_license") or DEFAULT_LICENSE
 
+    evaluation = read_json(path / "eval_results.json")
     card_data = ModelCardData(
+        eval_results=_eval_results_metadata(evaluation, dataset, script_args) or None,
         base_model=base_model if is_hub_id(base_model) else None,
         datasets=[dataset] if is_hub_id(dataset) else None,
         library_name="transformers" if mode == "merged" else "peft",
@@ -372,6 +428,7 @@ def build_model_card(
         filter_table=markdown_table(("setting", "value"), _selected(training_args, FILTER_ADVANTAGE_KEYS)),
         optimisation_table=markdown_table(("setting", "value"), _selected(training_args, OPTIMISATION_KEYS)),
         metrics_table=markdown_table(("metric", "value"), _final_metrics(results, state)),
+        eval_section=_eval_section(evaluation),
         has_plot=(path / REWARD_PLOT_FILE).is_file(),
         plot_file=REWARD_PLOT_FILE,
         versions=_versions(),

@@ -55,6 +55,17 @@ class RecipeArguments(ScriptArguments):
             transformers 5; honoured here by the output-dir check, which otherwise refuses).
         embedded_num_prompts (`int`, *optional*, defaults to `512`):
             Number of prompts of the embedded `embedded:count-char` task [prompts].
+        eval_num_prompts (`int`, *optional*):
+            Held-out prompts (the first N of `dataset_test_split`) used by TRL's eval loop (`eval_strategy`) and the
+            final evaluation [prompts]. Defaults to the whole split (64 prompts for `embedded:count-char`, 500 for
+            `embedded:arithmetic`).
+        final_eval (`str`, *optional*, defaults to `"none"`):
+            After training, evaluate greedily on the held-out prompts: `"adapter"`, or `"compare_base"` (base and
+            adapter on the same prompts, with the paired difference and its 95% interval). Written to
+            `eval_results.json` and the model card (see `trl_grpo_ext.evaluation`).
+        final_eval_num_samples (`int`, *optional*, defaults to `0`):
+            K samples per held-out prompt at the training temperature in the final evaluation, for pass@k and the
+            σ = 0 forecast.
         embedded_target (`str`, *optional*, defaults to `"a"`):
             The character the embedded task rewards.
         plot (`bool`, *optional*, defaults to `True`):
@@ -70,6 +81,23 @@ class RecipeArguments(ScriptArguments):
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Start a new run in an output_dir holding another run's checkpoints."})
     embedded_num_prompts: int = field(default=512, metadata={"help": "Prompts in the embedded task [prompts]."})
+    eval_num_prompts: int | None = field(
+        default=None,
+        metadata={"help": "Held-out prompts used by TRL's eval loop and the final evaluation [prompts]; the first N "
+                          "of dataset_test_split (default: the whole split; 64 for embedded:count-char, 500 for "
+                          "embedded:arithmetic)."},
+    )
+    final_eval: str = field(
+        default="none",
+        metadata={"help": "After training, evaluate greedily on the held-out prompts: none, adapter, or compare_base "
+                          "(the base and the adapter on the same prompts, with the paired difference). Written to "
+                          "eval_results.json and the model card.", "choices": ["none", "adapter", "compare_base"]},
+    )
+    final_eval_num_samples: int = field(
+        default=0,
+        metadata={"help": "K samples per held-out prompt at the training temperature in the final evaluation, for "
+                          "pass@k and the σ = 0 forecast (0: greedy only)."},
+    )
     embedded_target: str = field(default="a", metadata={"help": "Character rewarded by the embedded task."})
     plot: bool = field(default=True, metadata={"help": "Write reward_plot.png after training."})
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import tiny
+from . import smollm2, tiny
 
 
 def compute_dtype_name(model_args, training_args) -> str:
@@ -50,6 +50,29 @@ def lora_config(model_args):
     return get_peft_config(model_args)
 
 
+def load_tokenizer(name: str, path: str, revision: str | None = None):
+    """The tokenizer of model ``name`` (already resolved to the local ``path``), left-padded for generation.
+
+    The embedded tiny model's character tokenizer goes through :func:`trl_grpo_ext.tiny.load_tokenizer` (AutoTokenizer
+    would drop its spaces); every other model through ``AutoTokenizer.from_pretrained(path, revision=revision)``.
+    """
+    if name == tiny.TINY_MODEL_ID:
+        return tiny.load_tokenizer(path)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, revision=revision, padding_side="left")
+
+
+def run_tokenizer(model_args, chat_template: str | None = None):
+    """The tokenizer of a run: :func:`load_tokenizer` of ``model_args.model_name_or_path`` (resolved with
+    `tiny.resolve_model_path`), with ``chat_template`` (open-r1's key, a Jinja template) replacing its own when given."""
+    name = model_args.model_name_or_path
+    tokenizer = load_tokenizer(name, tiny.resolve_model_path(name), revision=model_args.model_revision)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    return tokenizer
+
+
 def check_model_path(name: str | None) -> None:
     """Fail fast, before any model load, when ``name`` can be neither found locally nor downloaded.
 
@@ -68,8 +91,10 @@ def check_model_path(name: str | None) -> None:
     if not name:
         raise ValueError(f"model_name_or_path is not set. Set it to a Hub id or a local directory. {hint}")
     if tiny.is_embedded(name):
-        if name != tiny.TINY_MODEL_ID:
-            raise ValueError(f"model_name_or_path={name!r}: the only embedded model is {tiny.TINY_MODEL_ID!r}.")
+        if name not in tiny.EMBEDDED_MODELS:
+            raise ValueError(f"model_name_or_path={name!r} is not an embedded model; use one of {list(tiny.EMBEDDED_MODELS)}.")
+        if name == smollm2.SMOLLM2_MODEL_ID:
+            smollm2.check_installed()
         return
     if Path(name).expanduser().is_dir():
         return

@@ -25,6 +25,7 @@ import os
 import sys
 from dataclasses import fields
 
+from trl_grpo_ext.eval_plan import uniform_forecast_warning
 from trl_grpo_ext.frontdoor import read_run_args
 from trl_grpo_ext.quantifiers import (
     _INPUT_FIELDS,
@@ -55,6 +56,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="memory of one device in GiB, to check that a micro-batch can fit")
     parser.add_argument("--model-params", type=float, default=None,
                         help="number of model parameters (e.g. 0.5e9), used with --gpu-memory-gib")
+    parser.add_argument("--eval-results", default=None,
+                        help="an `eval --json` output (or eval_results.json): warn when its σ = 0 forecast for the "
+                             "run's num_generations exceeds one half")
     return parser
 
 
@@ -107,6 +111,14 @@ def build_plan(args: argparse.Namespace):
     notes = []
     if training.zero_variance_filter == "resample":
         notes.append(resample_note(plan, training.max_resample_rounds))
+    if getattr(args, "eval_results", None):
+        import json
+
+        with open(args.eval_results, encoding="utf-8") as fh:
+            forecast_warning = uniform_forecast_warning(json.load(fh), plan.num_generations)
+        if forecast_warning:
+            warns.append(forecast_warning)
+    args.run_args = run  # for eval_plan_from, without reading the config twice
     return plan, warns, notes, rewards
 
 
@@ -123,6 +135,29 @@ def _check_advantages(training) -> None:
         loss_type=training.loss_type, defaults=defaults)
 
 
+def eval_plan_from(run, plan):
+    """The evaluation plan of a run's arguments (:func:`trl_grpo_ext.eval_plan.resolve_eval_plan`), or ``None``.
+
+    ``run`` is the front door's `RunArgs` (twins). Held-out prompts: ``eval_num_prompts``, else the embedded task's
+    test split size, else unknown.
+    """
+    from trl_grpo_ext.data_sizes import embedded_test_size
+    from trl_grpo_ext.eval_plan import resolve_eval_plan
+
+    script_args, training = run.script_args, run.training_args
+    prompts = script_args.eval_num_prompts
+    if prompts is None:
+        prompts = embedded_test_size(script_args.dataset_name)
+    return resolve_eval_plan(
+        eval_prompts=prompts, eval_strategy=str(training.eval_strategy), eval_steps=training.eval_steps,
+        logging_steps=training.logging_steps, num_generations=plan.num_generations,
+        num_generations_eval=training.num_generations_eval,
+        per_device_eval_batch_size=training.per_device_eval_batch_size,
+        world_size=plan.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch or 1,
+        final_eval=str(script_args.final_eval),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute ``plan``: print the table (or JSON) and warnings; 0 on success, 2 on an error (one line, stderr)."""
     try:
@@ -130,9 +165,16 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as err:  # QuantityError and ConfigError are ValueErrors
         print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    try:
+        evaluation = eval_plan_from(args.run_args, plan)
+    except (ValueError, OSError) as err:
+        print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
     print(plan.to_json() if args.json else plan.format_table())
     if rewards and not args.json:
         print(rewards)
+    if evaluation is not None and not args.json:
+        print("evaluation:\n  " + "\n  ".join(evaluation.format_lines()))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     for warning in warns:

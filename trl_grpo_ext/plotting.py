@@ -8,7 +8,8 @@ from pathlib import Path
 def plot_training(log_history: list[dict], path: str | Path, title: str | None = None) -> Path:
     """Write a PNG with two panels from a trainer's ``state.log_history``.
 
-    Top: ``reward`` (mean over the step's completions) with a ±``reward_std`` band. Bottom: ``frac_reward_zero_std``
+    Top: ``reward`` (mean over the step's completions) with a ±``reward_std`` band, and ``eval_reward`` (TRL's eval
+    loop on the held-out split, when ``eval_strategy`` is set) as green points. Bottom: ``frac_reward_zero_std``
     (fraction of groups whose G rewards are all equal: no learning signal). x: optimizer step.
 
     Args:
@@ -39,6 +40,10 @@ def plot_training(log_history: list[dict], path: str | Path, title: str | None =
     ax_r.plot(steps, mean, color="tab:blue", label="reward (mean)")
     ax_r.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                       color="tab:blue", alpha=0.2, label="± std")
+    evals = [h for h in log_history if "eval_reward" in h and "step" in h]
+    if evals:  # TRL's eval loop on the held-out split (eval_strategy): the reward of its sampled completions
+        ax_r.plot([h["step"] for h in evals], [h["eval_reward"] for h in evals], "o-", color="tab:green",
+                  label="eval reward (held-out)")
     ax_r.set_ylabel("reward")
     ax_r.legend(loc="lower right")
     ax_z.plot(steps, zero, color="tab:red")

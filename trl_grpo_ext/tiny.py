@@ -149,12 +149,21 @@ def load_tokenizer(path: str | os.PathLike):
 
 
 def resolve_model_path(name: str, seed: int = 0) -> str:
-    """Map ``embedded:tiny-qwen2`` to its local directory (creating it); return any other name unchanged."""
+    """Map an embedded model (``embedded:tiny-qwen2``, ``embedded:smollm2-135m-instruct``) to its local directory,
+    creating it once; return any other name unchanged."""
     if name == TINY_MODEL_ID:
         return str(ensure_tiny_model(seed))
+    from . import smollm2
+
+    if name == smollm2.SMOLLM2_MODEL_ID:
+        return str(smollm2.ensure_smollm2())
     if is_embedded(name):
-        raise ValueError(f"model_name_or_path={name!r} is not an embedded model; the embedded model is {TINY_MODEL_ID!r}.")
+        raise ValueError(f"model_name_or_path={name!r} is not an embedded model; use one of {list(EMBEDDED_MODELS)}.")
     return name
+
+
+#: The embedded models, by ``model_name_or_path``.
+EMBEDDED_MODELS = (TINY_MODEL_ID, "embedded:smollm2-135m-instruct")
 
 
 def count_char_rows(num_prompts: int, target: str = "a", seed: int = 0) -> list[dict]:

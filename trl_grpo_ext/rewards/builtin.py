@@ -22,6 +22,12 @@ def _check_tag(name: str, value: Any) -> str:
     return value
 
 
+def _check_phrase(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or "\n" in value:
+        raise ValueError(f"answer_phrase={value!r} must be a non-empty one-line string such as 'The answer is'.")
+    return value.strip()
+
+
 def normalise_answer(text: str, case_sensitive: bool = False) -> str:
     """Normalise an answer for exact comparison: strip whitespace and surrounding ``$``, drop one trailing ``.``,
     collapse runs of whitespace to one space and (unless ``case_sensitive``) case-fold."""
@@ -82,10 +88,15 @@ class NumericMatch(TextReward):
         abs_tol (`float`, defaults to `1e-6`): absolute tolerance, >= 0.
         rel_tol (`float`, defaults to `0.0`): relative tolerance, >= 0.
         answer_tag (`str`, defaults to ``"answer"``): tag whose content is the answer.
+        answer_phrase (`str`, *optional*): when set (e.g. ``"The answer is"``, for a system prompt that asks
+            "End your reply with: The answer is N."), the answer is the last number on the line after the phrase's
+            last occurrence, and a completion without the phrase scores 0.0
+            (:func:`~trl_grpo_ext.rewards.text.extract_answer`, rule 0).
     """
 
     def __init__(
-        self, column: str | None = None, abs_tol: float = 1e-6, rel_tol: float = 0.0, answer_tag: str = "answer"
+        self, column: str | None = None, abs_tol: float = 1e-6, rel_tol: float = 0.0, answer_tag: str = "answer",
+        answer_phrase: str | None = None,
     ):
         super().__init__()
         for key, value in (("abs_tol", abs_tol), ("rel_tol", rel_tol)):
@@ -95,13 +106,14 @@ class NumericMatch(TextReward):
         self.abs_tol = float(abs_tol)
         self.rel_tol = float(rel_tol)
         self.answer_tag = _check_tag("answer_tag", answer_tag)
+        self.answer_phrase = _check_phrase(answer_phrase) if answer_phrase is not None else None
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
         out: list[float | None] = []
         for text, ref in zip(texts, refs):
             gold = last_number(extract_answer(str(ref), self.answer_tag))
-            pred = last_number(extract_answer(text, self.answer_tag))
+            pred = last_number(extract_answer(text, self.answer_tag, self.answer_phrase))
             if gold is None:
                 out.append(None)
             else:
@@ -109,6 +121,34 @@ class NumericMatch(TextReward):
                     float(pred is not None and math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol))
                 )
         return out
+
+
+@register_reward(
+    "answer_phrase_format",
+    description="1.0 if the completion ends with '<phrase> N', 0.5 if it states '<phrase> N' elsewhere, else 0.",
+)
+class AnswerPhraseFormat(TextReward):
+    r"""Format reward for prompts that ask "End your reply with: The answer is N.".
+
+    Formula: ``r = 1`` if the completion ends with ``phrase`` followed by a number (an optional ``.``, ``$`` or
+    closing whitespace allowed); ``r = 0.5`` if ``phrase`` followed by a number occurs but more text follows it;
+    ``r = 0`` otherwise. The phrase is matched case-insensitively. Range {0, 0.5, 1}. The partial credit gives a
+    learning signal to groups in which no completion has the full format yet. Source: this package (the format half
+    of the answer-sentence convention; compare DeepSeek-R1's format reward, arXiv 2501.12948, §2.2.2).
+
+    Args:
+        phrase (`str`, defaults to ``"The answer is"``): the sentence start the system prompt asks for.
+    """
+
+    def __init__(self, phrase: str = "The answer is"):
+        super().__init__()
+        self.phrase = _check_phrase(phrase)
+        number = r"\$?\s*[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+        self._anywhere = re.compile(rf"{re.escape(self.phrase)}\s*:?\s*{number}", re.IGNORECASE)
+        self._at_end = re.compile(rf"{re.escape(self.phrase)}\s*:?\s*{number}\s*\.?\s*$", re.IGNORECASE)
+
+    def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
+        return [1.0 if self._at_end.search(t) else 0.5 if self._anywhere.search(t) else 0.0 for t in texts]
 
 
 class _TagReward(TextReward):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any
 
@@ -21,23 +22,43 @@ def _math_verify():
     return math_verify, NormalizationConfig
 
 
-def answer_span(text: str) -> str:
-    r"""The part of ``text`` that holds the final answer: the last ``\boxed{...}`` (kept boxed), else what follows
-    the last ``####`` (GSM8K), else the whole text."""
+def answer_span(text: str, answer_tag: str = "answer") -> str:
+    r"""The part of ``text`` that holds the final answer, by the first rule that applies: the content of the last
+    ``<answer_tag>...</answer_tag>`` (what the R1-style system prompt asks for), else the last ``\boxed{...}`` (kept
+    boxed), else what follows the last ``####`` (GSM8K), else the whole text. A plain number loses its thousands
+    separators (``1,200`` -> ``1200``; math-verify would read ``1,200`` as the set {1, 200}).
+
+    >>> answer_span("<think>2 * 600</think>\n<answer>1,200</answer>")
+    '1200'
+    >>> answer_span("Natalia sold 72 clips.\n#### 72")
+    '72'
+    """
+    tagged = re.findall(rf"<{re.escape(answer_tag)}>(.*?)</{re.escape(answer_tag)}>", text, flags=re.DOTALL)
+    if tagged:
+        return _plain_number(tagged[-1].strip())
     boxed = last_boxed(text)
     if boxed is not None:
         return f"\\boxed{{{boxed}}}"
     if "####" in text:
-        return text.rsplit("####", 1)[1].strip()
+        return _plain_number(text.rsplit("####", 1)[1].strip())
     return text
+
+
+def _plain_number(span: str) -> str:
+    """``span`` without thousands separators when it is one number such as ``1,200`` or ``-3,000.5``."""
+    return span.replace(",", "") if _THOUSANDS.fullmatch(span) else span
+
+
+_THOUSANDS = re.compile(r"[-+]?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 
 
 @register_reward("accuracy", "math_accuracy", description="1.0 if the math answer equals the reference (math-verify).")
 class Accuracy(TextReward):
     r"""1.0 if the completion's final math answer is equivalent to the reference answer, else 0.0 (math-verify).
 
-    Formula: ``r = verify(parse(span(reference)), parse(span(completion)))``, range {0, 1}, where ``span`` keeps the
-    last ``\boxed{...}``, else what follows ``####`` (GSM8K: ``"... #### 72"``), else the whole text, and
+    Formula: ``r = verify(parse(span(reference)), parse(span(completion)))``, range {0, 1}, where ``span``
+    (:func:`answer_span`) keeps the last ``<answer>...</answer>`` content, else the last ``\boxed{...}``, else what
+    follows ``####`` (GSM8K: ``"... #### 72"``), else the whole text, and
     ``parse``/``verify`` are math-verify's (symbolic equivalence, so ``\frac{1}{2}`` equals ``0.5``). The completion
     is parsed with LaTeX (boxed first, units normalised) then plain-expression extraction, first match. A reference
     math-verify cannot parse gives ``None`` (example skipped, as in TRL's ``accuracy_reward``); an unparseable
@@ -49,13 +70,17 @@ class Accuracy(TextReward):
             ``answer`` (GSM8K).
         timeout_seconds (`int`, defaults to `5`): math-verify's per-call parse/verify timeout on the main thread
             (signal based; disabled on other threads, as TRL does).
+        answer_tag (`str`, defaults to ``"answer"``): tag whose content is the answer.
 
     Raises:
         ImportError: math-verify is not installed (naming ``pip install trl-grpo-ext[math]``), on first call.
     """
 
-    def __init__(self, column: str | None = None, timeout_seconds: int = 5):
+    def __init__(self, column: str | None = None, timeout_seconds: int = 5, answer_tag: str = "answer"):
         super().__init__()
+        if not isinstance(answer_tag, str) or not re.fullmatch(r"[A-Za-z_][\w\-]*", answer_tag):
+            raise ValueError(f"accuracy answer_tag={answer_tag!r} must be a tag name such as 'answer'.")
+        self.answer_tag = answer_tag
         if not isinstance(timeout_seconds, int) or isinstance(timeout_seconds, bool) or timeout_seconds <= 0:
             raise ValueError(f"accuracy timeout_seconds={timeout_seconds!r} must be an integer > 0 (e.g. 5).")
         self.column = column
@@ -75,12 +100,12 @@ class Accuracy(TextReward):
         ]
         out: list[float | None] = []
         for text, ref in zip(texts, refs):
-            gold = mv.parse(answer_span(str(ref)), parsing_timeout=timeout)
+            gold = mv.parse(answer_span(str(ref), self.answer_tag), parsing_timeout=timeout)
             if not gold:
                 out.append(None)
                 continue
             pred = mv.parse(
-                answer_span(text), extraction_config=extraction, extraction_mode="first_match", parsing_timeout=timeout
+                answer_span(text, self.answer_tag), extraction_config=extraction, extraction_mode="first_match", parsing_timeout=timeout
             )
             out.append(float(bool(pred) and mv.verify(gold, pred, timeout_seconds=timeout)))
         return out

@@ -108,16 +108,27 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def extract_answer(text: str, answer_tag: str = "answer") -> str:
+def extract_answer(text: str, answer_tag: str = "answer", answer_phrase: str | None = None) -> str:
     r"""The final answer written in ``text``, by the first rule that applies.
 
+    0. when ``answer_phrase`` is given (e.g. ``"The answer is"``): what follows its last occurrence (case-insensitive)
+       up to the end of that line; ``""`` when the phrase does not occur (the asked format was not followed);
     1. the content of the last ``<answer_tag>...</answer_tag>`` pair;
     2. the content of the last ``\boxed{...}``;
     3. what follows the last ``####`` (the GSM8K convention, "... #### 72");
     4. the whole text.
 
     The result is stripped of surrounding whitespace.
+
+    >>> extract_answer("3 + 4 = 7. The answer is 7.", answer_phrase="The answer is")
+    '7.'
+    >>> extract_answer("<think>x</think>\n<answer>1,200</answer>")
+    '1,200'
     """
+    if answer_phrase:
+        stated = [m.group(1).strip() for m in re.finditer(rf"{re.escape(answer_phrase)}([^\n]*)", text, re.IGNORECASE)]
+        stated = [s for s in stated if s]
+        return stated[-1] if stated else ""
     tag = re.escape(answer_tag)
     tagged = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.DOTALL)
     if tagged:

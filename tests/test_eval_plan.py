@@ -1,0 +1,52 @@
+"""Evaluation quantities: resolved like the training ones, impossible setups refused before any model loads."""
+
+import json
+
+import pytest
+
+from trl_grpo_ext.eval_plan import resolve_eval_plan, uniform_forecast_warning
+from trl_grpo_ext.quantifiers import QuantityError
+
+BASE = dict(eval_strategy="steps", eval_steps=40, logging_steps=1, num_generations=8, num_generations_eval=2,
+            per_device_eval_batch_size=32, world_size=1, total_steps=120, steps_per_epoch=120, final_eval="none")
+
+
+def test_tiny_demo_eval_plan_by_hand():
+    plan = resolve_eval_plan(eval_prompts=64, **BASE)
+    # 64 prompts x 2 completions = 128 completions, in batches of 32 -> 4; every 40 of 120 steps -> 3 evaluations
+    assert (plan.completions_per_eval, plan.eval_batches, plan.eval_every_steps, plan.evaluations) == (128, 4, 40, 3)
+
+
+def test_fractional_eval_steps_and_epoch_strategy():
+    plan = resolve_eval_plan(eval_prompts=64, **{**BASE, "eval_steps": 0.25})
+    assert (plan.eval_every_steps, plan.evaluations) == (30, 4)  # ceil(0.25 * 120) = 30
+    plan = resolve_eval_plan(eval_prompts=64, **{**BASE, "eval_strategy": "epoch", "total_steps": 240})
+    assert plan.evaluations == 2 and plan.eval_every_steps is None
+
+
+def test_no_evaluation_gives_no_plan_and_final_eval_alone_gives_one():
+    assert resolve_eval_plan(eval_prompts=None, **{**BASE, "eval_strategy": "no"}) is None
+    plan = resolve_eval_plan(eval_prompts=200, **{**BASE, "eval_strategy": "no", "final_eval": "compare_base"})
+    assert plan.evaluations == 0 and plan.eval_prompts == 200 and plan.final_eval == "compare_base"
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [({"per_device_eval_batch_size": 3}, "per_device_eval_batch_size=3"),
+     ({"eval_prompts": 63, "num_generations_eval": 1}, "eval_num_prompts=63"),
+     ({"eval_prompts": 0}, "eval_num_prompts=0"),
+     ({"eval_steps": 0}, "eval_steps=0"),
+     ({"final_eval": "yes"}, "final_eval='yes'")],
+)
+def test_impossible_eval_setups_name_the_field(change, match):
+    kwargs = {**BASE, "eval_prompts": 64, **change}
+    with pytest.raises(QuantityError, match=match):
+        resolve_eval_plan(**kwargs)
+
+
+def test_forecast_warning_when_most_groups_would_be_uniform(tmp_path):
+    result = {"base": {"uniform_group_forecast": {"2": 0.3, "8": 0.74}, "pass_rates": [0.0, 0.125, 0.0625]}}
+    warning = uniform_forecast_warning(json.loads(json.dumps(result)), 8)
+    assert "74% of groups" in warning and "G=8" in warning and "resample" in warning
+    assert uniform_forecast_warning(result, 2) is None  # 30% <= half
+    assert uniform_forecast_warning({"accuracy": 0.1}, 8) is None  # no samples drawn: nothing to forecast

@@ -1,0 +1,123 @@
+"""`trl-grpo-ext eval` and the recipe's final evaluation on the embedded demo: the trained adapter beats its base.
+
+The module trains the full demo once (tiny_cpu.yaml: 120 optimizer steps, about 30 s on 2 idle cores), then checks
+what the recipe wrote and what `eval --compare-base` reports on the same adapter.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trl_grpo_ext.evaluation import EvalResult, compare, evaluate_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(command: list[str], timeout: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "run"
+    result = _run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                   "recipes/accelerate_configs/cpu.yaml", "recipes/grpo_qlora.py", "--config",
+                   "recipes/configs/tiny_cpu.yaml", "--output_dir", str(out), "--save_strategy", "no"], timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out, result
+
+
+def test_the_recipe_evaluates_base_and_adapter_after_training(demo_run):
+    out, result = demo_run
+    results = json.loads((out / "eval_results.json").read_text())
+    base, trained = results["base"], results["trained"]
+    assert base["num_prompts"] == trained["num_prompts"] == 64
+    # a random policy writes the target character about 1/55 of the time; the trained one nearly always
+    assert base["mean_reward"]["char_fraction"] < 0.15
+    assert trained["mean_reward"]["char_fraction"] > 0.9
+    assert results["difference"] == pytest.approx(trained["accuracy"] - base["accuracy"])
+    assert results["difference_ci"][0] > 0
+    assert "Greedy accuracy:" in result.stdout and "(base) ->" in result.stdout
+    # TRL's eval loop ran every 40 steps on the held-out split
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert [h["step"] for h in state["log_history"] if "eval_reward" in h] == [40, 80, 120]
+    card = (out / "README.md").read_text()
+    assert "## Evaluation" in card and "trained adapter" in card and "model-index" in card
+
+
+def test_eval_compare_base_on_the_demo_adapter_shows_the_gain(demo_run):
+    out, _ = demo_run
+    result = _run([sys.executable, "-m", "trl_grpo_ext.cli", "eval", "--config", "tiny_cpu", "--adapter", str(out),
+                   "--compare-base", "--num-prompts", "32", "--k", "4", "--json"], timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    base, adapter = report["base"], report["adapter"]
+    for key in ("num_prompts", "accuracy", "accuracy_ci", "mean_reward", "pass_at_k", "uniform_group_forecast"):
+        assert key in base and key in adapter, key
+    assert base["num_prompts"] == 32 and list(adapter["pass_at_k"]) == ["1", "2", "4"]
+    assert base["mean_reward"]["char_fraction"] < 0.15 < 0.9 < adapter["mean_reward"]["char_fraction"]
+    low, high = report["difference_ci"]
+    assert 0 < low <= report["difference"] <= high
+    # the base never writes only the target: every group of its samples is uniform (all 0), so the forecast is 1
+    assert base["uniform_group_forecast"]["8"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--config", "tiny_cpu", "--compare-base"], "--compare-base needs --adapter"),
+     (["--config", "tiny_cpu", "--adapter", "."], "holds no adapter_config.json"),
+     (["--config", "tiny_cpu", "--num-prompts", "0"], "--num-prompts 0"),
+     (["--config", "no_such_config"], "does not exist"),
+     (["--config", "tiny_cpu", "--num-prompts", "65"], "exceeds the 64 prompts"),
+     (["--config", "tiny_cpu", "--learning_rte", "1"], "learning_rte")],
+)
+def test_eval_refuses_bad_arguments_before_loading(args, message, capsys, monkeypatch):
+    import transformers
+
+    from trl_grpo_ext.cli import main
+
+    def no_weights(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
+    assert main(["eval", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_evaluate_model_scores_with_the_runs_rewards(monkeypatch):
+    import trl_grpo_ext.evaluation as evaluation
+
+    rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "answer": str(i)} for i in range(4)]
+    outputs = {0: "The answer is 0.", 1: "The answer is 7.", 2: "The answer is 2.", 3: "no idea"}
+
+    def fake_generate(model, tokenizer, prompts, **kwargs):
+        texts = [[outputs[int(p[0]["content"][1:])]] for p in prompts]
+        return texts, [[[1, 2, 3]] for _ in prompts]
+
+    monkeypatch.setattr(evaluation, "generate_completions", fake_generate)
+    from trl_grpo_ext.rewards.spec import RewardSpec, build_reward_funcs
+
+    funcs, _ = build_reward_funcs([RewardSpec("numeric_match", 1.0, {"answer_phrase": "The answer is"}),
+                                   RewardSpec("answer_phrase_format", 0.2)])
+
+    class Model:
+        def eval(self):
+            return self
+
+    result = evaluate_model(Model(), None, rows, funcs, max_new_tokens=8)
+    assert result.correct == [1, 0, 1, 0] and result.accuracy == 0.5
+    assert result.mean_reward == {"numeric_match": 0.5, "answer_phrase_format": 0.75}
+    assert result.correctness_reward == "numeric_match" and result.mean_completion_tokens == 3
+    other = EvalResult(num_prompts=4, accuracy=1.0, accuracy_ci=[0.5, 1.0], mean_reward={}, correct=[1, 1, 1, 1],
+                       correctness_reward="numeric_match", mean_completion_tokens=3)
+    comparison = compare(result, other)
+    assert comparison["difference"] == 0.5 and comparison["only_adapter_correct"] == 2
+    with pytest.raises(ValueError, match="correctness_reward='format'"):
+        evaluate_model(Model(), None, rows, funcs, max_new_tokens=8, correctness_reward="format")

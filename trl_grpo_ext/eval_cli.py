@@ -1,0 +1,162 @@
+"""``trl-grpo-ext eval``: evaluate the base model and/or a trained adapter on a run's held-out prompts.
+
+    trl-grpo-ext eval --config recipes/configs/tiny_cpu.yaml --adapter outputs/tiny-qwen2-count-char --compare-base
+    trl-grpo-ext eval --config recipes/configs/smollm2_arithmetic_cpu.yaml --num-prompts 200 --k 8 --json
+
+The config is read by the recipe's own parser (the same dataclasses, YAML + ``--key value`` overrides after the
+flags below), so the evaluation uses the run's model, chat template, system prompt, rewards, ``max_completion_length``
+and sampling temperature. Every argument error ends with one line and exit code 2 before any model loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .evaluation import EVAL_RESULTS_FILE
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Declare ``eval`` and its arguments on ``subparsers``."""
+    p = subparsers.add_parser(
+        "eval",
+        help="Evaluate the base model and/or an adapter on held-out prompts (accuracy, pass@k, σ = 0 forecast).",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--config", required=True, help="The run's YAML config (a path, or a name in recipes/configs).")
+    p.add_argument("--adapter", help="A trained adapter directory (the run's output_dir). Without it: the base model.")
+    p.add_argument("--compare-base", action="store_true",
+                   help="Evaluate the base and the adapter on the same prompts and print the paired difference.")
+    p.add_argument("--split", choices=("test", "train"), default="test",
+                   help="Which split: 'test' reads dataset_test_split (default), 'train' dataset_train_split.")
+    p.add_argument("--num-prompts", type=int, default=None, help="Evaluate the first N prompts of the split.")
+    p.add_argument("--k", type=int, default=0, dest="num_samples",
+                   help="K samples per prompt at the run's temperature, for pass@k and the σ = 0 forecast (0: none).")
+    p.add_argument("--correctness-reward", default=None,
+                   help="Reward that decides correctness (>= 1.0); defaults to the run's first reward.")
+    p.add_argument("--batch-size", type=int, default=32, help="Completions per generate call (default 32).")
+    p.add_argument("--output", default=None, help=f"Also write the JSON to this file (e.g. .../{EVAL_RESULTS_FILE}).")
+    p.add_argument("--json", action="store_true", help="Print one JSON object instead of the text report.")
+    return p
+
+
+def resolve_config_path(name: str) -> str:
+    """A config path as given, or ``recipes/configs/<name>.yaml`` when ``name`` is a shipped config's name."""
+    if Path(name).is_file():
+        return name
+    for candidate in (Path("recipes/configs") / f"{name}.yaml", Path("recipes/configs") / name):
+        if candidate.is_file():
+            return str(candidate)
+    return name  # the recipe parser answers with the list of available configs
+
+
+def _fail(message: str) -> int:
+    print(f"trl-grpo-ext eval: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
+    """Execute ``eval``; returns 0, or 2 after a one-line error."""
+    from .launch import RecipeArgumentError, parse_recipe_args, set_offline_defaults
+
+    set_offline_defaults()
+    if args.num_prompts is not None and args.num_prompts < 1:
+        return _fail(f"--num-prompts {args.num_prompts} must be >= 1.")
+    if args.num_samples < 0:
+        return _fail(f"--k {args.num_samples} must be >= 0 (0 draws no samples).")
+    if args.batch_size < 1:
+        return _fail(f"--batch-size {args.batch_size} must be >= 1.")
+    if args.compare_base and not args.adapter:
+        return _fail("--compare-base needs --adapter DIR (the trained run's output_dir).")
+    if args.adapter and not (Path(args.adapter) / "adapter_config.json").is_file():
+        return _fail(f"--adapter {args.adapter!r} holds no adapter_config.json; pass a finished run's output_dir.")
+    try:
+        script_args, training_args, model_args, _ = parse_recipe_args(
+            ["--config", resolve_config_path(args.config), *(overrides or [])]
+        )
+    except RecipeArgumentError:
+        return 2  # the parser printed the one-line error
+    try:
+        results = evaluate_run(script_args, training_args, model_args, adapter=args.adapter,
+                               compare_base=args.compare_base, split=args.split, num_prompts=args.num_prompts,
+                               num_samples=args.num_samples, correctness_reward=args.correctness_reward,
+                               batch_size=args.batch_size)
+    except (ValueError, OSError) as err:
+        return _fail(" ".join(str(err).split()))
+    print_results(results, as_json=args.json)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(results_to_json(results), indent=2))
+    return 0
+
+
+def evaluate_run(script_args, training_args, model_args, *, adapter=None, compare_base=False, split="test",
+                 num_prompts=None, num_samples=0, correctness_reward=None, batch_size=32) -> dict:
+    """Load the run's model (and adapter) and evaluate it; returns ``{"adapter"|"base": EvalResult, ...}``.
+
+    With ``compare_base`` both are evaluated on the same prompts (the base with the adapter disabled) and the
+    paired comparison is added under ``"comparison"``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from . import tiny
+    from .data import load_eval_dataset
+    from .evaluation import compare, evaluate_model
+    from .models import load_tokenizer, quantization_config
+    from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
+
+    dataset = load_eval_dataset(script_args, training_args.seed, split, num_prompts)
+    specs = with_run_defaults([RewardSpec(**spec) for spec in training_args.rewards],
+                              training_args.max_completion_length)
+    reward_funcs, _ = build_reward_funcs(specs)
+    model_path = tiny.resolve_model_path(model_args.model_name_or_path)
+    tokenizer = load_tokenizer(model_args.model_name_or_path, model_path, revision=model_args.model_revision)
+    on_gpu = torch.cuda.is_available() and not training_args.use_cpu
+    dtype = torch.bfloat16 if (training_args.bf16 and on_gpu) else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, revision=model_args.model_revision, dtype=dtype,
+        quantization_config=quantization_config(model_args, training_args),
+        device_map={"": 0} if on_gpu else None,
+    )
+    settings = dict(max_new_tokens=training_args.max_completion_length, correctness_reward=correctness_reward,
+                    num_samples=num_samples, temperature=training_args.temperature, top_p=training_args.top_p,
+                    top_k=training_args.top_k or 0, batch_size=batch_size)
+    results: dict = {}
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter)
+        results["adapter"] = evaluate_model(model, tokenizer, dataset, reward_funcs, **settings)
+        if compare_base:
+            with model.disable_adapter():
+                results["base"] = evaluate_model(model, tokenizer, dataset, reward_funcs, **settings)
+            results["comparison"] = compare(results["base"], results["adapter"])
+    else:
+        results["base"] = evaluate_model(model, tokenizer, dataset, reward_funcs, **settings)
+    return results
+
+
+def results_to_json(results: dict, adapter_key: str = "adapter") -> dict:
+    """The JSON object ``eval --json`` prints: one result's fields, or ``base`` / ``adapter`` objects with
+    ``difference`` and ``difference_ci`` when both were evaluated. ``adapter_key="trained"`` names the adapter's
+    object as ``eval_results.json`` of the recipe does."""
+    if "comparison" in results:
+        return {"base": results["base"].to_dict(), adapter_key: results["adapter"].to_dict(), **results["comparison"]}
+    return next(iter(results.values())).to_dict()
+
+
+def print_results(results: dict, as_json: bool = False) -> None:
+    """Print the text report (or the JSON object) of :func:`evaluate_run`'s results."""
+    from .evaluation import format_comparison, format_result
+
+    if as_json:
+        print(json.dumps(results_to_json(results), indent=2))
+        return
+    for key in ("base", "adapter"):
+        if key in results:
+            print(format_result(results[key], key))
+    if "comparison" in results:
+        print(format_comparison(results["comparison"]))

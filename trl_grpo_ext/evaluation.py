@@ -1,0 +1,375 @@
+"""Evaluate a policy on held-out prompts with the run's own chat template, system prompt and rewards.
+
+What is measured, per model (the base, or the base with a trained adapter):
+
+* **accuracy**: greedy pass@1 (temperature 0), the fraction of prompts whose greedy completion is correct, with its
+  95% Wilson interval. A completion is correct when the *correctness reward* (the run's first reward unless
+  ``correctness_reward`` names another) reaches ``correct_threshold`` (1.0: the maximum of the built-in answer
+  rewards).
+* **mean_reward**: the mean of every configured reward over the greedy completions, per reward function.
+* with ``num_samples`` = K > 0 samples per prompt at the training temperature: each prompt's **pass rate**
+  q_i = c_i / K, the unbiased **pass@k** for k = 1, 2, 4, ... <= K (Chen et al. 2021, arXiv 2107.03374), and the
+  **uniform-group forecast** mean_i(q_i^G + (1 − q_i)^G) for G = 2, 4, 8, 16: the share of GRPO groups expected to
+  have σ = 0 and so no learning signal (:mod:`trl_grpo_ext.eval_stats`).
+
+:func:`compare` pairs two results on the same prompts: the accuracy difference and its 95% interval
+(Newcombe 1998b, method 10).
+
+Generation follows what TRL's ``GRPOTrainer`` does for a conversational dataset: the prompt messages are rendered
+with the tokenizer's chat template (``add_generation_prompt=True``), left-padded, and the new tokens decoded without
+special tokens; rewards receive ``prompts``, ``completions`` (conversational when the prompts are), ``completion_ids``
+and every other dataset column, one value per completion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .eval_stats import FORECAST_GROUP_SIZES, forecast, paired_difference_interval, pass_at_k, wilson_interval
+
+#: File the recipe and ``make demo-real`` write the final evaluation to, in ``output_dir``.
+EVAL_RESULTS_FILE = "eval_results.json"
+
+
+@dataclass
+class EvalResult:
+    """One model's evaluation (see the module docstring for each quantity).
+
+    Attributes:
+        num_prompts (`int`): prompts evaluated [prompts].
+        accuracy (`float`): greedy pass@1 in [0, 1].
+        accuracy_ci (`list[float]`): its 95% Wilson interval ``[low, high]``.
+        mean_reward (`dict[str, float]`): mean of each reward over the greedy completions (``None`` rewards skipped).
+        correct (`list[int]`): 1/0 per prompt, greedy (the pairing of :func:`compare`).
+        num_samples (`int`): K, sampled completions per prompt (0: none drawn).
+        temperature (`float | None`): sampling temperature of the K samples.
+        pass_at_k (`dict[int, float]`): unbiased pass@k, k = 1, 2, 4, ... <= K (empty when K = 0).
+        pass_rates (`list[float]`): per-prompt pass rate c_i / K (empty when K = 0).
+        uniform_group_forecast (`dict[int, float]`): expected fraction of uniform groups for G = 2, 4, 8, 16 (empty
+            when K = 0).
+        correctness_reward (`str`): the reward that decides correctness.
+        mean_completion_tokens (`float`): mean greedy completion length [tokens].
+        examples (`list[dict]`): the first few prompts with their greedy completion and rewards.
+    """
+
+    num_prompts: int
+    accuracy: float
+    accuracy_ci: list[float]
+    mean_reward: dict[str, float]
+    correct: list[int]
+    correctness_reward: str
+    mean_completion_tokens: float
+    num_samples: int = 0
+    temperature: float | None = None
+    pass_at_k: dict[int, float] = field(default_factory=dict)
+    pass_rates: list[float] = field(default_factory=list)
+    uniform_group_forecast: dict[int, float] = field(default_factory=dict)
+    examples: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (integer keys of ``pass_at_k`` / ``uniform_group_forecast`` kept as ints)."""
+        return asdict(self)
+
+
+def pass_at_k_values(correct_counts: list[int], num_samples: int) -> dict[int, float]:
+    """Mean unbiased pass@k over prompts for k = 1, 2, 4, ... up to and including ``num_samples``.
+
+    Args:
+        correct_counts (`list[int]`): correct samples per prompt, each in ``[0, num_samples]``.
+        num_samples (`int`): K, samples per prompt, >= 1.
+    """
+    ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64) if k <= num_samples} | {num_samples})
+    return {k: sum(pass_at_k(num_samples, c, k) for c in correct_counts) / len(correct_counts) for k in ks}
+
+
+def compare(base: EvalResult, adapter: EvalResult) -> dict:
+    """The paired comparison of two evaluations of the same prompts.
+
+    Returns:
+        `dict` with ``difference`` (adapter accuracy − base accuracy) and ``difference_ci`` ([low, high], 95%,
+        Newcombe 1998b method 10), and the discordant pair counts ``only_base_correct`` / ``only_adapter_correct``.
+
+    Raises:
+        ValueError: the two results cover different numbers of prompts.
+    """
+    if base.num_prompts != adapter.num_prompts:
+        raise ValueError(f"cannot pair {base.num_prompts} base results with {adapter.num_prompts} adapter results.")
+    diff, (low, high) = paired_difference_interval(base.correct, adapter.correct)
+    return {
+        "difference": diff,
+        "difference_ci": [low, high],
+        "only_base_correct": sum(1 for b, a in zip(base.correct, adapter.correct) if b and not a),
+        "only_adapter_correct": sum(1 for b, a in zip(base.correct, adapter.correct) if a and not b),
+    }
+
+
+def _batches(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def generate_completions(
+    model, tokenizer, prompts: list, *, max_new_tokens: int, num_return_sequences: int = 1,
+    temperature: float | None = None, top_p: float = 1.0, top_k: int = 0, batch_size: int = 32,
+) -> tuple[list[list[str]], list[list[int]]]:
+    """Generate completions for each prompt, as TRL's trainer would.
+
+    Args:
+        model: a causal LM (plain or PEFT), in eval mode.
+        tokenizer: its tokenizer, with a chat template for conversational prompts.
+        prompts (`list`): each a list of chat messages, or a plain string.
+        max_new_tokens (`int`): ``max_completion_length`` [tokens].
+        num_return_sequences (`int`, defaults to `1`): completions per prompt.
+        temperature (`float`, *optional*): ``None`` or 0 → greedy decoding; otherwise sampling at that temperature.
+        top_p (`float`), top_k (`int`): sampling filters (as in the run).
+        batch_size (`int`, defaults to `32`): completions generated per ``generate`` call.
+
+    Returns:
+        `(texts, token_ids)`: ``texts[i][j]`` is the j-th completion of prompt i, ``token_ids[i][j]`` its token ids
+        (up to and including the first eos).
+    """
+    import torch
+
+    greedy = not temperature
+    texts: list[list[str]] = [[] for _ in prompts]
+    ids: list[list[list[int]]] = [[] for _ in prompts]
+    rendered = [
+        tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if isinstance(p, list) else p
+        for p in prompts
+    ]
+    per_call = max(1, batch_size // num_return_sequences)
+    eos = tokenizer.eos_token_id
+    device = next(model.parameters()).device
+    order = list(range(len(prompts)))
+    for chunk in _batches(order, per_call):
+        enc = tokenizer([rendered[i] for i in chunk], return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = {k: v.to(device) for k, v in enc.items()}
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
+        if greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k or None,
+                          num_return_sequences=num_return_sequences)
+        with torch.no_grad():
+            out = model.generate(**enc, **kwargs)
+        new = out[:, enc["input_ids"].shape[1]:].tolist()
+        per = 1 if greedy else num_return_sequences
+        for row, tokens in enumerate(new):
+            if eos in tokens:
+                tokens = tokens[: tokens.index(eos) + 1]
+            i = chunk[row // per]
+            ids[i].append(tokens)
+            texts[i].append(tokenizer.decode(tokens, skip_special_tokens=True))
+    return texts, ids
+
+
+def score_completions(
+    reward_funcs: list, prompts: list, completions: list[str], completion_ids: list[list[int]], columns: dict[str, list]
+) -> list[list[float | None]]:
+    """Score completions with each reward function the way TRL calls them.
+
+    Args:
+        reward_funcs (`list`): callables ``f(prompts=, completions=, completion_ids=, **columns)``.
+        prompts (`list`): the prompt of each completion (repeated per completion).
+        completions (`list[str]`): completion texts; wrapped as ``[{"role": "assistant", "content": text}]`` when
+            the prompts are conversational, as TRL does.
+        completion_ids (`list[list[int]]`): token ids of each completion.
+        columns (`dict[str, list]`): every other dataset column, one value per completion.
+
+    Returns:
+        ``scores[f][i]``: reward f of completion i (``None`` where the reward skipped it).
+    """
+    conversational = bool(prompts) and isinstance(prompts[0], list)
+    wrapped = [[{"role": "assistant", "content": c}] for c in completions] if conversational else completions
+    scores = []
+    for func in reward_funcs:
+        values = func(prompts=prompts, completions=wrapped, completion_ids=completion_ids, trainer_state=None,
+                      **columns)
+        scores.append([None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in values])
+    return scores
+
+
+def evaluate_model(
+    model, tokenizer, dataset, reward_funcs: list, *, max_new_tokens: int, correctness_reward: str | None = None,
+    correct_threshold: float = 1.0, num_samples: int = 0, temperature: float = 1.0, top_p: float = 1.0,
+    top_k: int = 0, batch_size: int = 32, num_examples: int = 3,
+) -> EvalResult:
+    """Evaluate one model on ``dataset`` (see the module docstring).
+
+    Args:
+        model: causal LM (plain or PEFT) — put in eval mode here.
+        tokenizer: its tokenizer.
+        dataset: a `datasets.Dataset` (or list of dicts) with a ``prompt`` column and the columns the rewards read.
+        reward_funcs (`list`): the run's reward callables (``__name__`` = reward name).
+        max_new_tokens (`int`): ``max_completion_length`` of the run [tokens].
+        correctness_reward (`str`, *optional*): name of the reward deciding correctness; defaults to the first.
+        correct_threshold (`float`, defaults to `1.0`): a completion is correct when that reward is >= this.
+        num_samples (`int`, defaults to `0`): K sampled completions per prompt for pass@k and the forecast.
+        temperature (`float`, defaults to `1.0`), top_p, top_k: sampling settings of the K samples (the run's).
+        batch_size (`int`, defaults to `32`): completions per ``generate`` call.
+        num_examples (`int`, defaults to `3`): prompts kept with their completion in ``examples``.
+
+    Raises:
+        ValueError: an empty dataset, or a ``correctness_reward`` that is not one of the rewards.
+    """
+    rows = [dict(r) for r in dataset]
+    if not rows:
+        raise ValueError("the evaluation split is empty: set dataset_test_split to a split with rows.")
+    names = [getattr(f, "__name__", f"reward_{i}") for i, f in enumerate(reward_funcs)]
+    target = correctness_reward or names[0]
+    if target not in names:
+        raise ValueError(f"correctness_reward={target!r} is not one of the run's rewards {names}.")
+    index = names.index(target)
+    model.eval()
+    prompts = [r["prompt"] for r in rows]
+    columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
+
+    texts, ids = generate_completions(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    greedy = [t[0] for t in texts]
+    greedy_ids = [i[0] for i in ids]
+    scores = score_completions(reward_funcs, prompts, greedy, greedy_ids, columns)
+    correct = [int(s is not None and s >= correct_threshold) for s in scores[index]]
+    mean_reward = {}
+    for name, values in zip(names, scores):
+        valid = [v for v in values if v is not None]
+        mean_reward[name] = sum(valid) / len(valid) if valid else float("nan")
+    n = len(rows)
+    low, high = wilson_interval(sum(correct), n)
+    examples = [
+        {"prompt": prompts[i], "completion": greedy[i], "rewards": {nm: scores[f][i] for f, nm in enumerate(names)}}
+        for i in range(min(num_examples, n))
+    ]
+    result = EvalResult(
+        num_prompts=n, accuracy=sum(correct) / n, accuracy_ci=[low, high], mean_reward=mean_reward, correct=correct,
+        correctness_reward=target, mean_completion_tokens=sum(len(i) for i in greedy_ids) / n, examples=examples,
+    )
+    if num_samples > 0:
+        sampled, sampled_ids = generate_completions(
+            model, tokenizer, prompts, max_new_tokens=max_new_tokens, num_return_sequences=num_samples,
+            temperature=temperature, top_p=top_p, top_k=top_k, batch_size=batch_size,
+        )
+        flat_prompts = [p for p in prompts for _ in range(num_samples)]
+        flat_columns = {k: [v for v in vals for _ in range(num_samples)] for k, vals in columns.items()}
+        flat = [t for group in sampled for t in group]
+        flat_ids = [t for group in sampled_ids for t in group]
+        target_scores = score_completions([reward_funcs[index]], flat_prompts, flat, flat_ids, flat_columns)[0]
+        counts = [
+            sum(1 for s in target_scores[i * num_samples : (i + 1) * num_samples] if s is not None and s >= correct_threshold)
+            for i in range(n)
+        ]
+        result.num_samples = num_samples
+        result.temperature = temperature
+        result.pass_rates = [c / num_samples for c in counts]
+        result.pass_at_k = pass_at_k_values(counts, num_samples)
+        result.uniform_group_forecast = forecast(result.pass_rates, FORECAST_GROUP_SIZES)
+    return result
+
+
+def format_result(result: EvalResult, title: str) -> str:
+    """A short text report of one evaluation (what ``trl-grpo-ext eval`` prints)."""
+    low, high = result.accuracy_ci
+    lines = [
+        f"{title}: greedy accuracy {result.accuracy:.3f} [95% CI {low:.3f}, {high:.3f}] on {result.num_prompts} prompts "
+        f"({result.correctness_reward} >= 1; mean completion {result.mean_completion_tokens:.1f} tokens)",
+        "  mean reward: " + ", ".join(f"{k} {v:.3f}" for k, v in result.mean_reward.items()),
+    ]
+    if result.num_samples:
+        lines.append(
+            f"  pass@k ({result.num_samples} samples/prompt, temperature {result.temperature:g}): "
+            + ", ".join(f"pass@{k} {v:.3f}" for k, v in result.pass_at_k.items())
+        )
+        lines.append(
+            "  uniform-group forecast (share of groups with σ = 0, no learning signal): "
+            + ", ".join(f"G={g}: {v:.2f}" for g, v in result.uniform_group_forecast.items())
+        )
+    return "\n".join(lines)
+
+
+def format_comparison(comparison: dict) -> str:
+    """One line: the paired accuracy difference and its 95% interval."""
+    low, high = comparison["difference_ci"]
+    verdict = "better" if low > 0 else "worse" if high < 0 else "no significant difference"
+    return (
+        f"difference (adapter − base): {comparison['difference']:+.3f} [95% paired CI {low:+.3f}, {high:+.3f}] — "
+        f"{verdict} ({comparison['only_adapter_correct']} prompts fixed, {comparison['only_base_correct']} broken)"
+    )
+
+
+@dataclass
+class FinalEvaluation:
+    """The recipe's evaluation after training: the adapter's result, the base's (optional) and their comparison."""
+
+    trained: EvalResult
+    base: EvalResult | None = None
+    comparison: dict | None = None
+
+    def to_json(self) -> dict:
+        """The ``eval_results.json`` object: ``trained``, and with the base ``base``, ``difference`` and
+        ``difference_ci``."""
+        out = {"trained": self.trained.to_dict()}
+        if self.base is not None:
+            out["base"] = self.base.to_dict()
+        if self.comparison is not None:
+            out.update(self.comparison)
+        return out
+
+    @property
+    def report(self) -> str:
+        """Accuracy before -> after with the intervals (printed by the recipe)."""
+        lines = []
+        if self.base is not None:
+            lines.append(format_result(self.base, "base"))
+        lines.append(format_result(self.trained, "trained"))
+        if self.base is not None and self.comparison is not None:
+            b, t = self.base, self.trained
+            lines.append(
+                f"Greedy accuracy: {b.accuracy:.3f} [{b.accuracy_ci[0]:.3f}, {b.accuracy_ci[1]:.3f}] (base) -> "
+                f"{t.accuracy:.3f} [{t.accuracy_ci[0]:.3f}, {t.accuracy_ci[1]:.3f}] (trained)"
+            )
+            lines.append(format_comparison(self.comparison).replace("adapter − base", "trained − base"))
+        return "\n".join(lines)
+
+    def write(self, output_dir) -> str:
+        """Write :data:`EVAL_RESULTS_FILE` into ``output_dir``; returns its path."""
+        import json
+        from pathlib import Path
+
+        path = Path(output_dir) / EVAL_RESULTS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2))
+        return str(path)
+
+
+def final_evaluation(trainer, tokenizer, dataset, *, compare_base: bool = True, num_samples: int = 0,
+                     batch_size: int = 32) -> FinalEvaluation:
+    """Evaluate a trained PEFT policy (and its base, with the adapter disabled) on ``dataset``.
+
+    Args:
+        trainer (`GRPOTrainer`): after ``train()``; reads ``trainer.model`` (a PEFT model), ``trainer.reward_funcs``
+            and ``trainer.args`` (``max_completion_length``, ``temperature``, ``top_p``, ``top_k``).
+        tokenizer: the run's tokenizer.
+        dataset: held-out prompts (``prompt`` column plus the columns the rewards read).
+        compare_base (`bool`, defaults to `True`): also evaluate the base on the same prompts and pair the results.
+        num_samples (`int`, defaults to `0`): K samples per prompt for pass@k and the forecast.
+        batch_size (`int`, defaults to `32`): completions per ``generate`` call.
+
+    Raises:
+        ValueError: ``compare_base`` on a model without an adapter to disable.
+    """
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    args = trainer.args
+    settings = dict(max_new_tokens=args.max_completion_length, num_samples=num_samples, temperature=args.temperature,
+                    top_p=args.top_p, top_k=args.top_k or 0, batch_size=batch_size)
+    was_training = model.training
+    trained = evaluate_model(model, tokenizer, dataset, trainer.reward_funcs, **settings)
+    base = comparison = None
+    if compare_base:
+        if not hasattr(model, "disable_adapter"):
+            raise ValueError("final_eval: compare_base needs a PEFT adapter (use_peft: true); use final_eval: adapter.")
+        with model.disable_adapter():
+            base = evaluate_model(model, tokenizer, dataset, trainer.reward_funcs, **settings)
+        comparison = compare(base, trained)
+    model.train(was_training)
+    return FinalEvaluation(trained=trained, base=base, comparison=comparison)
