@@ -50,7 +50,17 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
 
 
 def other_line(logs: dict, step: int) -> str:
-    """A log that is not a training step (evaluation): its numbers, 4 significant digits, on one line."""
+    """A log that is not a training step: an evaluation in the step line's terms (``eval_reward`` ± its std, the
+    fraction of zero-std groups, seconds taken), anything else as its numbers with 4 significant digits.
+
+    >>> other_line({"eval_reward": 0.5, "eval_reward_std": 0.1, "eval_frac_reward_zero_std": 0.25,
+    ...             "eval_runtime": 3.2, "eval_loss": 0.01}, 40)
+    'eval at step 40  reward 0.500 ± 0.100  zero-std 0.25  3.2 s'
+    """
+    if "eval_reward" in logs:
+        return (f"eval at step {step}  reward {_number(logs.get('eval_reward'), '.3f')} ± "
+                f"{_number(logs.get('eval_reward_std'), '.3f')}  zero-std "
+                f"{_number(logs.get('eval_frac_reward_zero_std'), '.2f')}  {_number(logs.get('eval_runtime'), '.1f')} s")
     shown = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                       for k, v in logs.items() if isinstance(v, (int, float)) and not k.endswith("_flos"))
     return f"step {step}  {shown}"
