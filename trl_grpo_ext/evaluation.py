@@ -130,8 +130,6 @@ def generate_completions(
         `(texts, token_ids)`: ``texts[i][j]`` is the j-th completion of prompt i, ``token_ids[i][j]`` its token ids
         (up to and including the first eos).
     """
-    import torch
-
     greedy = not temperature
     texts: list[list[str]] = [[] for _ in prompts]
     ids: list[list[list[int]]] = [[] for _ in prompts]
@@ -143,6 +141,19 @@ def generate_completions(
     eos = tokenizer.eos_token_id
     device = next(model.parameters()).device
     order = list(range(len(prompts)))
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"  # decoder-only: pad on the left
+    try:
+        _generate_chunks(model, tokenizer, rendered, order, per_call, device, greedy, max_new_tokens,
+                         num_return_sequences, temperature, top_p, top_k, eos, texts, ids)
+    finally:
+        tokenizer.padding_side = padding_side
+    return texts, ids
+
+
+def _generate_chunks(model, tokenizer, rendered, order, per_call, device, greedy, max_new_tokens,
+                     num_return_sequences, temperature, top_p, top_k, eos, texts, ids) -> None:
+    import torch
+
     for chunk in _batches(order, per_call):
         enc = tokenizer([rendered[i] for i in chunk], return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(device) for k, v in enc.items()}
@@ -162,7 +173,6 @@ def generate_completions(
             i = chunk[row // per]
             ids[i].append(tokens)
             texts[i].append(tokenizer.decode(tokens, skip_special_tokens=True))
-    return texts, ids
 
 
 def score_completions(

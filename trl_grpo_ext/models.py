@@ -111,3 +111,31 @@ def check_model_path(name: str | None) -> None:
             "unreachable offline (HF_HUB_OFFLINE=1). Download it on a machine with a network "
             f"(`hf download {name}`) and point model_name_or_path at that directory. {hint}"
         )
+
+
+def keep_4bit_training_layout(model) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights for CPU inference while the model is being trained.
+
+    On a CPU with AVX512-BF16, bitsandbytes 0.50's ``Linear4bit.forward`` converts its weight into a CPU inference
+    layout the first time it runs in eval mode without gradients (``support_avx512bf16_for_cpu``), and only converts
+    it back when the state dict is saved. A training step after an evaluation (TRL's eval loop, ``eval_strategy``)
+    then fails inside ``bnb.matmul_4bit`` ("a view of a leaf Variable that requires grad is being used in an in-place
+    operation"). Setting the flag to False on every 4-bit layer keeps the training layout; evaluation during training
+    uses the same kernel as training.
+
+    Args:
+        model: any ``torch.nn.Module`` (PEFT-wrapped or not).
+
+    Returns:
+        `int`: the number of 4-bit layers changed (0 without bitsandbytes layers).
+    """
+    try:
+        from bitsandbytes.nn import Linear4bit
+    except ImportError:  # pragma: no cover - bitsandbytes is a dependency
+        return 0
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, Linear4bit) and getattr(module, "support_avx512bf16_for_cpu", False):
+            module.support_avx512bf16_for_cpu = False
+            changed += 1
+    return changed

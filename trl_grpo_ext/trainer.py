@@ -33,6 +33,7 @@ from .checkpoints import (
     write_json,
 )
 from .config import GRPOExtConfig
+from .models import keep_4bit_training_layout
 from .quantifiers import RunPlan, plan_warnings, resample_note, resolve_plan
 from .rewards.spec import RewardSpec, format_reward_specs
 from .zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
@@ -88,6 +89,10 @@ class GRPOExtTrainer(GRPOTrainer):
             # trainable modules (a modules_to_save lm_head) get dtype-consistency hooks, without which TRL's own bf16
             # mode fails in the forward pass ("expected m1 and m2 to have the same dtype"). See adapter_precision.
             cast_trainable_to(self.model, args.adapter_dtype, exclude=("lora_magnitude_vector",))
+            # bitsandbytes repacks a 4-bit layer's weight for its CPU inference kernel on the first no-grad forward in
+            # eval mode (TRL's eval loop) and never unpacks it for training: the next training step then fails. Keep
+            # the training layout (see models.keep_4bit_training_layout).
+            keep_4bit_training_layout(self.model)
         self.lost_updates = LostUpdateTracker(
             args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
         )
