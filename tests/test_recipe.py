@@ -88,10 +88,11 @@ def test_console_plan_then_one_line_per_step_and_metrics_file(short_run):
     assert {"reward", "reward_std", "frac_reward_zero_std", "learning_rate", "loss", "completions/mean_length"} <= set(
         records[0])
     # what a terminal shows of each line: the text after its last carriage return (tqdm redraws with "\r")
-    shown = [line.split("\r")[-1] for line in (result.stdout + result.stderr).split("\n")]
+    # (tqdm's cursor-up sequences "\x1b[A" of the nested eval bar move the cursor; they print no line)
+    shown = [line.split("\r")[-1].replace("\x1b[A", "") for line in (result.stdout + result.stderr).split("\n")]
     other = [line for line in shown if line.strip() and line not in steps and "it/s]" not in line
              and "s/it]" not in line]
-    assert len(other) <= 45, "\n".join(other)  # one screen
+    assert len(other) <= 50, "\n".join(other)  # one screen
     config = json.loads((out / "run_config.json").read_text())
     assert config["training_args"]["run_plan"]["total_steps"] == 6  # what the trackers log with args.to_dict()
 
