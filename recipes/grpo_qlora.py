@@ -20,14 +20,14 @@ from accelerate.utils import set_seed
 
 from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
-from trl_grpo_ext.data import load_eval_dataset, load_prompt_dataset
+from trl_grpo_ext.data import drop_long_prompts, load_eval_dataset, load_prompt_dataset
 from trl_grpo_ext.eval_plan import resolve_eval_plan
 from trl_grpo_ext.evaluation import final_evaluation
 from trl_grpo_ext.generation import check_vllm_quantization
 from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
-from trl_grpo_ext.models import load_tokenizer, lora_config, quantization_config
+from trl_grpo_ext.models import lora_config, quantization_config, run_tokenizer
 from trl_grpo_ext.plotting import plot_training, reward_trend
 from trl_grpo_ext.quantifiers import resolve_plan
 from trl_grpo_ext.validation import check_reward_columns
@@ -47,6 +47,9 @@ def main(script_args, training_args, model_args, push_args) -> int:
     try:
         train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
         check_reward_columns(train_dataset.column_names, training_args)  # a reward's missing column, before the model
+        if script_args.max_prompt_length is not None:  # counted in tokens of the run's tokenizer and chat template
+            train_dataset = drop_long_prompts(train_dataset, run_tokenizer(model_args, script_args.chat_template),
+                                              script_args.max_prompt_length)
         plan = resolve_plan(training_args.quantity_fields(), len(train_dataset), training_args.world_size,
                             training_args.max_completion_length)
         evaluating = training_args.eval_strategy != "no" or script_args.final_eval != "none"
@@ -65,7 +68,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         )
         checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
         check_checkpoint_plan(checkpoint, plan)
-        check_output_dir(training_args.output_dir, resuming=checkpoint is not None)
+        check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
         check_vllm_quantization(training_args, model_args.load_in_4bit, model_args.load_in_8bit)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
@@ -75,7 +78,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # Tokenizer
     ################
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)
-    tokenizer = load_tokenizer(model_args.model_name_or_path, model_path, revision=model_args.model_revision)
+    tokenizer = run_tokenizer(model_args, script_args.chat_template)
 
     ################
     # Model settings: 4-bit NF4 base + LoRA adapter (TRL loads the model inside the trainer)

@@ -112,7 +112,7 @@ def test_framework_versions(card):
 
 
 def test_how_to_load_the_adapter(run, card):
-    assert f'AutoPeftModelForCausalLM.from_pretrained("{REPO}")' in card.text
+    assert f'model_id = "{REPO}"' in card.text and "AutoPeftModelForCausalLM.from_pretrained(model_id)" in card.text
     assert f'PeftModel.from_pretrained(base, "{REPO}")' in card.text
     assert f'AutoModelForCausalLM.from_pretrained("{run[1]}", quantization_config=bnb)' in card.text
 
@@ -120,7 +120,8 @@ def test_how_to_load_the_adapter(run, card):
 def test_merged_card_loads_with_plain_transformers(run):
     card = build_model_card(run[0], mode="merged", repo_id=REPO)
     assert card.data.library_name == "transformers"
-    assert f'AutoModelForCausalLM.from_pretrained("{REPO}", dtype="auto")' in card.text
+    assert f'model_id = "{REPO}"' in card.text
+    assert 'AutoModelForCausalLM.from_pretrained(model_id, dtype="auto")' in card.text
     assert "Peft" not in card.text.split("## How to load")[1].split("## Training procedure")[0]
 
 
@@ -176,3 +177,42 @@ def test_is_hub_id(name, expected):
 )
 def test_format_value(value, cell):
     assert format_value(value) == cell
+
+
+def _first_snippet(text: str) -> str:
+    section = text.split("## How to load")[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_local_card_snippet_loads_and_generates_from_another_directory(run, tmp_path):
+    """Without a repo id the snippet names the run's own folder; run as written, it loads the adapter and generates."""
+    import subprocess
+    import sys
+
+    card = build_model_card(run[0])
+    snippet = _first_snippet(card.text)
+    assert f'model_id = "{run[0].resolve()}"' in snippet and "model.generate(" in snippet
+    result = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() != ""  # 64 new tokens of the tiny model's vocabulary, decoded
+
+
+def test_pushed_card_snippet_differs_only_by_the_repo_id(run):
+    local = _first_snippet(build_model_card(run[0]).text)
+    pushed = _first_snippet(build_model_card(run[0], repo_id=REPO).text)
+    assert pushed == local.replace(str(run[0].resolve()), REPO)
+
+
+def test_card_has_license_and_citations(run, card, tmp_path):
+    assert card.data.license == "apache-2.0" and "## License" in card.text
+    for key in ("shao2024deepseekmath", "dettmers2023qlora", "vonwerra2020trl", "yu2025dapo"):  # the run masked
+        assert f"{{{key}," in card.text
+    copy = tmp_path / "run"
+    shutil.copytree(run[0], copy)
+    config = json.loads((copy / "run_config.json").read_text())
+    config.setdefault("push_args", {})["hub_license"] = "llama3.1"
+    config["training_args"]["zero_variance_filter"] = "off"
+    (copy / "run_config.json").write_text(json.dumps(config))
+    other = build_model_card(copy, repo_id=REPO)
+    assert other.data.license == "llama3.1" and "yu2025dapo" not in other.text and "dettmers2023qlora" in other.text

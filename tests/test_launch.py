@@ -1,5 +1,6 @@
 """Bad recipe input fails fast, before any model is loaded, with a message naming the problem and the fix."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def test_the_embedded_default_parses(tmp_path):
 
 def test_missing_config_file_lists_the_available_ones(tmp_path):
     message = _error(["--config", str(tmp_path / "nope.yaml")])
-    assert "nope.yaml" in message and "does not exist" in message
+    assert "nope.yaml" in message and "no such file" in message and "tiny_cpu" in message
 
 
 def test_unknown_yaml_key_is_named_with_a_suggestion(tmp_path):
@@ -81,7 +82,8 @@ def test_recipe_exits_2_with_one_line_and_no_traceback(tmp_path):
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert "error: unknown key(s) in the config file: 'learnig_rate'" in result.stderr
+    assert "error: unknown key(s): 'learnig_rate' (did you mean 'learning_rate'?)" in result.stderr
+    assert result.stderr.count("\n") == 1
 
 
 def test_run_config_never_holds_the_token(tmp_path):
@@ -136,3 +138,18 @@ def test_every_field_of_ours_is_in_the_configuration_reference():
 def test_unknown_reward_parameter_fails_before_loading(tmp_path):
     message = _error(["--config", _config(tmp_path, rewards=[{"name": "char_fraction", "kwargs": {"targt": "a"}}])])
     assert "targt" in message
+
+
+def test_train_under_accelerate_ends_a_refused_config_with_one_line(tmp_path):
+    """`trl-grpo-ext train --accelerate_config cpu` passes accelerate's --quiet: no CalledProcessError traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "trl_grpo_ext.cli", "train", "--config", _config(tmp_path), "--accelerate_config", "cpu",
+         "--learnig_rate", "1"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr and "CalledProcessError" not in result.stderr, result.stderr
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [
+        "error: unknown key(s): '--learnig_rate' (did you mean 'learning_rate'?). Remove or rename them; valid keys are "
+        "the fields of RecipeArguments, GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments "
+        "(docs/configuration.md)."]

@@ -145,7 +145,7 @@ def test_errors_print_one_line_and_exit_2(capsys, write_yaml, monkeypatch, text,
 
 def test_missing_config_file(capsys, tmp_path):
     code, _, err = run_plan(capsys, "--config", str(tmp_path / "absent.yaml"))
-    assert code == 2 and "No such file" in err and err.count("\n") == 1
+    assert code == 2 and "no such file" in err and err.count("\n") == 1
 
 
 def test_bad_world_size_env(capsys, write_yaml, monkeypatch):
@@ -209,3 +209,16 @@ def test_plan_warns_when_an_evaluation_forecasts_mostly_uniform_groups(capsys, w
     code, _, err = run_plan(capsys, "--config", write_yaml(TUTORIAL), "--dataset-size", "2000",
                             "--eval-results", str(results))
     assert code == 0 and "74% of groups with σ = 0 at G=8" in err
+
+
+@pytest.mark.slow
+def test_plan_is_no_slower_than_importing_trl():
+    """Issue 13's bar: the median wall time of `plan --config tiny_cpu` is at most that of `python -c "import trl"`
+    (interleaved runs, benchmarks/plan_latency.py)."""
+    import statistics
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from plan_latency import measure
+
+    times = measure(9, "tiny_cpu")
+    assert statistics.median(times["plan"]) <= statistics.median(times["import trl"]), times

@@ -72,6 +72,31 @@ def test_adapter_reloads_onto_the_base_and_weights_changed(short_run, tiny_model
     assert not torch.allclose(with_adapter, without)
 
 
+def test_console_plan_then_one_line_per_step_and_metrics_file(short_run):
+    """The plan comes before the bar, each step is one line, the full metrics go to metrics.jsonl, and what is
+    neither a step line nor the bar fits on one screen."""
+    out, result = short_run
+    lines = result.stdout.splitlines()
+    steps = [line for line in lines if line.startswith("step ") and "  reward " in line]
+    assert [line.split("  ")[0] for line in steps] == [f"step {i}/6" for i in range(1, 7)]
+    assert all(" ± " in line and "zero-std" in line and " lr " in line and "s/step" in line for line in steps)
+    assert lines.index(next(line for line in lines if line.startswith("total steps"))) < lines.index(steps[0])
+    assert "{'loss'" not in result.stdout and "FutureWarning" not in result.stderr
+    assert "6/6" in result.stderr  # tqdm's bar, sized by the plan
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "reward" in r] == list(range(1, 7))
+    assert {"reward", "reward_std", "frac_reward_zero_std", "learning_rate", "loss", "completions/mean_length"} <= set(
+        records[0])
+    # what a terminal shows of each line: the text after its last carriage return (tqdm redraws with "\r")
+    # (tqdm's cursor-up sequences "\x1b[A" of the nested eval bar move the cursor; they print no line)
+    shown = [line.split("\r")[-1].replace("\x1b[A", "") for line in (result.stdout + result.stderr).split("\n")]
+    other = [line for line in shown if line.strip() and line not in steps and "it/s]" not in line
+             and "s/it]" not in line]
+    assert len(other) <= 50, "\n".join(other)  # one screen
+    config = json.loads((out / "run_config.json").read_text())
+    assert config["training_args"]["run_plan"]["total_steps"] == 6  # what the trackers log with args.to_dict()
+
+
 @pytest.mark.slow
 def test_the_embedded_default_learns(tmp_path):
     """The foundation issue's learning bar on the full demo config: last-10% mean reward >= 3x the first 10%."""

@@ -812,3 +812,30 @@ def test_bnb_4bit_repacks_for_cpu_inference_only_when_allowed():
     assert "self.support_avx512bf16_for_cpu" in forward and "not self.training" in forward, _broken(
         "bitsandbytes' Linear4bit.forward no longer gates its CPU inference repacking on support_avx512bf16_for_cpu",
         "models.keep_4bit_training_layout")
+
+
+
+def test_trl_vendored_argument_parser_is_what_trl_parser_builds_on():
+    """`frontdoor.hf_argument_parser` loads TRL's private `trl/scripts/_hf_argparser.py` by file path (so `plan` skips
+    TRL's import-time package scan) and relies on it importing only the standard library and on `TrlParser` being a
+    subclass of its `HfArgumentParser`."""
+    import ast
+    import importlib.util
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    from trl import TrlParser
+
+    ours = "frontdoor.hf_argument_parser (plan's torch-free parsing)"
+    path = _Path(list(importlib.util.find_spec("trl").submodule_search_locations)[0]) / "scripts" / "_hf_argparser.py"
+    assert path.is_file(), _broken(f"{path} is gone", ours)
+    tree = ast.parse(path.read_text())
+    top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+    top |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
+    assert top <= set(_sys.stdlib_module_names), _broken(f"_hf_argparser.py imports {top - set(_sys.stdlib_module_names)}",
+                                                         ours)
+    parent = TrlParser.__mro__[1]
+    assert parent.__module__ == "trl.scripts._hf_argparser" and parent.__name__ == "HfArgumentParser", _broken(
+        f"TrlParser's base is {parent.__module__}.{parent.__name__}", ours)
+    for method in ("parse_args_into_dataclasses", "set_defaults"):
+        assert hasattr(parent, method), _broken(f"HfArgumentParser.{method} is gone", ours)

@@ -199,6 +199,7 @@ class GRPOExtConfig(GRPOConfig):
         self._check_zero_variance_filter(world_size)
         self._check_bf16()
         self._check_generation()
+        self._adopt_activation_checkpointing()
         super().__post_init__()
         if self.world_size != world_size:
             raise QuantityError(
@@ -332,6 +333,16 @@ class GRPOExtConfig(GRPOConfig):
                 )
             self.zero_variance_reward = canonical
 
+    def _adopt_activation_checkpointing(self) -> None:
+        """transformers 5.24 renamed `gradient_checkpointing(_kwargs)` `activation_checkpointing(_kwargs)` and warns
+        (FutureWarning) whenever only the old name holds a value — which TRL's default `gradient_checkpointing=True`
+        always does. Carry the value over to the new name (the effect is the same) so that no run warns about a key
+        its user never wrote."""
+        for old, new in (("gradient_checkpointing", "activation_checkpointing"),
+                         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+            if getattr(self, new, False) is None and getattr(self, old) is not None:
+                setattr(self, new, getattr(self, old))
+
     def _check_bf16(self) -> None:
         if self.bf16 is None:  # TRL would default to True; choose what this machine supports
             self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
@@ -349,6 +360,18 @@ class GRPOExtConfig(GRPOConfig):
         quantization = init_kwargs.get("quantization_config")
         check_vllm_quantization(self, is_4bit(quantization), is_8bit(quantization),
                                 source="model_init_kwargs.quantization_config")
+
+    def to_dict(self) -> dict[str, Any]:
+        """`TrainingArguments.to_dict`, plus ``run_plan`` (the resolved `RunPlan` as a dict) once the trainer has set
+        ``self.run_plan``: the trackers (wandb, TensorBoard, MLflow, trackio, ...) log ``args.to_dict()``, so they get
+        the plan too."""
+        values = super().to_dict()
+        plan = getattr(self, "run_plan", None)
+        if plan is not None:
+            import json
+
+            values["run_plan"] = json.loads(plan.to_json())
+        return values
 
     def quantity_fields(self) -> dict[str, Any]:
         """The resolved quantity fields, as `quantifiers.resolve_plan` takes them."""

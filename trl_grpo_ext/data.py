@@ -48,6 +48,42 @@ EMBEDDED_DATASETS = (tiny.TINY_DATASET_ID, ARITHMETIC_DATASET_ID)
 
 
 
+def to_chat_prompt(prompt, system_prompt: str | None = None) -> list[dict]:
+    """A prompt as chat messages, with ``system_prompt`` first (open-r1's ``make_conversation``).
+
+    A text prompt becomes ``[system?, {"role": "user", "content": prompt}]``; a list of messages gets the system
+    message prepended unless it already starts with one (which is kept: the dataset's own wins).
+
+    >>> to_chat_prompt("2+2?", "Be brief.")
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '2+2?'}]
+    """
+    if isinstance(prompt, str):
+        messages = [{"role": "user", "content": prompt}]
+    elif isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt):
+        messages = list(prompt)
+    else:
+        raise ValueError(f"a prompt must be text or a list of chat messages, got {type(prompt).__name__}: "
+                         f"{str(prompt)[:80]!r}")
+    if system_prompt and not (messages and messages[0].get("role") == "system"):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
+
+
+def apply_prompt_settings(dataset, prompt_column: str = "prompt", system_prompt: str | None = None):
+    """Put the prompts of ``prompt_column`` under ``prompt``, as chat messages with ``system_prompt`` first.
+
+    Unchanged when ``prompt_column`` is ``"prompt"`` and there is no system prompt (text prompts stay text). The other
+    columns stay (the rewards read them). Raises ValueError naming the columns when ``prompt_column`` is missing.
+    """
+    if prompt_column == "prompt" and not system_prompt:
+        return dataset
+    if prompt_column not in dataset.column_names:
+        raise ValueError(
+            f"dataset_prompt_column={prompt_column!r} is not a column of the dataset (columns: "
+            f"{dataset.column_names}). Set dataset_prompt_column to the column holding the prompts.")
+    return dataset.map(lambda row: {"prompt": to_chat_prompt(row[prompt_column], system_prompt)})
+
+
 def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
     """The prompts of one split of a recipe's dataset, as a `datasets.Dataset` with a ``prompt`` column.
 
@@ -55,8 +91,9 @@ def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
         script_args (`RecipeArguments`): ``dataset_name`` (``"embedded:count-char"``, ``"embedded:arithmetic"`` or a
             Hub id / local path), ``dataset_config``, ``dataset_train_split`` / ``dataset_test_split``,
             ``dataset_format`` (``"gsm8k"`` or ``"prompt"``: rows already hold a ``prompt`` column),
-            ``embedded_num_prompts``, ``eval_num_prompts`` (test split of an embedded task), ``embedded_target``,
-            ``system_prompt``.
+            ``dataset_prompt_column``, ``embedded_num_prompts``, ``eval_num_prompts`` (test split of an embedded
+            task), ``embedded_target``, ``system_prompt`` (applies to every dataset, `apply_prompt_settings`; GSM8K
+            and the arithmetic task use their own default when it is unset).
         seed (`int`): seed of the embedded tasks' rows (the test split of an embedded task never repeats a training
             prompt).
         split (`str`, defaults to ``"train"``): ``"train"`` reads ``dataset_train_split``; ``"test"`` reads
@@ -66,8 +103,13 @@ def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
         ValueError: an unknown embedded dataset, or rows without a usable prompt column.
     """
     name = script_args.dataset_name
+    column = getattr(script_args, "dataset_prompt_column", "prompt")
+    system_prompt = getattr(script_args, "system_prompt", None)
     if split not in ("train", "test"):
         raise ValueError(f"split={split!r} must be 'train' or 'test'.")
+    if getattr(script_args, "dataset_streaming", False):
+        raise ValueError("dataset_streaming=True is not supported by the recipe: the plan counts the prompts. Remove it "
+                         "(the dataset is downloaded once and cached).")
     if tiny.is_embedded(name):
         if name not in EMBEDDED_DATASETS:
             raise ValueError(f"dataset_name={name!r} is not an embedded dataset; use one of {list(EMBEDDED_DATASETS)}.")
@@ -77,26 +119,25 @@ def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
             num = getattr(script_args, "eval_num_prompts", None) or EMBEDDED_TEST_SIZES[name]
         if name == tiny.TINY_DATASET_ID:
             # The test split draws its filler words from another seed: other prompts, the same task.
-            return tiny.count_char_dataset(num, target=script_args.embedded_target,
-                                           seed=seed if split == "train" else seed + 10_000)
+            dataset = tiny.count_char_dataset(num, target=script_args.embedded_target,
+                                              seed=seed if split == "train" else seed + 10_000)
+            return apply_prompt_settings(dataset, "prompt", system_prompt)
         from datasets import Dataset
 
         rows = arithmetic_rows(split, num, seed=seed)
-        system_prompt = script_args.system_prompt or ARITHMETIC_SYSTEM_PROMPT
-        return Dataset.from_list([gsm8k_to_prompt(row, system_prompt) for row in rows])
+        return Dataset.from_list([gsm8k_to_prompt(row, system_prompt or ARITHMETIC_SYSTEM_PROMPT) for row in rows])
     from datasets import load_dataset
 
     split_name = script_args.dataset_train_split if split == "train" else script_args.dataset_test_split
     dataset = load_dataset(name, name=script_args.dataset_config, split=split_name)
     if script_args.dataset_format == "gsm8k":
-        system_prompt = script_args.system_prompt or GSM8K_SYSTEM_PROMPT
-        dataset = dataset.map(lambda row: gsm8k_to_prompt(row, system_prompt), remove_columns=dataset.column_names)
-    elif "prompt" not in dataset.column_names:
+        gsm8k_system = system_prompt or GSM8K_SYSTEM_PROMPT
+        return dataset.map(lambda row: gsm8k_to_prompt(row, gsm8k_system), remove_columns=dataset.column_names)
+    if column == "prompt" and "prompt" not in dataset.column_names:
         raise ValueError(
-            f"dataset {name!r} has no 'prompt' column (columns: {dataset.column_names}). Set dataset_format: gsm8k "
-            "for question/answer rows, or map your data to a 'prompt' column."
-        )
-    return dataset
+            f"dataset {name!r} has no 'prompt' column (columns: {dataset.column_names}). Set dataset_prompt_column "
+            "to the column holding the prompts, or dataset_format: gsm8k for question/answer rows.")
+    return apply_prompt_settings(dataset, column, system_prompt)
 
 
 def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_prompts: int | None = None):
@@ -114,3 +155,33 @@ def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_promp
                              f"of {script_args.dataset_name!r}; lower it.")
         dataset = dataset.select(range(num_prompts))
     return dataset
+
+
+def prompt_length(prompt, tokenizer) -> int:
+    """Tokens of one prompt as the trainer sees it: chat messages through the chat template (with the generation
+    prompt), text as it is."""
+    if isinstance(prompt, str):
+        return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    return len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+
+def drop_long_prompts(dataset, tokenizer, max_prompt_length: int):
+    """Keep the rows whose prompt has at most ``max_prompt_length`` tokens (`prompt_length`); print how many went.
+
+    ``max_prompt_length`` was a `GRPOConfig` field until TRL 1.16 removed it; TRL then cut over-long prompts from
+    the left (losing the system prompt and the start of the question). Dropping them keeps every prompt the model
+    sees whole; the plan counts the rows that remain.
+
+    Raises:
+        ValueError: ``max_prompt_length`` < 1, or no prompt fits.
+    """
+    if max_prompt_length < 1:
+        raise ValueError(f"max_prompt_length={max_prompt_length} must be >= 1 [tokens]; remove it to keep every prompt.")
+    kept = dataset.filter(lambda row: prompt_length(row["prompt"], tokenizer) <= max_prompt_length)
+    dropped = len(dataset) - len(kept)
+    if len(kept) == 0:
+        raise ValueError(f"max_prompt_length={max_prompt_length}: every prompt of the dataset is longer; raise it.")
+    if dropped:
+        print(f"max_prompt_length={max_prompt_length}: dropped {dropped} of {len(dataset)} prompts that are longer.")
+    return kept

@@ -148,6 +148,9 @@ class HubPushArguments:
             repository keeps its visibility.
         merge_dtype (`str`, *optional*, defaults to `"bfloat16"`):
             Dtype of the merged weights in `"merged"` mode: `"bfloat16"`, `"float16"` or `"float32"`.
+        hub_license (`str`, *optional*, defaults to `"apache-2.0"`):
+            The license in the model card's metadata (a Hub license id). The default is the license of the shipped
+            configs' base models (Qwen2.5, SmolLM2); set your base model's (e.g. `llama3.1`, `other`) for others.
     """
 
     push_to_hub_mode: str = field(
@@ -169,6 +172,9 @@ class HubPushArguments:
     merge_dtype: str = field(
         default="bfloat16",
         metadata={"help": "Dtype of the merged weights in 'merged' mode.", "choices": list(MERGE_DTYPES)},
+    )
+    hub_license: str = field(
+        default="apache-2.0", metadata={"help": "License id in the model card (follow the base model's license)."}
     )
 
     def __post_init__(self):

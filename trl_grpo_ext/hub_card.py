@@ -39,6 +39,41 @@ OPTIMISATION_KEYS = (
 #: Packages whose installed versions the card lists.
 VERSIONED_PACKAGES = ("trl", "peft", "transformers", "torch", "bitsandbytes", "huggingface_hub", "datasets")
 REWARD_PLOT_FILE = "reward_plot.png"
+#: The card's license when the run does not set `hub_license` (the license of the shipped configs' base models).
+DEFAULT_LICENSE = "apache-2.0"
+#: BibTeX of the methods every run uses: GRPO (as TRL's GRPOTrainer cites it), QLoRA and TRL (as TRL's cards do).
+CITATIONS = (
+    """@article{shao2024deepseekmath,
+    title        = {{DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models}},
+    author       = {Zhihong Shao and Peiyi Wang and Qihao Zhu and Runxin Xu and Junxiao Song and Mingchuan Zhang and Y. K. Li and Y. Wu and Daya Guo},
+    year         = 2024,
+    eprint       = {arXiv:2402.03300},
+}""",
+    """@article{dettmers2023qlora,
+    title        = {{QLoRA: Efficient Finetuning of Quantized LLMs}},
+    author       = {Tim Dettmers and Artidoro Pagnoni and Ari Holtzman and Luke Zettlemoyer},
+    year         = 2023,
+    eprint       = {arXiv:2305.14314},
+}""",
+    """@software{vonwerra2020trl,
+    title        = {{TRL: Transformers Reinforcement Learning}},
+    author       = {von Werra, Leandro and Belkada, Younes and Tunstall, Lewis and Beeching, Edward and Thrush, Tristan and Lambert, Nathan and Huang, Shengyi and Rasul, Kashif and Gallouédec, Quentin},
+    license      = {Apache-2.0},
+    url          = {https://github.com/huggingface/trl},
+    year         = {2020}
+}""",
+)
+#: Added when the run filters zero-variance groups (DAPO's dynamic sampling).
+DAPO_CITATION = """@article{yu2025dapo,
+    title        = {{DAPO: An Open-Source LLM Reinforcement Learning System at Scale}},
+    author       = {Qiying Yu and others},
+    year         = 2025,
+    eprint       = {arXiv:2503.14476},
+}"""
+
+
+def _uses_dapo(training_args: dict) -> bool:
+    return training_args.get("zero_variance_filter") not in (None, "off")
 
 CARD_TEMPLATE = """---
 {{ card_data }}
@@ -91,6 +126,16 @@ Every derived quantity of the run, as resolved before training (`run_plan.json`)
 ### Framework versions
 
 {{ versions }}
+
+## License
+
+`{{ license }}`. The base model's own license terms apply to these weights as well.
+
+## Citations
+
+```bibtex
+{{ citations }}
+```
 
 ### Full configuration
 
@@ -187,29 +232,55 @@ def _final_metrics(results: dict, state: dict) -> list[tuple]:
     return rows
 
 
-def _load_section(mode: str, repo_id: str, base_model: str | None, adapter_config: dict) -> str:
+def _generate_lines(chat: bool) -> str:
+    if chat:
+        return (
+            'messages = [{"role": "user", "content": "What is 7 + 5?"}]\n'
+            "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\",\n"
+            "                                       return_dict=True).to(model.device)\n"
+        )
+    return 'inputs = tokenizer("What is 7 + 5?", return_tensors="pt").to(model.device)\n'
+
+
+def _load_section(mode: str, model_ref: str, base_model: str | None, adapter_config: dict, chat: bool = True) -> str:
+    """How to load and run the model: ``model_ref`` is the Hub repo id once pushed, else the local folder."""
+    generate = (
+        _generate_lines(chat)
+        + "output = model.generate(**inputs, max_new_tokens=64)\n"
+        + 'print(tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))\n```'
+    )
     if mode == "merged":
         return (
             "A plain transformers model: the adapter is merged in, no peft or bitsandbytes needed.\n\n"
             "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-            f'model = AutoModelForCausalLM.from_pretrained("{repo_id}", dtype="auto")\n'
-            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n```'
+            f'model_id = "{model_ref}"\n'
+            'model = AutoModelForCausalLM.from_pretrained(model_id, dtype="auto")\n'
+            "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
+            + generate
         )
     base = adapter_config.get("base_model_name_or_path") or base_model or "BASE_MODEL"
     return (
         "A PEFT LoRA adapter. `AutoPeftModelForCausalLM` loads the base named in `adapter_config.json` "
         f"(`{base}`) and applies the adapter:\n\n"
         "```python\nfrom peft import AutoPeftModelForCausalLM\nfrom transformers import AutoTokenizer\n\n"
-        f'model = AutoPeftModelForCausalLM.from_pretrained("{repo_id}")\n'
-        f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n```\n\n'
-        "To run it on the 4-bit NF4 base it was trained on:\n\n"
+        f'model_id = "{model_ref}"\n'
+        "model = AutoPeftModelForCausalLM.from_pretrained(model_id)\n"
+        "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
+        + generate
+        + "\n\nTo run it on the 4-bit NF4 base it was trained on:\n\n"
         "```python\nimport torch\nfrom peft import PeftModel\n"
         "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n\n"
         'bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,\n'
         "                         bnb_4bit_compute_dtype=torch.bfloat16)\n"
         f'base = AutoModelForCausalLM.from_pretrained("{base}", quantization_config=bnb)\n'
-        f'model = PeftModel.from_pretrained(base, "{repo_id}")\n```'
+        f'model = PeftModel.from_pretrained(base, "{model_ref}")\n```'
     )
+
+
+def _has_chat_template(path: Path) -> bool:
+    if (path / "chat_template.jinja").is_file():
+        return True
+    return bool(read_json(path / "tokenizer_config.json").get("chat_template"))
 
 
 def _eval_rows(evaluation: dict) -> list[tuple]:
@@ -274,13 +345,15 @@ def build_model_card(
             ``train_results.json``, ``adapter_config.json`` and ``reward_plot.png`` (linked as a relative image, so it
             must be uploaded next to the card). A missing file gives "Not recorded for this run." in its section.
         mode (`str`, defaults to ``"adapter"``): ``"adapter"`` (load with peft) or ``"merged"`` (plain transformers).
-        repo_id (`str`, *optional*): the Hub repo the card is written for; used in the loading snippets and as the
-            model name. Defaults to the directory's name.
+        repo_id (`str`, *optional*): the Hub repo the card is written for; used in the loading snippet and as the
+            model name. Without it the snippet loads from ``output_dir`` (its absolute path) and the model name is the
+            directory's name. The license is ``push_args.hub_license`` from ``run_config.json``, else
+            :data:`DEFAULT_LICENSE`.
         token (`str`, *optional*): a token value to remove from everything shown, whatever its key.
 
     Returns:
         :class:`huggingface_hub.ModelCard`, with metadata ``base_model`` and ``datasets`` (only when they are Hub ids),
-        ``library_name`` (``peft`` or ``transformers``), ``pipeline_tag`` ``text-generation`` and the tags
+        ``library_name`` (``peft`` or ``transformers``), ``license``, ``pipeline_tag`` ``text-generation`` and the tags
         :data:`CARD_TAGS`. Save it with ``card.save(path)``.
 
     Raises:
@@ -304,8 +377,9 @@ def build_model_card(
     base_model = model_args.get("model_name_or_path") or script_args.get("model_name_or_path")
     base_model = base_model or adapter_config.get("base_model_name_or_path")
     dataset = script_args.get("dataset_name")
-    repo_id = repo_id or path.resolve().name
-    model_name = repo_id.split("/")[-1]
+    model_ref = repo_id or str(path.resolve())  # the snippet must load: a pushed repo, else this very folder
+    model_name = (repo_id or path.resolve().name).split("/")[-1]
+    license_id = (config.get("push_args") or {}).get("hub_license") or DEFAULT_LICENSE
 
     evaluation = read_json(path / "eval_results.json")
     card_data = ModelCardData(
@@ -316,6 +390,7 @@ def build_model_card(
         pipeline_tag="text-generation",
         tags=list(CARD_TAGS) + (["lora"] if mode == "adapter" else ["merged"]),
         model_name=model_name,
+        license=license_id,
     )
     lora = ""
     if adapter_config:
@@ -345,7 +420,9 @@ def build_model_card(
         template_str=CARD_TEMPLATE,
         model_name=model_name,
         summary=summary,
-        load_section=_load_section(mode, repo_id, base_model, adapter_config),
+        load_section=_load_section(mode, model_ref, base_model, adapter_config, _has_chat_template(path)),
+        license=license_id,
+        citations="\n\n".join(CITATIONS + ((DAPO_CITATION,) if _uses_dapo(training_args) else ())),
         rewards_table=markdown_table(("reward", "weight", "kwargs"), reward_rows),
         plan_table=markdown_table(("quantity", "value"), list(plan.items())),
         filter_table=markdown_table(("setting", "value"), _selected(training_args, FILTER_ADVANTAGE_KEYS)),

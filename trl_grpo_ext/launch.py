@@ -1,6 +1,7 @@
 """What the recipes need around the trainer: their arguments, parsing with clear errors, and the run record.
 
-`parse_recipe_args` wraps TRL's `TrlParser` (YAML + CLI, unknown keys fatal) so that every mistake a user can make in
+`parse_recipe_args` reads the config through the front door (`frontdoor.read_run_args`: YAML + CLI, unknown keys
+fatal) so that every mistake a user can make in
 a config — a missing file, an unknown key, an invalid quantity, bf16 on a CPU, a model that cannot be found offline,
 any value `validation.validate_run_args` refuses — ends with one line naming the field, the value and the fix, before
 any model is loaded.
@@ -9,21 +10,20 @@ any model is loaded.
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import os
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from trl import ModelConfig, ScriptArguments, TrlParser
+from trl import ModelConfig, ScriptArguments
 
-from .config import GRPOExtConfig, _world_size_from_env
+from .config import GRPOExtConfig
+from .frontdoor import read_run_args
 from .hub import HubPushArguments, scrub_secrets
 from .models import check_model_path
 from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
-from .validation import check_user_values, user_values_from_argv, validate_run_args
 
 RUN_CONFIG_FILE = "run_config.json"
 
@@ -39,7 +39,21 @@ class RecipeArguments(ScriptArguments):
             `"gsm8k"` maps `question` → chat prompt and `answer` → the number after `####`; `"prompt"` expects a
             `prompt` column already.
         system_prompt (`str`, *optional*):
-            System message prepended to GSM8K prompts (a default asking for <think>/<answer> tags is used otherwise).
+            System message prepended to every prompt (open-r1's key): GSM8K questions, text prompts and chat prompts
+            that do not already start with a system message. GSM8K uses a default asking for <think>/<answer> tags
+            when it is unset; other datasets get none.
+        dataset_prompt_column (`str`, *optional*, defaults to `"prompt"`):
+            Column holding the prompts (open-r1's key). A column other than `prompt` is turned into a one-turn chat
+            prompt (`[system,] user`) and kept under `prompt`; the other columns stay for the rewards.
+        chat_template (`str`, *optional*):
+            A Jinja chat template that replaces the tokenizer's (open-r1's key).
+        max_prompt_length (`int`, *optional*):
+            Drop training prompts longer than this many tokens (after the chat template) before the plan counts them
+            [tokens]. TRL ≤ 1.15's key; TRL 1.16 removed it (it cut long prompts from the left; dropping keeps every
+            prompt whole). Unset: every prompt is kept.
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
+            Start a new run in an `output_dir` that holds another run's checkpoints (transformers 4's key, removed in
+            transformers 5; honoured here by the output-dir check, which otherwise refuses).
         embedded_num_prompts (`int`, *optional*, defaults to `512`):
             Number of prompts of the embedded `embedded:count-char` task [prompts].
         eval_num_prompts (`int`, *optional*):
@@ -60,7 +74,13 @@ class RecipeArguments(ScriptArguments):
     """
 
     dataset_format: str = field(default="prompt", metadata={"help": "gsm8k or prompt (rows already have 'prompt')."})
-    system_prompt: str | None = field(default=None, metadata={"help": "System message for GSM8K prompts."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System message prepended to every prompt."})
+    dataset_prompt_column: str = field(default="prompt", metadata={"help": "Column holding the prompts."})
+    chat_template: str | None = field(default=None, metadata={"help": "Jinja chat template replacing the tokenizer's."})
+    max_prompt_length: int | None = field(
+        default=None, metadata={"help": "Drop prompts longer than this many tokens (after the chat template)."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Start a new run in an output_dir holding another run's checkpoints."})
     embedded_num_prompts: int = field(default=512, metadata={"help": "Prompts in the embedded task [prompts]."})
     eval_num_prompts: int | None = field(
         default=None,
@@ -98,19 +118,16 @@ class RecipeArgumentError(SystemExit):
 
 
 def parse_recipe_args(argv: list[str] | None = None):
-    """Parse ``--config <yaml>`` plus CLI overrides into ``(script_args, training_args, model_args, push_args)``.
+    """Parse ``--config NAME_OR_PATH`` plus CLI overrides through the front door (`trl_grpo_ext.frontdoor`).
+
+    Returns the front door's ``RunArgs``, which unpacks as ``(script_args, training_args, model_args, push_args)``.
 
     Raises:
         RecipeArgumentError: with the message printed to stderr; nothing has been loaded.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    _check_config_file(argv)
-    parser = TrlParser(RECIPE_DATACLASSES)
     try:
-        # what the user set (YAML + command line), checked before TRL's dataclasses run their own checks
-        user_values = user_values_from_argv(argv, parser)
-        check_user_values(user_values, world_size=_world_size_from_env())
-        script_args, training_args, model_args, push_args = parser.parse_args_and_config(argv)
+        run = read_run_args(argv)
+        script_args, training_args, model_args, push_args = run
         check_model_path(model_args.model_name_or_path)
         push_args.resolve(copy.copy(training_args))  # a push without a repository id fails here, not after training
         if not training_args.rewards:
@@ -118,48 +135,14 @@ def parse_recipe_args(argv: list[str] | None = None):
         # unknown reward parameters fail here, not when the trainer builds the rewards after loading the model
         build_reward_funcs(with_run_defaults([RewardSpec(**spec) for spec in training_args.rewards],
                                              training_args.max_completion_length))
-        validate_run_args(script_args, training_args, model_args, push_args, user_values=user_values,
-                          world_size=training_args.world_size)
-    except (ValueError, yaml.YAMLError) as err:
-        message = _explain_unknown_keys(str(err))
-        print(f"error: {message}", file=sys.stderr)
-        raise RecipeArgumentError(message) from err
-    return script_args, training_args, model_args, push_args
-
-
-def _check_config_file(argv: list[str]) -> None:
-    if "--config" not in argv:
-        return
-    index = argv.index("--config")
-    if index + 1 >= len(argv):
-        raise _fail("--config needs a YAML file path, e.g. --config recipes/configs/tiny_cpu.yaml")
-    path = Path(argv[index + 1])
-    if not path.is_file():
-        configs = sorted(str(p) for p in Path("recipes/configs").glob("*.yaml")) if Path("recipes/configs").is_dir() else []
-        listing = f" Available: {', '.join(configs)}." if configs else ""
-        raise _fail(f"config file {str(path)!r} does not exist.{listing}")
+    except (ValueError, OSError, yaml.YAMLError) as err:
+        raise _fail(" ".join(str(err).split())) from err
+    return run
 
 
 def _fail(message: str) -> RecipeArgumentError:
     print(f"error: {message}", file=sys.stderr)
     return RecipeArgumentError(message)
-
-
-def _explain_unknown_keys(message: str) -> str:
-    if "Unknown arguments from config file" not in message:
-        return message
-    known = {f.name for cls in RECIPE_DATACLASSES for f in fields(cls)}
-    unknown = [tok.lstrip("-") for tok in message.split("[", 1)[1].split("]", 1)[0].replace("'", "").split(", ")]
-    unknown = [tok for tok in unknown if tok and not tok.replace(".", "").isdigit()][::2] or unknown
-    parts = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, known, n=1)
-        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (
-        f"unknown key(s) in the config file: {', '.join(parts)}. Remove or rename them; valid keys are the fields of "
-        "RecipeArguments, GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (see "
-        "docs/configuration.md)."
-    )
 
 
 def write_run_config(output_dir: str, script_args, training_args, model_args, push_args) -> Path:

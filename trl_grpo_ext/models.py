@@ -63,6 +63,16 @@ def load_tokenizer(name: str, path: str, revision: str | None = None):
     return AutoTokenizer.from_pretrained(path, revision=revision, padding_side="left")
 
 
+def run_tokenizer(model_args, chat_template: str | None = None):
+    """The tokenizer of a run: :func:`load_tokenizer` of ``model_args.model_name_or_path`` (resolved with
+    `tiny.resolve_model_path`), with ``chat_template`` (open-r1's key, a Jinja template) replacing its own when given."""
+    name = model_args.model_name_or_path
+    tokenizer = load_tokenizer(name, tiny.resolve_model_path(name), revision=model_args.model_revision)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    return tokenizer
+
+
 def check_model_path(name: str | None) -> None:
     """Fail fast, before any model load, when ``name`` can be neither found locally nor downloaded.
 

@@ -1,20 +1,18 @@
-"""``trl-grpo-ext plan``: print a run's plan from its recipe YAML without loading a model or importing torch.
+"""``trl-grpo-ext plan``: print a run's plan from its config without loading a model or importing torch.
 
 Usage::
 
-    trl-grpo-ext plan --config recipes/configs/tiny.yaml [--dataset-size N] [--num-processes P] [--json]
-                      [--gpu-memory-gib 24 --model-params 0.5e9]
+    trl-grpo-ext plan --config NAME_OR_PATH [--dataset-size N] [--num-processes P] [--json]
+                      [--gpu-memory-gib 24 --model-params 0.5e9] [--any_config_key value ...]
 
-The YAML is the one the recipe reads with TRL's ``TrlParser``: keys are ``GRPOExtConfig``/TRL field names. ``plan``
-reads the quantity keys (``prompts_per_step``, ``num_generations``, ``micro_batch_size``, ``total_training_steps``,
-``total_epochs``, ``num_iterations``, ``max_completion_length`` and TRL's ``per_device_train_batch_size``,
-``gradient_accumulation_steps``, ``max_steps``, ``num_train_epochs``, ``generation_batch_size``,
-``steps_per_generation``) and ignores the rest.
+The config is read through the front door (`trl_grpo_ext.frontdoor`), like the recipe and ``train`` read it: the same
+fields, the same parser, ``--key value`` overrides, unknown or removed keys refused — with torch-free twins of the
+dataclasses (`trl_grpo_ext.fieldtable`), so the plan answers faster than ``import trl``.
 
-Dataset size: ``--dataset-size``; else, for ``dataset_name: "embedded:..."``, the YAML's ``embedded_num_prompts``
-(512 when absent); else unknown, and the plan counts steps only (a step limit is then required). Processes:
-``--num-processes``, else the ``WORLD_SIZE`` environment variable, else 1. A ``model_name_or_path`` containing
-"instruct" (any case) enables the instruct-model advice on ``num_generations``.
+Dataset size: ``--dataset-size``; else, for ``dataset_name: "embedded:..."``, ``embedded_num_prompts``; else unknown,
+and the plan counts steps only (a step limit is then required). Processes: ``--num-processes``, else the
+``WORLD_SIZE`` environment variable, else 1. A ``model_name_or_path`` containing "instruct" (any case) enables the
+instruct-model advice on ``num_generations``.
 
 Output: the table (or ``RunPlan.to_json()`` with ``--json``) on stdout, warnings on stderr as ``warning: ...`` lines.
 Errors print one line on stderr and exit with status 2.
@@ -25,11 +23,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 
 from trl_grpo_ext.eval_plan import uniform_forecast_warning
+from trl_grpo_ext.frontdoor import read_run_args
 from trl_grpo_ext.quantifiers import (
     _INPUT_FIELDS,
-    TRL_DEFAULTS,
     QuantityError,
     plan_warnings,
     resample_note,
@@ -37,9 +36,9 @@ from trl_grpo_ext.quantifiers import (
     resolve_trl_fields,
 )
 
-#: Prompts of the embedded count-char dataset when the YAML has no ``embedded_num_prompts``.
-DEFAULT_EMBEDDED_NUM_PROMPTS = 512
 EMBEDDED_PREFIX = "embedded:"
+#: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.
+ACCEPTS_OVERRIDES = True
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -47,7 +46,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "plan", help="show a run's quantities (steps, epochs, batches, token budget) without loading a model",
         description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="recipe YAML (GRPOExtConfig / TRL field names as keys)")
+    parser.add_argument("--config", required=True,
+                        help="a run config: YAML path or shipped name (tiny_cpu, ...); any --key value overrides it")
     parser.add_argument("--dataset-size", type=int, default=None, help="prompts in the training set")
     parser.add_argument("--num-processes", type=int, default=None,
                         help="training processes (default: $WORLD_SIZE, else 1)")
@@ -62,40 +62,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def _coerce(value):
-    """YAML scalars as TrlParser would type them: numeric strings become numbers, 'none'/'null' None."""
-    if not isinstance(value, str):
-        return value
-    if value.strip().lower() in ("none", "null", ""):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
-
-
-def load_config(path: str) -> dict:
-    """Read the recipe YAML into a dict; raises ValueError with a one-line message if it is not a mapping."""
-    import yaml
-
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"--config {path}: expected a mapping of field names to values, got {type(data).__name__}")
-    return data
-
-
-def dataset_size_from(config: dict, dataset_size: int | None) -> int | None:
-    """The dataset size: ``dataset_size`` if given, else ``embedded_num_prompts`` (512) for an embedded dataset."""
+def dataset_size_from(script_args, dataset_size: int | None) -> int | None:
+    """The dataset size: ``dataset_size`` if given, else ``embedded_num_prompts`` for an embedded dataset, else None."""
     if dataset_size is not None:
         return dataset_size
-    name = config.get("dataset_name")
+    name = script_args.dataset_name
     if isinstance(name, str) and name.startswith(EMBEDDED_PREFIX):
-        return _coerce(config.get("embedded_num_prompts", DEFAULT_EMBEDDED_NUM_PROMPTS))
+        return script_args.embedded_num_prompts
     return None
 
 
@@ -113,34 +86,33 @@ def world_size_from(num_processes: int | None) -> int:
 
 
 def build_plan(args: argparse.Namespace):
-    """Resolve the plan for parsed ``args``.
+    """Resolve the plan for parsed ``args`` (``args.config`` plus ``args.overrides``, the config keys to override).
 
     Returns:
         ``(RunPlan, warnings, notes, rewards)``: lists of str, and the resolved rewards line (or None).
     """
-    config = load_config(args.config)
-    values = {k: _coerce(config[k]) for k in _INPUT_FIELDS if k in config}
     world = world_size_from(args.num_processes)
-    from trl_grpo_ext.validation import validate_run_args
-
-    # the checks the recipe's argument stage runs, on the keys the YAML sets (torch is imported only the first time a
-    # model's module names are needed for LoRA targets; they are cached afterwards)
-    validate_run_args(None, config, None, None, user_values=config, world_size=world)
+    # the same reader and checks as the recipe's argument stage (torch is imported only the first time a model's module
+    # names are needed for LoRA targets; they are cached afterwards)
+    run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world)
+    script_args, training, model_args, _ = run
+    values = {k: getattr(training, k) for k in _INPUT_FIELDS}
     fields = resolve_trl_fields(values, world)
-    mcl = _coerce(config.get("max_completion_length", TRL_DEFAULTS["max_completion_length"]))
-    plan = resolve_plan(fields, dataset_size_from(config, args.dataset_size), world, mcl)
-    model = config.get("model_name_or_path")
+    plan = resolve_plan(fields, dataset_size_from(script_args, args.dataset_size), world,
+                        training.max_completion_length)
+    model = model_args.model_name_or_path
     instruct = True if isinstance(model, str) and "instruct" in model.lower() else None
     warns = plan_warnings(plan, instruct_model=instruct, gpu_memory_gib=args.gpu_memory_gib,
                           model_params=args.model_params)
+    _check_advantages(training)
     rewards = None
-    if config.get("rewards") is not None:
+    if training.rewards is not None:
         from trl_grpo_ext.rewards.spec import format_reward_specs, parse_reward_specs
 
-        rewards = format_reward_specs(parse_reward_specs(config["rewards"], config.get("reward_weights")))
+        rewards = format_reward_specs(parse_reward_specs(training.rewards, training.reward_weights))
     notes = []
-    if config.get("zero_variance_filter") == "resample":
-        notes.append(resample_note(plan, int(config.get("max_resample_rounds", 3))))
+    if training.zero_variance_filter == "resample":
+        notes.append(resample_note(plan, training.max_resample_rounds))
     if getattr(args, "eval_results", None):
         import json
 
@@ -148,41 +120,55 @@ def build_plan(args: argparse.Namespace):
             forecast_warning = uniform_forecast_warning(json.load(fh), plan.num_generations)
         if forecast_warning:
             warns.append(forecast_warning)
+    args.run_args = run  # for eval_plan_from, without reading the config twice
     return plan, warns, notes, rewards
 
 
-def eval_plan_from(config: dict, plan):
-    """The evaluation plan of a YAML config (:func:`trl_grpo_ext.eval_plan.resolve_eval_plan`), or ``None``.
+def _check_advantages(training) -> None:
+    """Resolve the advantage settings as `GRPOExtConfig` does (raises ValueError on a conflict or an unknown value)."""
+    from trl_grpo_ext.advantage_settings import resolve_advantage_settings
+    from trl_grpo_ext.fieldtable import light_dataclasses
 
-    Held-out prompts: ``eval_num_prompts``, else the embedded task's test split size, else unknown.
+    defaults = {f.name: f.default for f in fields(light_dataclasses()[1]) if f.name in ("scale_rewards", "loss_type")}
+    resolve_advantage_settings(
+        preset=training.advantage_preset, scale_rewards=training.scale_rewards,
+        advantage_baseline=training.advantage_baseline, advantage_std_scaling=training.advantage_std_scaling,
+        advantage_epsilon=training.advantage_epsilon, advantage_std_kind=training.advantage_std_kind,
+        loss_type=training.loss_type, defaults=defaults)
+
+
+def eval_plan_from(run, plan):
+    """The evaluation plan of a run's arguments (:func:`trl_grpo_ext.eval_plan.resolve_eval_plan`), or ``None``.
+
+    ``run`` is the front door's `RunArgs` (twins). Held-out prompts: ``eval_num_prompts``, else the embedded task's
+    test split size, else unknown.
     """
     from trl_grpo_ext.data_sizes import embedded_test_size
     from trl_grpo_ext.eval_plan import resolve_eval_plan
 
-    prompts = _coerce(config.get("eval_num_prompts"))
+    script_args, training = run.script_args, run.training_args
+    prompts = script_args.eval_num_prompts
     if prompts is None:
-        prompts = embedded_test_size(config.get("dataset_name"))
+        prompts = embedded_test_size(script_args.dataset_name)
     return resolve_eval_plan(
-        eval_prompts=prompts, eval_strategy=str(config.get("eval_strategy", "no")),
-        eval_steps=_coerce(config.get("eval_steps")), logging_steps=_coerce(config.get("logging_steps", 10)),
-        num_generations=plan.num_generations, num_generations_eval=_coerce(config.get("num_generations_eval")),
-        per_device_eval_batch_size=_coerce(config.get("per_device_eval_batch_size", 8)),
+        eval_prompts=prompts, eval_strategy=str(training.eval_strategy), eval_steps=training.eval_steps,
+        logging_steps=training.logging_steps, num_generations=plan.num_generations,
+        num_generations_eval=training.num_generations_eval,
+        per_device_eval_batch_size=training.per_device_eval_batch_size,
         world_size=plan.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch or 1,
-        final_eval=str(config.get("final_eval", "none")),
+        final_eval=str(script_args.final_eval),
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``plan``: print the table (or JSON) and warnings; 0 on success, 2 on an error (one line, stderr)."""
-    import yaml
-
     try:
         plan, warns, notes, rewards = build_plan(args)
-    except (ValueError, OSError, yaml.YAMLError) as err:  # QuantityError is a ValueError
+    except (ValueError, OSError) as err:  # QuantityError and ConfigError are ValueErrors
         print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     try:
-        evaluation = eval_plan_from(load_config(args.config), plan)
+        evaluation = eval_plan_from(args.run_args, plan)
     except (ValueError, OSError) as err:
         print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
@@ -202,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``plan`` alone (``python -m trl_grpo_ext.plan_cli --config ...``), without the other sub-commands."""
     parser = argparse.ArgumentParser(prog="trl-grpo-ext")
     add_parser(parser.add_subparsers(dest="command", required=True))
-    return run(parser.parse_args(["plan", *(sys.argv[1:] if argv is None else argv)]))
+    args, overrides = parser.parse_known_args(["plan", *(sys.argv[1:] if argv is None else argv)])
+    args.overrides = overrides
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -7,17 +7,24 @@ post-processes; no TRL method body is copied. The private TRL methods relied on 
 `tests/test_trl_contract.py`.
 """
 
+# ruff: noqa: E402  (one logging setting must precede the imports that load bitsandbytes)
 from __future__ import annotations
 
 import json
 import logging
 import os
+import warnings
+
+# bitsandbytes warns on every CPU run, when it is imported, that the optional `kernels` package would speed up 4-bit
+# matmuls on a CPU; a hint for its own developers, not the user's problem. Only that logger, only below ERROR.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from . import console
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages, uniform_group_mask
 from .checkpoints import (
@@ -55,6 +62,13 @@ from .zero_variance import (
 
 logger = logging.getLogger(__name__)
 
+
+# TRL 1.16 (trl/models/utils.py, grpo_trainer.py) and PEFT call the model's `is_gradient_checkpointing`,
+# `gradient_checkpointing_enable` and `gradient_checkpointing_disable`, which transformers 5.24 deprecated: one
+# FutureWarning per generation that no user setting can avoid. Silenced here, by their exact texts only.
+warnings.filterwarnings(
+    "ignore", message=r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated",
+    category=FutureWarning)
 
 class GRPOExtTrainer(GRPOTrainer):
     """TRL's `GRPOTrainer` driven by a [`GRPOExtConfig`].
@@ -114,6 +128,7 @@ class GRPOExtTrainer(GRPOTrainer):
             args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
         )
         self._judged_reward_index = _judged_reward_index(args.zero_variance_reward, self.reward_func_names)
+        console.install(self)  # first, so that the bar is closed before _PlanCallback logs the stop reason
         self.add_callback(_PlanCallback(self))
         self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
         self.add_callback(_SamplerEpochCallback(self))
@@ -365,11 +380,24 @@ class GRPOExtTrainer(GRPOTrainer):
             self._resample_source.cursor = state["resample_cursor"]
             if "uniform_fraction_estimate" in state:  # absent in checkpoints of earlier versions
                 self._uniform_fraction.load_state_dict(state["uniform_fraction_estimate"])
+        if self.is_world_process_zero():  # before the progress bar starts
+            self._print_plan()
         return super().train(resume_from_checkpoint=checkpoint, **kwargs)
+
+    def _print_plan(self) -> None:
+        """The plan table, the rewards and the resample note on stdout; the plan also goes to the trackers, which read
+        ``args.to_dict()`` (`GRPOExtConfig.to_dict` adds it as ``run_plan``)."""
+        args = self.args
+        args.run_plan = self.plan
+        print(self.plan.format_table(), flush=True)
+        if args.rewards:
+            print(format_reward_specs([RewardSpec(**spec) for spec in args.rewards]), flush=True)
+        if args.zero_variance_filter == "resample":
+            print(resample_note(self.plan, args.max_resample_rounds), flush=True)
 
 
 class _PlanCallback(TrainerCallback):
-    """Prints and saves the plan at the start, saves it in every checkpoint, and logs the stop reason."""
+    """Saves the plan at the start and in every checkpoint, and logs the stop reason (`train` prints it)."""
 
     def __init__(self, trainer: GRPOExtTrainer):
         self.trainer = trainer
@@ -378,11 +406,6 @@ class _PlanCallback(TrainerCallback):
         if state.is_world_process_zero:
             os.makedirs(args.output_dir, exist_ok=True)
             _write_plan(self.trainer.plan, args.output_dir)
-            print(self.trainer.plan.format_table(), flush=True)
-            if args.rewards:
-                print(format_reward_specs([RewardSpec(**spec) for spec in args.rewards]), flush=True)
-            if args.zero_variance_filter == "resample":
-                print(resample_note(self.trainer.plan, args.max_resample_rounds), flush=True)
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:

@@ -1,0 +1,67 @@
+"""The torch-free twins `plan` parses with (trl_grpo_ext/_fields.py) match the recipe's dataclasses exactly."""
+
+import argparse
+import enum
+
+import pytest
+
+from trl_grpo_ext.fieldtable import light_dataclasses, recipe_tables
+from trl_grpo_ext.frontdoor import hf_argument_parser
+
+
+def test_the_generated_table_is_current():
+    """Fails after a TRL/transformers upgrade or a new field: regenerate with `python -m trl_grpo_ext.fieldtable`."""
+    from trl_grpo_ext._fields import TABLES
+
+    current = recipe_tables()
+    assert list(TABLES) == list(current) == ["RecipeArguments", "GRPOExtConfig", "ModelConfig", "HubPushArguments"]
+    for name in current:
+        assert [tuple(row) for row in TABLES[name]] == [tuple(row) for row in current[name]], name
+
+
+def _plain(value):
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _options(types_):
+    parser = hf_argument_parser(types_)
+    options = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        options[tuple(action.option_strings)] = (
+            action.dest, action.nargs, _plain(action.const), _plain(action.default), action.required,
+            None if action.choices is None else sorted(map(str, _plain(list(action.choices)))),
+        )
+    return options
+
+
+def test_twins_give_the_parser_the_same_options_as_the_real_dataclasses():
+    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+
+    real, light = _options(RECIPE_DATACLASSES), _options(light_dataclasses())
+    assert len(real) > 250  # every field of the four classes, plus --no_* complements of True booleans
+    assert real.keys() == light.keys()
+    assert {k: v for k, v in light.items() if real[k] != v} == {}
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--learning_rate", "0.5"], ("learning_rate", 0.5)),
+    (["--lora_target_modules", "q_proj", "k_proj"], ("lora_target_modules", ["q_proj", "k_proj"])),
+    (["--bf16", "false"], ("bf16", False)),
+    (["--lr_scheduler_type", "cosine"], ("lr_scheduler_type", "cosine")),
+])
+def test_twins_parse_values_like_the_real_classes(argv, expected):
+    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+
+    name, value = expected
+    base = ["--use_cpu", "true", "--bf16", "false"]
+    real = hf_argument_parser(RECIPE_DATACLASSES).parse_args_into_dataclasses(args=base + argv)
+    light = hf_argument_parser(light_dataclasses()).parse_args_into_dataclasses(args=base + argv)
+    got_real = next(_plain(getattr(ns, name)) for ns in real if hasattr(ns, name))
+    got_light = next(getattr(ns, name) for ns in light if hasattr(ns, name))
+    assert got_real == got_light == value

@@ -1,0 +1,182 @@
+"""The front door: one way to read a config for plan, train and the recipe (trl_grpo_ext.frontdoor)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trl_grpo_ext.frontdoor import ConfigError, read_run_args, resolve_config, shipped_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "recipes" / "configs" / "tiny_cpu.yaml"
+
+
+def _config(tmp_path, drop=(), **changes):
+    values = yaml.safe_load(TINY.read_text())
+    for key in drop:
+        values.pop(key)
+    values.update(changes)
+    values["output_dir"] = str(tmp_path / "out")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _one_process(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+def test_every_unknown_key_is_named_once_and_list_values_are_not_keys(tmp_path, light):
+    path = _config(tmp_path, learnig_rate=1e-5, num_generatons=4, lora_target_modules=["q_proj", "k_proj"],
+                   reward_modle=["accuracy", "format"])
+    with pytest.raises(ConfigError) as info:
+        read_run_args(["--config", path, "--totl_epochs", "2"], light=light)
+    message = str(info.value)
+    assert "\n" not in message
+    for key, close in [("learnig_rate", "learning_rate"), ("num_generatons", "num_generations"),
+                       ("--totl_epochs", "total_epochs")]:
+        assert message.count(f"'{key}'") == 1 and f"'{key}' (did you mean '{close}'?)" in message
+    assert message.count("'reward_modle'") == 1
+    assert "q_proj" not in message and "accuracy" not in message
+
+
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+def test_renamed_keys_are_read_under_their_new_name(tmp_path, capsys, light):
+    path = _config(tmp_path, torch_dtype="float32", warmup_ratio=0.1)
+    script_args, training_args, model_args, _ = read_run_args(["--config", path], light=light)
+    assert model_args.dtype == "float32"
+    assert training_args.warmup_steps == 0.1  # transformers 5: below 1 is a fraction of the steps
+    err = capsys.readouterr().err
+    assert "note: torch_dtype read as dtype" in err and "note: warmup_ratio read as warmup_steps" in err
+
+
+def test_old_and_new_name_together_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="'warmup_ratio' and 'warmup_steps' are both set"):
+        read_run_args(["--config", _config(tmp_path, warmup_ratio=0.1, warmup_steps=5)], light=True)
+    with pytest.raises(ConfigError, match=r"warmup_ratio=1\.5 must be in \[0, 1\)"):
+        read_run_args(["--config", _config(tmp_path, warmup_ratio=1.5)], light=True)
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("vllm_device", "auto", "vllm_mode"),
+    ("dataset_configs", ["default"], "dataset_config: NAME"),
+    ("cosine_max_len", 1000, "kwargs"),
+    ("benchmarks", ["aime24"], "trl-grpo-ext eval"),
+])
+def test_removed_or_unsupported_keys_say_what_to_do(tmp_path, key, value, says):
+    with pytest.raises(ConfigError) as info:
+        read_run_args(["--config", _config(tmp_path, **{key: value})], light=True)
+    assert f"'{key}'" in str(info.value) and says in str(info.value)
+
+
+def test_empty_open_r1_lists_are_accepted(tmp_path):
+    run = read_run_args(["--config", _config(tmp_path, benchmarks=[], callbacks=[])], light=True)
+    assert "benchmarks" not in run.given
+
+
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+def test_reward_funcs_is_another_name_for_rewards(tmp_path, light):
+    path = _config(tmp_path, drop=["rewards"], reward_funcs=["char_fraction", "trl_grpo_ext.rewards.builtin.Format"])
+    _, training_args, _, _ = read_run_args(["--config", path], light=light)
+    names = [r if isinstance(r, str) else r["name"] for r in training_args.rewards]
+    assert names == ["char_fraction", "trl_grpo_ext.rewards.builtin.Format"]
+    with pytest.raises(ConfigError, match="'reward_funcs' and 'rewards' are both set"):
+        read_run_args(["--config", _config(tmp_path, reward_funcs=["format"])], light=light)
+
+
+def test_reward_funcs_on_the_command_line(tmp_path):
+    path = _config(tmp_path, drop=["rewards"])
+    _, training_args, _, _ = read_run_args(["--config", path, "--reward_funcs", "char_fraction", "format"], light=True)
+    assert training_args.rewards == ["char_fraction", "format"]
+
+
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+def test_command_line_overrides_the_file_and_given_keys_are_recorded(tmp_path, light):
+    run = read_run_args(["--config", _config(tmp_path), "--learning_rate", "0.5", "--no_plot"], light=light)
+    assert run.training_args.learning_rate == 0.5 and run.script_args.plot is False
+    assert {"learning_rate", "plot", "prompts_per_step", "rewards"} <= run.given
+    assert "per_device_train_batch_size" not in run.given
+
+
+def test_bad_value_type_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="num_generations.*invalid int value: 'two'"):
+        read_run_args(["--config", _config(tmp_path), "--num_generations", "two"], light=True)
+
+
+def test_shipped_configs_by_name():
+    assert {"tiny_cpu", "qwen2.5-0.5b-instruct_gsm8k"} <= set(shipped_configs())
+    assert resolve_config("tiny_cpu") == resolve_config("tiny_cpu.yaml") == shipped_configs()["tiny_cpu"]
+    assert resolve_config("cpu", kind="accelerate_configs").name == "cpu.yaml"
+    with pytest.raises(ConfigError, match="Did you mean 'tiny_cpu'"):
+        resolve_config("tiny_cpy")
+
+
+@pytest.mark.parametrize("name", sorted(shipped_configs()))
+def test_front_door_reads_shipped_configs_as_trl_parser_does(name, monkeypatch):
+    """The real path gives exactly what TRL's TrlParser gives on the same file and overrides."""
+    from trl import TrlParser
+
+    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+
+    argv = ["--config", str(shipped_configs()[name]), "--bf16", "false", "--use_cpu", "true", "--seed", "3"]
+    ours = read_run_args(argv)
+    theirs = TrlParser(RECIPE_DATACLASSES).parse_args_and_config(argv)
+    for mine, trl_one in zip(ours, theirs):
+        assert _values(mine) == _values(trl_one)
+
+
+def _values(args) -> dict:
+    return args.to_dict() if hasattr(args, "to_dict") else vars(args)
+
+
+@pytest.mark.parametrize("name", sorted(shipped_configs()))
+def test_twins_hold_the_values_the_recipe_reads(name):
+    """Every key a shipped config sets reads the same in plan's twins and in the real dataclasses (before the
+    config resolves its quantities, advantages and rewards)."""
+    from trl_grpo_ext.config import QUANTITY_FIELDS
+
+    argv = ["--config", str(shipped_configs()[name]), "--bf16", "false", "--use_cpu", "true"]
+    light, real = read_run_args(argv, light=True), read_run_args(argv)
+    resolved = {*QUANTITY_FIELDS, "rewards", "reward_weights", "bf16", "report_to"}  # report_to: "none" -> []
+    for twin, actual in zip(light, real):
+        for key in light.given - resolved:
+            if hasattr(twin, key):
+                assert getattr(twin, key) == getattr(actual, key), key
+
+
+def test_validation_hook_is_called_for_plan_and_recipe(tmp_path, monkeypatch):
+    import types
+
+    seen = []
+    module = types.ModuleType("trl_grpo_ext.validation")
+    module.validate_run_args = lambda *args: seen.append(type(args[1]).__name__)
+    monkeypatch.setitem(sys.modules, "trl_grpo_ext.validation", module)
+    import trl_grpo_ext
+
+    monkeypatch.setattr(trl_grpo_ext, "validation", module, raising=False)
+    read_run_args(["--config", _config(tmp_path)], light=True)
+    read_run_args(["--config", _config(tmp_path)])
+    assert seen == ["GRPOExtConfig", "GRPOExtConfig"]  # the twin carries the real class's name
+
+
+def test_plan_takes_overrides_and_refuses_what_the_recipe_refuses(tmp_path):
+    path = _config(tmp_path)
+    cli = [sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config", path, "--json"]
+    ok = subprocess.run([*cli, "--prompts_per_step", "4"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert '"prompts_per_step": 4' in ok.stdout and '"total_steps": 60' in ok.stdout  # floor(240 / 4) = 60, 1 epoch
+    bad = subprocess.run([*cli, "--learnig_rate", "3"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "did you mean 'learning_rate'" in bad.stderr
+
+
+def test_rewards_into_a_closed_pipe_ends_without_a_traceback():
+    rewards = f"{sys.executable} -m trl_grpo_ext.cli rewards"
+    # `| true` closes the pipe before the first write: the old code died there with a BrokenPipeError traceback
+    result = subprocess.run(f"{rewards} | head -1; {rewards} | true", shell=True, cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr

@@ -1,0 +1,410 @@
+"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way.
+
+    run = read_run_args(["--config", "tiny_cpu", "--learning_rate", "1e-3"])             # the real dataclasses
+    run = read_run_args(["--config", "tiny_cpu", "--learning_rate", "1e-3"], light=True) # torch-free twins (plan)
+
+Steps, identical for both:
+
+1. ``--config NAME_OR_PATH``: a YAML file, or the name of a shipped config (``tiny_cpu`` → ``recipes/configs/
+   tiny_cpu.yaml``, package data in an installed wheel). An ``env:`` mapping sets environment variables (as TRL's
+   ``TrlParser`` does).
+2. The keys other tools use are translated (:data:`ALIASES`, :data:`RENAMED`: ``reward_funcs`` → ``rewards``,
+   ``torch_dtype`` → ``dtype``, ``warmup_ratio`` → ``warmup_steps``, open-r1's ``wandb_*`` → environment variables),
+   each announced once on stderr; removed or unsupported keys (:data:`REMOVED`) are refused with what to do instead.
+3. Unknown keys — from the file and from ``--key value`` overrides — are found by comparing them with the fields of
+   the four dataclasses; all are named in one error, each once, with a did-you-mean.
+4. TRL's ``HfArgumentParser`` over ``RecipeArguments``, ``GRPOExtConfig``, ``trl.ModelConfig``,
+   ``HubPushArguments`` (or their torch-free twins from :mod:`trl_grpo_ext.fieldtable`): the YAML values become the
+   parser's defaults and the command line overrides them — ``TrlParser.parse_args_and_config``'s semantics.
+5. :func:`validate` — the hook where the checks of every value run, for every command, before any model loads.
+
+Errors raise :class:`ConfigError` (a ``ValueError``) with one line naming the key, the value and a fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+class ConfigError(ValueError):
+    """A config the front door refuses; the message is one line naming the key(s) and the fix."""
+
+
+@dataclass
+class RunArgs:
+    """The parsed arguments of a run.
+
+    Attributes:
+        script_args: ``RecipeArguments`` (or its twin): data and recipe options.
+        training_args: ``GRPOExtConfig`` (or its twin, whose values are as given, not yet resolved).
+        model_args: ``trl.ModelConfig`` (or its twin).
+        push_args: ``HubPushArguments`` (or its twin).
+        given (`frozenset[str]`): the keys the user set (YAML file or command line, after translation): conflicts are
+            judged by these, never by comparing a value with its default.
+        config_path (`str` or `None`): the YAML file read.
+        light (`bool`): True when the twins were used (no torch).
+    """
+
+    script_args: Any
+    training_args: Any
+    model_args: Any
+    push_args: Any
+    given: frozenset
+    config_path: str | None
+    light: bool
+    user_values: dict | None = None
+
+    def __iter__(self):
+        """``script_args, training_args, model_args, push_args = run`` (the recipe's ``main`` signature)."""
+        return iter((self.script_args, self.training_args, self.model_args, self.push_args))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Keys of other tools. Each entry was checked against the installed TRL 1.16 / transformers 5 source.
+# --------------------------------------------------------------------------------------------------------------------
+
+#: Other names of our keys, read as the key they name: ``trl grpo`` (``trl/scripts/grpo.py``) and open-r1 call the
+#: reward list ``reward_funcs`` (names or dotted import paths; the registry resolves both).
+ALIASES = {"reward_funcs": "rewards"}
+
+#: Keys renamed upstream: old -> (new, why). The value is read as the new key.
+RENAMED = {
+    "torch_dtype": ("dtype", "transformers 5 and trl.ModelConfig renamed it `dtype`"),
+    "warmup_ratio": ("warmup_steps", "transformers 5 removed it; a `warmup_steps` below 1 is a fraction of the steps"),
+}
+
+#: open-r1's Weights & Biases keys, applied as the environment variables wandb reads (unless already set).
+ENV_KEYS = {"wandb_entity": "WANDB_ENTITY", "wandb_project": "WANDB_PROJECT", "wandb_run_group": "WANDB_RUN_GROUP"}
+
+#: Keys that no longer exist (or that this package does not support): key -> what to do instead.
+REMOVED = {
+    "vllm_device": "removed from TRL's GRPOConfig; vLLM runs through `vllm_mode: colocate` (same GPU) or "
+                   "`vllm_mode: server` (a `trl vllm-serve` process). Remove the key.",
+    "reward_model_name_or_path": "`trl grpo`'s reward model is not supported by the recipe; use reward functions "
+                                 "(`rewards:`), or pass the model in GRPOExtTrainer(reward_funcs=[...]) in your own "
+                                 "script.",
+    "datasets": "`trl grpo`'s dataset mixture is not supported by the recipe; give one dataset with `dataset_name` "
+                "(and `dataset_config`), or mix them beforehand with `datasets.concatenate_datasets`.",
+    "dataset_configs": "open-r1's list form; this package reads one configuration: `dataset_config: NAME`.",
+    "wandb_log_unique_prompts": "open-r1 only; TRL's equivalent is `log_unique_prompts: true` (with "
+                                "`log_completions: true`).",
+    "hub_model_revision": "open-r1's branch push is not supported; push to a repository with `hub_repo_id` "
+                          "(see docs/hub.md) and create the branch with `huggingface-cli`.",
+    "push_to_hub_revision": "open-r1's branch push is not supported; use `push_to_hub_mode: adapter` or `merged` "
+                            "with `hub_repo_id` (see docs/hub.md).",
+    "overwrite_hub_revision": "open-r1's branch push is not supported; remove the key (see docs/hub.md).",
+    "benchmarks": "open-r1 runs lighteval benchmarks after training; this package does not. Remove the key and "
+                  "run `trl-grpo-ext eval` or lighteval on output_dir.",
+    "callbacks": "open-r1's callback names are not supported; add callbacks in your own script with "
+                 "`trainer.add_callback(...)`.",
+    **{key: "an open-r1 reward setting: give it as a parameter of the reward instead, e.g. `rewards: [{name: "
+            "cosine_scaled_reward, kwargs: {min_value_wrong: -1.0}}]` (`trl-grpo-ext rewards` lists each reward's "
+            "parameters)."
+       for key in ("cosine_min_value_wrong", "cosine_max_value_wrong", "cosine_min_value_correct",
+                   "cosine_max_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
+                   "code_language", "code_eval_test_batch_size", "parallel_code_exec_per_proc", "e2b_router_url",
+                   "morph_router_url", "code_provider", "ioi_provider")},
+}
+
+#: Keys of list type whose empty value has no effect: accepted when empty (open-r1 writes `callbacks: []`).
+_EMPTY_OK = {"benchmarks", "callbacks"}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Config files by name
+# --------------------------------------------------------------------------------------------------------------------
+
+def recipes_dir() -> Path:
+    """The folder holding ``grpo_qlora.py``, ``configs/`` and ``accelerate_configs/``.
+
+    In an installed wheel it is package data (``trl_grpo_ext/recipes``); in a source checkout, ``recipes/`` beside
+    the package. Raises FileNotFoundError when neither exists.
+    """
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "recipes", here.parent / "recipes"):
+        if (candidate / "configs").is_dir():
+            return candidate
+    raise FileNotFoundError(f"no recipes folder next to {here} (a broken install? reinstall trl-grpo-ext)")
+
+
+def shipped_configs(kind: str = "configs") -> dict[str, Path]:
+    """The shipped configs by name: ``{"tiny_cpu": Path(...), ...}``; ``kind`` is ``"configs"`` (run configs) or
+    ``"accelerate_configs"``."""
+    folder = recipes_dir() / kind
+    return {p.stem: p for p in sorted(folder.iterdir()) if p.suffix in CONFIG_SUFFIXES}
+
+
+def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
+    """A config file from a path or the name of a shipped config (``tiny_cpu``, ``tiny_cpu.yaml``; for
+    ``kind="accelerate_configs"``: ``cpu``, ``single_gpu``, ...).
+
+    Raises:
+        ConfigError: neither a file nor a shipped name; the message lists the shipped names.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = shipped_configs(kind)
+    stem = path.name[: -len(path.suffix)] if path.suffix in CONFIG_SUFFIXES else path.name
+    if str(path.parent) in (".", "") and stem in shipped:
+        return shipped[stem]
+    import difflib
+
+    close = difflib.get_close_matches(stem, list(shipped), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    flag = "--config" if kind == "configs" else "--accelerate_config"
+    raise ConfigError(f"{flag} {name_or_path!r}: no such file and no shipped config of that name.{hint} "
+                      f"Shipped: {', '.join(shipped)}.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------------------------------
+
+def dataclass_types(light: bool) -> tuple[type, ...]:
+    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or their torch-free twins."""
+    if light:
+        from .fieldtable import light_dataclasses
+
+        return light_dataclasses()
+    from .launch import RECIPE_DATACLASSES
+
+    return RECIPE_DATACLASSES
+
+
+def hf_argument_parser(types_: tuple[type, ...]):
+    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_``.
+
+    TRL keeps it in ``trl/scripts/_hf_argparser.py``, which imports only the standard library; it is loaded from
+    that file when TRL itself is not imported yet, so that `plan` does not pay for TRL's import-time package scan.
+    """
+    module = sys.modules.get("trl.scripts._hf_argparser")
+    if module is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("trl")
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigError("TRL is not installed: pip install trl-grpo-ext (which depends on trl).")
+        path = Path(list(spec.submodule_search_locations)[0]) / "scripts" / "_hf_argparser.py"
+        name = "trl_grpo_ext._trl_hf_argparser"
+        module = sys.modules.get(name)
+        if module is None:
+            file_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(file_spec)
+            sys.modules[name] = module
+            file_spec.loader.exec_module(module)
+    return module.HfArgumentParser(types_, exit_on_error=False)
+
+
+def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
+    argv = list(argv)
+    if "--config" not in argv:
+        return None, argv
+    index = argv.index("--config")
+    if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
+        raise ConfigError("--config needs a YAML file or a shipped config name, e.g. --config tiny_cpu")
+    value = argv[index + 1]
+    return value, argv[:index] + argv[index + 2:]
+
+
+def load_yaml(path: Path) -> dict:
+    """The YAML mapping in ``path`` (empty for an empty file). Raises ConfigError on a non-mapping or bad YAML."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--config {path}: not valid YAML: {' '.join(str(err).split())}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of keys to values, got a {type(data).__name__}.")
+    return data
+
+
+def _cli_keys(args: list[str]) -> list[tuple[int, str]]:
+    """``(index, key)`` of each ``--key`` token of ``args`` (``--key=value`` included)."""
+    out = []
+    for i, token in enumerate(args):
+        if token.startswith("--") and len(token) > 2:
+            out.append((i, token[2:].split("=", 1)[0]))
+    return out
+
+
+def _cli_value(args: list[str], key: str):
+    """The number given to ``--key`` on the command line (last occurrence), or None."""
+    value = None
+    for i, token in enumerate(args):
+        if token.startswith(f"--{key}="):
+            value = token.split("=", 1)[1]
+        elif token == f"--{key}" and i + 1 < len(args):
+            value = args[i + 1]
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None
+
+
+def _translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, list[str]]:
+    """Apply :data:`ALIASES`, :data:`RENAMED`, :data:`ENV_KEYS`; refuse :data:`REMOVED` keys (all at once)."""
+    config = dict(config)
+    args = list(args)
+    problems = []
+    in_cli = set()
+    for i, key in _cli_keys(args):
+        canon = key.replace("-", "_")
+        target = ALIASES.get(canon) or RENAMED.get(canon, (None,))[0]
+        if target:
+            args[i] = args[i].replace(f"--{key}", f"--{target}", 1)
+            in_cli.add(canon)
+    for old, new in [*ALIASES.items(), *((k, v[0]) for k, v in RENAMED.items())]:
+        if old not in config and old not in in_cli:
+            continue
+        if old in config and new in config:
+            problems.append(f"{old!r} and {new!r} are both set; {old!r} is another name for {new!r}: keep one")
+            continue
+        if old in config:
+            config[new] = config.pop(old)
+        why = RENAMED[old][1] if old in RENAMED else "the same setting"
+        notes.append(f"{old} read as {new} ({why}).")
+        if old == "warmup_ratio":
+            value = config.get(new)
+            if old in in_cli:
+                value = _cli_value(args, new)
+            if isinstance(value, (int, float)) and not 0 <= value < 1:
+                problems.append(f"warmup_ratio={value!r} must be in [0, 1): it is a fraction of the training steps")
+    for key, env in ENV_KEYS.items():
+        if key in config:
+            value = config.pop(key)
+            if value is not None:
+                os.environ.setdefault(env, str(value))
+                notes.append(f"{key}: set {env}={value} for wandb.")
+    for key, fix in REMOVED.items():
+        if key in config:
+            if key in _EMPTY_OK and config[key] in ([], None):
+                config.pop(key)
+                continue
+            problems.append(f"{key!r}: {fix}")
+    for _, key in _cli_keys(args):
+        if key.replace("-", "_") in REMOVED:
+            problems.append(f"--{key}: {REMOVED[key.replace('-', '_')]}")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return config, args
+
+
+def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
+    known = {}
+    for cls in types_:
+        for f in fields(cls):
+            known.setdefault(f.name, f.type)
+    return known
+
+
+def _check_unknown(config: dict, args: list[str], types_: tuple[type, ...]) -> set[str]:
+    """Refuse keys that are no field of ``types_``; returns the keys given on the command line."""
+    known = _known_keys(types_)
+    unknown = [key for key in config if key not in known]
+    cli = set()
+    for _, key in _cli_keys(args):
+        canon = key.replace("-", "_")
+        if canon in known:
+            cli.add(canon)
+        elif canon.startswith("no_") and canon[3:] in known:
+            cli.add(canon[3:])
+        elif canon not in unknown:
+            unknown.append(f"--{key}")
+    if not unknown:
+        return cli
+    import difflib
+
+    parts = []
+    for key in unknown:
+        bare = key.lstrip("-")
+        close = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.75)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ConfigError(
+        f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "
+        "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md).")
+
+
+def read_run_args(argv: list[str] | None = None, *, light: bool = False, announce: bool = True,
+                  world_size: int | None = None) -> RunArgs:
+    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (see the module docstring).
+
+    Args:
+        argv: the arguments (default ``sys.argv[1:]``).
+        light: use the torch-free twins (values as given, not resolved by ``GRPOExtConfig.__post_init__``).
+        announce: print the translation notes (``note: torch_dtype read as dtype ...``) on stderr.
+        world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
+
+    Raises:
+        ConfigError: a missing config, a removed or unknown key, a value the parser or a dataclass refuses; nothing
+            has been loaded.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name, args = _split_config(argv)
+    config, path = {}, None
+    if name is not None:
+        path = resolve_config(name)
+        config = load_yaml(path)
+        env = config.pop("env", None) or {}
+        if not isinstance(env, dict):
+            raise ConfigError(f"--config {path}: `env` must be a mapping of environment variables to values.")
+        for key, value in env.items():
+            os.environ[key] = str(value)
+    notes: list[str] = []
+    config, args = _translate(config, args, notes)
+    types_ = dataclass_types(light)
+    cli_keys = _check_unknown(config, args, types_)
+    parser = hf_argument_parser(types_)
+    # What the user set (the file after translation, then the command line), checked before the dataclasses run
+    # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
+    from .validation import UserValues, check_user_values, user_values_from_argv
+
+    cli_values = user_values_from_argv(args, parser)
+    user_values = UserValues(config)
+    user_values.update(cli_values)
+    user_values.command_line_keys = cli_values.command_line_keys
+    world = world_size if world_size is not None else _env_world_size()
+    check_user_values(user_values, world_size=world)
+    parser.set_defaults(**config)  # TrlParser's semantics: the file's values are the defaults, the CLI wins
+    try:
+        outputs = parser.parse_args_into_dataclasses(args=args)
+    except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
+        raise ConfigError(f"{err}.") from None
+    if announce:
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+    run = RunArgs(*outputs, given=frozenset(config) | frozenset(cli_keys),
+                  config_path=None if path is None else str(path), light=light, user_values=user_values)
+    validate(run, world)
+    return run
+
+
+def _env_world_size() -> int:
+    raw = os.environ.get("WORLD_SIZE", "1")
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        raise ConfigError(f"WORLD_SIZE={raw!r} in the environment is not an integer; unset it.") from None
+
+
+def validate(run: RunArgs, world_size: int = 1) -> None:
+    """The hook where every value of a run is checked before any model loads, for `plan`, `train` and the recipe.
+
+    Calls ``trl_grpo_ext.validation.validate_run_args(script_args, training_args, model_args, push_args)`` when that
+    module exists (issue 13, "every bad input refused"). With ``run.light`` the arguments are the torch-free twins
+    holding the values as given; otherwise the resolved dataclasses. ``run.given`` holds the keys the user set.
+    """
+    from .validation import validate_run_args
+
+    validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,
+                      user_values=run.user_values, world_size=world_size)

@@ -1,0 +1,91 @@
+"""``trl-grpo-ext train``: run the QLoRA GRPO recipe (``recipes/grpo_qlora.py``) on a config, installed or cloned.
+
+    trl-grpo-ext train --config tiny_cpu [--any_config_key value ...]             # in this process
+    trl-grpo-ext train --config tiny_cpu --accelerate_config cpu                # under `accelerate launch`
+    accelerate launch --config_file CFG -m trl_grpo_ext.train --config tiny_cpu  # the same, by hand
+
+The recipe is the readable script ``recipes/grpo_qlora.py``; an installed wheel carries it, the shipped configs and
+the accelerate configs as package data (`frontdoor.recipes_dir`), so ``--config`` and ``--accelerate_config`` take a
+path or a shipped name. The exit status is the recipe's: 0 on success, 2 for a refused config, 1 for a failed push.
+Under accelerate, ``--quiet`` is passed so that a failure ends with the recipe's one-line error rather than
+accelerate's ``CalledProcessError`` traceback (accelerate offers that for single-process and DeepSpeed launches only;
+a multi-process launch still prints torch's error summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import subprocess
+import sys
+
+from .frontdoor import ConfigError, recipes_dir, resolve_config
+
+#: ``run(args)`` receives the arguments ``train`` does not declare (config overrides) as ``args.overrides``.
+ACCEPTS_OVERRIDES = True
+RECIPE = "grpo_qlora.py"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Declare ``train`` on ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    parser = subparsers.add_parser(
+        "train", help="train with the QLoRA GRPO recipe on a config (a YAML path or a shipped name)",
+        description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True,
+                        help="a run config: YAML path or shipped name (tiny_cpu, ...); any --key value overrides it")
+    parser.add_argument("--accelerate_config", "--accelerate-config", default=None,
+                        help="run under `accelerate launch` with this config (a path or cpu, single_gpu, ...)")
+    return parser
+
+
+def recipe_path():
+    """Path of the recipe script (package data in a wheel, ``recipes/`` in a checkout)."""
+    return recipes_dir() / RECIPE
+
+
+def run_recipe(argv: list[str]) -> int:
+    """Run the recipe in this process with ``argv`` as its arguments; returns its exit status."""
+    script = str(recipe_path())
+    saved = sys.argv
+    sys.argv = [script, *argv]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as done:
+        code = done.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def _uses_cpu(config_file) -> bool:
+    from .frontdoor import load_yaml
+
+    return bool(load_yaml(config_file).get("use_cpu")) and hasattr(os, "sched_getaffinity")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``train``: in this process, or under ``accelerate launch`` with ``args.accelerate_config``."""
+    argv = ["--config", args.config, *getattr(args, "overrides", [])]
+    if args.accelerate_config is None:
+        return run_recipe(argv)
+    try:
+        config_file = resolve_config(args.accelerate_config, kind="accelerate_configs")
+    except ConfigError as err:
+        print(f"trl-grpo-ext train: error: {err}", file=sys.stderr)
+        return 2
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(config_file)]
+    if _uses_cpu(config_file):  # accelerate's own choice, given explicitly so that it prints no notice about it
+        command += ["--num_cpu_threads_per_process", str(len(os.sched_getaffinity(0)))]
+    command += ["-m", "trl_grpo_ext.train", *argv]
+    return subprocess.run(command, check=False).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trl_grpo_ext.train --config ... [overrides]``: the recipe in this process (what accelerate runs)."""
+    return run_recipe(list(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
