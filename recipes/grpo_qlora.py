@@ -120,7 +120,6 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # the run config, plot and model card: all local, before any upload
     ################
     trainer.save_model(training_args.output_dir)
-    trainer.log_metrics("train", train_result.metrics)
     trainer.save_metrics("train", train_result.metrics)
     trainer.save_state()
     exit_code = 0

@@ -26,7 +26,7 @@ def test_real_model_recipe_trains_and_evaluates(tmp_path):
     evaluation = json.loads((out / "eval_results.json").read_text())
     assert evaluation["base"]["num_prompts"] == evaluation["trained"]["num_prompts"] == 8
     assert set(evaluation["base"]["mean_reward"]) == {"numeric_match", "answer_phrase_format"}
-    assert "Greedy accuracy:" in result.stdout
+    assert "Greedy accuracy on 8 held-out prompts:" in result.stdout
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 2
     adapter = json.loads((out / "adapter_config.json").read_text())

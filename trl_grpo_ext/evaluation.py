@@ -327,19 +327,20 @@ class FinalEvaluation:
 
     @property
     def report(self) -> str:
-        """Accuracy before -> after with the intervals (printed by the recipe)."""
-        lines = []
-        if self.base is not None:
-            lines.append(format_result(self.base, "base"))
-        lines.append(format_result(self.trained, "trained"))
-        if self.base is not None and self.comparison is not None:
-            b, t = self.base, self.trained
-            lines.append(
-                f"Greedy accuracy: {b.accuracy:.3f} [{b.accuracy_ci[0]:.3f}, {b.accuracy_ci[1]:.3f}] (base) -> "
-                f"{t.accuracy:.3f} [{t.accuracy_ci[0]:.3f}, {t.accuracy_ci[1]:.3f}] (trained)"
-            )
-            lines.append(format_comparison(self.comparison).replace("adapter − base", "trained − base"))
-        return "\n".join(lines)
+        """Accuracy before -> after with the intervals, the paired difference and the mean rewards (printed by the
+        recipe; three lines)."""
+        t = self.trained
+        if self.base is None or self.comparison is None:
+            return format_result(t, "trained")
+        b = self.base
+        rewards = ", ".join(f"{name} {b.mean_reward[name]:.3f} -> {t.mean_reward[name]:.3f}" for name in t.mean_reward)
+        return "\n".join([
+            f"Greedy accuracy on {t.num_prompts} held-out prompts: {b.accuracy:.3f} [{b.accuracy_ci[0]:.3f}, "
+            f"{b.accuracy_ci[1]:.3f}] (base) -> {t.accuracy:.3f} [{t.accuracy_ci[0]:.3f}, {t.accuracy_ci[1]:.3f}] "
+            "(trained)",
+            format_comparison(self.comparison).replace("adapter − base", "trained − base"),
+            f"Mean reward (greedy): {rewards}",
+        ])
 
     def write(self, output_dir) -> str:
         """Write :data:`EVAL_RESULTS_FILE` into ``output_dir``; returns its path."""
