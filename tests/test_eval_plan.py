@@ -50,3 +50,14 @@ def test_forecast_warning_when_most_groups_would_be_uniform(tmp_path):
     assert "74% of groups" in warning and "G=8" in warning and "resample" in warning
     assert uniform_forecast_warning(result, 2) is None  # 30% <= half
     assert uniform_forecast_warning({"accuracy": 0.1}, 8) is None  # no samples drawn: nothing to forecast
+
+
+def test_the_warning_prefers_the_forecast_on_the_runs_weighted_reward():
+    # pass/fail says 100% uniform, but the weighted (graded) reward varies inside every group: no warning
+    result = {"uniform_group_forecast": {"8": 1.0}, "uniform_group_forecast_weighted": {"8": 0.0},
+              "correctness_reward": "char_fraction"}
+    assert uniform_forecast_warning(result, 8) is None
+    # G beyond the K samples: only the pass/fail forecast exists, and the warning says what it judged
+    result = {"uniform_group_forecast": {"16": 0.9}, "uniform_group_forecast_weighted": {"8": 0.0},
+              "correctness_reward": "numeric_match"}
+    assert "judged on numeric_match as pass/fail" in uniform_forecast_warning(result, 16)

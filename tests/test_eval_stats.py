@@ -102,3 +102,20 @@ def test_paired_difference_interval_rejects_mismatched_inputs():
         paired_difference_interval([1, 0], [1])
     with pytest.raises(ValueError, match="0/1"):
         paired_difference_interval([2], [1])
+
+
+def test_uniform_subset_fraction_is_the_exact_hypergeometric_form_and_handles_graded_rewards():
+    from trl_grpo_ext.eval_stats import uniform_subset_fraction
+
+    # binary, c = 3 of K = 8 correct, G = 2: (C(3,2) + C(5,2)) / C(8,2) = (3 + 10) / 28
+    assert uniform_subset_fraction([1, 1, 1, 0, 0, 0, 0, 0], 2) == pytest.approx(13 / 28)
+    # brute force over all subsets, with a graded reward
+    values = [0.2, 0.2, 0.5, 0.2, 0.9, 0.5]
+    for g in range(1, 7):
+        subsets = list(itertools.combinations(values, g))
+        assert uniform_subset_fraction(values, g) == pytest.approx(sum(len(set(s)) == 1 for s in subsets) / len(subsets))
+    # every sample different (the tiny task's char_fraction): no uniform group of 2 or more
+    assert uniform_subset_fraction([0.01, 0.02, 0.03, 0.05], 2) == 0.0
+    assert uniform_subset_fraction([0.5, 0.5 + 1e-9], 2, tolerance=1e-6) == 1.0
+    with pytest.raises(ValueError):
+        uniform_subset_fraction([1, 0], 3)

@@ -64,8 +64,11 @@ def test_eval_compare_base_on_the_demo_adapter_shows_the_gain(demo_run):
     assert base["mean_reward"]["char_fraction"] < 0.15 < 0.9 < adapter["mean_reward"]["char_fraction"]
     low, high = report["difference_ci"]
     assert 0 < low <= report["difference"] <= high
-    # the base never writes only the target: every group of its samples is uniform (all 0), so the forecast is 1
+    # read as pass/fail (all 24 characters the target), the base never passes: every group would be uniform ...
     assert base["uniform_group_forecast"]["8"] == pytest.approx(1.0)
+    # ... but the graded reward the run trains on varies inside most groups (K = 4 samples: G = 2 and 4 only)
+    assert set(base["uniform_group_forecast_weighted"]) == {"2", "4"}
+    assert base["uniform_group_forecast_weighted"]["4"] < 0.5
 
 
 @pytest.mark.parametrize(

@@ -111,7 +111,7 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     dataset = load_eval_dataset(script_args, training_args.seed, split, num_prompts)
     specs = with_run_defaults([RewardSpec(**spec) for spec in training_args.rewards],
                               training_args.max_completion_length)
-    reward_funcs, _ = build_reward_funcs(specs)
+    reward_funcs, reward_weights = build_reward_funcs(specs)
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path, revision=model_args.model_revision)
     on_gpu = torch.cuda.is_available() and not training_args.use_cpu
@@ -123,7 +123,7 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     )
     settings = dict(max_new_tokens=training_args.max_completion_length, correctness_reward=correctness_reward,
                     num_samples=num_samples, temperature=training_args.temperature, top_p=training_args.top_p,
-                    top_k=training_args.top_k or 0, batch_size=batch_size)
+                    top_k=training_args.top_k or 0, batch_size=batch_size, reward_weights=reward_weights)
     results: dict = {}
     if adapter:
         from peft import PeftModel

@@ -136,22 +136,30 @@ def uniform_forecast_warning(eval_results: dict, num_generations: int) -> str | 
     """A warning when an evaluation's forecast expects more than half of the groups to carry no signal.
 
     Args:
-        eval_results (`dict`): an ``eval --json`` object (or ``eval_results.json``): reads ``uniform_group_forecast``
-            (``{G: fraction}``) of the object itself, or of its ``base`` object.
+        eval_results (`dict`): an ``eval --json`` object (or ``eval_results.json``): reads
+            ``uniform_group_forecast_weighted`` (judged on the run's weighted reward, as ``frac_reward_zero_std`` is)
+            when it holds the run's G, else ``uniform_group_forecast`` (the correctness reward as pass/fail), of the
+            object itself or of its ``base`` object.
         num_generations (`int`): the run's G.
 
     Returns:
         The warning text, or ``None`` when the forecast is at most 0.5 or absent for this G.
     """
     source = eval_results.get("base", eval_results) if isinstance(eval_results, dict) else {}
-    table = {int(k): float(v) for k, v in (source.get("uniform_group_forecast") or {}).items()}
-    if num_generations not in table or table[num_generations] <= 0.5:
+    weighted = {int(k): float(v) for k, v in (source.get("uniform_group_forecast_weighted") or {}).items()}
+    binary = {int(k): float(v) for k, v in (source.get("uniform_group_forecast") or {}).items()}
+    if num_generations in weighted:  # judged on the run's weighted reward, as frac_reward_zero_std is
+        share, judged = weighted[num_generations], "the run's weighted reward"
+    elif num_generations in binary:
+        share, judged = binary[num_generations], f"{source.get('correctness_reward', 'the correctness reward')} as pass/fail"
+    else:
         return None
-    share = table[num_generations]
+    if share <= 0.5:
+        return None
     rates = source.get("pass_rates") or []
     mean_q = sum(rates) / len(rates) if rates else float("nan")
     return (
-        f"the evaluation forecasts {share:.0%} of groups with σ = 0 at G={num_generations} (mean pass rate "
-        f"{mean_q:.3f}): most steps would carry no learning signal. Raise num_generations, the temperature or the "
-        "partial-credit rewards, pick easier prompts, or set zero_variance_filter: resample."
+        f"the evaluation forecasts {share:.0%} of groups with σ = 0 at G={num_generations}, judged on {judged} (mean "
+        f"pass rate {mean_q:.3f}): most steps would carry no learning signal. Raise num_generations, the temperature "
+        "or the partial-credit rewards, pick easier prompts, or set zero_variance_filter: resample."
     )

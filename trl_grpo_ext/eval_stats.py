@@ -161,3 +161,35 @@ def uniform_group_fraction(pass_rates: Sequence[float], group_size: int) -> floa
 def forecast(pass_rates: Sequence[float], group_sizes: Sequence[int] = FORECAST_GROUP_SIZES) -> dict[int, float]:
     """:func:`uniform_group_fraction` for each G of ``group_sizes``: ``{G: expected fraction of uniform groups}``."""
     return {g: uniform_group_fraction(pass_rates, g) for g in group_sizes}
+
+
+def uniform_subset_fraction(values: Sequence[float], group_size: int, tolerance: float = 0.0) -> float:
+    """Fraction of the size-G subsets of one prompt's K sampled rewards whose rewards are all equal.
+
+    For K exchangeable samples this is an unbiased estimate of the probability that a group of G fresh completions
+    is uniform (σ = 0), whatever the reward's values: ``sum_v C(n_v, G) / C(K, G)`` with n_v the number of samples
+    of value v. For a binary reward with c of K correct it is ``(C(c, G) + C(K − c, G)) / C(K, G)``, the
+    without-replacement form of ``q^G + (1 − q)^G``.
+
+    Args:
+        values (sequence of `float`): the K sampled rewards of one prompt (the run's weighted total).
+        group_size (`int`): G, with ``1 <= G <= K``.
+        tolerance (`float`, defaults to `0.0`): rewards within this distance count as equal (the zero-variance
+            filter's tolerance).
+
+    Raises:
+        ValueError: ``G`` outside ``[1, K]``.
+
+    >>> uniform_subset_fraction([1, 1, 0, 0], 2)   # C(2,2) + C(2,2) of C(4,2) = 2 / 6
+    0.3333333333333333
+    """
+    k = len(values)
+    if not 1 <= group_size <= k:
+        raise ValueError(f"uniform_subset_fraction needs 1 <= G <= K; got G={group_size}, K={k}.")
+    classes: list[list[float]] = []
+    for v in sorted(values):
+        if classes and abs(v - classes[-1][0]) <= tolerance:
+            classes[-1].append(v)
+        else:
+            classes.append([v])
+    return sum(math.comb(len(c), group_size) for c in classes) / math.comb(k, group_size)

@@ -27,7 +27,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .eval_stats import FORECAST_GROUP_SIZES, forecast, paired_difference_interval, pass_at_k, wilson_interval
+from .eval_stats import (
+    FORECAST_GROUP_SIZES,
+    forecast,
+    paired_difference_interval,
+    pass_at_k,
+    uniform_subset_fraction,
+    wilson_interval,
+)
 
 #: File the recipe and ``make demo-real`` write the final evaluation to, in ``output_dir``.
 EVAL_RESULTS_FILE = "eval_results.json"
@@ -47,8 +54,13 @@ class EvalResult:
         temperature (`float | None`): sampling temperature of the K samples.
         pass_at_k (`dict[int, float]`): unbiased pass@k, k = 1, 2, 4, ... <= K (empty when K = 0).
         pass_rates (`list[float]`): per-prompt pass rate c_i / K (empty when K = 0).
-        uniform_group_forecast (`dict[int, float]`): expected fraction of uniform groups for G = 2, 4, 8, 16 (empty
-            when K = 0).
+        uniform_group_forecast (`dict[int, float]`): expected fraction of uniform groups for G = 2, 4, 8, 16, from
+            the pass rates of the correctness reward read as pass/fail: ``mean_i(q_i^G + (1 − q_i)^G)`` (empty when
+            K = 0). Exact for a binary reward; for a graded one it forecasts the pass/fail signal only.
+        uniform_group_forecast_weighted (`dict[int, float]`): the same judged on the run's weighted total reward
+            (what TRL's ``frac_reward_zero_std`` measures), estimated without a model of the reward from the K
+            samples: the share of size-G subsets of a prompt's samples whose totals are all equal
+            (:func:`~trl_grpo_ext.eval_stats.uniform_subset_fraction`), for G <= K only.
         correctness_reward (`str`): the reward that decides correctness.
         mean_completion_tokens (`float`): mean greedy completion length [tokens].
         examples (`list[dict]`): the first few prompts with their greedy completion and rewards.
@@ -66,6 +78,7 @@ class EvalResult:
     pass_at_k: dict[int, float] = field(default_factory=dict)
     pass_rates: list[float] = field(default_factory=list)
     uniform_group_forecast: dict[int, float] = field(default_factory=dict)
+    uniform_group_forecast_weighted: dict[int, float] = field(default_factory=dict)
     examples: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -204,7 +217,7 @@ def score_completions(
 def evaluate_model(
     model, tokenizer, dataset, reward_funcs: list, *, max_new_tokens: int, correctness_reward: str | None = None,
     correct_threshold: float = 1.0, num_samples: int = 0, temperature: float = 1.0, top_p: float = 1.0,
-    top_k: int = 0, batch_size: int = 32, num_examples: int = 3,
+    top_k: int = 0, batch_size: int = 32, num_examples: int = 3, reward_weights: list[float] | None = None,
 ) -> EvalResult:
     """Evaluate one model on ``dataset`` (see the module docstring).
 
@@ -220,6 +233,8 @@ def evaluate_model(
         temperature (`float`, defaults to `1.0`), top_p, top_k: sampling settings of the K samples (the run's).
         batch_size (`int`, defaults to `32`): completions per ``generate`` call.
         num_examples (`int`, defaults to `3`): prompts kept with their completion in ``examples``.
+        reward_weights (`list[float]`, *optional*): the run's reward weights (default 1 each), for the weighted
+            forecast.
 
     Raises:
         ValueError: an empty dataset, or a ``correctness_reward`` that is not one of the rewards.
@@ -264,7 +279,11 @@ def evaluate_model(
         flat_columns = {k: [v for v in vals for _ in range(num_samples)] for k, vals in columns.items()}
         flat = [t for group in sampled for t in group]
         flat_ids = [t for group in sampled_ids for t in group]
-        target_scores = score_completions([reward_funcs[index]], flat_prompts, flat, flat_ids, flat_columns)[0]
+        sample_scores = score_completions(reward_funcs, flat_prompts, flat, flat_ids, flat_columns)
+        target_scores = sample_scores[index]
+        weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
+        totals = [sum(w * v for w, v in zip(weights, column) if v is not None)  # TRL's nansum of weighted rewards
+                  for column in zip(*sample_scores)]
         counts = [
             sum(1 for s in target_scores[i * num_samples : (i + 1) * num_samples] if s is not None and s >= correct_threshold)
             for i in range(n)
@@ -274,6 +293,10 @@ def evaluate_model(
         result.pass_rates = [c / num_samples for c in counts]
         result.pass_at_k = pass_at_k_values(counts, num_samples)
         result.uniform_group_forecast = forecast(result.pass_rates, FORECAST_GROUP_SIZES)
+        result.uniform_group_forecast_weighted = {
+            g: sum(uniform_subset_fraction(totals[i * num_samples : (i + 1) * num_samples], g) for i in range(n)) / n
+            for g in FORECAST_GROUP_SIZES if g <= num_samples
+        }
     return result
 
 
@@ -291,9 +314,14 @@ def format_result(result: EvalResult, title: str) -> str:
             + ", ".join(f"pass@{k} {v:.3f}" for k, v in result.pass_at_k.items())
         )
         lines.append(
-            "  uniform-group forecast (share of groups with σ = 0, no learning signal): "
+            f"  σ = 0 forecast, {result.correctness_reward} as pass/fail (share of groups with no learning signal): "
             + ", ".join(f"G={g}: {v:.2f}" for g, v in result.uniform_group_forecast.items())
         )
+        if result.uniform_group_forecast_weighted:
+            lines.append(
+                "  σ = 0 forecast, the run's weighted reward (what frac_reward_zero_std measures): "
+                + ", ".join(f"G={g}: {v:.2f}" for g, v in result.uniform_group_forecast_weighted.items())
+            )
     return "\n".join(lines)
 
 
@@ -372,7 +400,8 @@ def final_evaluation(trainer, tokenizer, dataset, *, compare_base: bool = True, 
     model = trainer.accelerator.unwrap_model(trainer.model)
     args = trainer.args
     settings = dict(max_new_tokens=args.max_completion_length, num_samples=num_samples, temperature=args.temperature,
-                    top_p=args.top_p, top_k=args.top_k or 0, batch_size=batch_size)
+                    top_p=args.top_p, top_k=args.top_k or 0, batch_size=batch_size,
+                    reward_weights=[float(w) for w in trainer.reward_weights])
     was_training = model.training
     trained = evaluate_model(model, tokenizer, dataset, trainer.reward_funcs, **settings)
     base = comparison = None
