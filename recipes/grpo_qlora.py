@@ -94,8 +94,6 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # Trainer (rewards come from `rewards:` in the config, through the registry; TRL's eval loop scores the held-out
     # split with the same rewards every `eval_steps`)
     ################
-    if eval_plan is not None and training_args.process_index == 0:
-        print("evaluation:\n  " + "\n  ".join(eval_plan.format_lines()))
     trainer = GRPOExtTrainer(
         model=model_path,
         args=training_args,
@@ -105,6 +103,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
         quantization_config=quantization_config(model_args, training_args),
         peft_config=lora_config(model_args),
     )
+
+    trainer.eval_plan = eval_plan  # printed with the plan table when training starts
 
     ################
     # Train (Ctrl-C / SIGTERM saves a checkpoint and prints the resume command)

@@ -457,7 +457,7 @@ class RunPlan:
         if self.dataset_size is not None:
             n, pg = self.dataset_size, self.prompts_per_generation
             rows.append(("generation batches/epoch", f"{self.generation_batches_per_epoch}",
-                         f"= floor({n} / {pg}), {self.prompts_dropped_per_epoch} prompts left out per epoch"))
+                         f"= floor({n} / {pg}), {self.prompts_dropped_per_epoch} prompt{'' if self.prompts_dropped_per_epoch == 1 else 's'} left out per epoch"))
             if spg == ga:
                 arith = f"= floor({n} / {pg}) × {mu} = {self.steps_per_epoch}"
             else:

@@ -138,6 +138,8 @@ class GRPOExtTrainer(GRPOTrainer):
         self._uniform_fraction = UniformFractionEstimate()  # sizes the resample rounds (resample only)
         self._window_kept_rows = 0.0  # rows kept by the zero-variance filter in this accumulation window (local)
         self._skip_optimizer_step = False
+        #: `eval_plan.EvalPlan` of the run (set by the recipe), printed under the plan table when training starts.
+        self.eval_plan = None
         self._skipped_updates = 0
 
     def create_optimizer(self, *args, **kwargs):
@@ -394,6 +396,8 @@ class GRPOExtTrainer(GRPOTrainer):
             print(format_reward_specs([RewardSpec(**spec) for spec in args.rewards]), flush=True)
         if args.zero_variance_filter == "resample":
             print(resample_note(self.plan, args.max_resample_rounds), flush=True)
+        if self.eval_plan is not None:
+            print("evaluation:\n  " + "\n  ".join(self.eval_plan.format_lines()), flush=True)
 
 
 class _PlanCallback(TrainerCallback):
