@@ -69,6 +69,9 @@ def main(script_args, training_args, model_args, push_args) -> int:
         checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
         check_checkpoint_plan(checkpoint, plan)
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
+        if script_args.final_eval == "compare_base" and not model_args.use_peft:
+            raise ValueError("final_eval=compare_base needs an adapter to switch off (use_peft: true); with "
+                             "use_peft: false set final_eval: adapter (the trained model alone) or none.")
         check_vllm_quantization(training_args, model_args.load_in_4bit, model_args.load_in_8bit)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
@@ -125,8 +128,13 @@ def main(script_args, training_args, model_args, push_args) -> int:
     exit_code = 0
     if trainer.accelerator.is_main_process:
         write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args)
-        first, last = reward_trend(trainer.state.log_history)
-        print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
+        logged = any("reward" in entry for entry in trainer.state.log_history)
+        if logged:
+            first, last = reward_trend(trainer.state.log_history)
+            print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
+        else:
+            print(f"No reward was logged (logging_steps={training_args.logging_steps} > {trainer.state.global_step} "
+                  "steps): no reward trend and no reward plot.")
 
         ################
         # Final evaluation: greedy accuracy on the held-out prompts (and the base's, on the same prompts)
@@ -137,7 +145,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
                                           num_samples=script_args.final_eval_num_samples)
             print(evaluation.report)
             print(f"Evaluation: {evaluation.write(training_args.output_dir)}")
-        if script_args.plot:
+        if script_args.plot and logged:
             plot = plot_training(trainer.state.log_history, f"{training_args.output_dir}/reward_plot.png")
             print(f"Reward plot: {plot}")
         build_model_card(training_args.output_dir, mode=push.mode if push.enabled else "adapter",

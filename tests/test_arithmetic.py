@@ -45,7 +45,7 @@ def test_splits_are_disjoint_seeded_and_sized():
 
 
 @pytest.mark.parametrize("kwargs, match", [({"split": "validation"}, "does not exist"),
-                                           ({"num_problems": 0}, ">= 1"),
+                                           ({"num_problems": 0}, "embedded_num_prompts=0"), ({"split": "test", "num_problems": 10**9}, "eval_num_prompts"),
                                            ({"two_step_fraction": 1.5}, r"\[0, 1\]")])
 def test_bad_arguments_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

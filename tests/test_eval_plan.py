@@ -61,3 +61,14 @@ def test_the_warning_prefers_the_forecast_on_the_runs_weighted_reward():
     result = {"uniform_group_forecast": {"16": 0.9}, "uniform_group_forecast_weighted": {"8": 0.0},
               "correctness_reward": "numeric_match"}
     assert "judged on numeric_match as pass/fail" in uniform_forecast_warning(result, 16)
+
+
+def test_forecast_for_a_group_size_the_table_lacks_comes_from_the_pass_rates():
+    # G = 6 with q = 0.05 for both prompts: 0.05^6 + 0.95^6 = 0.735
+    warning = uniform_forecast_warning({"uniform_group_forecast": {"8": 0.9}, "pass_rates": [0.05, 0.05]}, 6)
+    assert "74% of groups" in warning
+
+
+def test_evaluations_during_the_run_count_the_one_at_the_last_step():
+    plan = resolve_eval_plan(eval_prompts=64, **{**BASE, "eval_steps": 10, "total_steps": 24})
+    assert plan.evaluations == 3  # steps 10, 20 and the last step, 24

@@ -210,12 +210,14 @@ def test_numeric_match_with_an_answer_phrase_reads_the_stated_answer():
         "3 + 4 = 7 apples. The answer is 7.",
         "The answer is 7.\nThe answer is ",  # a cut-off repetition: the last complete statement counts
         "3 + 4 = 7",  # right number, but not the asked sentence
-        "The answer is 34 - 32 = 2.",  # the last number on the answer's line
+        "The answer is 34 - 32 = 2.",  # not the asked "The answer is N": the number right after the phrase counts
         "the answer is 1,200",
         "The answer is 8. Oh wait 7",
+        "The answer is 7. I hope this helps with question 2.",
+        "The answer is\n**7**.",
     ]
-    gold = ["#### 7", "#### 7", "#### 7", "#### 2", "1200", "#### 7"]
-    assert reward(completions=completions, answer=gold) == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    gold = ["#### 7", "#### 7", "#### 7", "#### 2", "1200", "#### 7", "#### 7", "#### 7"]
+    assert reward(completions=completions, answer=gold) == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0]
     assert reward(completions=["The answer is 6."], answer=["#### 7"]) == [0.0]
     with pytest.raises(ValueError, match="answer_phrase"):
         NumericMatch(answer_phrase="")
@@ -226,5 +228,10 @@ def test_answer_phrase_format_gives_partial_credit():
 
     reward = AnswerPhraseFormat()
     texts = ["3 + 4 = 7. The answer is 7.", "The answer is 7. Then we add more.", "It is 7.", "The answer is $1,200 ",
-             "The answer is: 12", "The answer is seven."]
-    assert reward(completions=texts) == [1.0, 0.5, 0.0, 1.0, 1.0, 0.0]
+             "The answer is: 12", "The answer is seven.", "The answer is\n**7**."]
+    assert reward(completions=texts) == [1.0, 0.5, 0.0, 1.0, 1.0, 0.0, 1.0]
+    # both rewards read the same number: a completion the format reward accepts is scored on that number
+    from trl_grpo_ext.rewards.builtin import NumericMatch
+
+    numeric = NumericMatch(answer_phrase="The answer is")
+    assert numeric(completions=texts, answer=["7", "7", "7", "1200", "12", "7", "7"]) == [1, 1, 0, 1, 1, 0, 1]

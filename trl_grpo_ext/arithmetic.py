@@ -14,6 +14,8 @@ import random
 
 #: ``dataset_name`` that selects this task.
 ARITHMETIC_DATASET_ID = "embedded:arithmetic"
+#: Largest split this task builds [problems] (the generator has far more distinct problems).
+MAX_PROBLEMS = 50_000
 #: Splits this task offers, with their default sizes [problems].
 ARITHMETIC_SPLITS = {"train": 2000, "test": 500}
 
@@ -106,8 +108,10 @@ def arithmetic_rows(split: str = "train", num_problems: int | None = None, seed:
         raise ValueError(f"dataset split {split!r} of {ARITHMETIC_DATASET_ID!r} does not exist; use one of "
                          f"{sorted(ARITHMETIC_SPLITS)}.")
     n = ARITHMETIC_SPLITS[split] if num_problems is None else num_problems
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"embedded_num_prompts={num_problems!r} must be an integer >= 1.")
+    field_name = "embedded_num_prompts" if split == "train" else "eval_num_prompts"
+    if not isinstance(n, int) or not 1 <= n <= MAX_PROBLEMS:
+        raise ValueError(f"{field_name}={num_problems!r} must be an integer in [1, {MAX_PROBLEMS}] for "
+                         f"{ARITHMETIC_DATASET_ID!r}.")
     if not 0.0 <= two_step_fraction <= 1.0:
         raise ValueError(f"two_step_fraction={two_step_fraction!r} must lie in [0, 1].")
     excluded: set[str] = set()

@@ -146,7 +146,14 @@ def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_promp
     Raises:
         ValueError: the split cannot be loaded, is empty, or has fewer than ``num_prompts`` rows.
     """
-    dataset = load_prompt_dataset(script_args, seed=seed, split=split)
+    try:
+        dataset = load_prompt_dataset(script_args, seed=seed, split=split)
+    except ValueError as err:
+        if "split" not in str(err).lower() or tiny.is_embedded(script_args.dataset_name):
+            raise
+        field_name = "dataset_test_split" if split == "test" else "dataset_train_split"
+        raise ValueError(f"{field_name}={getattr(script_args, field_name)!r}: {' '.join(str(err).split())} Fix: name "
+                         "a split that exists, or set eval_strategy: no and final_eval: none.") from None
     if len(dataset) == 0:
         raise ValueError(f"the {split!r} split of dataset {script_args.dataset_name!r} is empty.")
     if num_prompts is not None:

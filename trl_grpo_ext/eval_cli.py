@@ -72,12 +72,24 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         return _fail("--compare-base needs --adapter DIR (the trained run's output_dir).")
     if args.adapter and not (Path(args.adapter) / "adapter_config.json").is_file():
         return _fail(f"--adapter {args.adapter!r} holds no adapter_config.json; pass a finished run's output_dir.")
+    if args.output and (Path(args.output).is_dir() or not Path(args.output).parent.exists() and
+                        not Path(args.output).parent.parent.is_dir()):
+        return _fail(f"--output {args.output!r} must be a file path in an existing folder, e.g. eval.json.")
     try:
         script_args, training_args, model_args, _ = parse_recipe_args(
             ["--config", resolve_config_path(args.config), *(overrides or [])]
         )
     except RecipeArgumentError:
         return 2  # the parser printed the one-line error
+    names = [spec["name"] if isinstance(spec, dict) else spec for spec in training_args.rewards]
+    if args.correctness_reward is not None and args.correctness_reward not in names:
+        return _fail(f"--correctness-reward {args.correctness_reward!r} is not one of the run's rewards {names}.")
+    if args.adapter:
+        problem = _adapter_mismatch(args.adapter, model_args.model_name_or_path)
+        if problem:
+            return _fail(problem)
+    if args.num_prompts is None:
+        args.num_prompts = script_args.eval_num_prompts  # the run's own held-out size (None: the whole split)
     try:
         results = evaluate_run(script_args, training_args, model_args, adapter=args.adapter,
                                compare_base=args.compare_base, split=args.split, num_prompts=args.num_prompts,
@@ -90,6 +102,24 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(results_to_json(results), indent=2))
     return 0
+
+
+def _adapter_mismatch(adapter: str, model_name: str) -> str | None:
+    """A one-line reason when the adapter was trained on another base than the config's model, else None.
+
+    Reads the adapter's ``run_config.json`` (written by the recipe) for the ``model_name_or_path`` it was trained
+    from; adapters without one are not checked."""
+    record = Path(adapter) / "run_config.json"
+    if not record.is_file():
+        return None
+    try:
+        trained_on = json.loads(record.read_text()).get("model_args", {}).get("model_name_or_path")
+    except (ValueError, AttributeError):
+        return None
+    if trained_on and trained_on != model_name:
+        return (f"--adapter {adapter!r} was trained on {trained_on!r}, but the config's model_name_or_path is "
+                f"{model_name!r}; pass the config the adapter was trained with (or --model_name_or_path {trained_on}).")
+    return None
 
 
 def evaluate_run(script_args, training_args, model_args, *, adapter=None, compare_base=False, split="test",

@@ -28,7 +28,8 @@ class EvalPlan:
         eval_batches (`int`): ``completions_per_eval / (per_device_eval_batch_size × world_size)``.
         eval_strategy (`str`): ``"no"``, ``"steps"`` or ``"epoch"``.
         eval_every_steps (`int | None`): optimizer steps between evaluations (``eval_strategy: steps``).
-        evaluations (`int`): evaluations during the run (TRL's eval loop).
+        evaluations (`int`): evaluations during the run (TRL's eval loop): every ``eval_every_steps`` steps, plus one
+            at the last step when the run does not end on a multiple of it.
         final_eval (`str`): the recipe's greedy evaluation after training (:data:`FINAL_EVAL_CHOICES`).
     """
 
@@ -120,7 +121,8 @@ def resolve_eval_plan(
             if raw is None or raw <= 0:
                 raise QuantityError(f"eval_steps={eval_steps!r} must be > 0 with eval_strategy: steps.")
             every = max(1, math.ceil(raw * total_steps)) if raw < 1 else int(raw)
-            evaluations = total_steps // every
+            # every `every` steps, and once more at the last step (transformers evaluates when training stops)
+            evaluations = total_steps // every + (1 if total_steps % every else 0)
         elif strategy == "epoch":
             evaluations = max(1, total_steps // max(1, steps_per_epoch))
         else:
@@ -146,12 +148,19 @@ def uniform_forecast_warning(eval_results: dict, num_generations: int) -> str | 
         The warning text, or ``None`` when the forecast is at most 0.5 or absent for this G.
     """
     source = eval_results.get("base", eval_results) if isinstance(eval_results, dict) else {}
+    if not isinstance(source, dict):
+        raise TypeError(f"'base' is a {type(source).__name__}, not an evaluation object")
     weighted = {int(k): float(v) for k, v in (source.get("uniform_group_forecast_weighted") or {}).items()}
     binary = {int(k): float(v) for k, v in (source.get("uniform_group_forecast") or {}).items()}
     if num_generations in weighted:  # judged on the run's weighted reward, as frac_reward_zero_std is
         share, judged = weighted[num_generations], "the run's weighted reward"
     elif num_generations in binary:
         share, judged = binary[num_generations], f"{source.get('correctness_reward', 'the correctness reward')} as pass/fail"
+    elif source.get("pass_rates"):  # a G the table does not list: the pass/fail formula from the pass rates
+        from .eval_stats import uniform_group_fraction
+
+        share = uniform_group_fraction([float(q) for q in source["pass_rates"]], num_generations)
+        judged = f"{source.get('correctness_reward', 'the correctness reward')} as pass/fail"
     else:
         return None
     if share <= 0.5:

@@ -116,10 +116,22 @@ def build_plan(args: argparse.Namespace):
     if getattr(args, "eval_results", None):
         import json
 
-        with open(args.eval_results, encoding="utf-8") as fh:
-            forecast_warning = uniform_forecast_warning(json.load(fh), plan.num_generations)
+        try:
+            with open(args.eval_results, encoding="utf-8") as fh:
+                results = json.load(fh)
+            forecast_warning = uniform_forecast_warning(results, plan.num_generations)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--eval-results {args.eval_results}: not JSON ({err}); pass the output of "
+                             "`trl-grpo-ext eval --k K --json` or a run's eval_results.json.") from None
+        except (AttributeError, TypeError, KeyError) as err:
+            raise ValueError(f"--eval-results {args.eval_results}: not an evaluation result ({err}); pass the "
+                             "output of `trl-grpo-ext eval --k K --json` or a run's eval_results.json.") from None
         if forecast_warning:
             warns.append(forecast_warning)
+        elif not _has_forecast(results, plan.num_generations):
+            notes.append(f"--eval-results {args.eval_results} holds no σ = 0 forecast for num_generations="
+                         f"{plan.num_generations}: rerun `trl-grpo-ext eval --k K` with K >= {plan.num_generations} "
+                         "samples per prompt (or final_eval_num_samples in the recipe).")
     args.run_args = run  # for eval_plan_from, without reading the config twice
     return plan, warns, notes, rewards
 
@@ -158,6 +170,12 @@ def eval_plan_from(run, plan):
         world_size=plan.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch or 1,
         final_eval=str(script_args.final_eval),
     )
+
+
+def _has_forecast(results: dict, num_generations: int) -> bool:
+    source = results.get("base", results.get("trained", results)) if isinstance(results, dict) else {}
+    return any(str(num_generations) in (source.get(key) or {}) or num_generations in (source.get(key) or {})
+               for key in ("uniform_group_forecast", "uniform_group_forecast_weighted"))
 
 
 def run(args: argparse.Namespace) -> int:

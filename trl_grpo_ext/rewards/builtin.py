@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from .registry import register_reward
-from .text import DEFAULT_ANSWER_COLUMNS, TextReward, extract_answer, last_number, read_column
+from .text import DEFAULT_ANSWER_COLUMNS, TextReward, extract_answer, last_number, read_column, stated_number
 
 
 def _check_tag(name: str, value: Any) -> str:
@@ -89,9 +89,9 @@ class NumericMatch(TextReward):
         rel_tol (`float`, defaults to `0.0`): relative tolerance, >= 0.
         answer_tag (`str`, defaults to ``"answer"``): tag whose content is the answer.
         answer_phrase (`str`, *optional*): when set (e.g. ``"The answer is"``, for a system prompt that asks
-            "End your reply with: The answer is N."), the answer is the last number on the line after the phrase's
-            last occurrence, and a completion without the phrase scores 0.0
-            (:func:`~trl_grpo_ext.rewards.text.extract_answer`, rule 0).
+            "End your reply with: The answer is N."), the answer is the number right after the phrase's last
+            occurrence that is followed by one (:func:`~trl_grpo_ext.rewards.text.stated_number`, the same reading
+            as ``answer_phrase_format``), and a completion without it scores 0.0.
     """
 
     def __init__(
@@ -113,7 +113,10 @@ class NumericMatch(TextReward):
         out: list[float | None] = []
         for text, ref in zip(texts, refs):
             gold = last_number(extract_answer(str(ref), self.answer_tag))
-            pred = last_number(extract_answer(text, self.answer_tag, self.answer_phrase))
+            if self.answer_phrase:
+                pred = stated_number(text, self.answer_phrase)
+            else:
+                pred = last_number(extract_answer(text, self.answer_tag))
             if gold is None:
                 out.append(None)
             else:
@@ -143,9 +146,10 @@ class AnswerPhraseFormat(TextReward):
     def __init__(self, phrase: str = "The answer is"):
         super().__init__()
         self.phrase = _check_phrase(phrase)
-        number = r"\$?\s*[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
-        self._anywhere = re.compile(rf"{re.escape(self.phrase)}\s*:?\s*{number}", re.IGNORECASE)
-        self._at_end = re.compile(rf"{re.escape(self.phrase)}\s*:?\s*{number}\s*\.?\s*$", re.IGNORECASE)
+        number = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+        stated = rf"{re.escape(self.phrase)}[\s:*$]*{number}"  # as rewards.text.stated_number reads it
+        self._anywhere = re.compile(stated, re.IGNORECASE)
+        self._at_end = re.compile(rf"{stated}\**\s*\.?\s*$", re.IGNORECASE)
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         return [1.0 if self._at_end.search(t) else 0.5 if self._anywhere.search(t) else 0.0 for t in texts]

@@ -144,6 +144,22 @@ def extract_answer(text: str, answer_tag: str = "answer", answer_phrase: str | N
 _NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?")
 
 
+def stated_number(text: str, phrase: str) -> float | None:
+    """The number right after the last ``phrase`` that is followed by one (case-insensitive), or ``None``.
+
+    Between the phrase and the number only spaces, newlines, ``:``, ``*`` (Markdown bold) and ``$`` may stand; the
+    rest of the line is not read. Thousands separators are allowed.
+
+    >>> stated_number("12 - 5 = 7. The answer is 7. I hope this helps with question 2.", "The answer is")
+    7.0
+    >>> stated_number("The answer is **1,200**.", "the answer is"), stated_number("no phrase here", "The answer is")
+    (1200.0, None)
+    """
+    pattern = rf"{re.escape(phrase)}[\s:*$]*({_NUMBER_RE.pattern})"
+    found = re.findall(pattern, text, flags=re.IGNORECASE)
+    return float(found[-1].replace(",", "")) if found else None
+
+
 def last_number(text: str) -> float | None:
     """The last decimal number in ``text`` (thousands separators ``1,000`` allowed), or ``None``."""
     found = _NUMBER_RE.findall(text)
