@@ -76,7 +76,7 @@ def test_eval_compare_base_on_the_demo_adapter_shows_the_gain(demo_run):
     [(["--config", "tiny_cpu", "--compare-base"], "--compare-base needs --adapter"),
      (["--config", "tiny_cpu", "--adapter", "."], "holds no adapter_config.json"),
      (["--config", "tiny_cpu", "--num-prompts", "0"], "--num-prompts 0"),
-     (["--config", "no_such_config"], "does not exist"),
+     (["--config", "no_such_config"], "no shipped config of that name"),
      (["--config", "tiny_cpu", "--num-prompts", "65"], "exceeds the 64 prompts"),
      (["--config", "tiny_cpu", "--learning_rte", "1"], "learning_rte")],
 )

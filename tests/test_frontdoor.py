@@ -148,19 +148,20 @@ def test_twins_hold_the_values_the_recipe_reads(name):
                 assert getattr(twin, key) == getattr(actual, key), key
 
 
-def test_validation_hook_is_called_for_plan_and_recipe(tmp_path, monkeypatch):
-    import types
+def test_validation_runs_for_plan_and_recipe_on_the_keys_the_user_set(tmp_path, monkeypatch):
+    from trl_grpo_ext import validation
 
     seen = []
-    module = types.ModuleType("trl_grpo_ext.validation")
-    module.validate_run_args = lambda *args: seen.append(type(args[1]).__name__)
-    monkeypatch.setitem(sys.modules, "trl_grpo_ext.validation", module)
-    import trl_grpo_ext
 
-    monkeypatch.setattr(trl_grpo_ext, "validation", module, raising=False)
+    def record(*args, **kwargs):
+        seen.append((type(args[1]).__name__, "prompts_per_step" in kwargs["user_values"],
+                     "weight_decay" in kwargs["user_values"]))
+
+    monkeypatch.setattr(validation, "validate_run_args", record)
     read_run_args(["--config", _config(tmp_path)], light=True)
-    read_run_args(["--config", _config(tmp_path)])
-    assert seen == ["GRPOExtConfig", "GRPOExtConfig"]  # the twin carries the real class's name
+    read_run_args(["--config", _config(tmp_path), "--weight_decay", "0.01"])
+    # the twin carries the real class's name; the YAML's keys and the command line's are what the user set
+    assert seen == [("GRPOExtConfig", True, False), ("GRPOExtConfig", True, True)]
 
 
 def test_plan_takes_overrides_and_refuses_what_the_recipe_refuses(tmp_path):

@@ -91,7 +91,7 @@ def test_trl_grpo_arguments(tmp_path, monkeypatch):
     """`trl grpo`'s keys (trl/scripts/grpo.py): reward_funcs with TRL's reward names and a dotted import path."""
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     config = {"model_name_or_path": "embedded:tiny-qwen2", "dataset_name": "embedded:count-char",
-              "reward_funcs": ["think_format_reward", "accuracy_reward", "trl_grpo_ext.rewards.builtin.CharFraction"],
+              "reward_funcs": ["think_format_reward", "trl_grpo_ext.rewards.builtin.CharFraction"],
               "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 8, "num_generations": 4,
               "max_steps": 3, "use_cpu": True, "bf16": False, "dtype": "float32"}
     path = tmp_path / "trl_grpo.yaml"

@@ -35,7 +35,7 @@ RUN_ARGS = [
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 CHECKPOINT_FILES = ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt",
                     "rng_state.pth", "trainer_state.json", "run_plan.json")
-STEP_LOG = "{'loss'"  # one line per optimizer step (logging_steps: 1)
+STEP_LOG = "step "  # the console's one line per optimizer step (logging_steps: 1): "step 4/12  reward ..."
 EXIT_INTERRUPTED = 130
 
 
@@ -126,15 +126,16 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory):
-    """The recipe run directly (one process needs no launcher), SIGINT once after step 4 is logged.
+    """The recipe run directly (one process needs no launcher), SIGINT once after step 5 is logged.
 
-    The signal arrives during step 5, inside the generation batch of steps 5-6, so the stop waits for step 6.
+    The console prints a step's line while that step ends, so the signal arrives at the end of step 5 or during step
+    6, inside the generation batch of steps 5-6: the stop waits for step 6.
 
     Returns ``(output_dir, exit code, output, step of the newest checkpoint)``.
     """
     out = tmp_path_factory.mktemp("resume") / "interrupted"
     run = Run([sys.executable, RECIPE, *RUN_ARGS, "--output_dir", str(out)])
-    run.wait_for_steps(4)
+    run.wait_for_steps(5)
     run.process.send_signal(signal.SIGINT)
     output = run.finish()
     stop_step = max(checkpoints(out), default=None)
@@ -159,7 +160,7 @@ def test_sigint_saves_a_checkpoint_and_prints_the_resume_command(interrupted):
     out, returncode, output, stop_step = interrupted
     assert returncode == EXIT_INTERRUPTED, output[-3000:]
     assert "SIGINT received: saving a checkpoint after this optimizer step" in output
-    assert 5 <= stop_step < TOTAL_STEPS  # signalled after step 4 was logged, stopped at the end of a later step
+    assert 6 <= stop_step < TOTAL_STEPS  # signalled after step 5 was logged, stopped at the end of its batch
     assert stop_step % 2 == 0  # the end of a generation batch (2 optimizer steps each)
     assert f"Training interrupted at optimizer step {stop_step} of {TOTAL_STEPS}" in output
     assert f"--resume_from_checkpoint {out / f'checkpoint-{stop_step}'}" in output

@@ -369,7 +369,10 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
     from .validation import UserValues, check_user_values, user_values_from_argv
 
-    cli_values = user_values_from_argv(args, parser)
+    try:
+        cli_values = user_values_from_argv(args, parser)
+    except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
+        raise ConfigError(f"{err}.") from None
     user_values = UserValues(config)
     user_values.update(cli_values)
     user_values.command_line_keys = cli_values.command_line_keys

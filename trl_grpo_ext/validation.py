@@ -204,6 +204,7 @@ RANGES: dict[str, Range] = {
     "router_aux_loss_coef": _nonneg("remove it or use a value >= 0.", "MoE auxiliary loss"),
     # --- generation (TRL -> transformers GenerationConfig / vLLM SamplingParams) ---
     "max_completion_length": _int(1, "use the longest reply you want in tokens, e.g. 256.", "TRL / generate"),
+    "max_prompt_length": _int(1, "use the longest prompt to keep in tokens, e.g. 512, or remove it.", "recipe"),
     "temperature": _pos("GRPO samples G different completions: use e.g. 1.0 (0.7 for instruct models).",
                         "sampling divides logits by it"),
     "top_p": _unit("use 1.0 (no nucleus filtering) or e.g. 0.95.", "GenerationConfig / vLLM", low_open=True),
