@@ -117,11 +117,14 @@ def test_interrupted_push_keeps_local_files_and_says_how_to_retry(run, tmp_path)
     before = hash_tree(run)
     with StandInHub(hang_commit=True) as server:
         command, env = cli_command(["push", str(run), "--repo-id", REPO], server.url, tmp_path)
-        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The child starts with SIGINT at its default action, as in a terminal (an ignored SIGINT would be inherited).
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             assert server.commit_started.wait(60), "the upload never reached the commit"
             process.send_signal(signal.SIGINT)  # Ctrl-C in the middle of the upload
-            out, err = process.communicate(timeout=60)
+            # longer than the stand-in's lifetime (90 s): a client that waits for its upload thread still ends
+            out, err = process.communicate(timeout=150)
         finally:
             process.kill()
     assert process.returncode == 130
