@@ -151,6 +151,7 @@ INVALID = [
     row("lost_update_warning_threshold with lost_update_steps 0",
         {"lost_update_steps": 0, "lost_update_warning_threshold": 0.5}, ["lost_update_warning_threshold",
                                                                          "lost_update_steps"]),
+    row("dataset_format with an embedded dataset", {"dataset_format": "gsm8k"}, ["dataset_format", "embedded"]),
     row("embedded_target with a Hub dataset", {"dataset_name": "openai/gsm8k", "dataset_format": "gsm8k",
                                                "embedded_num_prompts": DROP, "embedded_target": "b",
                                                "rewards": ["numeric_match"]}, ["embedded_target", "dataset_name"]),

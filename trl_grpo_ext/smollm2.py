@@ -18,7 +18,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from .tiny import cache_dir
+from .tiny import cache_dir, save_atomically
 
 #: ``model_name_or_path`` that selects this model.
 SMOLLM2_MODEL_ID = "embedded:smollm2-135m-instruct"
@@ -86,9 +86,6 @@ def ensure_smollm2(directory: str | os.PathLike | None = None) -> Path:
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return target
     source = gguf_path()
-    import shutil
-    import tempfile
-
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -101,12 +98,4 @@ def ensure_smollm2(directory: str | os.PathLike | None = None) -> Path:
     model.is_quantized = False
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process won the race; its copy is identical
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return save_atomically(model, tokenizer, target)

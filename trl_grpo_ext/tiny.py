@@ -107,8 +107,6 @@ def ensure_tiny_model(seed: int = 0, directory: str | os.PathLike | None = None)
     target = Path(directory) if directory is not None else cache_dir() / f"tiny-qwen2-{_fingerprint(seed)}"
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return target
-    import tempfile
-
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
@@ -124,6 +122,16 @@ def ensure_tiny_model(seed: int = 0, directory: str | os.PathLike | None = None)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return save_atomically(model, tokenizer, target)
+
+
+def save_atomically(model, tokenizer, target: Path) -> Path:
+    """``save_pretrained`` the model and tokenizer into ``target`` through a temporary sibling renamed at the end, so
+    that concurrent processes (``torchrun``) never see a half-written folder. Returns ``target``; when another process
+    renamed its (identical) copy first, that copy is kept."""
+    import shutil
+    import tempfile
+
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
     model.save_pretrained(tmp)
@@ -131,8 +139,6 @@ def ensure_tiny_model(seed: int = 0, directory: str | os.PathLike | None = None)
     try:
         os.replace(tmp, target)
     except OSError:  # another process won the race; its copy is identical
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 

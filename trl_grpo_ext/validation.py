@@ -314,6 +314,10 @@ REQUIRES["embedded_num_prompts"] = ("an embedded dataset_name",
                                     lambda v: str(v.get("dataset_name") or "").startswith("embedded:"),
                                     "use an embedded dataset_name (embedded:count-char, embedded:arithmetic) or "
                                     "remove {field}.")
+REQUIRES["dataset_format"] = ("a dataset that is not embedded (the embedded tasks map their own rows)",
+                              lambda v: not str(v.get("dataset_name") or "").startswith("embedded:"),
+                              "remove {field}: embedded:arithmetic is always read as GSM8K rows and "
+                              "embedded:count-char as prompts.")
 REQUIRES["embedded_target"] = ("dataset_name: embedded:count-char",
                                lambda v: v.get("dataset_name") == "embedded:count-char",
                                "use dataset_name: embedded:count-char or remove {field}.")
