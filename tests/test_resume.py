@@ -74,6 +74,19 @@ class Run:
                 pytest.fail(f"the run ended before step {steps}:\n" + "".join(self.lines[-30:]))
             self.lines.append(line)
 
+    def wait_for_text(self, text: str, timeout: float = 60) -> None:
+        """Block until a line containing ``text`` was printed; fail (and kill the process) after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                pytest.fail(f"no {text!r} within {timeout} s:\n" + "".join(self.lines[-30:]))
+            if line is None:
+                pytest.fail(f"the run ended before {text!r}:\n" + "".join(self.lines[-30:]))
+            self.lines.append(line)
+
     def finish(self, timeout: float = 120) -> str:
         """Read the output until the writers close it (every process of the run has exited); return all of it."""
         deadline = time.monotonic() + timeout
@@ -230,12 +243,13 @@ def test_resume_with_a_different_quantity_is_refused(interrupted, tmp_path):
 def test_second_sigint_exits_at_once_and_leaves_only_complete_checkpoints(tmp_path):
     """Ctrl-C twice in a terminal: SIGINT to the whole process group (launcher and script), twice."""
     out = tmp_path / "twice"
+    # 24-token completions: a generation batch (2 steps) lasts long enough for the second Ctrl-C to land inside it
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", CPU_CONFIG, RECIPE, *RUN_ARGS,
-               "--total_training_steps", "60", "--output_dir", str(out)]
+               "--total_training_steps", "60", "--max_completion_length", "24", "--output_dir", str(out)]
     run = Run(command, new_session=True)
     run.wait_for_steps(6)  # checkpoint-4 is saved before step 5 starts
     os.killpg(run.process.pid, signal.SIGINT)
-    time.sleep(0.05)
+    run.wait_for_text("SIGINT received")  # the first one was taken: the run now finishes its generation batch
     sent = time.monotonic()
     os.killpg(run.process.pid, signal.SIGINT)
     output = run.finish(timeout=30)
