@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .checks import Range, RunArgumentError
+from .checks import as_number as _as_number
+from .checks import format_number as _fmt
 
 __all__ = [
     "RunArgumentError",
@@ -54,83 +56,6 @@ __all__ = [
     "user_values_from_argv",
     "UserValues",
 ]
-
-
-class RunArgumentError(ValueError):
-    """A run argument that would fail late or be silently ignored; the one-line message names field, value, fix."""
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# the tables
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Range:
-    """The valid values of one numeric field.
-
-    Args:
-        low, high (`float`, *optional*): bounds (``None`` = unbounded).
-        low_open, high_open (`bool`): the bound itself excluded (``>`` / ``<``) instead of included.
-        integer (`bool`): a whole number is required (``4.0`` is accepted as 4).
-        fix (`str`): what to do instead, appended to the message.
-        source (`str`): who reads the field and why the bound holds (documentation for the table).
-    """
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    integer: bool = False
-    fix: str = ""
-    source: str = ""
-
-    def describe(self) -> str:
-        """The range in words, e.g. ``"an integer >= 1"``, ``"a number in (0, 1]"``."""
-        kind = "an integer" if self.integer else "a number"
-        if self.low is not None and self.high is not None:
-            return f"{kind} in {'(' if self.low_open else '['}{_fmt(self.low)}, {_fmt(self.high)}{')' if self.high_open else ']'}"
-        if self.low is not None:
-            return f"{kind} {'>' if self.low_open else '>='} {_fmt(self.low)}"
-        if self.high is not None:
-            return f"{kind} {'<' if self.high_open else '<='} {_fmt(self.high)}"
-        return f"a finite {kind.split()[-1]}"
-
-    def check(self, name: str, value: Any) -> None:
-        """Raise :class:`RunArgumentError` unless ``value`` (a number, or a string TRL's parser would cast) is valid.
-
-        ``None`` is accepted (the fields that may be ``None`` mean "unset" by it; TRL's parser rejects it for the
-        others).
-        """
-        if value is None:
-            return
-        number = _as_number(value)
-        ok = number is not None and math.isfinite(number)
-        if ok and self.integer:
-            ok = float(number).is_integer()
-        if ok and self.low is not None:
-            ok = number > self.low if self.low_open else number >= self.low
-        if ok and self.high is not None:
-            ok = number < self.high if self.high_open else number <= self.high
-        if not ok:
-            raise RunArgumentError(f"{name}={value!r} must be {self.describe()}. Fix: {self.fix}")
-
-
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
-
-
-def _as_number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
 
 
 def _int(low, fix, source="", high=None):

@@ -1,0 +1,136 @@
+"""The one validation helper: numeric ranges and string choices, with one-line messages that name the field, the
+value and a fix.
+
+Every check of a single value in this package goes through :class:`Range` or :func:`check_choice`; the modules that
+own a concept (the plan, advantage settings, rewards, the hub) keep only *which* range or choice applies. Importing
+this module imports nothing heavy (no torch, no TRL).
+
+Example:
+
+>>> Range(low=1, integer=True, fix="try 8.").check("num_generations", 4.0)
+4
+>>> Range(low=0, low_open=True, fix="try 1.0.").check("temperature", 0)
+Traceback (most recent call last):
+...
+trl_grpo_ext.checks.RunArgumentError: temperature=0 must be a number > 0. Fix: try 1.0.
+>>> check_choice("zero_variance_filter", "mask", ("off", "mask", "resample"))
+'mask'
+>>> check_choice("zero_variance_filter", "masc", ("off", "mask", "resample"))
+Traceback (most recent call last):
+...
+trl_grpo_ext.checks.RunArgumentError: zero_variance_filter='masc' is not valid. Did you mean 'mask'? Choose one of 'off', 'mask', 'resample'.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RunArgumentError", "Range", "check_choice", "as_number", "format_number"]
+
+
+class RunArgumentError(ValueError):
+    """A run argument that would fail late or be silently ignored; the one-line message names field, value, fix."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """The valid values of one numeric field.
+
+    Args:
+        low, high (`float`, *optional*): bounds (``None`` = unbounded).
+        low_open, high_open (`bool`): the bound itself excluded (``>`` / ``<``) instead of included.
+        integer (`bool`): a whole number is required (``4.0`` is accepted as 4).
+        fix (`str`): what to do instead, appended to the message.
+        source (`str`): who reads the field and why the bound holds (documentation for the table).
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    fix: str = ""
+    source: str = ""
+
+    def describe(self) -> str:
+        """The range in words, e.g. ``"an integer >= 1"``, ``"a number in (0, 1]"``."""
+        kind = "an integer" if self.integer else "a number"
+        if self.low is not None and self.high is not None:
+            low, high = format_number(self.low), format_number(self.high)
+            return f"{kind} in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{kind} {'>' if self.low_open else '>='} {format_number(self.low)}"
+        if self.high is not None:
+            return f"{kind} {'<' if self.high_open else '<='} {format_number(self.high)}"
+        return f"a finite {kind.split()[-1]}"
+
+    def check(self, name: str, value: Any, error: type[ValueError] = RunArgumentError) -> Any:
+        """Return ``value`` if valid (as an `int` when :attr:`integer`), else raise ``error``.
+
+        Args:
+            name (`str`): the field's name, quoted in the message.
+            value: a number, or a string TRL's parser would cast (``"1e-4"``); ``None`` is accepted and returned
+                (the fields that may be ``None`` mean "unset" by it; TRL's parser rejects it for the others).
+            error (`type[ValueError]`, defaults to :class:`RunArgumentError`): the exception class raised, so that a
+                concept keeps its own error type (``QuantityError``, ``AdvantageConfigError``).
+
+        Raises:
+            ``error``: "``name=value`` must be <the range in words>. Fix: <fix>".
+        """
+        if value is None:
+            return None
+        number = as_number(value)
+        ok = number is not None and math.isfinite(number)
+        if ok and self.integer:
+            ok = float(number).is_integer()
+        if ok and self.low is not None:
+            ok = number > self.low if self.low_open else number >= self.low
+        if ok and self.high is not None:
+            ok = number < self.high if self.high_open else number <= self.high
+        if not ok:
+            fix = f" Fix: {self.fix}" if self.fix else ""
+            raise error(f"{name}={value!r} must be {self.describe()}.{fix}")
+        if self.integer:
+            return int(number)
+        return value if isinstance(value, (int, float)) else number
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str], error: type[ValueError] = RunArgumentError,
+                 fix: str = "") -> Any:
+    """Return ``value`` if it is one of ``choices``, else raise ``error`` with a "Did you mean" hint.
+
+    Args:
+        name (`str`): the field's name. value: the user's value. choices (iterable of `str`): the valid values, in
+        the order the message lists them. error (`type[ValueError]`): the exception class raised. fix (`str`): an
+        extra sentence appended to the message.
+    """
+    choices = tuple(choices)
+    if isinstance(value, str) and value in choices:
+        return value
+    hint = difflib.get_close_matches(str(value), choices, n=1)
+    did_you_mean = f" Did you mean {hint[0]!r}?" if hint else ""
+    extra = f" {fix}" if fix else ""
+    raise error(f"{name}={value!r} is not valid.{did_you_mean} Choose one of {', '.join(map(repr, choices))}.{extra}")
+
+
+def format_number(x: float) -> str:
+    """A bound as a person writes it: ``1`` for 1.0, ``0.0001`` otherwise as `repr`."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a number (a numeric string cast as TRL's parser would), or ``None`` (booleans are not numbers)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
