@@ -11,12 +11,12 @@ into one `AdvantageSettings`, refuses contradictions, and returns the values TRL
 
 from __future__ import annotations
 
-import difflib
-import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from .checks import Range, check_choice
 
 BASELINES = ("group_mean", "leave_one_out")
 STD_SCALINGS = ("group", "batch", "none")
@@ -24,6 +24,9 @@ STD_KINDS = ("sample", "population")
 
 TRL_EPSILON = 1e-4
 """The ε TRL 1.16 hard-codes in `(r - μ) / (σ + 1e-4)` (`GRPOTrainer._generate_and_score_completions`)."""
+
+EPSILON_RANGE = Range(low=0, fix="use 1e-4 (TRL's).", source="advantages: A = (R - b) / (σ + ε)")
+"""The valid ε (`advantage_epsilon`, declared on `GRPOExtConfig`'s field too): a finite number >= 0."""
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Shao et al. 2024, DeepSeekMath, arXiv 2402.03300, §4.1.2 and eq. (3): outcome-supervised advantage
@@ -86,27 +89,12 @@ class AdvantageConfigError(ValueError):
     """Advantage settings that are unknown or contradict each other (a `ValueError`, so TRL's parser reports it)."""
 
 
-def _unknown(field_name: str, value: Any, valid: tuple[str, ...]) -> AdvantageConfigError:
-    hint = difflib.get_close_matches(str(value), valid, n=1)
-    did_you_mean = f" Did you mean {hint[0]!r}?" if hint else ""
-    return AdvantageConfigError(
-        f"Unknown {field_name} {value!r}.{did_you_mean} Valid values: {', '.join(repr(v) for v in valid)}."
-    )
-
-
 def _check_choice(field_name: str, value: Any, valid: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in valid:
-        raise _unknown(field_name, value, valid)
-    return value
+    return check_choice(field_name, value, valid, error=AdvantageConfigError)
 
 
 def _check_epsilon(field_name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise AdvantageConfigError(
-            f"{field_name} must be a finite number >= 0 (the ε added to the std before dividing), got {value!r}. "
-            f"TRL uses {TRL_EPSILON}."
-        )
-    return float(value)
+    return float(EPSILON_RANGE.check(field_name, value, error=AdvantageConfigError))
 
 
 def normalize_scale_rewards(value: Any) -> str:
@@ -131,7 +119,7 @@ def normalize_scale_rewards(value: Any) -> str:
         return "group" if value.lower() == "true" else "none"
     if isinstance(value, str) and value in STD_SCALINGS:
         return value
-    raise _unknown("scale_rewards", value, (*STD_SCALINGS, "True", "False"))
+    return _check_choice("scale_rewards", value, (*STD_SCALINGS, "True", "False"))  # raises: valid ones returned above
 
 
 @dataclass(frozen=True)
@@ -239,7 +227,7 @@ def resolve_advantage_settings(
     """
     defaults = FIELD_DEFAULTS if defaults is None else defaults
     if preset is not None and preset not in PRESETS:
-        raise _unknown("advantage_preset", preset, tuple(PRESETS))
+        _check_choice("advantage_preset", preset, tuple(PRESETS))
     # Validate every value first, so an unknown value is reported as such and not as a conflict.
     values: dict[str, Any] = {
         "advantage_baseline": advantage_baseline,

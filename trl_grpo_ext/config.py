@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any
 
 from trl import GRPOConfig
 
-from .advantage_settings import AdvantageSettings, resolve_advantage_settings
+from .advantage_settings import EPSILON_RANGE, AdvantageSettings, resolve_advantage_settings
+from .checks import Range
+from .fieldtable import Choices, declared_checks
 from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
 from .quantifiers import TRL_DEFAULTS, QuantityError, resolve_trl_fields
 from .rewards.spec import parse_reward_specs
@@ -23,6 +25,13 @@ from .zero_variance import ROW_NORMALISED_LOSSES
 ZERO_VARIANCE_MODES = ("off", "mask", "resample")
 ADAPTER_DTYPES = ("float32", "bfloat16")
 REWARD_ERROR_POLICIES = ("raise", "none")
+
+#: TRL's fields that ``__post_init__`` checks with the fields of ours: a config built in Python (not through the
+#: front door, whose table refuses ``learning_rate: 0`` too) may train at learning rate 0, never below.
+TRL_FIELD_RANGES = {
+    "temperature": Range(low=0, low_open=True, fix="GRPO samples G different completions; try 1.0."),
+    "learning_rate": Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4."),
+}
 
 
 @dataclass
@@ -102,16 +111,22 @@ class GRPOExtConfig(GRPOConfig):
     """
 
     # Quantities
-    prompts_per_step: int | None = field(
+    prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.",
+                                                  source="quantifiers")] = field(
         default=None, metadata={"help": "Distinct prompts per optimizer step across all processes [prompts]."}
     )
-    micro_batch_size: int | None = field(
+    micro_batch_size: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. micro_batch_size: 8.",
+                                                  source="quantifiers")] = field(
         default=None, metadata={"help": "Completions per forward/backward pass on one device [completions]."}
     )
-    total_training_steps: int | None = field(
+    total_training_steps: Annotated[int | None, Range(
+        low=1, integer=True, fix="use a positive number of steps, or remove it to stop by total_epochs.",
+        source="quantifiers")] = field(
         default=None, metadata={"help": "Hard stop [optimizer steps]; with total_epochs, the first reached stops."}
     )
-    total_epochs: float | None = field(
+    total_epochs: Annotated[float | None, Range(
+        low=0, low_open=True, fix="use a positive number of passes (e.g. 1, 2.5), or remove it.",
+        source="quantifiers")] = field(
         default=None, metadata={"help": "Fallback stop [passes over the prompts]; fractions allowed."}
     )
     # Advantages
@@ -124,24 +139,26 @@ class GRPOExtConfig(GRPOConfig):
     advantage_std_scaling: str | None = field(
         default=None, metadata={"help": "Std scaling: group, batch or none (one truth with scale_rewards)."}
     )
-    advantage_epsilon: float | None = field(
+    advantage_epsilon: Annotated[float | None, EPSILON_RANGE] = field(
         default=None, metadata={"help": "Epsilon added to the std before dividing. Default 1e-4 (TRL's)."}
     )
     advantage_std_kind: str | None = field(
         default=None, metadata={"help": "sample (unbiased, TRL's) or population standard deviation."}
     )
     # Zero-variance groups
-    zero_variance_filter: str = field(
+    zero_variance_filter: Annotated[str, Choices(ZERO_VARIANCE_MODES)] = field(
         default="off", metadata={"help": "off (TRL's behaviour), mask, or resample (DAPO dynamic sampling)."}
     )
-    zero_variance_tolerance: float = field(
+    zero_variance_tolerance: Annotated[float, Range(
+        low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = field(
         default=0.0, metadata={"help": "A group is uniform when its reward spread is at most this."}
     )
     zero_variance_reward: str | None = field(
         default=None,
         metadata={"help": "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total."},
     )
-    max_resample_rounds: int = field(
+    max_resample_rounds: Annotated[int, Range(low=0, integer=True, fix="use e.g. 3.",
+                                              source="zero_variance resample")] = field(
         default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
     )
     # Rewards
@@ -149,17 +166,19 @@ class GRPOExtConfig(GRPOConfig):
         default=None,
         metadata={"help": "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}."},
     )
-    reward_error_policy: str = field(
+    reward_error_policy: Annotated[str, Choices(REWARD_ERROR_POLICIES)] = field(
         default="raise", metadata={"help": "raise (fail the step) or none (treat a bad reward value as missing)."}
     )
     # Adapter precision
-    adapter_dtype: str = field(
+    adapter_dtype: Annotated[str, Choices(ADAPTER_DTYPES)] = field(
         default="float32", metadata={"help": "Trainable adapter weights on a quantized model: float32 or bfloat16."}
     )
-    lost_update_steps: int = field(
+    lost_update_steps: Annotated[int, Range(low=0, integer=True, fix="use 0 (off) or e.g. 10.",
+                                            source="adapter_precision")] = field(
         default=0, metadata={"help": "Measure the lost-update fraction every N optimizer steps (0 = off)."}
     )
-    lost_update_warning_threshold: float = field(
+    lost_update_warning_threshold: Annotated[float, Range(low=0, high=1, fix="use e.g. 0.2.",
+                                                          source="adapter_precision (a fraction)")] = field(
         default=0.2, metadata={"help": "Warn when the lost-update fraction exceeds this."}
     )
     # Generation
@@ -173,13 +192,8 @@ class GRPOExtConfig(GRPOConfig):
         self._resolve_quantities(world_size)
         self._resolve_advantages()
         self._resolve_rewards()
-        _check_choice("zero_variance_filter", self.zero_variance_filter, ZERO_VARIANCE_MODES)
-        _check_choice("adapter_dtype", self.adapter_dtype, ADAPTER_DTYPES)
-        _check_choice("reward_error_policy", self.reward_error_policy, REWARD_ERROR_POLICIES)
-        if self.zero_variance_tolerance < 0:
-            raise ValueError(
-                f"zero_variance_tolerance={self.zero_variance_tolerance} must be >= 0 (0 = exactly equal rewards)."
-            )
+        for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
+            check.check(name, getattr(self, name))
         entropy_bonus = getattr(self, "entropy_coef", 0.0) != 0.0 or getattr(self, "use_adaptive_entropy", False)
         if self.zero_variance_filter != "off" and entropy_bonus and self.loss_type in ROW_NORMALISED_LOSSES:
             raise ValueError(
@@ -188,14 +202,6 @@ class GRPOExtConfig(GRPOConfig):
                 f"{getattr(self, 'entropy_coef', 0.0)}). Use a token-normalised loss_type (dapo, bnpo, cispo, vespo), "
                 "or set entropy_coef: 0, or zero_variance_filter: off."
             )
-        if not self.temperature > 0:
-            raise ValueError(f"temperature={self.temperature} must be > 0: GRPO samples G different completions; try 1.0.")
-        if self.learning_rate < 0:
-            raise ValueError(f"learning_rate={self.learning_rate} must be >= 0; QLoRA GRPO typically uses 1e-5 to 1e-4.")
-        if self.max_resample_rounds < 0:
-            raise ValueError(f"max_resample_rounds={self.max_resample_rounds} must be >= 0; try 3.")
-        if self.lost_update_steps < 0:
-            raise ValueError(f"lost_update_steps={self.lost_update_steps} must be >= 0 (0 = off).")
         self._check_zero_variance_filter(world_size)
         self._check_bf16()
         self._check_generation()
@@ -390,9 +396,12 @@ QUANTITY_FIELDS = (
 )
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not valid; choose one of {', '.join(map(repr, choices))}.")
+#: field -> the `Range` or `Choices` it declares (ours, from their ``Annotated`` types), then TRL_FIELD_RANGES.
+_FIELD_CHECKS: dict[str, Any] = {
+    **{name: checks["range"] if "range" in checks else Choices(checks["choices"])
+       for name, checks in declared_checks(GRPOExtConfig).items()},
+    **TRL_FIELD_RANGES,
+}
 
 
 def _world_size_from_env() -> int:

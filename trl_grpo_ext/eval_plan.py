@@ -10,10 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from .checks import Range, check_choice
 from .quantifiers import QuantityError
 
 #: Values of the recipe's ``final_eval`` setting.
 FINAL_EVAL_CHOICES = ("none", "adapter", "compare_base")
+
+_EVAL_PROMPTS = Range(low=1, integer=True, fix="leave eval_num_prompts unset for the whole split, or use e.g. 64.")
+_EVAL_STEPS = Range(low=0, low_open=True, fix="use e.g. 50 (or a fraction of the run < 1) with eval_strategy: steps.")
 
 
 @dataclass(frozen=True)
@@ -89,13 +93,11 @@ def resolve_eval_plan(
             non-positive ``eval_steps`` or an unknown ``final_eval`` — each message names the field and a fix.
     """
     strategy = str(getattr(eval_strategy, "value", eval_strategy))
-    if final_eval not in FINAL_EVAL_CHOICES:
-        raise QuantityError(f"final_eval={final_eval!r} must be one of {FINAL_EVAL_CHOICES}.")
+    check_choice("final_eval", final_eval, FINAL_EVAL_CHOICES, error=QuantityError)
     if strategy == "no" and final_eval == "none":
         return None
     g_eval = num_generations_eval or num_generations
-    if eval_prompts is not None and eval_prompts < 1:
-        raise QuantityError(f"eval_num_prompts={eval_prompts} must be >= 1 (or leave it unset for the whole split).")
+    _EVAL_PROMPTS.check("eval_num_prompts", eval_prompts, error=QuantityError)
     every = None
     evaluations = 0
     batches = 0
@@ -118,15 +120,16 @@ def resolve_eval_plan(
         batches = completions // global_batch if eval_prompts is not None else 0
         if strategy == "steps":
             raw = logging_steps if eval_steps is None else eval_steps
-            if raw is None or raw <= 0:
-                raise QuantityError(f"eval_steps={eval_steps!r} must be > 0 with eval_strategy: steps.")
+            _EVAL_STEPS.check("eval_steps" if eval_steps is not None else "logging_steps", raw, error=QuantityError)
+            if raw is None:  # Range accepts None ("unset"); here it leaves no interval
+                raise QuantityError("eval_steps=None with logging_steps=None: set eval_steps, e.g. 50.")
             every = max(1, math.ceil(raw * total_steps)) if raw < 1 else int(raw)
             # every `every` steps, and once more at the last step (transformers evaluates when training stops)
             evaluations = total_steps // every + (1 if total_steps % every else 0)
         elif strategy == "epoch":
             evaluations = max(1, total_steps // max(1, steps_per_epoch))
         else:
-            raise QuantityError(f"eval_strategy={strategy!r} must be 'no', 'steps' or 'epoch'.")
+            check_choice("eval_strategy", strategy, ("no", "steps", "epoch"), error=QuantityError)  # raises
     return EvalPlan(
         eval_prompts=eval_prompts or 0, num_generations_eval=g_eval, completions_per_eval=completions,
         per_device_eval_batch_size=per_device_eval_batch_size, eval_batches=batches, eval_strategy=strategy,

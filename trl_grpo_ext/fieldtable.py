@@ -1,4 +1,4 @@
-"""Torch-free twins of the recipe's argument dataclasses, for `trl-grpo-ext plan`.
+"""Torch-free twins of the recipe's argument dataclasses, for `trl-grpo-ext plan`, with the checks their fields declare.
 
 `plan` must answer without importing torch (and faster than ``import trl``), yet read a config exactly as the recipe
 does. The recipe's dataclasses (``RecipeArguments``, ``GRPOExtConfig``, ``trl.ModelConfig``, ``HubPushArguments``)
@@ -17,6 +17,17 @@ the same choices and keeps the string); any other class that is not a builtin be
 ``accelerate.ParallelismConfig``, never set from a YAML file here).
 
 The twins have no ``__post_init__``: they carry the values as given, before ``GRPOExtConfig`` resolves them.
+
+Declared checks. A field of ours states its valid values on its type, with :class:`~typing.Annotated`::
+
+    max_resample_rounds: Annotated[int, Range(low=0, integer=True, fix="use e.g. 3.")] = field(default=3, ...)
+    adapter_dtype: Annotated[str, Choices(ADAPTER_DTYPES)] = field(default="float32", ...)
+
+(not in ``field(metadata=...)``: TRL's and transformers' ``HfArgumentParser`` pass every metadata key to
+``argparse.add_argument``, which refuses an unknown one; ``typing.get_type_hints`` strips ``Annotated`` for them).
+:func:`declared_checks` reads them, plus the ``choices`` of a field's argparse metadata (``final_eval``); the table
+carries them as a fifth column, so that ``trl_grpo_ext.validation`` and the generated ``docs/configuration.md``
+(:mod:`trl_grpo_ext.fielddocs`) read them without importing the dataclasses.
 """
 
 from __future__ import annotations
@@ -27,12 +38,55 @@ import functools
 import sys
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from .checks import Range, RunArgumentError, check_choice
 
 #: The generated table, next to this module.
 TABLE_FILE = Path(__file__).with_name("_fields.py")
 _NAMESPACE = {"Literal": Literal, "Any": Any}
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The valid values of a string field, declared on its type: ``Annotated[str, Choices(("off", "mask"))]``.
+
+    >>> Choices(("off", "mask")).check("zero_variance_filter", "mask")
+    'mask'
+    """
+
+    values: tuple[str, ...]
+
+    def check(self, name: str, value: Any, error: type[ValueError] = RunArgumentError) -> Any:
+        """Return ``value`` if it is one of :attr:`values`, else raise ``error`` (see `checks.check_choice`)."""
+        return check_choice(name, value, self.values, error=error)
+
+
+def declared_checks(cls) -> dict[str, dict[str, Any]]:
+    """``{field: {"choices": (...)} or {"range": Range(...)}}`` for the fields of dataclass ``cls`` that declare one.
+
+    Read from ``Annotated[..., Range(...)]`` / ``Annotated[..., Choices(...)]`` on the field's type, and, for the
+    fields this package declares, from a ``choices`` key of the metadata (which argparse also enforces on the command
+    line; TRL's and transformers' own argparse choices are left to them).
+    """
+    hints = typing.get_type_hints(cls, include_extras=True)
+    ours = {name for klass in cls.__mro__ if klass.__module__.split(".")[0] == __package__
+            for name in vars(klass).get("__annotations__", {})}
+    out: dict[str, dict[str, Any]] = {}
+    for f in dataclasses.fields(cls):
+        checks: dict[str, Any] = {}
+        if "choices" in f.metadata and f.name in ours:
+            checks["choices"] = tuple(_plain(list(f.metadata["choices"])))
+        for extra in getattr(hints.get(f.name), "__metadata__", ()):
+            if isinstance(extra, Choices):
+                checks["choices"] = tuple(extra.values)
+            elif isinstance(extra, Range):
+                checks["range"] = extra
+        if checks and f.init:
+            out[f.name] = checks
+    return out
 
 
 def type_text(tp: Any) -> str:
@@ -70,12 +124,14 @@ def _plain(value: Any) -> Any:
 
 
 def table_of(cls) -> list[tuple]:
-    """``[(name, type_text, default, metadata_without_help), ...]`` for the init fields of dataclass ``cls``.
+    """``[(name, type_text, default, metadata_without_help, checks), ...]`` for the init fields of dataclass ``cls``.
 
     ``default`` is the field's default, or its ``default_factory()`` result, or ``dataclasses.MISSING`` written as
-    the string ``"<required>"``; enum members become their values.
+    the string ``"<required>"``; enum members become their values. ``checks`` is the field's entry of
+    :func:`declared_checks` (``{}`` when it declares none).
     """
     hints = typing.get_type_hints(cls)
+    checks = declared_checks(cls)
     rows = []
     for f in dataclasses.fields(cls):
         if not f.init:
@@ -87,7 +143,7 @@ def table_of(cls) -> list[tuple]:
         else:
             default = "<required>"
         meta = {k: _plain(v) for k, v in f.metadata.items() if k != "help"}
-        rows.append((f.name, type_text(hints[f.name]), default, meta))
+        rows.append((f.name, type_text(hints[f.name]), default, meta, checks.get(f.name, {})))
     return rows
 
 
@@ -107,6 +163,8 @@ def write_table(path: Path = TABLE_FILE) -> Path:
         '"""',
         "",
         "# fmt: off",
+        "from .checks import Range",
+        "",
         "TABLES = {",
     ]
     for name, rows in recipe_tables().items():
@@ -142,7 +200,7 @@ def light_dataclasses() -> tuple[type, ...]:
     classes = []
     for name, rows in TABLES.items():
         spec = []
-        for fname, text, default, meta in rows:
+        for fname, text, default, meta, _checks in rows:
             if text not in types_:
                 types_[text] = eval(text, dict(_NAMESPACE))  # noqa: S307 (the generated file, see write_table)
             spec.append((fname, types_[text], _field(default, dict(meta))))
@@ -150,5 +208,30 @@ def light_dataclasses() -> tuple[type, ...]:
     return tuple(classes)
 
 
+def table_checks() -> dict[str, dict[str, Any]]:
+    """:func:`declared_checks` of every recipe dataclass, read from ``_fields.py`` (no torch, no TRL)."""
+    from ._fields import TABLES
+
+    return {row[0]: row[4] for rows in TABLES.values() for row in rows if row[4]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trl_grpo_ext.fieldtable [--docs]``: rewrite ``_fields.py``, or with ``--docs``
+    ``docs/configuration.md`` (:mod:`trl_grpo_ext.fielddocs`)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--docs"]:
+        from .fielddocs import write_docs
+
+        print(f"wrote {write_docs()}", file=sys.stderr)
+    elif not argv:
+        print(f"wrote {write_table()}", file=sys.stderr)
+    else:
+        print("usage: python -m trl_grpo_ext.fieldtable [--docs]", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(f"wrote {write_table()}", file=sys.stderr)
+    from trl_grpo_ext import fieldtable  # the package's module (its `Choices` is the one config.py uses), not __main__
+
+    sys.exit(fieldtable.main())

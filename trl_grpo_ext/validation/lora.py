@@ -1,0 +1,166 @@
+"""LoRA target modules against the model's module names, read from its config on the meta device (no weights)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..checks import RunArgumentError
+from .tables import flatten_values
+
+
+def check_lora_names(values: Mapping[str, Any]) -> None:
+    targets = values.get("lora_target_modules")
+    if not values.get("use_peft") or not targets:
+        return
+    listed = [targets] if isinstance(targets, str) else list(targets)
+    if "lm_head" in listed:
+        raise RunArgumentError(
+            "lora_target_modules contains 'lm_head': TRL refuses a LoRA adapter on lm_head (after the model loads). "
+            "Fix: remove it from lora_target_modules and train a full copy with lora_modules_to_save: [lm_head]."
+        )
+
+
+def _config_text(values: Mapping[str, Any]) -> str | None:
+    """The model's config as JSON text, read without transformers: the embedded model's shape, a local directory's
+    ``config.json``, or the Hugging Face cache's copy (None when none is available offline)."""
+    import json
+
+    from .. import tiny
+
+    name = values.get("model_name_or_path")
+    if not name:
+        return None
+    if name == tiny.TINY_MODEL_ID:
+        return json.dumps({"model_type": "qwen2", "vocab_size": len(tiny.ALPHABET) + len(tiny.SPECIAL_TOKENS),
+                           **tiny.TINY_CONFIG}, sort_keys=True)
+    local = Path(str(name)).expanduser() / "config.json"
+    if local.is_file():
+        return local.read_text(encoding="utf-8")
+    if tiny.is_embedded(name) or values.get("trust_remote_code"):
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(str(name), "config.json", revision=values.get("model_revision") or None)
+    except Exception:  # a malformed repository id: `check_model_path` reports it
+        return None
+    return Path(cached).read_text(encoding="utf-8") if isinstance(cached, str) else None
+
+
+def model_modules(values: Mapping[str, Any]) -> dict[str, str] | None:
+    """``{module name: module class name}`` of the model, without reading a weight.
+
+    Built once per config from the config on the meta device (``accelerate.init_empty_weights`` +
+    ``AutoModelForCausalLM.from_config``), then cached as JSON under ``tiny.cache_dir() / "module-names"``, keyed by
+    the SHA-256 of the config text, so later calls (``plan``) import neither torch nor transformers.
+
+    Returns:
+        the mapping, or None when the model's config cannot be read offline (`check_model_path` reports that).
+    """
+    import hashlib
+    import json
+    import os
+    import tempfile
+
+    from .. import tiny
+
+    text = _config_text(values)
+    if text is None:
+        return None
+    path = tiny.cache_dir() / "module-names" / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    data = json.loads(text)
+    model_type = data.pop("model_type", None)
+    try:
+        config = AutoConfig.for_model(model_type, **data)
+        with init_empty_weights():
+            model = AutoModelForCausalLM.from_config(config)
+    except (ValueError, KeyError, TypeError, OSError):
+        return None  # an architecture transformers cannot build without remote code: PEFT will judge
+    modules = {name: type(module).__name__ for name, module in model.named_modules() if name}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
+        json.dump(modules, fh)
+    os.replace(fh.name, path)
+    return modules
+
+
+def peft_target_matches(target: str | set[str], name: str) -> bool:
+    """PEFT's rule (`peft.tuners.tuners_utils.check_target_module_exists`, PEFT 0.18): a string is a regular
+    expression over the full module name (`re.fullmatch`); a set matches a name equal to an item or ending in
+    ``.item``. Restated here so `plan` needs no torch; tests/test_validation.py compares it with PEFT's function."""
+    if isinstance(target, str):
+        return re.fullmatch(target, name) is not None
+    return name in target or any(name.endswith(f".{t}") for t in target)
+
+
+#: Module types PEFT's LoRA can wrap (peft.tuners.lora.model: Linear, Embedding, Conv1d/2d/3d, transformers'
+#: Conv1D, MultiheadAttention); quantized Linear4bit/Linear8bitLt replace nn.Linear at load time.
+_LORA_LAYER_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D", "MultiheadAttention")
+
+
+def check_lora_targets(values: Any) -> None:
+    """Check ``lora_target_modules`` and ``lora_modules_to_save`` against the model's module names.
+
+    The module names come from :func:`model_modules` (the model built from its config on the meta device: no weights
+    are read), for the embedded tiny model or any config readable offline (a local directory, the Hugging Face
+    cache). Matching is PEFT's (:func:`peft_target_matches`). TRL's `ModelConfig` turns a one-item list into a string,
+    so ``[q_proj]`` is the regular expression ``q_proj``, which matches no full module name.
+
+    Args:
+        values: a mapping or `trl.ModelConfig` with ``model_name_or_path``, ``lora_target_modules``,
+            ``lora_modules_to_save`` (and optionally ``model_revision``, ``trust_remote_code``).
+
+    Raises:
+        RunArgumentError: a target that matches no module, or only modules LoRA cannot wrap (naming the closest
+            module names), or a ``lora_modules_to_save`` entry that matches nothing.
+    """
+    values = values if isinstance(values, Mapping) else flatten_values(values)
+    targets = values.get("lora_target_modules")
+    to_save = values.get("lora_modules_to_save") or []
+    if not targets and not to_save:
+        return
+    if isinstance(targets, (list, tuple)) and len(targets) == 1:
+        targets = targets[0]  # as trl.ModelConfig.__post_init__ does (the plan passes the YAML list)
+    modules = model_modules(values)
+    if modules is None:
+        return
+    model = values.get("model_name_or_path")
+    leaf_names = sorted({name.rsplit(".", 1)[-1] for name in modules})
+    if isinstance(targets, str) and targets != "all-linear":
+        groups = [(targets, targets)]
+    elif targets and targets != "all-linear":
+        groups = [(t, {t}) for t in targets]
+    else:
+        groups = []
+    for label, target in groups:
+        matched = [n for n in modules if peft_target_matches(target, n)]
+        if not matched:
+            import difflib
+
+            close = difflib.get_close_matches(str(label).split(".")[-1], leaf_names, n=3)
+            extra = (" TRL passes a one-item list as a string, which PEFT reads as a regular expression over full "
+                     f"module names (e.g. {next(iter(modules))!r}); write '.*{label}' or list two modules."
+                     if isinstance(target, str) and re.fullmatch(r"\w+", label) else "")
+            raise RunArgumentError(
+                f"lora_target_modules: {label!r} matches no module of {model}.{extra} Fix: use module names of the "
+                "model" + (f", e.g. {', '.join(close)}" if close else f" (e.g. {', '.join(leaf_names[:8])})") + "."
+            )
+        if not any(modules[n] in _LORA_LAYER_TYPES for n in matched):
+            raise RunArgumentError(
+                f"lora_target_modules: {label!r} matches only {sorted({modules[n] for n in matched})} modules, which "
+                "LoRA cannot wrap. Fix: target linear layers (e.g. q_proj, v_proj) or use 'all-linear'."
+            )
+    for entry in to_save:
+        if not any(re.match(rf"(^|.*\.){re.escape(entry)}($|\..*)", n) for n in modules):
+            raise RunArgumentError(
+                f"lora_modules_to_save: {entry!r} matches no module of {model}. Fix: use module names of the model "
+                "(e.g. lm_head, embed_tokens)."
+            )

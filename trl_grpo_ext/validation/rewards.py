@@ -1,0 +1,126 @@
+"""Checks of the selected rewards: parameters against the run, the packages and dataset columns each one needs."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..checks import RunArgumentError, as_number, format_number
+from .tables import flatten_values, typed_value
+
+
+def reward_specs(values: Mapping[str, Any]) -> list:
+    from ..rewards.spec import parse_reward_specs, with_run_defaults
+
+    rewards, weights = values.get("rewards"), values.get("reward_weights")
+    if rewards is None:
+        return []
+    items = rewards if isinstance(rewards, list) else [rewards]
+    if weights is not None and all(isinstance(i, dict) and "weight" in i for i in items):
+        if [i["weight"] for i in items] == list(weights):
+            weights = None  # already resolved by GRPOExtConfig
+    try:
+        specs = parse_reward_specs(rewards, weights)
+    except ValueError as err:
+        raise RunArgumentError(str(err)) from None
+    max_len = typed_value(values.get("max_completion_length"))
+    return with_run_defaults(specs, max_len) if isinstance(max_len, int) else specs
+
+
+def _reward_object(spec) -> Any | None:
+    """The reward callable of a registered reward (None for an import path, whose needs are not declared)."""
+    from ..rewards.registry import get_reward
+
+    if any(c in spec.name for c in ".:"):
+        return None
+    try:
+        return get_reward(spec.name, **spec.kwargs)
+    except (TypeError, ValueError) as err:
+        message = str(err) if spec.name in str(err) else f"{spec.name}: {err}"
+        raise RunArgumentError(f"rewards: {message}") from None
+
+
+def check_rewards_against_run(specs: Sequence, values: Mapping[str, Any]) -> None:
+    """Reward parameters that, with the run's settings, make a reward constant (no learning signal)."""
+    max_len = as_number(values.get("max_completion_length"))
+    if max_len is None:
+        return
+    for i, spec in enumerate(specs):
+        kw = spec.kwargs
+        if spec.name in ("soft_overlong", "soft_overlong_punishment_reward"):
+            l_max, cache = kw.get("max_completion_len", int(max_len)), kw.get("soft_punish_cache", 0)
+            if isinstance(l_max, int) and isinstance(cache, int) and l_max - cache >= max_len:
+                fix = (f"remove max_completion_len (it defaults to max_completion_length) or set it to {format_number(max_len)}"
+                       if l_max != max_len else "set soft_punish_cache > 0, e.g. a quarter of "
+                       "max_completion_length")
+                raise RunArgumentError(
+                    f"rewards[{i}] soft_overlong max_completion_len={l_max} with soft_punish_cache={cache} only "
+                    f"punishes completions longer than {l_max - cache} tokens, but max_completion_length="
+                    f"{format_number(max_len)} stops them first: it would score 0 for every completion. Fix: {fix}."
+                )
+        if spec.name == "length" and kw.get("unit", "tokens") == "tokens":
+            low, high = kw.get("min_length", 0), kw.get("max_length")
+            if isinstance(high, int) and isinstance(low, int) and low <= 1 and high >= max_len:
+                raise RunArgumentError(
+                    f"rewards[{i}] length max_length={high} is at least max_completion_length={format_number(max_len)}, so "
+                    f"every completion of 1 token or more scores 1.0 (a constant reward). Fix: set max_length below "
+                    f"{format_number(max_len)}, or raise max_completion_length."
+                )
+
+
+def check_reward_packages(specs: Sequence) -> None:
+    """Each reward's ``required_packages`` ((import name, pip requirement), ...) must be importable."""
+    for spec in specs:
+        reward = _reward_object(spec)
+        for module, requirement in getattr(reward, "required_packages", ()) or ():
+            if importlib.util.find_spec(module) is None:
+                raise RunArgumentError(
+                    f"rewards: {spec.name!r} needs the Python package {requirement!r} (module {module!r}), which is "
+                    f"not installed. Fix: pip install {requirement}, or remove {spec.name!r} from rewards."
+                )
+
+
+def known_columns(values: Mapping[str, Any]) -> list[str] | None:
+    """The training dataset's columns when known without loading it: the embedded task and GSM8K-format data."""
+    from .. import tiny
+
+    name = values.get("dataset_name")
+    if isinstance(name, str) and name == tiny.TINY_DATASET_ID:
+        try:
+            return list(tiny.count_char_rows(1, target=values.get("embedded_target") or "a")[0])
+        except ValueError as err:
+            raise RunArgumentError(f"embedded_target: {err} Fix: embedded_target: a") from None
+    if values.get("dataset_format") == "gsm8k" or name == "embedded:arithmetic":
+        return ["prompt", "answer"]  # data.gsm8k_to_prompt's row (the arithmetic task is mapped the same way)
+    return None
+
+
+def check_reward_columns(columns: Sequence[str], specs_or_values: Any) -> None:
+    """Every dataset column a selected reward reads (its ``required_columns``) must be in ``columns``.
+
+    Args:
+        columns (`list[str]`): the training dataset's column names.
+        specs_or_values: a list of `RewardSpec`, or a `GRPOExtConfig` / mapping holding ``rewards``.
+
+    Raises:
+        RunArgumentError: naming the reward, the column(s) it reads, the dataset's columns and the fix.
+    """
+    if isinstance(specs_or_values, list):
+        specs = specs_or_values
+    else:
+        specs = reward_specs(flatten_values(specs_or_values))
+    present = set(columns)
+    for i, spec in enumerate(specs):
+        reward = _reward_object(spec)
+        for alternatives in getattr(reward, "required_columns", ()) or ():
+            if not present.intersection(alternatives):
+                wanted = " or ".join(map(repr, alternatives))
+                raise RunArgumentError(
+                    f"rewards[{i}] {spec.name!r} reads the dataset column {wanted}, but the dataset has the columns "
+                    f"{sorted(present)}. Fix: add the column to the dataset, or choose one with the reward's column "
+                    f"parameter ({{name: {spec.name}, kwargs: {{column: <name>}}}})."
+                )
+
+
+# ---------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,133 @@
+"""`validate_run_args`: every check of a run's arguments, in order, and the run-level combinations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..checks import RunArgumentError, as_number, check_choice
+from .lora import check_lora_names, check_lora_targets
+from .rewards import (
+    check_reward_columns,
+    check_reward_packages,
+    check_rewards_against_run,
+    known_columns,
+    reward_specs,
+)
+from .tables import (
+    CHOICES,
+    GOVERNED_BY,
+    NORMALIZE_THEN_SUM_IGNORES,
+    ORDERED,
+    RANGES,
+    REQUIRES,
+    enum_value,
+    flatten_values,
+)
+from .user_values import check_user_values
+
+
+def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
+                      user_values: Mapping[str, Any] | None = None, world_size: int = 1,
+                      dataset_columns: Sequence[str] | None = None, check_model: bool = True) -> None:
+    """Refuse every bad combination of a run's arguments before any weight loads.
+
+    Args:
+        script_args, training_args, model_args, push_args: the recipe's four argument objects (`RecipeArguments`,
+            `GRPOExtConfig`, `trl.ModelConfig`, `HubPushArguments`), or any objects (or mappings) holding some of
+            their fields; fields absent from all four take :data:`DEFAULTS`. `plan` passes the YAML's keys.
+        user_values (`Mapping[str, Any]`, *optional*): the keys the user set and their values (YAML + command line,
+            :func:`user_values_from_argv`). Conflicts and settings that would be ignored are judged on these keys;
+            without them only ranges, choices and combinations of the resolved values are checked.
+        world_size (`int`, defaults to `1`): training processes.
+        dataset_columns (`list[str]`, *optional*): the training dataset's columns; when ``None`` they are known only
+            for the embedded and GSM8K-format datasets (the recipe calls :func:`check_reward_columns` again after
+            loading the dataset, before the model).
+        check_model (`bool`, defaults to `True`): check LoRA target modules against the model's module names
+            (:func:`model_modules`: the model built on the meta device once per config, then cached; no weights).
+
+    Raises:
+        RunArgumentError: one line naming the field(s), the value(s) and a fix.
+    """
+    user = dict(user_values or {})
+    check_user_values(user, world_size)
+    values = flatten_values(script_args, training_args, model_args, push_args)
+    values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
+    for name, rng in RANGES.items():
+        if name in values and not isinstance(values[name], (list, tuple, dict)):
+            rng.check(name, values[name])
+    for name, choices in CHOICES.items():
+        value = enum_value(values.get(name))
+        if name in values and value is not None:
+            check_choice(name, value, choices)
+    ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
+    cli_keys = getattr(user_values, "command_line_keys", frozenset())
+    for name in user:
+        if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values):
+            if name not in cli_keys and cli_keys.intersection(GOVERNED_BY[name]):
+                continue  # switched off on the command line over a YAML that configures it
+            ignored.setdefault(REQUIRES[name][0], []).append(name)
+    for setting, names in ignored.items():
+        fix = REQUIRES[names[0]][2].format(field=" and ".join(names))
+        given = ", ".join(f"{n}={user[n]!r}" for n in names)
+        raise RunArgumentError(f"{given} only take{'s' if len(names) == 1 else ''} effect with {setting}, so "
+                               f"{'it' if len(names) == 1 else 'they'} would be ignored. Fix: {fix}")
+    for low, high in ORDERED:
+        lo, hi = as_number(values.get(low)), as_number(values.get(high))
+        if lo is not None and hi is not None and lo > hi:
+            raise RunArgumentError(f"{low}={values[low]!r} is above {high}={values[high]!r}. Fix: make {low} <= {high}.")
+    _check_evaluation(values, user)
+    _check_aggregation(values, user)
+    specs = reward_specs(values)
+    check_rewards_against_run(specs, values)
+    check_reward_packages(specs)
+    columns = dataset_columns if dataset_columns is not None else known_columns(values)
+    if columns is not None:
+        check_reward_columns(columns, specs)
+    check_lora_names(values)
+    if check_model and values.get("use_peft"):
+        check_lora_targets(values)
+
+
+def _check_evaluation(values: Mapping[str, Any], user: Mapping[str, Any]) -> None:
+    """Evaluation needs a test split: `dataset_test_split` (TRL's default "test") not set to null or "".
+
+    Whether the named split exists is checked by the recipe's data stage (`data.load_eval_dataset`), which loads it
+    before the model; `plan` cannot look into a Hub dataset offline.
+    """
+    strategy = enum_value(values.get("eval_strategy"))
+    final_eval = values.get("final_eval") or "none"
+    evaluating = (strategy not in (None, "no")) or bool(values.get("do_eval")) or final_eval != "none"
+    if not evaluating:
+        return
+    if values.get("dataset_test_split"):
+        return
+    setting = (f"eval_strategy={strategy!r}" if strategy not in (None, "no")
+               else f"final_eval={final_eval!r}" if final_eval != "none" else "do_eval=True")
+    raise RunArgumentError(
+        f"{setting} evaluates on a test split, but dataset_test_split={values.get('dataset_test_split')!r}. Fix: set "
+        "dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: no and final_eval: none."
+    )
+
+
+def _check_aggregation(values: Mapping[str, Any], user: Mapping[str, Any]) -> None:
+    """`normalize_then_sum` is TRL's fixed formula: advantage settings set next to it would be ignored."""
+    if values.get("multi_objective_aggregation") != "normalize_then_sum":
+        return
+    if values.get("zero_variance_filter") not in (None, "off"):
+        raise RunArgumentError(
+            f"zero_variance_filter={values['zero_variance_filter']!r} judges groups on the weighted total reward and "
+            "needs multi_objective_aggregation='sum_then_normalize', got 'normalize_then_sum'. Fix: use "
+            "multi_objective_aggregation: sum_then_normalize, or zero_variance_filter: off."
+        )
+    ignored = [n for n in NORMALIZE_THEN_SUM_IGNORES if user.get(n) is not None]
+    if ignored:
+        name = ignored[0]
+        raise RunArgumentError(
+            f"{name}={user[name]!r} has no effect with multi_objective_aggregation='normalize_then_sum': TRL then "
+            "normalises each reward over its group (sample std, ε 1e-4), sums them and normalises over the batch. "
+            f"Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize."
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------

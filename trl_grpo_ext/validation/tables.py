@@ -1,0 +1,306 @@
+"""The tables that drive the checks of `trl_grpo_ext.validation`, and the helpers that read a run's values.
+
+Our own fields declare their range or choices on the field (``Annotated[int, Range(...)]``, ``Choices(...)``; see
+`trl_grpo_ext.fieldtable`); their entries come from the generated ``_fields.py``, so this module imports neither the
+config nor torch. TRL's, PEFT's and transformers' fields, which we cannot annotate, keep their rows here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..checks import Range
+from ..fieldtable import table_checks
+
+#: field -> {"range": Range} / {"choices": (...)}: the checks the recipe's dataclasses declare on their fields.
+_DECLARED: dict[str, dict[str, Any]] = table_checks()
+
+
+def _int(low, fix, source="", high=None):
+    return Range(low=low, high=high, integer=True, fix=fix, source=source)
+
+
+def _pos(fix, source=""):
+    return Range(low=0, low_open=True, fix=fix, source=source)
+
+
+def _nonneg(fix, source=""):
+    return Range(low=0, fix=fix, source=source)
+
+
+def _unit(fix, source="", low_open=False, high_open=False):
+    return Range(low=0, high=1, low_open=low_open, high_open=high_open, fix=fix, source=source)
+
+
+_PORT = _int(1, "use a free TCP port, e.g. 8000.", "vLLM server / NCCL group port", high=65535)
+
+#: Range of every numeric field read by this package, TRL 1.16 (`GRPOConfig`, `ModelConfig`), PEFT (`LoraConfig`) or
+#: transformers 5 (`TrainingArguments`). Values outside it either raise after the model has loaded, fail at the
+#: first step, or train silently on something meaningless (a negative clip range, a zero learning rate).
+RANGES: dict[str, Range] = {
+    # --- optimisation (transformers Trainer / torch.optim.AdamW) ---
+    "learning_rate": _pos("QLoRA GRPO typically uses 1e-5 to 1e-4; the embedded default uses 2e-3.",
+                          "0 trains nothing; a negative rate ascends the loss"),
+    "weight_decay": _nonneg("use 0 (no decay) or a small value such as 0.01.", "AdamW decoupled weight decay"),
+    "adam_beta1": _unit("use 0.9 (AdamW's default).", "AdamW betas must be in [0, 1)", high_open=True),
+    "adam_beta2": _unit("use 0.999 (AdamW's default).", "AdamW betas must be in [0, 1)", high_open=True),
+    "adam_epsilon": _pos("use 1e-8 (AdamW's default).", "AdamW divides by sqrt(v) + eps"),
+    "max_grad_norm": _nonneg("use 1.0, or 0 to disable clipping.", "Trainer clips when > 0"),
+    "warmup_steps": Range(low=0, fix="use a fraction of the run in [0, 1) (e.g. 0.1) or a whole number of steps.",
+                          source="transformers: < 1 is a fraction of the run, >= 1 whole steps (int() truncates)"),
+    "label_smoothing_factor": _unit("use 0 (GRPO does not read it).", "Trainer label smoother", high_open=True),
+    "neftune_noise_alpha": _nonneg("remove it or use e.g. 5.", "NEFTune noise scale"),
+    "num_train_epochs": _nonneg("use a positive number of passes, or total_epochs.", "Trainer"),
+    "max_steps": _int(-1, "use -1 (stop by epochs) or a positive number of steps, or total_training_steps.",
+                      "Trainer: -1 = by epochs; 0 trains nothing (see quantifiers)"),
+    # --- batch shape (quantifiers, TRL GRPOConfig) ---
+    "per_device_train_batch_size": _int(1, "use e.g. 8 completions per device, or micro_batch_size.", "Trainer"),
+    "per_device_eval_batch_size": _int(1, "use e.g. 8.", "Trainer"),
+    "gradient_accumulation_steps": _int(1, "use 1 or more micro-batches per step, or prompts_per_step.", "Trainer"),
+    "generation_batch_size": _int(1, "remove it (TRL derives it) or use a multiple of num_generations.", "TRL"),
+    "steps_per_generation": _int(1, "remove it (TRL uses gradient_accumulation_steps) or use 1 or more.", "TRL"),
+    "num_generations": _int(2, "GRPO compares completions of one prompt: use 2 or more (8 or more for instruct "
+                               "models).", "TRL raises for < 2 (group std undefined)"),
+    "num_generations_eval": _int(1, "remove it (evaluation uses num_generations) or use 1 or more.", "TRL"),
+    "num_iterations": _int(1, "use 1 (one update per generation batch) or more.", "TRL's μ"),
+    "eval_accumulation_steps": _int(1, "remove it or use 1 or more.", "Trainer"),
+    "torch_empty_cache_steps": _int(1, "remove it or use 1 or more.", "Trainer"),
+    # --- logging / saving / evaluation cadence (transformers: < 1 is a fraction of the run) ---
+    "logging_steps": _pos("use e.g. 1 or 10 (or a fraction of the run < 1).", "Trainer"),
+    "save_steps": _pos("use e.g. 50 (or a fraction of the run < 1).", "Trainer"),
+    "eval_steps": _pos("use e.g. 50 (or a fraction of the run < 1), or remove it.", "Trainer"),
+    "eval_delay": _nonneg("use 0.", "Trainer"),
+    "save_total_limit": _int(1, "use null to keep every checkpoint, or 1 or more (0 keeps them all, silently).",
+                             "Trainer._rotate_checkpoints ignores values <= 0"),
+    "seed": _int(0, "use a whole number in [0, 2**32 - 1], e.g. 42.", "numpy seeds must be in [0, 2**32)",
+                 high=2**32 - 1),
+    "data_seed": _int(0, "remove it or use a whole number in [0, 2**32 - 1].", "numpy", high=2**32 - 1),
+    "dataloader_num_workers": _int(0, "use 0 (load in the main process) or more.", "torch DataLoader"),
+    "dataloader_prefetch_factor": _int(1, "remove it or use 1 or more.", "torch DataLoader"),
+    "ddp_timeout": _int(1, "use a positive number of seconds, e.g. 1800.", "torch.distributed"),
+    "ddp_bucket_cap_mb": _int(1, "remove it or use a positive size in MB, e.g. 25.", "DDP"),
+    "router_aux_loss_coef": _nonneg("remove it or use a value >= 0.", "MoE auxiliary loss"),
+    # --- generation (TRL -> transformers GenerationConfig / vLLM SamplingParams) ---
+    "max_completion_length": _int(1, "use the longest reply you want in tokens, e.g. 256.", "TRL / generate"),
+    "max_prompt_length": _int(1, "use the longest prompt to keep in tokens, e.g. 512, or remove it.", "recipe"),
+    "temperature": _pos("GRPO samples G different completions: use e.g. 1.0 (0.7 for instruct models).",
+                        "sampling divides logits by it"),
+    "top_p": _unit("use 1.0 (no nucleus filtering) or e.g. 0.95.", "GenerationConfig / vLLM", low_open=True),
+    "top_k": _int(0, "use 0 (no top-k filtering) or e.g. 50.", "TRL: 0 disables top-k"),
+    "min_p": _unit("remove it or use e.g. 0.05.", "GenerationConfig / vLLM"),
+    "repetition_penalty": _pos("use 1.0 (none) or e.g. 1.1.", "generate divides/multiplies logits by it"),
+    "max_tool_calling_iterations": _int(0, "remove it or use 0 or more.", "TRL tool calling"),
+    "num_completions_to_print": _int(0, "remove it or use 0 or more.", "TRL logging"),
+    # --- GRPO loss (TRL) ---
+    "beta": _nonneg("use 0 (no KL term, TRL's default) or e.g. 0.04.", "KL coefficient"),
+    "epsilon": _nonneg("use 0.2 (PPO/GRPO's clip range).", "lower clip bound 1 - epsilon"),
+    "epsilon_high": _nonneg("remove it (defaults to epsilon) or use e.g. 0.28 (DAPO clip-higher).",
+                            "upper clip bound 1 + epsilon_high"),
+    "delta": Range(low=1, low_open=True, fix="remove it or use e.g. 1.2 + epsilon (an upper bound on the ratio).",
+                   source="TRL two-sided clipping: the ratio is clamped to <= delta, a bound above 1"),
+    "top_entropy_quantile": _unit("use 1.0 (all tokens) or e.g. 0.2.", "TRL: keeps the top-ρ entropy tokens",
+                                  low_open=True),
+    "entropy_coef_min": _nonneg("use 0 or a small coefficient.", "TRL adaptive entropy"),
+    "entropy_coef_max": _nonneg("use e.g. 1.0.", "TRL adaptive entropy"),
+    "entropy_coef_delta": _pos("use e.g. 0.005.", "TRL adaptive entropy step"),
+    "entropy_target": _pos("use e.g. 0.2 nats.", "TRL adaptive entropy target (nats per token)"),
+    "sapo_temperature_neg": _pos("use 1.05 (TRL's default).", "SAPO soft gate temperature"),
+    "sapo_temperature_pos": _pos("use 1.0 (TRL's default).", "SAPO soft gate temperature"),
+    "vespo_k_pos": _pos("use TRL's default 2.0.", "VESPO exponent"),
+    "vespo_lambda_pos": _pos("use TRL's default 3.0.", "VESPO scale"),
+    "vespo_k_neg": _pos("use TRL's default 3.0.", "VESPO exponent"),
+    "vespo_lambda_neg": _pos("use TRL's default 2.0.", "VESPO scale"),
+    "ref_model_mixup_alpha": _unit("use 0.6 (TRL's default).", "TR-DPO mix-up weight"),
+    "ref_model_sync_steps": _int(1, "use e.g. 512.", "reference model sync period [steps]"),
+    "off_policy_mask_threshold": _nonneg("remove it or use a value >= 0.", "TRL off-policy masking"),
+    "vllm_importance_sampling_clip_max": _pos("use 3.0 (TRL's default).", "TRL IS correction"),
+    "vllm_importance_sampling_clip_min": _nonneg("remove it or use a value >= 0.", "TRL IS correction"),
+    "vllm_importance_sampling_cap": _pos("remove it (deprecated: use vllm_importance_sampling_clip_max).", "TRL"),
+    # --- vLLM ---
+    "vllm_server_port": _PORT,
+    "vllm_group_port": _PORT,
+    "vllm_server_timeout": _pos("use e.g. 240 seconds.", "TRL vLLM client"),
+    "vllm_gpu_memory_utilization": _unit("use e.g. 0.3 (colocate) or 0.9 (server).", "vLLM", low_open=True),
+    "vllm_tensor_parallel_size": _int(1, "use 1 or the number of GPUs per vLLM engine.", "vLLM"),
+    "vllm_max_model_length": _int(1, "remove it or use prompt + completion tokens.", "vLLM"),
+    # --- ours: declared on GRPOExtConfig's fields (Annotated[..., Range(...)], see fieldtable) ---
+    **{name: checks["range"] for name, checks in _DECLARED.items() if "range" in checks},
+    # --- the recipe's (launch.RecipeArguments) ---
+    "embedded_num_prompts": _int(1, "use e.g. 240.", "tiny"),
+    "eval_num_prompts": _int(1, "remove it (the whole test split) or use e.g. 64.", "data.load_eval_dataset"),
+    "final_eval_num_samples": _int(0, "use 0 (greedy only) or e.g. 8 samples per prompt.", "evaluation"),
+    # --- LoRA (trl.ModelConfig -> peft.LoraConfig) ---
+    "lora_r": _int(1, "use a rank such as 8 or 16.", "PEFT raises for r <= 0, after the model loads"),
+    "lora_alpha": _pos("use e.g. 2 × lora_r (16 for r 8).", "PEFT scales the update by alpha / r"),
+    "lora_dropout": _unit("use 0.0 or e.g. 0.05.", "torch.nn.Dropout probability", high_open=True),
+}
+
+
+#: Numeric fields deliberately not range-checked here, with the reason (checked by tests/test_validation.py).
+UNCHECKED_NUMERIC: dict[str, str] = {
+    "local_rank": "set by the launcher, not by users",
+    "reward_weights": "a list; checked by rewards.spec (finite numbers, one per reward)",
+    "pad_to_multiple_of": "int or 'auto'; TRL validates it",
+    "entropy_coef": "any finite sign is meaningful (a negative value is an entropy penalty)",
+}
+
+#: Allowed values of string fields that would otherwise be accepted and fail after the model loads or at step 1.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"),
+    "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
+    "importance_sampling_level": ("token", "sequence"),
+    "dataset_format": ("prompt", "gsm8k"),
+    "bnb_4bit_quant_type": ("nf4", "fp4"),
+    "eval_strategy": ("no", "steps", "epoch"),
+    "save_strategy": ("no", "steps", "epoch", "best"),
+    "logging_strategy": ("no", "steps", "epoch"),
+    # ours and the recipe's: declared on the fields (`Choices(...)`, or argparse `choices` metadata; see fieldtable)
+    **{name: checks["choices"] for name, checks in _DECLARED.items() if "choices" in checks},
+}
+
+#: Pairs of fields that cannot both be on: (a, b, fix). "On" = true for flags, not None for the others.
+EXCLUSIVE: tuple[tuple[str, str, str], ...] = (
+    ("load_in_4bit", "load_in_8bit", "choose one quantisation: load_in_4bit (QLoRA, NF4) or load_in_8bit."),
+    ("bf16", "fp16", "choose one mixed-precision mode (bf16 on GPUs that support it)."),
+    ("generation_batch_size", "steps_per_generation", "set one of them (TRL derives the other)."),
+)
+
+#: Fields that only take effect under another setting: field -> (setting, predicate on the run values, fix). A field
+#: the user set while the predicate is false would be silently ignored, so it is refused.
+REQUIRES: dict[str, tuple[str, Any, str]] = {}
+for _name in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
+              "lora_task_type", "use_rslora", "use_dora", "lora_target_parameters"):
+    REQUIRES[_name] = ("use_peft: true", lambda v: bool(v.get("use_peft")), "set use_peft: true or remove {field}.")
+for _name in ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage"):
+    REQUIRES[_name] = ("load_in_4bit: true", lambda v: bool(v.get("load_in_4bit")),
+                       "set load_in_4bit: true or remove {field}.")
+REQUIRES["max_resample_rounds"] = ("zero_variance_filter: resample",
+                                   lambda v: v.get("zero_variance_filter") == "resample",
+                                   "set zero_variance_filter: resample or remove {field}.")
+REQUIRES["zero_variance_tolerance"] = ("zero_variance_filter: mask or resample",
+                                       lambda v: v.get("zero_variance_filter") in ("mask", "resample"),
+                                       "set zero_variance_filter: mask (or resample) or remove {field}.")
+REQUIRES["lost_update_warning_threshold"] = ("lost_update_steps > 0", lambda v: (v.get("lost_update_steps") or 0) > 0,
+                                             "set lost_update_steps: 10 (say) or remove {field}.")
+REQUIRES["embedded_num_prompts"] = ("an embedded dataset_name",
+                                    lambda v: str(v.get("dataset_name") or "").startswith("embedded:"),
+                                    "use an embedded dataset_name (embedded:count-char, embedded:arithmetic) or "
+                                    "remove {field}.")
+REQUIRES["dataset_format"] = ("a dataset that is not embedded (the embedded tasks map their own rows)",
+                              lambda v: not str(v.get("dataset_name") or "").startswith("embedded:"),
+                              "remove {field}: embedded:arithmetic is always read as GSM8K rows and "
+                              "embedded:count-char as prompts.")
+REQUIRES["embedded_target"] = ("dataset_name: embedded:count-char",
+                               lambda v: v.get("dataset_name") == "embedded:count-char",
+                               "use dataset_name: embedded:count-char or remove {field}.")
+REQUIRES["eval_num_prompts"] = ("an evaluation (eval_strategy other than no, or final_eval)",
+                                lambda v: enum_value(v.get("eval_strategy")) not in (None, "no")
+                                or v.get("final_eval") not in (None, "none"),
+                                "set eval_strategy: steps or final_eval: adapter, or remove {field}.")
+REQUIRES["final_eval_num_samples"] = ("final_eval: adapter or compare_base",
+                                      lambda v: v.get("final_eval") not in (None, "none"),
+                                      "set final_eval: adapter or remove {field}.")
+for _name in ("sapo_temperature_neg", "sapo_temperature_pos"):
+    REQUIRES[_name] = ("loss_type: sapo", lambda v: v.get("loss_type") == "sapo",
+                       "set loss_type: sapo or remove {field}.")
+for _name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
+    REQUIRES[_name] = ("loss_type: vespo", lambda v: v.get("loss_type") == "vespo",
+                       "set loss_type: vespo or remove {field}.")
+for _name in ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"):
+    REQUIRES[_name] = ("use_adaptive_entropy: true", lambda v: bool(v.get("use_adaptive_entropy")),
+                       "set use_adaptive_entropy: true or remove {field}.")
+REQUIRES["eval_steps"] = ("eval_strategy: steps", lambda v: enum_value(v.get("eval_strategy")) == "steps",
+                          "set eval_strategy: steps (with a dataset_test_split) or remove {field}.")
+REQUIRES["save_steps"] = ("save_strategy: steps", lambda v: enum_value(v.get("save_strategy")) == "steps",
+                          "set save_strategy: steps or remove {field}.")
+
+#: The field(s) deciding whether each `REQUIRES` field takes effect. A field written in the YAML is not refused when
+#: one of these was given on the command line: `--save_strategy no` over a YAML with `save_steps: 50` switches the
+#: feature off on purpose.
+GOVERNED_BY: dict[str, tuple[str, ...]] = {
+    name: {"embedded_num_prompts": ("dataset_name",), "eval_num_prompts": ("eval_strategy", "final_eval")}.get(
+        name, (setting.split(":")[0].split(" ")[0],))
+    for name, (setting, _, _) in REQUIRES.items()
+}
+
+#: (low field, high field): the first may not exceed the second.
+ORDERED: tuple[tuple[str, str], ...] = (
+    ("entropy_coef_min", "entropy_coef_max"),
+    ("vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max"),
+)
+
+#: Fields whose value the cross-checks read; used when a caller passes only the keys a YAML sets (`plan`).
+#: tests/test_validation.py pins each to the default of its dataclass.
+DEFAULTS: dict[str, Any] = {
+    "use_peft": False,
+    "load_in_4bit": False,
+    "load_in_8bit": False,
+    "generation_batch_size": None,
+    "steps_per_generation": None,
+    "zero_variance_filter": "off",
+    "lost_update_steps": 0,
+    "loss_type": "dapo",
+    "use_adaptive_entropy": False,
+    "eval_strategy": "no",
+    "do_eval": False,
+    "save_strategy": "steps",
+    "dataset_name": None,
+    "dataset_format": "prompt",
+    "embedded_target": "a",
+    "final_eval": "none",
+    "dataset_test_split": "test",
+    "max_completion_length": 512,
+    "multi_objective_aggregation": "sum_then_normalize",
+    "rewards": None,
+    "reward_weights": None,
+    "model_name_or_path": None,
+    "model_revision": "main",
+    "trust_remote_code": False,
+    "lora_target_modules": None,
+    "lora_modules_to_save": None,
+    "entropy_coef_min": 0.0,
+    "entropy_coef_max": 1.0,
+    "vllm_importance_sampling_clip_min": None,
+    "vllm_importance_sampling_clip_max": 3.0,
+}
+
+#: Advantage fields that TRL's `normalize_then_sum` formula ignores (it normalises each reward over its group with
+#: the sample std and ε = 1e-4, sums, then normalises over the batch; `GRPOTrainer._generate_and_score_completions`).
+NORMALIZE_THEN_SUM_IGNORES = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
+                              "advantage_std_kind", "scale_rewards")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# reading a run's values
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def typed_value(value: Any) -> Any:
+    """A numeric string as TRL's parser types it ("4" -> 4, "1.5" -> 1.5); anything else unchanged."""
+    if isinstance(value, str):
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                pass
+    return value
+
+
+def enum_value(value: Any) -> Any:
+    return getattr(value, "value", value)
+
+
+def is_on(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "none", "null", "")
+    return value is not None and value is not False
+
+
+def flatten_values(*objects: Any) -> dict[str, Any]:
+    values = dict(DEFAULTS)
+    for obj in objects:
+        if obj is None:
+            continue
+        values.update(obj if isinstance(obj, Mapping) else vars(obj))
+    return values
