@@ -57,7 +57,7 @@ def test_renamed_keys_are_read_under_their_new_name(tmp_path, capsys, light):
 def test_old_and_new_name_together_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="'warmup_ratio' and 'warmup_steps' are both set"):
         read_run_args(["--config", _config(tmp_path, warmup_ratio=0.1, warmup_steps=5)], light=True)
-    with pytest.raises(ConfigError, match=r"warmup_ratio=1\.5 must be in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"warmup_ratio=1\.5 must be a number in \[0, 1\)"):
         read_run_args(["--config", _config(tmp_path, warmup_ratio=1.5)], light=True)
 
 
