@@ -65,20 +65,39 @@ def test_defaults_are_the_dataclass_defaults():
         assert value == getattr(default, "value", default), name
 
 
-def test_choices_of_ours_and_trls_are_pinned():
+def test_every_listed_choice_is_a_value_the_code_handles(tmp_path):
+    """CHOICES is what the code behind each field accepts: TRL's loss and aggregation branches, and for ours the
+    config, the reward guard and the adapter cast (not a comparison of the table with a copy of itself)."""
+    import torch
     from trl import GRPOTrainer
 
-    from trl_grpo_ext import config
+    from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.adapter_precision import cast_trainable_to
+    from trl_grpo_ext.rewards.guard import RewardGuard
 
-    assert CHOICES["zero_variance_filter"] == config.ZERO_VARIANCE_MODES
-    assert CHOICES["adapter_dtype"] == config.ADAPTER_DTYPES
-    assert CHOICES["reward_error_policy"] == config.REWARD_ERROR_POLICIES
     loss_source = inspect.getsource(GRPOTrainer._compute_loss)
     for loss_type in CHOICES["loss_type"]:
         assert f'"{loss_type}"' in loss_source
     aggregation_source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     for value in CHOICES["multi_objective_aggregation"]:
         assert f'"{value}"' in aggregation_source
+    base = dict(output_dir=str(tmp_path), use_cpu=True, report_to=[], num_generations=4, max_completion_length=8,
+                prompts_per_step=4, micro_batch_size=16)
+    for mode in CHOICES["zero_variance_filter"]:
+        assert GRPOExtConfig(**base, zero_variance_filter=mode).zero_variance_filter == mode
+    for policy in CHOICES["reward_error_policy"]:
+        guard = RewardGuard(lambda completions, **kwargs: [float("nan")] * len(completions), "r", on_error=policy)
+        if policy == "none":
+            assert guard(prompts=["p"], completions=["c"]) == [None]
+    layer = torch.nn.Linear(2, 2)
+    for dtype in CHOICES["adapter_dtype"]:
+        cast_trainable_to(layer, dtype)
+        assert layer.weight.dtype == getattr(torch, dtype)
+    for name in ("zero_variance_filter", "reward_error_policy", "adapter_dtype"):
+        with pytest.raises(RunArgumentError, match=rf"{name}='x' is not valid"):
+            check_user_values({name: "x"})
+        with pytest.raises(ValueError, match=rf"{name}='x' is not valid"):
+            GRPOExtConfig(**{**base, name: "x"})
 
 
 @pytest.mark.parametrize(

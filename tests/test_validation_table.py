@@ -173,6 +173,10 @@ INVALID = [
     row("final_eval without a test split", {"final_eval": "adapter", "dataset_test_split": None},
         ["final_eval", "dataset_test_split"]),
     row("final_eval typo", {"final_eval": "adaptor"}, ["final_eval"], "Did you mean 'adapter'"),
+    row("adapter_dtype typo", {"adapter_dtype": "bf16"}, ["adapter_dtype"], "Choose one of 'float32', 'bfloat16'"),
+    row("reward_error_policy typo", {"reward_error_policy": "skip"}, ["reward_error_policy"], "Choose one of"),
+    row("push_to_hub_mode typo", {"push_to_hub_mode": "merge"}, ["push_to_hub_mode"], "Did you mean 'merged'"),
+    row("merge_dtype typo", {"merge_dtype": "fp16"}, ["merge_dtype"], "Choose one of 'bfloat16', 'float16'"),
     row("eval_num_prompts without an evaluation", {"eval_num_prompts": 16}, ["eval_num_prompts", "eval_strategy"]),
     row("final_eval_num_samples without final_eval", {"final_eval_num_samples": 4}, ["final_eval_num_samples",
                                                                                      "final_eval"]),
@@ -279,8 +283,26 @@ def test_the_base_config_is_valid(tmp_path, capsys, no_weights):
     parse_recipe_args(["--config", path])
 
 
-def test_there_are_at_least_80_invalid_configs():
-    assert len(INVALID) >= 80
+def test_every_declared_check_is_refused_end_to_end():
+    """Each range or choice a field declares (and each row of RANGES/CHOICES for a field of ours) has a row above
+    whose value that very check refuses, so the parametrized test shows plan and recipe refusing it."""
+    from trl_grpo_ext.fieldtable import Choices, table_checks
+    from trl_grpo_ext.validation import RANGES
+
+    checks = {name: found.get("range") or Choices(found["choices"]) for name, found in table_checks().items()}
+    checks.update({name: RANGES[name] for name in ("embedded_num_prompts", "eval_num_prompts")})
+    assert len(checks) >= 15
+
+    def refuses(check, name, value):
+        try:
+            check.check(name, value)
+        except ValueError:
+            return True
+        return False
+
+    missing = [name for name, check in checks.items()
+               if not any(refuses(check, name, p.values[0][name]) for p in INVALID if name in p.values[0])]
+    assert missing == []
 
 
 @pytest.mark.parametrize("change, fields, fix, missing_module", INVALID)
