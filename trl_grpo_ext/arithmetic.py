@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import random
 
+from .checks import Range
+
 #: ``dataset_name`` that selects this task.
 ARITHMETIC_DATASET_ID = "embedded:arithmetic"
 #: Largest split this task builds [problems] (the generator has far more distinct problems).
@@ -109,11 +111,9 @@ def arithmetic_rows(split: str = "train", num_problems: int | None = None, seed:
                          f"{sorted(ARITHMETIC_SPLITS)}.")
     n = ARITHMETIC_SPLITS[split] if num_problems is None else num_problems
     field_name = "embedded_num_prompts" if split == "train" else "eval_num_prompts"
-    if not isinstance(n, int) or not 1 <= n <= MAX_PROBLEMS:
-        raise ValueError(f"{field_name}={num_problems!r} must be an integer in [1, {MAX_PROBLEMS}] for "
-                         f"{ARITHMETIC_DATASET_ID!r}.")
-    if not 0.0 <= two_step_fraction <= 1.0:
-        raise ValueError(f"two_step_fraction={two_step_fraction!r} must lie in [0, 1].")
+    n = Range(low=1, high=MAX_PROBLEMS, integer=True, fix=f"the most {ARITHMETIC_DATASET_ID!r} holds is {MAX_PROBLEMS}."
+          ).check(field_name, n, error=ValueError)
+    Range(low=0, high=1, fix="a fraction, e.g. 0.3.").check("two_step_fraction", two_step_fraction, error=ValueError)
     excluded: set[str] = set()
     if split == "test":
         pool = 4 * ARITHMETIC_SPLITS["train"]

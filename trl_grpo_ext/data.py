@@ -6,12 +6,14 @@ import re
 
 from . import tiny
 from .arithmetic import ARITHMETIC_DATASET_ID, arithmetic_rows
+from .checks import Range, check_choice
 from .data_sizes import EMBEDDED_TEST_SIZES
 
 GSM8K_SYSTEM_PROMPT = (
     "Solve the math problem step by step. Put your reasoning between <think> and </think>, then give the final "
     "number between <answer> and </answer>."
 )
+_MAX_PROMPT_LENGTH = Range(low=1, integer=True, fix="use e.g. 512 [tokens], or remove it to keep every prompt.")
 _GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.S)
 
 
@@ -105,8 +107,7 @@ def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
     name = script_args.dataset_name
     column = getattr(script_args, "dataset_prompt_column", "prompt")
     system_prompt = getattr(script_args, "system_prompt", None)
-    if split not in ("train", "test"):
-        raise ValueError(f"split={split!r} must be 'train' or 'test'.")
+    check_choice("split", split, ("train", "test"), error=ValueError)
     if getattr(script_args, "dataset_streaming", False):
         raise ValueError("dataset_streaming=True is not supported by the recipe: the plan counts the prompts. Remove it "
                          "(the dataset is downloaded once and cached).")
@@ -183,8 +184,7 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int):
     Raises:
         ValueError: ``max_prompt_length`` < 1, or no prompt fits.
     """
-    if max_prompt_length < 1:
-        raise ValueError(f"max_prompt_length={max_prompt_length} must be >= 1 [tokens]; remove it to keep every prompt.")
+    _MAX_PROMPT_LENGTH.check("max_prompt_length", max_prompt_length, error=ValueError)
     kept = dataset.filter(lambda row: prompt_length(row["prompt"], tokenizer) <= max_prompt_length)
     dropped = len(dataset) - len(kept)
     if len(kept) == 0:

@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from .checks import Range, RunArgumentError
 from .evaluation import EVAL_RESULTS_FILE
 
 
@@ -71,12 +72,13 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from .launch import RecipeArgumentError, parse_recipe_args, set_offline_defaults
 
     set_offline_defaults()
-    if args.num_prompts is not None and args.num_prompts < 1:
-        return _fail(f"--num-prompts {args.num_prompts} must be >= 1.")
-    if args.num_samples < 0:
-        return _fail(f"--k {args.num_samples} must be >= 0 (0 draws no samples).")
-    if args.batch_size < 1:
-        return _fail(f"--batch-size {args.batch_size} must be >= 1.")
+    try:
+        for flag, value, low, fix in (("--num-prompts", args.num_prompts, 1, "use e.g. 64, or leave it out for all."),
+                                      ("--k", args.num_samples, 0, "use 0 (no samples) or e.g. 8."),
+                                      ("--batch-size", args.batch_size, 1, "use e.g. 32.")):
+            Range(low=low, integer=True, fix=fix).check(flag, value)
+    except RunArgumentError as err:
+        return _fail(str(err))
     if args.compare_base and not args.adapter:
         return _fail("--compare-base needs --adapter DIR (the trained run's output_dir).")
     if args.adapter and not (Path(args.adapter) / "adapter_config.json").is_file():

@@ -20,6 +20,8 @@ import random
 import string
 from pathlib import Path
 
+from .checks import check_choice
+
 #: Prefix of a ``model_name_or_path`` / ``dataset_name`` value that selects the embedded default.
 EMBEDDED_PREFIX = "embedded:"
 #: The embedded model name.
@@ -185,8 +187,7 @@ def count_char_rows(num_prompts: int, target: str = "a", seed: int = 0) -> list[
     Returns:
         A list of ``{"prompt": [{"role": "user", "content": ...}], "target": target}`` dicts.
     """
-    if len(target) != 1 or target not in ALPHABET:
-        raise ValueError(f"target={target!r} must be one character of the tiny alphabet {ALPHABET!r}.")
+    check_choice("target", target, tuple(ALPHABET), error=ValueError, fix="(one character of the tiny alphabet)")
     rng = random.Random(seed)
     rows = []
     for _ in range(num_prompts):
