@@ -293,3 +293,15 @@ def test_module_names_are_cached_so_plan_needs_no_torch(tmp_path):
 def test_soft_overlong_with_its_default_length_and_a_cache_is_accepted():
     values = {"max_completion_length": 24, "rewards": [{"name": "soft_overlong", "kwargs": {"soft_punish_cache": 4}}]}
     validation.validate_run_args(None, values, None, None, user_values=values, check_model=False)
+
+
+def test_importing_validation_imports_neither_torch_nor_trl():
+    """`plan` validates without torch: the package, its tables (read from `_fields.py`) and the checks import none."""
+    import subprocess
+
+    code = ("import sys, trl_grpo_ext.validation, trl_grpo_ext.fielddocs\n"
+            "print(sorted(m for m in ('torch', 'trl', 'transformers', 'peft') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"

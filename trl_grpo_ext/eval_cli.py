@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from .checks import Range, RunArgumentError
+from .checks import Range, RunArgumentError, check_choice
 from .evaluation import EVAL_RESULTS_FILE
 
 
@@ -93,8 +93,11 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     except RecipeArgumentError:
         return 2  # the parser printed the one-line error
     names = [spec["name"] if isinstance(spec, dict) else spec for spec in training_args.rewards]
-    if args.correctness_reward is not None and args.correctness_reward not in names:
-        return _fail(f"--correctness-reward {args.correctness_reward!r} is not one of the run's rewards {names}.")
+    if args.correctness_reward is not None:
+        try:
+            check_choice("--correctness-reward", args.correctness_reward, names, fix="(the run's rewards)")
+        except RunArgumentError as err:
+            return _fail(str(err))
     if args.adapter:
         problem = _adapter_mismatch(args.adapter, model_args.model_name_or_path)
         if problem:

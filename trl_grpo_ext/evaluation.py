@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from .checks import check_choice
 from .eval_generation import generate_completions, score_completions
 from .eval_stats import (
     FORECAST_GROUP_SIZES,
@@ -145,8 +146,7 @@ def evaluate_model(
         raise ValueError("the evaluation split is empty: set dataset_test_split to a split with rows.")
     names = [getattr(f, "__name__", f"reward_{i}") for i, f in enumerate(reward_funcs)]
     target = correctness_reward or names[0]
-    if target not in names:
-        raise ValueError(f"correctness_reward={target!r} is not one of the run's rewards {names}.")
+    check_choice("correctness_reward", target, names, error=ValueError, fix="(the run's rewards)")
     index = names.index(target)
     model.eval()
     prompts = [r["prompt"] for r in rows]

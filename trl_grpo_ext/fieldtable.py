@@ -215,6 +215,18 @@ def table_checks() -> dict[str, dict[str, Any]]:
     return {row[0]: row[4] for rows in TABLES.values() for row in rows if row[4]}
 
 
+def table_defaults() -> dict[str, Any]:
+    """``{field: default}`` of every recipe dataclass field (the first class holding a name wins, as in the parser),
+    read from ``_fields.py``: plain values, enum members as their values, ``"<required>"`` for a required field."""
+    from ._fields import TABLES
+
+    defaults: dict[str, Any] = {}
+    for rows in TABLES.values():
+        for row in rows:
+            defaults.setdefault(row[0], row[2])
+    return defaults
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m trl_grpo_ext.fieldtable [--docs]``: rewrite ``_fields.py``, or with ``--docs``
     ``docs/configuration.md`` (:mod:`trl_grpo_ext.fielddocs`)."""

@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..checks import Range
-from ..fieldtable import table_checks
+from ..fieldtable import table_checks, table_defaults
 
 #: field -> {"range": Range} / {"choices": (...)}: the checks the recipe's dataclasses declare on their fields.
 _DECLARED: dict[str, dict[str, Any]] = table_checks()
+_TABLE_DEFAULTS: dict[str, Any] = table_defaults()
 
 
 def _int(low, fix, source="", high=None):
@@ -230,40 +231,16 @@ ORDERED: tuple[tuple[str, str], ...] = (
     ("vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max"),
 )
 
-#: Fields whose value the cross-checks read; used when a caller passes only the keys a YAML sets (`plan`).
-#: tests/test_validation.py pins each to the default of its dataclass.
-DEFAULTS: dict[str, Any] = {
-    "use_peft": False,
-    "load_in_4bit": False,
-    "load_in_8bit": False,
-    "generation_batch_size": None,
-    "steps_per_generation": None,
-    "zero_variance_filter": "off",
-    "lost_update_steps": 0,
-    "loss_type": "dapo",
-    "use_adaptive_entropy": False,
-    "eval_strategy": "no",
-    "do_eval": False,
-    "save_strategy": "steps",
-    "dataset_name": None,
-    "dataset_format": "prompt",
-    "embedded_target": "a",
-    "final_eval": "none",
-    "dataset_test_split": "test",
-    "max_completion_length": 512,
-    "multi_objective_aggregation": "sum_then_normalize",
-    "rewards": None,
-    "reward_weights": None,
-    "model_name_or_path": None,
-    "model_revision": "main",
-    "trust_remote_code": False,
-    "lora_target_modules": None,
-    "lora_modules_to_save": None,
-    "entropy_coef_min": 0.0,
-    "entropy_coef_max": 1.0,
-    "vllm_importance_sampling_clip_min": None,
-    "vllm_importance_sampling_clip_max": 3.0,
-}
+#: Fields whose value the cross-checks read, with their dataclass defaults (from the generated `_fields.py`); used
+#: when a caller passes only the keys a YAML sets (`plan`). tests/test_validation.py compares them with the classes.
+DEFAULTS: dict[str, Any] = {name: _TABLE_DEFAULTS[name] for name in (
+    "use_peft", "load_in_4bit", "load_in_8bit", "generation_batch_size", "steps_per_generation",
+    "zero_variance_filter", "lost_update_steps", "loss_type", "use_adaptive_entropy", "eval_strategy", "do_eval",
+    "save_strategy", "dataset_name", "dataset_format", "embedded_target", "final_eval", "dataset_test_split",
+    "max_completion_length", "multi_objective_aggregation", "rewards", "reward_weights", "model_name_or_path",
+    "model_revision", "trust_remote_code", "lora_target_modules", "lora_modules_to_save", "entropy_coef_min",
+    "entropy_coef_max", "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max",
+)}
 
 #: Advantage fields that TRL's `normalize_then_sum` formula ignores (it normalises each reward over its group with
 #: the sample std and ε = 1e-4, sums, then normalises over the batch; `GRPOTrainer._generate_and_score_completions`).
