@@ -12,6 +12,11 @@ from .tables import flatten_values
 
 
 def check_lora_names(values: Mapping[str, Any]) -> None:
+    """Refuse ``lm_head`` in ``lora_target_modules`` (TRL refuses it after the model loads), model or not.
+
+    Raises:
+        RunArgumentError: naming ``lora_modules_to_save: [lm_head]`` as the fix.
+    """
     targets = values.get("lora_target_modules")
     if not values.get("use_peft") or not targets:
         return

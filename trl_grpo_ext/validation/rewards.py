@@ -11,6 +11,12 @@ from .tables import flatten_values, typed_value
 
 
 def reward_specs(values: Mapping[str, Any]) -> list:
+    """The run's `RewardSpec` list from ``values["rewards"]`` / ``values["reward_weights"]`` (``[]`` without
+    rewards), with the run's defaults (``max_completion_length``) filled in.
+
+    Raises:
+        RunArgumentError: an unknown reward, parameter or weight (the message of `rewards.spec`).
+    """
     from ..rewards.spec import parse_reward_specs, with_run_defaults
 
     rewards, weights = values.get("rewards"), values.get("reward_weights")
@@ -42,7 +48,12 @@ def _reward_object(spec) -> Any | None:
 
 
 def check_rewards_against_run(specs: Sequence, values: Mapping[str, Any]) -> None:
-    """Reward parameters that, with the run's settings, make a reward constant (no learning signal)."""
+    """Refuse reward parameters that, with the run's ``max_completion_length``, make a reward constant (no learning
+    signal): ``soft_overlong`` that cannot punish any completion, ``length`` that scores every one 1.0.
+
+    Raises:
+        RunArgumentError: naming the reward, the parameter, ``max_completion_length`` and the fix.
+    """
     max_len = as_number(values.get("max_completion_length"))
     if max_len is None:
         return
@@ -70,7 +81,11 @@ def check_rewards_against_run(specs: Sequence, values: Mapping[str, Any]) -> Non
 
 
 def check_reward_packages(specs: Sequence) -> None:
-    """Each reward's ``required_packages`` ((import name, pip requirement), ...) must be importable."""
+    """Each reward's ``required_packages`` ((import name, pip requirement), ...) must be importable.
+
+    Raises:
+        RunArgumentError: naming the reward, the package and ``pip install <requirement>``.
+    """
     for spec in specs:
         reward = _reward_object(spec)
         for module, requirement in getattr(reward, "required_packages", ()) or ():
@@ -82,7 +97,12 @@ def check_reward_packages(specs: Sequence) -> None:
 
 
 def known_columns(values: Mapping[str, Any]) -> list[str] | None:
-    """The training dataset's columns when known without loading it: the embedded task and GSM8K-format data."""
+    """The training dataset's columns when known without loading it (the embedded tasks and GSM8K-format data),
+    else ``None``.
+
+    Raises:
+        RunArgumentError: an ``embedded_target`` the embedded count-char task cannot use.
+    """
     from .. import tiny
 
     name = values.get("dataset_name")

@@ -265,16 +265,21 @@ def typed_value(value: Any) -> Any:
 
 
 def enum_value(value: Any) -> Any:
+    """An enum member's value (TRL's and transformers' strategies are enums); anything else unchanged."""
     return getattr(value, "value", value)
 
 
 def is_on(value: Any) -> bool:
+    """Whether a flag or optional field is set: not ``None``/``False``, and for a command-line string not one of
+    ``false``, ``0``, ``no``, ``none``, ``null`` or empty."""
     if isinstance(value, str):
         return value.strip().lower() not in ("false", "0", "no", "none", "null", "")
     return value is not None and value is not False
 
 
 def flatten_values(*objects: Any) -> dict[str, Any]:
+    """One mapping of field -> value: :data:`DEFAULTS`, updated by each object's fields in order (a mapping, or an
+    object's ``vars``; ``None`` skipped)."""
     values = dict(DEFAULTS)
     for obj in objects:
         if obj is None:
