@@ -107,7 +107,7 @@ class LostUpdateTracker:
         self.threshold = threshold
         self.record = record
         self.history: list[float] = []
-        self._step = 0
+        self._optimizer_steps = 0
         self._before: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
         self._warned = False
 
@@ -118,8 +118,8 @@ class LostUpdateTracker:
             optimizer.register_step_post_hook(self._post)
 
     def _pre(self, optimizer, args, kwargs):
-        self._step += 1
-        if (self._step - 1) % self.every:
+        self._optimizer_steps += 1
+        if (self._optimizer_steps - 1) % self.every:
             return
         self._before = [
             (p, p.detach().clone(), p.grad.detach() != 0)
@@ -145,7 +145,7 @@ class LostUpdateTracker:
             self.record(fraction)
         if fraction > self.threshold and not self._warned:
             self._warned = True
-            logger.warning(_warning_text(fraction, self._step, self.threshold, optimizer))
+            logger.warning(_warning_text(fraction, self._optimizer_steps, self.threshold, optimizer))
 
 
 def _warning_text(fraction: float, step: int, threshold: float, optimizer: torch.optim.Optimizer) -> str:
