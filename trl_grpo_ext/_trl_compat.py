@@ -3,7 +3,7 @@
 TRL has no public extension points for what this package adds, so `GRPOExtTrainer` overrides a few private methods
 (each calls ``super()`` and post-processes) and reads a few private attributes. They are listed in `SURFACE`;
 `tests/test_trl_contract.py` checks every entry against the installed TRL (the name exists, with the parameters
-given), and `tests/test_trl_surface.py` fails if such a name is used anywhere else in the package or the recipes.
+given), and a scan there fails if such a name is used anywhere else in the package or the recipes.
 Method *definitions* that override a private method stay on the trainer (TRL calls them by name) and are listed in
 `OVERRIDDEN_PRIVATE_METHODS`; every other touch goes through a function below.
 
@@ -85,7 +85,7 @@ SURFACE: tuple[TouchPoint, ...] = (
 OVERRIDDEN_PRIVATE_METHODS: tuple[str, ...] = tuple(
     point.name for point in SURFACE if point.kind == "override" and point.name.startswith("_")
 )
-#: Every private name in `SURFACE`: used nowhere but here and in those overrides (tests/test_trl_surface.py).
+#: Every private name in `SURFACE`: used nowhere but here and in those overrides (scanned by test_trl_contract.py).
 PRIVATE_NAMES: frozenset[str] = frozenset(point.name for point in SURFACE if point.name.startswith("_"))
 
 

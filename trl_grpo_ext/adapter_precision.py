@@ -19,10 +19,9 @@ import logging
 import torch
 from torch import nn
 
+from .models import torch_dtype
+
 logger = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32", exclude: tuple[str, ...] = ()) -> int:
     """Store every trainable parameter of ``model`` in ``dtype`` and keep forward passes dtype-consistent.
@@ -45,9 +44,7 @@ def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32", ex
         ValueError: unknown ``dtype`` name.
     """
     if isinstance(dtype, str):
-        if dtype not in _DTYPES:
-            raise ValueError(f"adapter dtype {dtype!r} is not one of {sorted(_DTYPES)}.")
-        dtype = _DTYPES[dtype]
+        dtype = torch_dtype(dtype, field="adapter dtype")
     changed = 0
     for name, module in model.named_modules():
         own = [(f"{name}.{pname}", p) for pname, p in module.named_parameters(recurse=False) if p.requires_grad]
