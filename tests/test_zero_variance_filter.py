@@ -186,7 +186,7 @@ def test_group_mask_refuses_bad_arguments(kwargs, match):
 
 
 # --- settings ----------------------------------------------------------------------------------------------------------
-SETTINGS = dict(mode="mask", zero_variance_reward=None, rewards=None, multi_objective_aggregation="sum_then_normalize",
+SETTINGS = dict(mode="mask", zero_variance_reward=None, reward_names=None, multi_objective_aggregation="sum_then_normalize",
                 num_generations=4, world_size=1, generation_batch_size=None, steps_per_generation=None,
                 gradient_accumulation_steps=2, per_device_train_batch_size=4)
 
@@ -195,6 +195,11 @@ def test_settings_accepted():
     assert check_zero_variance_settings(**SETTINGS) is None
     assert check_zero_variance_settings(**{**SETTINGS, "mode": "resample"}) is None  # 4 × 2 = 8 completions: 2 groups
     assert check_zero_variance_settings(**{**SETTINGS, "zero_variance_reward": "mine"}) == "mine"  # no registry
+    # registry rewards: an alias gives the canonical name, the one TRL logs
+    with_registry = {**SETTINGS, "reward_names": ["accuracy", "format"]}
+    assert check_zero_variance_settings(**{**with_registry, "zero_variance_reward": "math_accuracy"}) == "accuracy"
+    with pytest.raises(ValueError, match=r"zero_variance_reward='length' is not one of this run's rewards"):
+        check_zero_variance_settings(**{**with_registry, "zero_variance_reward": "length"})
     assert judged_reward_index("b", ["a", "b"]) == 1 and judged_reward_index(None, ["a"]) is None
 
 

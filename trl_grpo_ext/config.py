@@ -267,7 +267,7 @@ class GRPOExtConfig(GRPOConfig):
         self.zero_variance_reward = check_zero_variance_settings(
             mode=self.zero_variance_filter,
             zero_variance_reward=self.zero_variance_reward,
-            rewards=self.rewards,
+            reward_names=[spec["name"] for spec in self.rewards] if self.rewards else None,
             multi_objective_aggregation=self.multi_objective_aggregation,
             num_generations=self.num_generations,
             world_size=world_size,

@@ -14,7 +14,7 @@ def check_zero_variance_settings(
     *,
     mode: str,
     zero_variance_reward: str | None,
-    rewards: list[dict] | None,
+    reward_names: list[str] | None,
     multi_objective_aggregation: str,
     num_generations: int,
     world_size: int,
@@ -38,7 +38,8 @@ def check_zero_variance_settings(
     Args:
         mode (`str`): ``zero_variance_filter`` (``"off"``, ``"mask"`` or ``"resample"``, already checked).
         zero_variance_reward (`str`, *optional*): the reward to judge groups on (None: the weighted total).
-        rewards (`list[dict]`, *optional*): the config's resolved reward specs (``{"name": ..., ...}``).
+        reward_names (`list[str]`, *optional*): the names of the run's registry rewards (the config's ``rewards``);
+            None or empty when the reward functions are passed to the trainer.
         multi_objective_aggregation (`str`): TRL's field.
         num_generations (`int`): G. world_size (`int`): processes.
         generation_batch_size (`int`, *optional*), steps_per_generation (`int`, *optional*),
@@ -58,7 +59,7 @@ def check_zero_variance_settings(
                 "filter on. Fix: set zero_variance_filter: mask (or resample), or remove zero_variance_reward."
             )
         return None
-    zero_variance_reward = _canonical_reward_name(zero_variance_reward, rewards)
+    zero_variance_reward = _canonical_reward_name(zero_variance_reward, reward_names)
     if multi_objective_aggregation != "sum_then_normalize":
         raise ValueError(
             f"zero_variance_filter={mode!r} judges groups on the weighted total reward and "
@@ -90,12 +91,12 @@ def check_zero_variance_settings(
     return zero_variance_reward
 
 
-def _canonical_reward_name(name: str | None, rewards: list[dict] | None) -> str | None:
-    if name is None or not rewards:
+def _canonical_reward_name(name: str | None, reward_names: list[str] | None) -> str | None:
+    if name is None or not reward_names:
         return name
     from ..rewards.registry import UnknownRewardError, check_reward_name
 
-    selected = [check_reward_name(spec["name"]) for spec in rewards]
+    selected = [check_reward_name(reward) for reward in reward_names]
     if name in selected:
         return name
     try:
