@@ -3,7 +3,7 @@
 Builds a 4-bit NF4 + LoRA run of the embedded tiny model (tests/hub_testing.make_finished_run: LoRA r=8 on q/k/v/o
 with random non-zero lora_B, plus a trained lm_head copy), takes the logits of two prompts from the 4-bit base +
 adapter through the training forward, exports it with every method and dtype of
-:func:`trl_grpo_ext.hub_merge.export_merged`, reloads each export with plain transformers and compares.
+:func:`trl_grpo_ext.hub.merge.export_merged`, reloads each export with plain transformers and compares.
 
     python benchmarks/merge_tolerance.py                     # CPU, float32 load/compute dtype (the recipe on CPU)
     python benchmarks/merge_tolerance.py --device cuda --dtype bfloat16   # the recipe on a GPU
@@ -33,7 +33,8 @@ def main() -> None:
     from hub_testing import make_finished_run, trained_logits
     from transformers import AutoModelForCausalLM
 
-    from trl_grpo_ext import hub_merge, tiny
+    from trl_grpo_ext import tiny
+    from trl_grpo_ext.hub import merge as hub_merge
 
     with tempfile.TemporaryDirectory() as tmp:
         output_dir, reference, _ = make_finished_run(Path(tmp) / "run", dtype=args.dtype, device=args.device)

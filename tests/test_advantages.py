@@ -13,10 +13,11 @@ from trl_grpo_ext.advantage_settings import BASELINES, STD_KINDS, STD_SCALINGS, 
 from trl_grpo_ext.advantages import (
     advantage_metrics,
     compute_advantages,
+    equal_reward_groups,
     group_baseline,
     reward_std,
-    uniform_group_mask,
 )
+from trl_grpo_ext.zero_variance import zero_variance_group_mask
 
 NAN = float("nan")
 
@@ -162,13 +163,13 @@ def test_epsilon_damps_a_nearly_uniform_group(epsilon, expected_low, expected_hi
     assert_values(advantages, [expected_low] * 3 + [expected_high])
 
 
-# --- uniform groups and the zero-variance filter ---------------------------------------------------------------------
+# --- zero-variance groups and the filter's mask ---------------------------------------------------------------------
 @pytest.mark.parametrize("baseline", BASELINES)
 @pytest.mark.parametrize("scaling", STD_SCALINGS)
 @pytest.mark.parametrize("std_kind", STD_KINDS)
 @pytest.mark.parametrize("epsilon", [0.0, 1e-4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_uniform_group_is_exactly_zero_whatever_the_settings(baseline, scaling, std_kind, epsilon, dtype):
+def test_zero_variance_group_is_exactly_zero_whatever_the_settings(baseline, scaling, std_kind, epsilon, dtype):
     # 0.1 and 0.3 are not representable: their group mean carries rounding error (see the TRL residue test)
     rewards = torch.tensor([0.1] * 8 + [0.3] * 8 + [0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype=dtype)
     advantages = compute_advantages(rewards, 8, AdvantageSettings(baseline, scaling, epsilon, std_kind))
@@ -176,29 +177,22 @@ def test_uniform_group_is_exactly_zero_whatever_the_settings(baseline, scaling, 
     assert (advantages[16:] != 0).all()
 
 
-def test_uniform_mask_zeroes_flagged_rows_only():
+def test_zero_variance_mask_zeroes_flagged_rows_only():
     rewards = t64([0.0, 0.0, 0.0, 1e-3, 0.0, 0.0, 0.0, 1.0])
     settings = AdvantageSettings("group_mean", "group", 0.0)
-    mask = uniform_group_mask(rewards, 4, tolerance=1e-2)  # first group: σ = 5e-4 <= 1e-2
+    mask = zero_variance_group_mask(rewards, 4, tolerance=1e-2)  # first group: σ = 5e-4 <= 1e-2
     assert mask.tolist() == [True] * 4 + [False] * 4
-    advantages = compute_advantages(rewards, 4, settings, uniform_mask=mask)
+    advantages = compute_advantages(rewards, 4, settings, zero_variance_mask=mask)
     assert_values(advantages, [0.0] * 4 + [-0.5, -0.5, -0.5, 1.5])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_uniform_group_mask_exact(dtype):
+def test_equal_reward_groups_exact(dtype):
     rewards = torch.tensor([0.1, 0.1, 0.1, 0.0, 0.0, 1.0, 2.0, NAN, NAN, NAN, NAN, NAN, 5.0, NAN, 5.0], dtype=dtype)
-    mask = uniform_group_mask(rewards, 3)
     # [0.1]*3 equal; [0, 0, 1] not; [2, NaN, NaN] one reward; [NaN]*3 none; [5, NaN, 5] equal present rewards
-    assert mask.tolist() == [True] * 3 + [False] * 3 + [True] * 9
-
-
-def test_uniform_group_mask_tolerance_and_std_kind():
-    rewards = t64([0.0, 0.0, 0.0, 1.0])  # sample σ = 0.5, population σ = sqrt(3)/4 = 0.4330
-    assert not uniform_group_mask(rewards, 4, tolerance=0.49).any()
-    assert uniform_group_mask(rewards, 4, tolerance=0.5).all()  # <= tolerance
-    assert not uniform_group_mask(rewards, 4, tolerance=0.45, std_kind="sample").any()
-    assert uniform_group_mask(rewards, 4, tolerance=0.45, std_kind="population").all()
+    expected = [True] * 3 + [False] * 3 + [True] * 9
+    assert equal_reward_groups(rewards, 3).tolist() == expected
+    assert zero_variance_group_mask(rewards, 3).tolist() == expected  # tolerance 0: the same groups
 
 
 # --- parity with TRL 1.16 --------------------------------------------------------------------------------------------
@@ -256,7 +250,7 @@ def test_leave_one_out_bit_identical_to_trl_rloo(seed, num_prompts, num_generati
     assert torch.equal(actual, trl_rloo_advantages(rewards, num_generations))
 
 
-def test_uniform_group_differs_from_trl_only_by_rounding_residue():
+def test_zero_variance_group_differs_from_trl_only_by_rounding_residue():
     # The one deliberate difference: TRL's float32 mean of eight 0.1 is not 0.1, which leaves residue.
     rewards = torch.full((8,), 0.1)
     trl = trl_grpo_advantages(rewards, 8, "group")
@@ -305,15 +299,13 @@ def test_bad_rewards(rewards):
 
 
 def test_bad_choices_and_arguments():
-    with pytest.raises(ValueError, match="Unknown advantage_baseline 'mean'"):
+    with pytest.raises(ValueError, match="advantage_baseline='mean' is not valid.*'group_mean', 'leave_one_out'"):
         group_baseline(torch.zeros(4), 2, "mean")
-    with pytest.raises(ValueError, match="Unknown advantage_std_scaling 'global'"):
+    with pytest.raises(ValueError, match="advantage_std_scaling='global' is not valid"):
         reward_std(torch.zeros(4), 2, "global")
-    with pytest.raises(ValueError, match="tolerance must be a finite number >= 0"):
-        uniform_group_mask(torch.zeros(4), 2, tolerance=-0.1)
     with pytest.raises(ValueError, match="settings must be an AdvantageSettings"):
         compute_advantages(torch.zeros(4), 2, {"baseline": "group_mean"})
-    with pytest.raises(ValueError, match=r"uniform_mask must be a bool tensor of shape \(4,\)"):
-        compute_advantages(torch.zeros(4), 2, AdvantageSettings(), uniform_mask=torch.zeros(4))
+    with pytest.raises(ValueError, match=r"zero_variance_mask must be a bool tensor of shape \(4,\)"):
+        compute_advantages(torch.zeros(4), 2, AdvantageSettings(), zero_variance_mask=torch.zeros(4))
     with pytest.raises(ValueError, match="mask must be a bool tensor"):
         advantage_metrics(torch.zeros(4), torch.ones(3, dtype=torch.bool))

@@ -1,4 +1,4 @@
-"""The model card (trl_grpo_ext.hub_card) carries the run's real values, read from the files of a finished run."""
+"""The model card (trl_grpo_ext.hub.card) carries the run's real values, read from the files of a finished run."""
 
 import json
 import os
@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from hub_testing import FAKE_TOKEN, RUN_PLAN, make_finished_run  # noqa: E402
 
-from trl_grpo_ext.hub_card import build_model_card, format_value, is_hub_id  # noqa: E402
+from trl_grpo_ext.hub.card import build_model_card, format_value, is_hub_id  # noqa: E402
 
 REPO = "someone/tiny-grpo"
 

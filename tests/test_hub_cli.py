@@ -1,4 +1,4 @@
-"""``trl-grpo-ext push`` (trl_grpo_ext.hub_cli): arguments, light imports, and real runs in a subprocess with
+"""``trl-grpo-ext push`` (trl_grpo_ext.hub.cli): arguments, light imports, and real runs in a subprocess with
 HF_ENDPOINT pointed at the stand-in Hub (tests/hub_testing.StandInHub) and the token in HF_TOKEN."""
 
 import os
@@ -13,13 +13,14 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from hub_testing import FAKE_TOKEN, StandInHub, hash_tree, make_finished_run  # noqa: E402
 
-from trl_grpo_ext import hub, hub_cli, hub_merge  # noqa: E402
+from trl_grpo_ext import hub  # noqa: E402
+from trl_grpo_ext.hub import cli as hub_cli  # noqa: E402
 
 REPO = "someone/tiny-grpo"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What ``trl_grpo_ext.cli`` does for ``push`` (parser from add_parser, then run), without the other sub-commands.
 PARSER_CODE = (
-    "import argparse, sys; from trl_grpo_ext import hub_cli; "
+    "import argparse, sys; from trl_grpo_ext.hub import cli as hub_cli; "
     "parser = argparse.ArgumentParser(prog='trl-grpo-ext'); "
     "hub_cli.add_parser(parser.add_subparsers(dest='command', required=True)); "
 )
@@ -84,8 +85,12 @@ def test_there_is_no_token_option(capsys):
         build_parser().parse_args(["push", "out", "--repo-id", REPO, "--token", FAKE_TOKEN])
 
 
-def test_merge_dtype_choices_match_the_exporter():
-    assert hub_cli.MERGE_DTYPES == hub_merge.MERGE_DTYPES
+def test_merge_dtype_takes_the_exporters_dtypes_only(capsys):
+    for dtype in ("bfloat16", "float16", "float32"):
+        assert build_parser().parse_args(["push", "out", "--repo-id", REPO, "--merge-dtype", dtype]).merge_dtype == dtype
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["push", "out", "--repo-id", REPO, "--merge-dtype", "int4"])
+    assert "invalid choice: 'int4'" in capsys.readouterr().err
 
 
 def test_building_the_parser_imports_neither_torch_nor_huggingface_hub():

@@ -1,4 +1,4 @@
-"""Merged export (trl_grpo_ext.hub_merge) on a real 4-bit NF4 + LoRA run of the tiny model.
+"""Merged export (trl_grpo_ext.hub.merge) on a real 4-bit NF4 + LoRA run of the tiny model.
 
 Reference: the logits of the 4-bit base + adapter through the training forward (hub_testing.trained_logits).
 Measured with this fixture (benchmarks/merge_tolerance.py; max |logit difference|, largest |logit| 1.5, CPU):
@@ -16,7 +16,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 import torch  # noqa: E402
 from hub_testing import PROMPTS, make_finished_run, quantized_base, trained_logits  # noqa: E402
 
-from trl_grpo_ext import hub_merge, tiny  # noqa: E402
+from trl_grpo_ext import tiny  # noqa: E402
+from trl_grpo_ext.hub import merge as hub_merge  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Resample round sizing (`zero_variance.resample_round_size`, `UniformFractionEstimate`) and the metrics of the batch
+"""Resample round sizing (`zero_variance.resample_round_size`, `ZeroVarianceFractionEstimate`) and the metrics of the batch
 that is trained on (`zero_variance.trained_batch_metrics`, through real steps of the tiny model).
 
 Expected values are worked out by hand in the comments (binomial probabilities, decayed counts).
@@ -9,10 +9,10 @@ import random
 
 import pytest
 import torch
-from test_zero_variance_training import _dataset, _trainer, _uniform_rows, position_reward
+from test_zero_variance_training import _dataset, _trainer, _zero_variance_rows, position_reward
 
 from trl_grpo_ext.zero_variance import (
-    UniformFractionEstimate,
+    ZeroVarianceFractionEstimate,
     expected_surplus,
     resample_round_size,
     trained_batch_metrics,
@@ -20,17 +20,17 @@ from trl_grpo_ext.zero_variance import (
 
 
 def test_estimate_decays_old_rounds():
-    estimate = UniformFractionEstimate(decay=0.9)
+    estimate = ZeroVarianceFractionEstimate(decay=0.9)
     assert estimate.value is None
     estimate.update(2, 4)
     assert estimate.value == 0.5
     estimate.update(0, 2)  # (0.9 · 2 + 0) / (0.9 · 4 + 2) = 1.8 / 5.6
     assert estimate.value == pytest.approx(1.8 / 5.6)
-    copy = UniformFractionEstimate()
+    copy = ZeroVarianceFractionEstimate()
     copy.load_state_dict(estimate.state_dict())
     assert copy.value == estimate.value
     with pytest.raises(ValueError, match="decay=0"):
-        UniformFractionEstimate(decay=0)
+        ZeroVarianceFractionEstimate(decay=0)
 
 
 def test_expected_surplus_by_hand():
@@ -63,14 +63,14 @@ def test_round_size_rule():
 @pytest.mark.parametrize("prompts", [4, 8])
 @pytest.mark.parametrize("p", [0.2, 0.5, 0.7])
 def test_simulated_completions_per_informative_group_stay_within_1_1_of_the_bound(prompts, p):
-    """Monte Carlo of the rule on groups that are uniform with probability p (3 rounds, 2000 steps, fixed seed).
+    """Monte Carlo of the rule on groups that have zero variance with probability p (3 rounds, 2000 steps, fixed seed).
 
     Completions per informative group trained, over G / (1 − p), equals informative groups generated over
     informative groups trained: 1 when none is thrown away. The old rule (every round a whole batch) gives about
     1.19 at p = 0.5 with 4 prompts a step.
     """
     rng = random.Random(0)
-    estimate = UniformFractionEstimate()
+    estimate = ZeroVarianceFractionEstimate()
     generated_informative = trained = 0
     for _ in range(2000):
         informative = sum(rng.random() > p for _ in range(prompts))
@@ -107,12 +107,12 @@ def test_trained_batch_metrics_by_hand():
     assert metrics["completions/clipped_ratio"] == 0.25
     assert (metrics["completions/mean_terminated_length"], metrics["completions/min_terminated_length"],
             metrics["completions/max_terminated_length"]) == (pytest.approx(10 / 3), 2.0, 5.0)
-    uniform_group = trained_batch_metrics(
+    zero_variance_group = trained_batch_metrics(
         torch.tensor([[1.0], [1.0], [0.0], [1.0]]), torch.tensor([1.0]), ["a"], 2, "group",
         completion_lengths=torch.tensor([1, 1, 1, 1]), truncated=torch.tensor([True] * 4),
     )
-    assert uniform_group["frac_reward_zero_std"] == 0.5  # the first group's rows
-    assert uniform_group["completions/mean_terminated_length"] == 0.0  # none terminated: TRL logs 0
+    assert zero_variance_group["frac_reward_zero_std"] == 0.5  # the first group's rows
+    assert zero_variance_group["completions/mean_terminated_length"] == 0.0  # none terminated: TRL logs 0
 
 
 TRL_BATCH_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "rewards/position_reward/mean",
@@ -122,7 +122,7 @@ TRL_BATCH_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "rewards/po
 
 
 def test_without_extra_rounds_the_trained_batch_metrics_equal_trls(tmp_path):
-    # no prompt asks for the uniform target: no round is needed, so the trained batch is TRL's batch
+    # no prompt asks for the zero-variance target: no round is needed, so the trained batch is TRL's batch
     trainer = _trainer(tmp_path, position_reward, _dataset(16, every=1000), zero_variance_filter="resample",
                        total_training_steps=2)
     trainer.train()
@@ -133,27 +133,27 @@ def test_without_extra_rounds_the_trained_batch_metrics_equal_trls(tmp_path):
 
 
 def test_resample_logs_the_trained_batch_under_trls_names(tmp_path):
-    # every other prompt asks for "b" (constant reward 1: uniform); the others get their position 0, 1, 2, 3
+    # every other prompt asks for "b" (constant reward 1: zero variance); the others get their position 0, 1, 2, 3
     trainer = _trainer(tmp_path, position_reward, _dataset(64), zero_variance_filter="resample",
                        total_training_steps=3, max_resample_rounds=6)
     trained = []
     ours = trainer._compute_loss
 
     def compute_loss(model, inputs):
-        trained.append(_uniform_rows(trainer, inputs))
+        trained.append(_zero_variance_rows(trainer, inputs))
         return ours(model, inputs)
 
     trainer._compute_loss = compute_loss
     trainer.train()
     logs = [e for e in trainer.state.log_history if "loss" in e]
     assert len(logs) == 3
-    for entry, uniform in zip(logs, trained):
-        assert entry["zero_variance/shortfall_groups"] == 0 and not uniform.any()
+    for entry, zero_variance in zip(logs, trained):
+        assert entry["zero_variance/shortfall_groups"] == 0 and not zero_variance.any()
         # the trained batch: 4 groups with rewards 0, 1, 2, 3: mean 1.5, sample std √(4 · 5 / 15) = √(4/3)
         assert entry["reward"] == 1.5 and entry["rewards/position_reward/mean"] == 1.5
         assert entry["reward_std"] == pytest.approx(math.sqrt(4 / 3))
         assert entry["frac_reward_zero_std"] == 0.0
-        # every generation round of the step, uniform groups (reward 1.0) included, under their own names
+        # every generation round of the step, zero-variance groups (reward 1.0) included, under their own names
         if entry["zero_variance/frac_uniform_before"] > 0:
             assert entry["zero_variance/rounds/frac_reward_zero_std"] > 0
             assert entry["zero_variance/rounds/reward"] < 1.5

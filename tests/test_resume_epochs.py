@@ -64,7 +64,8 @@ def test_resume_from_every_checkpoint_of_every_epoch(tmp_path, mode):
         assert adapter.keys() == expected_adapter.keys()
         assert all(torch.equal(adapter[k], expected_adapter[k]) for k in adapter), where
         if mode == "resample":  # the running uniform-fraction estimate that sizes the rounds was restored too
-            assert resumed._uniform_fraction.state_dict() == reference._uniform_fraction.state_dict(), where
+            assert (resumed.zero_variance.fraction_estimate.state_dict()
+                    == reference.zero_variance.fraction_estimate.state_dict()), where
 
 
 def test_sampler_order_is_a_function_of_seed_and_epoch():

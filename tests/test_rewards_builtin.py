@@ -145,7 +145,7 @@ def test_length_target_range_in_tokens():
 def test_length_in_chars_and_words():
     assert both(get_reward("length", max_length=4, unit="chars"), ["abcd", "abcdef"]) == [1.0, 0.5]
     assert both(get_reward("length", min_length=4, max_length=4, unit="words"), ["a b", "a b c d"]) == [0.5, 1.0]
-    with pytest.raises(ValueError, match=r"min_length=5 must be an integer in \[0, max_length=4\]"):
+    with pytest.raises(ValueError, match=r"min_length=5 must be an integer in \[0, 4\]\. Fix: keep min_length <= max_length=4"):
         get_reward("length", min_length=5, max_length=4)
 
 

@@ -91,7 +91,7 @@ def test_build_reward_funcs():
     assert funcs[2](prompts=["p"], completions=["abcdefghijkl"]) == [0.5]  # 12 chars: 1 - (12 - 8)/8
     alias, _ = build_reward_funcs([RewardSpec("math_accuracy")])
     assert alias[0].__name__ == "accuracy"  # metric name is the canonical name
-    with pytest.raises(ValueError, match=r"on_error='ignore' must be one of \('raise', 'none'\)"):
+    with pytest.raises(ValueError, match=r"on_error='ignore' is not valid\. Did you mean 'none'\? Choose one of 'raise', 'none'\."):
         build_reward_funcs(specs, on_error="ignore")
     with pytest.raises(ValueError, match=r"Reward 'length' needs the parameter\(s\) max_length"):
         build_reward_funcs([RewardSpec("length")])

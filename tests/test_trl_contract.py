@@ -2,26 +2,32 @@
 
 `trl_grpo_ext.trainer.GRPOExtTrainer` overrides private `GRPOTrainer` methods and calls `super()`; the zero-variance
 filter, the adapter precision fix and the interrupt handler assume how TRL and transformers behave around them. A TRL
-release may change any of that without notice. Each test below pins one assumption, on TRL 1.16 (the pin in
-pyproject.toml), and each failure message names what changed and which file of ours depends on it.
+release may change any of that without notice. Every private name we touch is listed in `trl_grpo_ext._trl_compat`
+(`SURFACE`): the first tests below check each entry against the installed TRL, and a scan of the package and the
+recipes checks that no private TRL name is used outside `_trl_compat` (the overrides' definitions aside). The other
+tests pin one behaviour each, on TRL 1.16 (the pin in pyproject.toml), and each failure message names what changed and
+which file of ours depends on it.
 
 Behaviour is checked on a real tiny `GRPOTrainer` (the embedded tiny Qwen2 model, on the CPU) wherever that is cheap;
 source inspection pins the exact lines besides (tool_mask, loss normalisers) and is the only check where the
 behaviour cannot be reached on one CPU process (gathers across processes, accelerate's fp16 path). Expected numbers
 are worked out by hand in the comments.
 
-These tests import no `trl_grpo_ext` module that imports TRL (config, trainer, launch): only `tiny`, and the pure
-`zero_variance` / `adapter_precision` helpers whose assumptions are checked here.
+These tests import no `trl_grpo_ext` module that imports TRL (config, trainer, launch): only `tiny`, `_trl_compat` (the
+table), and the pure `zero_variance` / `adapter_precision` helpers whose assumptions are checked here.
 
 Upgrading TRL: run this file against the new version, adapt the file named in each failure, then update the pin in
 pyproject.toml and `PINNED_TRL_MINOR` below.
 """
 
+import ast
 import copy
+import importlib
 import inspect
 import math
 import os
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import accelerate.optimizer
@@ -32,7 +38,8 @@ from transformers import AutoModelForCausalLM, Trainer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, shuffle_sequence_dict, split_tensor_dict
 
-from trl_grpo_ext import tiny
+from trl_grpo_ext import _trl_compat, tiny
+from trl_grpo_ext._trl_compat import OVERRIDDEN_PRIVATE_METHODS, PRIVATE_NAMES, SURFACE
 from trl_grpo_ext.adapter_precision import cast_trainable_to
 from trl_grpo_ext.zero_variance import ROW_NORMALISED_LOSSES, TOKEN_NORMALISED_LOSSES, masked_loss_scale
 
@@ -122,59 +129,137 @@ def test_trl_version_is_the_pinned_minor():
     )
 
 
-# -- signatures of the methods we override or call ---------------------------------------------------------------------
-SIGNATURES = [
-    (
-        GRPOTrainer,
-        "_calculate_rewards",
-        ["self", "inputs", "prompts", "completions", "completion_ids_list"],
-        "trainer.py GRPOExtTrainer._calculate_rewards (keeps the gathered reward tensor)",
-    ),
-    (
-        GRPOTrainer,
-        "_generate_and_score_completions",
-        ["self", "inputs"],
-        "trainer.py GRPOExtTrainer._generate_and_score_completions and _resample (calls super() with dataset rows)",
-    ),
-    (
-        GRPOTrainer,
-        "_compute_loss",
-        ["self", "model", "inputs"],
-        "trainer.py GRPOExtTrainer._compute_loss (zero-variance loss rescale)",
-    ),
-    (
-        GRPOTrainer,
-        "training_step",
-        ["self", "model", "inputs", "num_items_in_batch"],
-        "trainer.py GRPOExtTrainer.training_step (skip decision at the end of an accumulation window)",
-    ),
-    (
-        GRPOTrainer,
-        "_get_train_sampler",
-        ["self", "dataset"],
-        "trainer.py GRPOExtTrainer._get_train_sampler (EpochRepeatSampler: resume in any epoch)",
-    ),
-    (
-        Trainer,
-        "set_initial_training_values",
-        ["self", "args", "dataloader"],
-        "trainer.py GRPOExtTrainer.set_initial_training_values (stop rule: max_steps = plan.total_steps)",
-    ),
-    (
-        Trainer,
-        "create_optimizer",
-        ["self", "model"],
-        "trainer.py GRPOExtTrainer.create_optimizer (lost-update hooks, guarded optimizer.step)",
-    ),
-]
+# -- the table of private names (trl_grpo_ext/_trl_compat.py SURFACE) --------------------------------------------------
+def _owner(path: str):
+    """``"trl.GRPOTrainer"`` -> the class; ``"trl.trainer.utils"`` -> the module."""
+    try:
+        return importlib.import_module(path)
+    except ModuleNotFoundError:
+        module, _, name = path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
 
 
-@pytest.mark.parametrize(("owner", "name", "params", "ours"), SIGNATURES, ids=[s[1] for s in SIGNATURES])
-def test_overridden_method_signatures(owner, name, params, ours):
-    method = getattr(owner, name, None)
-    assert method is not None, _broken(f"{owner.__name__}.{name} no longer exists", ours)
-    found = list(inspect.signature(method).parameters)
-    assert found == params, _broken(f"{owner.__name__}.{name} parameters are now {found}, were {params}", ours)
+CALLABLES = [p for p in SURFACE if p.kind in ("override", "function", "class")]
+
+
+@pytest.mark.parametrize("point", CALLABLES, ids=[p.name for p in CALLABLES])
+def test_surface_callables_exist_with_their_parameters(point):
+    owner = _owner(point.owner)
+    found = getattr(owner, point.name, None)
+    assert found is not None, _broken(f"{point.owner}.{point.name} no longer exists", point.used_by)
+    signature = inspect.signature(found.__init__ if point.kind == "class" else found)
+    params = list(signature.parameters)
+    assert params == list(point.params), _broken(
+        f"{point.owner}.{point.name} parameters are now {params}, were {list(point.params)}", point.used_by)
+
+
+# What each instance attribute of the table must be on a real GRPOTrainer (the shared fixture below, fresh).
+ATTRIBUTE_CHECKS = {
+    "_metrics": lambda value: isinstance(value, dict) and isinstance(value["train"], defaultdict)
+    and value["train"].default_factory is list,
+    "_step": lambda value: isinstance(value, int),
+    "_tokenizer": lambda value: isinstance(getattr(value, "pad_token_id", None), int),
+}
+
+
+def test_surface_attributes_exist_with_their_types(trainer, tiny_tokenizer):
+    attributes = {p.name: p for p in SURFACE if p.kind == "attribute"}
+    assert set(attributes) == set(ATTRIBUTE_CHECKS), "every attribute of _trl_compat.SURFACE needs a check here"
+    for name, point in attributes.items():
+        assert hasattr(trainer, name), _broken(f"GRPOTrainer instances no longer have {name}", point.used_by)
+        assert ATTRIBUTE_CHECKS[name](getattr(trainer, name)), _broken(
+            f"GRPOTrainer.{name} is now {type(getattr(trainer, name)).__name__}", point.used_by)
+    assert _trl_compat.eos_and_pad_ids(trainer) == {*trainer.eos_token_ids, tiny_tokenizer.pad_token_id}
+
+
+def test_surface_modules_exist():
+    for point in (p for p in SURFACE if p.kind == "module"):
+        importlib.import_module(f"{point.owner}.{point.name}")
+    assert _trl_compat.hf_argparser_path().is_file(), _broken("trl/scripts/_hf_argparser.py is gone",
+                                                              "_trl_compat.hf_argparser_path")
+
+
+def test_reward_func_name_is_trls(trainer, tiny_model_dir):
+    # GRPOTrainer.__init__ names a function by __name__ (get_callable_name) and a reward model by the last part of the
+    # path or id it was loaded from (get_config_model_id)
+    assert trainer.reward_func_names == ["reward_index_or_none", "reward_index"]
+    assert [_trl_compat.reward_func_name(f) for f in trainer.reward_funcs] == trainer.reward_func_names
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert _trl_compat.reward_func_name(model) == Path(tiny_model_dir).name
+
+
+# -- no private TRL name outside _trl_compat ----------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+_PRIVATE_PATH = re.compile(r"\b(?:trl|transformers|accelerate)(?:\.\w+)*\._\w+")
+_LIBRARIES = ("trl", "transformers", "accelerate")
+#: Files outside this part of the refactor that still touch a private name; each must move into _trl_compat.
+PENDING = {
+    "trl_grpo_ext/frontdoor.py": "trl.scripts._hf_argparser: use _trl_compat.hf_argparser_path / HF_ARGPARSER_MODULE",
+}
+
+
+def _is_super_call(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+
+
+def _private_uses(path: Path) -> list[str]:
+    """Every use of a private TRL / transformers name in ``path``, as "line: what" (docstrings and comments aside)."""
+    tree = ast.parse(path.read_text())
+    is_trainer = path == ROOT / "trl_grpo_ext" / "trainer.py"
+    overrides = set()
+    if is_trainer:
+        trainer_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GRPOExtTrainer")
+        overrides = {id(n) for n in trainer_class.body
+                     if isinstance(n, ast.FunctionDef) and n.name in OVERRIDDEN_PRIVATE_METHODS}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE_NAMES:
+            if not (is_trainer and _is_super_call(node.value)):
+                found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.FunctionDef) and node.name in PRIVATE_NAMES and id(node) not in overrides:
+            found.append(f"{node.lineno}: def {node.name}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value in PRIVATE_NAMES or (len(node.value) < 200 and _PRIVATE_PATH.search(node.value)):
+                found.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            names = [module + "." + a.name if module else a.name for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] in _LIBRARIES and (any(p.startswith("_") for p in parts) or name.startswith("trl.trainer.utils")):
+                    found.append(f"{node.lineno}: import {name}")
+    return found
+
+
+def test_private_trl_names_appear_only_in_trl_compat():
+    files = sorted((ROOT / "trl_grpo_ext").rglob("*.py")) + sorted((ROOT / "recipes").glob("*.py"))
+    offenders = {}
+    for path in files:
+        relative = path.relative_to(ROOT).as_posix()
+        if relative in ("trl_grpo_ext/_trl_compat.py", *PENDING):
+            continue
+        uses = _private_uses(path)
+        if uses:
+            offenders[relative] = uses
+    assert not offenders, (
+        f"private TRL/transformers names used outside trl_grpo_ext/_trl_compat.py: {offenders}. Add the name to "
+        "_trl_compat.SURFACE and go through a function there (a method overriding a private TRL method is defined on "
+        "GRPOExtTrainer and listed in SURFACE as an override)."
+    )
+    for relative in PENDING:  # still touching, or the entry is stale
+        assert _private_uses(ROOT / relative), f"{relative} no longer touches a private name: remove it from PENDING"
+
+
+def test_every_private_override_of_the_trainer_is_listed():
+    tree = ast.parse((ROOT / "trl_grpo_ext" / "trainer.py").read_text())
+    trainer_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GRPOExtTrainer")
+    defined = {n.name for n in trainer_class.body if isinstance(n, ast.FunctionDef)}
+    shadowing = {name for name in defined if name.startswith("_") and not name.startswith("__")
+                 and hasattr(GRPOTrainer, name)}
+    assert shadowing == set(OVERRIDDEN_PRIVATE_METHODS), (
+        f"GRPOExtTrainer overrides the private TRL methods {sorted(shadowing)}; _trl_compat.SURFACE lists "
+        f"{sorted(OVERRIDDEN_PRIVATE_METHODS)}"
+    )
 
 
 def test_train_takes_resume_from_checkpoint_first():
@@ -195,7 +280,7 @@ def test_calculate_rewards_returns_rewards_per_function_with_nan_for_none(traine
     expected = torch.tensor([[math.nan, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
     assert rewards.shape == (4, 2), _broken(
         f"_calculate_rewards returns shape {tuple(rewards.shape)}, not (completions, reward functions) = (4, 2)",
-        "trainer.py (self._last_rewards_per_func) and zero_variance.weighted_total",
+        "trainer.py (self._last_rewards_per_func) and zero_variance/groups.py weighted_total",
     )
     torch.testing.assert_close(
         rewards.cpu(),
@@ -217,7 +302,8 @@ def test_calculate_rewards_returns_rewards_per_function_with_nan_for_none(traine
         GRPOTrainer._calculate_rewards
     ), _broken(
         "_calculate_rewards no longer returns the gathered (N_global, F) tensor",
-        "trainer.py (local slice [rank*B:(rank+1)*B] of the rewards; resample decisions on gathered data)",
+        "zero_variance/filter.py ZeroVarianceFilter (local slice [rank*B:(rank+1)*B] of the rewards; resample decisions on "
+        "gathered data)",
     )
 
 
@@ -236,7 +322,7 @@ def test_generate_and_score_completions_plain_output(trainer):
     assert set(output) == expected_keys, _broken(
         f"_generate_and_score_completions now returns keys {sorted(output)} for the plain configuration "
         f"(was {sorted(expected_keys)})",
-        "zero_variance.py PROMPT_KEYS / COMPLETION_KEYS / ROW_KEYS / SCALAR_KEYS (fill_uniform_groups refuses "
+        "zero_variance/merge.py PROMPT_KEYS / COMPLETION_KEYS / ROW_KEYS / SCALAR_KEYS (fill_zero_variance_groups refuses "
         "unknown keys) and trainer.py _mask_uniform_rows",
     )
     n = len(rows)
@@ -250,7 +336,7 @@ def test_generate_and_score_completions_plain_output(trainer):
     items = output["num_items_in_batch"]
     assert items.ndim == 0 and int(items) == int(output["completion_mask"].sum()), _broken(
         "num_items_in_batch is no longer the 0-dim gathered count of completion tokens",
-        "trainer.py _mask_uniform_rows (recomputes it from kept tokens) and zero_variance (dapo/cispo/vespo)",
+        "zero_variance/filter.py ZeroVarianceFilter.mask (recomputes it from kept tokens; dapo/cispo/vespo)",
     )
     # Padding sides: prompts left-padded (last column all real tokens), completions right-padded (1…1 0…0 rows).
     assert bool(output["prompt_mask"][:, -1].all()), _broken(
@@ -292,20 +378,20 @@ def test_loss_types_trl_accepts_are_all_classified():
     listed = re.search(r"Supported values are (.*?)\. ", help_text)
     assert listed, _broken(
         "GRPOConfig.loss_type help no longer lists 'Supported values are ...'",
-        "zero_variance.py ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES",
+        "zero_variance/groups.py ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES",
     )
     documented = set(re.findall(r"'(\w+)'", listed.group(1)))
     implemented = _loss_types_in_compute_loss()
     for name, found in (("GRPOConfig.loss_type help", documented), ("GRPOTrainer._compute_loss", implemented)):
         assert found == classified, _broken(
-            f"{name} now knows the loss types {sorted(found)}; zero_variance.py classifies {sorted(classified)} "
+            f"{name} now knows the loss types {sorted(found)}; zero_variance/groups.py classifies {sorted(classified)} "
             f"(new: {sorted(found - classified)}, gone: {sorted(classified - found)})",
-            "zero_variance.py ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES / masked_loss_scale: classify each "
+            "zero_variance/groups.py ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES / masked_loss_scale: classify each "
             "new loss type by how its normaliser counts masked rows",
         )
 
 
-# The lines of `_compute_loss` that form each loss type's normaliser, as zero_variance.py reads them.
+# The lines of `_compute_loss` that form each loss type's normaliser, as zero_variance/groups.py reads them.
 NORMALISER_LINES = {
     ("grpo", "sapo"): "loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()",
     ("bnpo",): "loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)",
@@ -324,12 +410,12 @@ def test_compute_loss_source_pins_tool_mask_and_normalisers():
     tool_mask_line = 'mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]'
     assert tool_mask_line in source, _broken(
         "_compute_loss no longer multiplies inputs['tool_mask'] into the loss mask",
-        "trainer.py _mask_uniform_rows (masks uniform groups through tool_mask)",
+        "zero_variance/filter.py ZeroVarianceFilter.mask (masks zero-variance groups through tool_mask)",
     )
     for loss_types, line in NORMALISER_LINES.items():
         assert line in source, _broken(
             f"the normaliser of loss_type {'/'.join(loss_types)} changed (line {line!r} is gone)",
-            "zero_variance.py ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES / masked_loss_scale",
+            "zero_variance/groups.py ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES / masked_loss_scale",
         )
 
 
@@ -395,7 +481,7 @@ def test_compute_loss_normaliser_matches_zero_variance_classification(trainer, t
 
     masked = loss([0, 1, 2, 3], tool_mask=True)
     kept_only = loss([0, 1], tool_mask=False)
-    ours = "zero_variance.py masked_loss_scale / ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES"
+    ours = "zero_variance/groups.py masked_loss_scale / ROW_NORMALISED_LOSSES / TOKEN_NORMALISED_LOSSES"
     hand = _hand_loss(loss_type, trainer.args.sapo_temperature_pos, trainer.args.sapo_temperature_neg)
     if hand is not None:
         assert masked == pytest.approx(hand, rel=1e-5), _broken(
@@ -407,7 +493,7 @@ def test_compute_loss_normaliser_matches_zero_variance_classification(trainer, t
     scale = masked_loss_scale(loss_type, num_rows=4, kept_rows=2)
     assert masked * scale == pytest.approx(kept_only, rel=1e-4), _broken(
         f"loss_type={loss_type!r}: masked loss {masked} x scale {scale} != loss of the kept rows alone {kept_only}, "
-        f"so its normaliser no longer counts masked rows the way zero_variance.py classifies it "
+        f"so its normaliser no longer counts masked rows the way zero_variance/groups.py classifies it "
         f"({'row' if loss_type in ROW_NORMALISED_LOSSES else 'token'}-normalised)",
         ours,
     )
@@ -415,7 +501,7 @@ def test_compute_loss_normaliser_matches_zero_variance_classification(trainer, t
         halved = loss([0, 1, 2, 3], tool_mask=True, num_items=2 * KEPT_TOKENS)
         assert masked != 0.0 and halved == pytest.approx(masked / 2, rel=1e-5), _broken(
             f"loss_type={loss_type!r} is no longer normalised by num_items_in_batch",
-            "trainer.py _mask_uniform_rows (recomputes num_items_in_batch from the kept tokens)",
+            "zero_variance/filter.py ZeroVarianceFilter.mask (recomputes num_items_in_batch from the kept tokens)",
         )
 
 
@@ -430,7 +516,7 @@ class _LogCapture(TrainerCallback):
 
 def test_metrics_are_lists_averaged_by_log(trainer):
     assert isinstance(trainer._metrics["train"]["contract/new_key"], list), _broken(
-        "self._metrics[mode] is no longer a defaultdict(list)", "trainer.py (metrics[name].append(...))"
+        "self._metrics[mode] is no longer a defaultdict(list)", "_trl_compat.train_metrics / record_metric"
     )
     trainer._metrics["train"].clear()
     trainer._metrics["train"]["contract/x"].extend([1.0, 3.0, math.nan])
@@ -443,9 +529,9 @@ def test_metrics_are_lists_averaged_by_log(trainer):
     # NaN dropped, then mean: (1 + 3) / 2
     assert capture.logs and capture.logs[-1].get("contract/x") == 2.0, _broken(
         "GRPOTrainer.log no longer logs the NaN-skipping mean of self._metrics['train'][name]",
-        "trainer.py (zero_variance/*, adapter/lost_update_frac, advantage metrics)",
+        "_trl_compat.record_metric (zero_variance/*, adapter/lost_update_frac, advantage metrics)",
     )
-    assert not trainer._metrics["train"], _broken("GRPOTrainer.log no longer clears self._metrics", "trainer.py")
+    assert not trainer._metrics["train"], _broken("GRPOTrainer.log no longer clears self._metrics", "_trl_compat.train_metrics")
 
 
 def test_split_and_shuffle_carry_row_and_scalar_keys():
@@ -456,7 +542,7 @@ def test_split_and_shuffle_carry_row_and_scalar_keys():
         "num_items_in_batch": torch.tensor(7),
         "old_per_token_logps": None,
     }
-    ours = "trainer.py (zero_variance_keep / zero_variance_loss_scale go through TRL's buffering)"
+    ours = "zero_variance/filter.py (zero_variance_keep / zero_variance_loss_scale go through TRL's buffering)"
     chunks = split_tensor_dict(batch, 3)
     assert [c["zero_variance_keep"].tolist() for c in chunks] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], _broken(
         "split_tensor_dict no longer splits (B,) tensors in order", ours
@@ -530,9 +616,9 @@ def test_resume_epoch_and_epoch_begin_hook():
 
 
 def test_eos_token_ids_and_tokenizer_attributes(trainer, tiny_tokenizer):
-    # trainer.py GRPOExtTrainer._row_stats marks a completion truncated as TRL does (`_generate`): its last token is
+    # _trl_compat.eos_and_pad_ids (zero_variance/filter.py _row_stats) marks a completion truncated as TRL does (`_generate`): its last token is
     # not in [*self.eos_token_ids, self._tokenizer.pad_token_id]
-    ours = "trainer.py GRPOExtTrainer._row_stats (completions/clipped_ratio of the trained batch in resample mode)"
+    ours = "_trl_compat.eos_and_pad_ids -> zero_variance/filter.py (completions/clipped_ratio of the trained batch)"
     source = _source(GRPOTrainer._generate)
     assert "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]" in source, _broken(
         "_generate no longer defines truncation by eos_token_ids and the pad token", ours
@@ -681,9 +767,10 @@ def test_training_step_calls_every_hook_in_order(tiny_model_dir, tiny_tokenizer,
     assert probe.step_counters == [(1, GRAD_ACCUM), (2, GRAD_ACCUM)], _broken(
         f"(self._step, current_gradient_accumulation_steps) after each micro-batch = {probe.step_counters}, expected "
         "[(1, 2), (2, 2)]: _step must count micro-batches",
-        "trainer.py training_step (end-of-window test self._step % current_gradient_accumulation_steps == 0)",
+        "interrupt.py via _trl_compat.micro_batches_done (_step counts micro-batches)",
     )
-    ours = "trainer.py (zero_variance_keep / zero_variance_loss_scale / tool_mask through TRL's shuffle and split)"
+    ours = ("zero_variance/filter.py (zero_variance_keep / zero_variance_loss_scale / tool_mask through TRL's shuffle "
+            "and split)")
     kept = []
     for carried in probe.loss_inputs:
         keep, scale, tool_mask = (
@@ -709,8 +796,8 @@ def test_accelerated_optimizer_calls_inner_step_attribute():
     for line in ("self.optimizer.step(closure)", "self._optimizer_original_step_method = self.optimizer.step"):
         assert line in source, _broken(
             f"accelerate's AcceleratedOptimizer no longer contains {line!r}",
-            "trainer.py create_optimizer (optimizer.step replaced by an instance attribute that skips all-uniform "
-            "steps)",
+            "trainer.py create_optimizer (optimizer.step replaced by ZeroVarianceFilter.guard_step, which skips "
+            "the steps that kept nothing)",
         )
 
 

@@ -1,4 +1,4 @@
-"""Tests for trl_grpo_ext.zero_variance (pure tensor logic of the zero-variance filter).
+"""Tests for trl_grpo_ext.zero_variance's pure tensor functions (groups, merge, resample source).
 
 Expected values are worked out by hand in the comments; nothing is copied from the code's own output.
 """
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trl_grpo_ext.zero_variance import ResampleSource, fill_uniform_groups, masked_loss_scale, weighted_total
+from trl_grpo_ext.zero_variance import ResampleSource, fill_zero_variance_groups, masked_loss_scale, weighted_total
 
 NAN = float("nan")
 PAD = 99  # pad token id used by the hand-built batches
@@ -78,10 +78,10 @@ def test_masked_loss_scale_unknown_loss_type():
         masked_loss_scale("gspo_v2", 4, 2)
 
 
-# --- fill_uniform_groups --------------------------------------------------------------------------------------------
-# G = 2. The batch holds 3 groups (rows 0-1, 2-3, 4-5); groups 0 and 2 are uniform. The candidate holds 2 groups;
-# its group 0 is uniform, group 1 (rows 2-3) informative. So batch group 0 takes candidate group 1, batch group 2
-# stays uniform (no donor left), and one group is filled.
+# --- fill_zero_variance_groups --------------------------------------------------------------------------------------------
+# G = 2. The batch holds 3 groups (rows 0-1, 2-3, 4-5); groups 0 and 2 have zero variance. The candidate holds 2 groups;
+# its group 0 has zero variance, group 1 (rows 2-3) informative. So batch group 0 takes candidate group 1, batch group 2
+# keeps zero variance (no donor left), and one group is filled.
 def _batch():
     return {
         # prompts left-padded to width 3
@@ -116,15 +116,15 @@ def _candidate():
     }
 
 
-BATCH_UNIFORM = torch.tensor([True, True, False, False, True, True])
-CANDIDATE_UNIFORM = torch.tensor([True, True, False, False])
+BATCH_ZERO_VARIANCE = torch.tensor([True, True, False, False, True, True])
+CANDIDATE_ZERO_VARIANCE = torch.tensor([True, True, False, False])
 
 
 def test_fill_moves_informative_groups_and_repads():
     batch, candidate = _batch(), _candidate()
-    merged, merged_uniform, filled = fill_uniform_groups(batch, BATCH_UNIFORM, candidate, CANDIDATE_UNIFORM, 2, PAD)
+    merged, merged_zero_variance, filled = fill_zero_variance_groups(batch, BATCH_ZERO_VARIANCE, candidate, CANDIDATE_ZERO_VARIANCE, 2, PAD)
     assert filled == 1
-    assert merged_uniform.tolist() == [False, False, False, False, True, True]
+    assert merged_zero_variance.tolist() == [False, False, False, False, True, True]
     # prompts: width 4; batch rows gain one pad on the LEFT, rows 0-1 are the candidate's rows 2-3
     assert merged["prompt_ids"].tolist() == [
         [PAD, 8, 8, 8],
@@ -162,29 +162,29 @@ def test_fill_moves_informative_groups_and_repads():
 
 def test_fill_does_not_modify_its_inputs():
     batch, candidate = _batch(), _candidate()
-    fill_uniform_groups(batch, BATCH_UNIFORM, candidate, CANDIDATE_UNIFORM, 2, PAD)
+    fill_zero_variance_groups(batch, BATCH_ZERO_VARIANCE, candidate, CANDIDATE_ZERO_VARIANCE, 2, PAD)
     for original, after in ((_batch(), batch), (_candidate(), candidate)):
         for key in original:
             assert torch.equal(original[key], after[key]), key
-    assert BATCH_UNIFORM.tolist() == [True, True, False, False, True, True]
+    assert BATCH_ZERO_VARIANCE.tolist() == [True, True, False, False, True, True]
 
 
 def test_fill_two_donors_fill_two_holes_in_order():
     # both candidate groups informative: batch group 0 <- candidate group 0, batch group 2 <- candidate group 1
-    merged, merged_uniform, filled = fill_uniform_groups(
-        _batch(), BATCH_UNIFORM, _candidate(), torch.zeros(4, dtype=torch.bool), 2, PAD
+    merged, merged_zero_variance, filled = fill_zero_variance_groups(
+        _batch(), BATCH_ZERO_VARIANCE, _candidate(), torch.zeros(4, dtype=torch.bool), 2, PAD
     )
     assert filled == 2
-    assert not merged_uniform.any()
+    assert not merged_zero_variance.any()
     assert merged["completion_ids"][:, 0].tolist() == [20, 21, 13, 15, 22, 25]
 
 
 def test_fill_without_donor_returns_batch_unchanged():
-    merged, merged_uniform, filled = fill_uniform_groups(
-        _batch(), BATCH_UNIFORM, _candidate(), torch.ones(4, dtype=torch.bool), 2, PAD
+    merged, merged_zero_variance, filled = fill_zero_variance_groups(
+        _batch(), BATCH_ZERO_VARIANCE, _candidate(), torch.ones(4, dtype=torch.bool), 2, PAD
     )
     assert filled == 0
-    assert merged_uniform.tolist() == BATCH_UNIFORM.tolist()
+    assert merged_zero_variance.tolist() == BATCH_ZERO_VARIANCE.tolist()
     for key, value in _batch().items():
         assert torch.equal(merged[key], value), key
 
@@ -193,7 +193,7 @@ def test_fill_keeps_none_values():
     batch, candidate = _batch(), _candidate()
     batch["ref_per_token_logps"] = None
     candidate["ref_per_token_logps"] = None
-    merged, _, filled = fill_uniform_groups(batch, BATCH_UNIFORM, candidate, CANDIDATE_UNIFORM, 2, PAD)
+    merged, _, filled = fill_zero_variance_groups(batch, BATCH_ZERO_VARIANCE, candidate, CANDIDATE_ZERO_VARIANCE, 2, PAD)
     assert filled == 1 and merged["ref_per_token_logps"] is None
 
 
@@ -203,7 +203,7 @@ def test_fill_refuses_keys_it_cannot_repad(key):
     batch[key] = torch.ones(6)
     candidate[key] = torch.ones(4)
     with pytest.raises(ValueError, match=rf"'{key}'.*zero_variance_filter: mask"):
-        fill_uniform_groups(batch, BATCH_UNIFORM, candidate, CANDIDATE_UNIFORM, 2, PAD)
+        fill_zero_variance_groups(batch, BATCH_ZERO_VARIANCE, candidate, CANDIDATE_ZERO_VARIANCE, 2, PAD)
 
 
 # --- ResampleSource -------------------------------------------------------------------------------------------------

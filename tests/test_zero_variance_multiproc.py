@@ -44,17 +44,17 @@ def test_two_processes_resample_with_identical_decisions(tmp_path):
         assert a["kept"] == b["kept"]
         assert len(a["drawn"]) == len(b["drawn"])
         for share_a, share_b in zip(a["drawn"], b["drawn"]):  # each round: as many prompts on each rank (1 or 2,
-            # sized from the uniform-fraction estimate; at most a share of the generation batch), disjoint shares
+            # sized from the zero-variance fraction estimate; at most a share of the generation batch), disjoint shares
             assert 1 <= len(share_a) == len(share_b) <= 2 and not set(share_a) & set(share_b)
 
     history = ranks[0]["history"]
     assert [entry["step"] for entry in history] == [1, 2, 3]
     # steps 1 and 3: informative groups exist, so every step is filled; the kept rows are exactly the rows whose
-    # prompt (on whichever rank holds it) does not ask for the uniform target "b"
+    # prompt (on whichever rank holds it) does not ask for the zero-variance target "b"
     for step in (0, 2):
         assert history[step]["zero_variance/frac_uniform_after"] == 0
-        held = first[step]["local_uniform_target"] + second[step]["local_uniform_target"]
-        assert first[step]["kept"] == [int(not uniform) for uniform in held] == [1] * 16
+        held = first[step]["local_zero_variance_target"] + second[step]["local_zero_variance_target"]
+        assert first[step]["kept"] == [int(not target) for target in held] == [1] * 16
     assert sum(history[s]["zero_variance/frac_uniform_before"] for s in (0, 2)) > 0  # resampling was needed
     # step 2: constant reward, nothing to find: both rounds spent, every group short, the update skipped on all ranks
     assert history[1]["zero_variance/resample_rounds"] == 2

@@ -1,9 +1,9 @@
 """`zero_variance_reward`: the filter judges one chosen reward function instead of the weighted total.
 
 The example of the docs: accuracy [0, 0, 0, 0] and a 0.1-weighted format reward [1, 0, 1, 1]. The weighted totals
-[0.1, 0, 0.1, 0.1] are not uniform: TRL's advantages are (r − 0.075) / (0.05 + 1e-4) ≈ [0.5, −1.5, 0.5, 0.5] (mean
+[0.1, 0, 0.1, 0.1] do not have zero variance: TRL's advantages are (r − 0.075) / (0.05 + 1e-4) ≈ [0.5, −1.5, 0.5, 0.5] (mean
 0.075; sample std √((3 · 0.025² + 0.075²) / 3) = 0.05), so the format reward alone trains the group although no
-completion is correct. Judged on accuracy, the group is uniform and filtered.
+completion is correct. Judged on accuracy, the group has zero variance and is filtered.
 """
 
 import pytest
@@ -12,8 +12,8 @@ from datasets import Dataset
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
 from trl_grpo_ext.advantage_settings import resolve_advantage_settings
-from trl_grpo_ext.advantages import compute_advantages, uniform_group_mask
-from trl_grpo_ext.zero_variance import judged_rewards
+from trl_grpo_ext.advantages import compute_advantages
+from trl_grpo_ext.zero_variance import judged_rewards, zero_variance_group_mask
 
 G = 4
 ACCURACY = [0.0, 0.0, 0.0, 0.0]
@@ -29,15 +29,15 @@ def test_example_is_kept_on_the_total_and_filtered_on_accuracy():
     rewards = _rewards_per_func()
     total = judged_rewards(rewards, WEIGHTS, None)
     torch.testing.assert_close(total, torch.tensor([0.1, 0.0, 0.1, 0.1]))
-    assert not uniform_group_mask(total, G, 0.0).any()
+    assert not zero_variance_group_mask(total, G, 0.0).any()
     settings, _ = resolve_advantage_settings()  # TRL's defaults: group mean, group sample std, ε 1e-4
     expected = torch.tensor([0.025, -0.075, 0.025, 0.025]) / (0.05 + 1e-4)
     torch.testing.assert_close(compute_advantages(total, G, settings), expected, rtol=1e-5, atol=1e-6)
 
     on_accuracy = judged_rewards(rewards, WEIGHTS, 0)
     torch.testing.assert_close(on_accuracy, torch.tensor(ACCURACY))
-    assert uniform_group_mask(on_accuracy, G, 0.0).all()
-    assert not uniform_group_mask(judged_rewards(rewards, WEIGHTS, 1), G, 0.0).any()  # format alone varies
+    assert zero_variance_group_mask(on_accuracy, G, 0.0).all()
+    assert not zero_variance_group_mask(judged_rewards(rewards, WEIGHTS, 1), G, 0.0).any()  # format alone varies
 
 
 def accuracy(completions, **kwargs):
@@ -64,13 +64,13 @@ def _trainer(tmp_path, **overrides) -> GRPOExtTrainer:
     )
 
 
-@pytest.mark.parametrize(("judged", "uniform"), [(None, 0.0), ("accuracy", 1.0), ("format_reward", 0.0)])
-def test_training_step_filters_the_groups_uniform_in_the_judged_reward(tmp_path, judged, uniform):
+@pytest.mark.parametrize(("judged", "fraction"), [(None, 0.0), ("accuracy", 1.0), ("format_reward", 0.0)])
+def test_training_step_filters_the_zero_variance_groups_of_the_judged_reward(tmp_path, judged, fraction):
     trainer = _trainer(tmp_path, zero_variance_reward=judged)
     trainer.train()
     (log,) = [entry for entry in trainer.state.log_history if "loss" in entry]
-    assert log["zero_variance/frac_uniform_before"] == uniform
-    assert log["zero_variance/completions_masked"] == uniform * 8
+    assert log["zero_variance/frac_uniform_before"] == fraction
+    assert log["zero_variance/completions_masked"] == fraction * 8
     if judged == "accuracy":  # both groups filtered: no update
         assert log["zero_variance/skipped_updates"] == 1
     else:  # kept: the format reward drives the advantages, ≈ [0.5, -1.5, 0.5, 0.5] per group

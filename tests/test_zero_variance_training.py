@@ -1,8 +1,8 @@
 """The zero-variance filter through real training steps of the embedded tiny model (CPU).
 
-The task: prompts ask for a target character; prompts with target "b" get the constant reward 1.0 (their groups are
-uniform), prompts with target "a" get the completion's position in its group (0, 1, 2, 3: never uniform). Which rows
-are uniform is therefore known from the prompt text alone, independently of the code under test.
+The task: prompts ask for a target character; prompts with target "b" get the constant reward 1.0 (their groups have
+zero variance), prompts with target "a" get the completion's position in its group (0, 1, 2, 3: never). Which rows
+have zero variance is therefore known from the prompt text alone, independently of the code under test.
 """
 
 import copy
@@ -17,19 +17,19 @@ from trl import GRPOTrainer
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
 
 G = 4
-UNIFORM_TARGET = "b"
+ZERO_VARIANCE_TARGET = "b"
 
 
 def _dataset(num_prompts: int, every: int = 2) -> Dataset:
-    """count-char prompts; every `every`-th one (starting with the second) asks for the uniform target."""
+    """count-char prompts; every `every`-th one (starting with the second) asks for the zero-variance target."""
     rows = tiny.count_char_rows(num_prompts, target="a")
-    uniform_rows = tiny.count_char_rows(num_prompts, target=UNIFORM_TARGET, seed=1)
-    return Dataset.from_list([uniform_rows[i] if i % every == every - 1 else row for i, row in enumerate(rows)])
+    zero_variance_rows = tiny.count_char_rows(num_prompts, target=ZERO_VARIANCE_TARGET, seed=1)
+    return Dataset.from_list([zero_variance_rows[i] if i % every == every - 1 else row for i, row in enumerate(rows)])
 
 
 def position_reward(completions, target, **kwargs):
-    """1.0 for every completion of a uniform-target prompt; else the completion's position in its group."""
-    return [1.0 if t == UNIFORM_TARGET else float(i % G) for i, t in enumerate(target)]
+    """1.0 for every completion of a zero-variance-target prompt; else the completion's position in its group."""
+    return [1.0 if t == ZERO_VARIANCE_TARGET else float(i % G) for i, t in enumerate(target)]
 
 
 def constant_after_first_step_reward(completions, target, trainer_state, **kwargs):
@@ -67,10 +67,10 @@ def _trainer(tmp_path, reward, dataset, **overrides) -> GRPOExtTrainer:
     )
 
 
-def _uniform_rows(trainer, inputs) -> torch.Tensor:
-    """(B,) bool: the rows whose prompt asks for the uniform target, read from the decoded prompt text."""
+def _zero_variance_rows(trainer, inputs) -> torch.Tensor:
+    """(B,) bool: the rows whose prompt asks for the zero-variance target, read from the decoded prompt text."""
     texts = trainer.processing_class.batch_decode(inputs["prompt_ids"], skip_special_tokens=True)
-    return torch.tensor([f"write {UNIFORM_TARGET} {UNIFORM_TARGET}" in text for text in texts])
+    return torch.tensor([f"write {ZERO_VARIANCE_TARGET} {ZERO_VARIANCE_TARGET}" in text for text in texts])
 
 
 def _without_rows(inputs: dict, removed: torch.Tensor) -> dict:
@@ -100,10 +100,10 @@ class _Capture(TrainerCallback):
         self.optimizer_states.append(copy.deepcopy(self.trainer.optimizer.state_dict()))
 
 
-# --- mask: gradient == gradient of the batch with the uniform groups removed ---------------------------------------
+# --- mask: gradient == gradient of the batch with the zero-variance groups removed ------------------------------------
 @pytest.mark.parametrize("loss_type", ["dapo", "bnpo", "grpo", "dr_grpo"])
-def test_mask_gradient_equals_gradient_without_uniform_groups(tmp_path, loss_type):
-    # 4 prompts, 2 with target "b": every step holds 2 uniform and 2 informative groups (8 + 8 rows).
+def test_mask_gradient_equals_gradient_without_zero_variance_groups(tmp_path, loss_type):
+    # 4 prompts, 2 with target "b": every step holds 2 zero-variance and 2 informative groups (8 + 8 rows).
     trainer = _trainer(
         tmp_path, position_reward, _dataset(4), zero_variance_filter="mask", loss_type=loss_type, max_grad_norm=0.0
     )
@@ -113,12 +113,12 @@ def test_mask_gradient_equals_gradient_without_uniform_groups(tmp_path, loss_typ
     ours = trainer._compute_loss
 
     def compute_loss(model, inputs):
-        removed = _uniform_rows(trainer, inputs)
+        removed = _zero_variance_rows(trainer, inputs)
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         trl_loss = GRPOTrainer._compute_loss(trainer, model, _without_rows(inputs, removed))
         grads = torch.autograd.grad(trl_loss, [p for _, p in params], allow_unused=True)
         reference.update(removed=removed, grads={n: g for (n, _), g in zip(params, grads) if g is not None})
-        # and TRL's loss of the whole batch without the filter (uniform rows still in the normaliser)
+        # and TRL's loss of the whole batch without the filter (zero-variance rows still in the normaliser)
         unfiltered = {k: v for k, v in inputs.items() if k not in ("tool_mask", "zero_variance_keep")}
         unfiltered["num_items_in_batch"] = inputs["completion_mask"].sum()
         unfiltered_loss = GRPOTrainer._compute_loss(trainer, model, unfiltered)
@@ -131,12 +131,12 @@ def test_mask_gradient_equals_gradient_without_uniform_groups(tmp_path, loss_typ
     trainer.train()
 
     removed = reference["removed"]
-    assert removed.sum() == 8 and (~removed).sum() == 8  # two uniform and two informative groups of G = 4
+    assert removed.sum() == 8 and (~removed).sum() == 8  # two zero-variance and two informative groups of G = 4
     (grads,) = capture.grads
     assert set(grads) == set(reference["grads"])
     for name, grad in grads.items():
         torch.testing.assert_close(grad, reference["grads"][name], rtol=1e-5, atol=1e-8, msg=name)
-    # the test can fail: without the filter the uniform rows dilute the gradient (a different gradient)
+    # the test can fail: without the filter the zero-variance rows dilute the gradient (a different gradient)
     total = sum(float(g.abs().sum()) for g in grads.values())
     unfiltered_total = sum(float(g.abs().sum()) for g in reference["unfiltered"].values())
     assert total > 0 and abs(unfiltered_total - total) > 1e-3 * total
@@ -165,7 +165,7 @@ def test_mask_gradient_with_gradient_accumulation_dapo(tmp_path):
             }
             model = self.trainer.model
             params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-            loss = GRPOTrainer._compute_loss(self.trainer, model, _without_rows(batch, _uniform_rows(trainer, batch)))
+            loss = GRPOTrainer._compute_loss(self.trainer, model, _without_rows(batch, _zero_variance_rows(trainer, batch)))
             self.reference = dict(zip([n for n, _ in params], torch.autograd.grad(loss, [p for _, p in params])))
 
     capture = Reference(trainer)
@@ -179,9 +179,9 @@ def test_mask_gradient_with_gradient_accumulation_dapo(tmp_path):
         torch.testing.assert_close(grad, capture.reference[name], rtol=1e-5, atol=1e-8, msg=name)
 
 
-# --- mask: a step in which every group is uniform makes no update at all --------------------------------------------
+# --- mask: a step in which every group has zero variance makes no update at all ---------------------------------------
 @pytest.mark.parametrize("mode", ["mask", "off"])
-def test_all_uniform_step_leaves_weights_and_optimizer_state_untouched(tmp_path, mode):
+def test_all_zero_variance_step_leaves_weights_and_optimizer_state_untouched(tmp_path, mode):
     trainer = _trainer(
         tmp_path,
         constant_after_first_step_reward,
@@ -218,7 +218,7 @@ def test_all_uniform_step_leaves_weights_and_optimizer_state_untouched(tmp_path,
 
 # --- resample -------------------------------------------------------------------------------------------------------
 def test_resample_fills_every_step_with_informative_groups(tmp_path):
-    # 1 prompt in 4 asks for "b" (uniform); 3 steps of 4 prompts, up to 3 extra rounds of 4 prompts each.
+    # 1 prompt in 4 asks for "b" (zero variance); 3 steps of 4 prompts, up to 3 extra rounds of 4 prompts each.
     trainer = _trainer(
         tmp_path, position_reward, _dataset(32, every=4), zero_variance_filter="resample", total_training_steps=3
     )
@@ -226,7 +226,7 @@ def test_resample_fills_every_step_with_informative_groups(tmp_path):
     ours = trainer._compute_loss
 
     def compute_loss(model, inputs):
-        loss_rows.append(_uniform_rows(trainer, inputs))
+        loss_rows.append(_zero_variance_rows(trainer, inputs))
         return ours(model, inputs)
 
     trainer._compute_loss = compute_loss
@@ -235,12 +235,12 @@ def test_resample_fills_every_step_with_informative_groups(tmp_path):
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logs) == 3
     assert any(entry["zero_variance/frac_uniform_before"] > 0 for entry in logs)  # there was something to refill
-    for entry, uniform in zip(logs, loss_rows):
+    for entry, zero_variance in zip(logs, loss_rows):
         assert entry["zero_variance/frac_uniform_after"] == 0
         assert entry["zero_variance/shortfall_groups"] == 0
         assert entry["zero_variance/completions_masked"] == 0
-        assert not uniform.any()  # no "b" prompt reached the loss
-        assert len(uniform) == 16
+        assert not zero_variance.any()  # no "b" prompt reached the loss
+        assert len(zero_variance) == 16
     assert sum(entry["zero_variance/prompts_drawn"] for entry in logs) > 0
     # extra prompts do not advance the main sampler: the epoch counts 3 steps of 4 prompts over 32 prompts
     assert trainer.state.epoch == pytest.approx(3 * 4 / 32)

@@ -1,7 +1,7 @@
 """Worker of tests/test_zero_variance_multiproc.py: 3 resample-mode steps, each rank's decisions written to JSON.
 
 Run by `torchrun --standalone --nproc_per_node 2 tests/zero_variance_worker.py OUT_DIR` (CPU, gloo). Half the
-prompts ask for target "b" and get a constant reward (uniform groups), the others get the completion's position in
+prompts ask for target "b" and get a constant reward (zero-variance groups), the others get the completion's position in
 its group; at optimizer step 2 every reward is constant, so that step ends with a shortfall and a skipped update.
 Writes OUT_DIR/rank{RANK}.json with, per generation batch: the global kept-row mask, this rank's drawn dataset
 indices per resample round, and which of this rank's final rows ask for target "b"; plus the zero_variance/* entries
@@ -33,8 +33,8 @@ def main(out_dir: str) -> None:
     rank = int(os.environ["RANK"])
     path = tiny.ensure_tiny_model()  # built by the test before launching, so the ranks only read it
     rows = tiny.count_char_rows(32, target="a")
-    uniform_rows = tiny.count_char_rows(32, target="b", seed=1)
-    dataset = Dataset.from_list([uniform_rows[i] if i % 2 else row for i, row in enumerate(rows)])
+    zero_variance_rows = tiny.count_char_rows(32, target="b", seed=1)
+    dataset = Dataset.from_list([zero_variance_rows[i] if i % 2 else row for i, row in enumerate(rows)])
     args = GRPOExtConfig(
         output_dir=os.path.join(out_dir, "run"),
         use_cpu=True,
@@ -56,7 +56,7 @@ def main(out_dir: str) -> None:
         str(path), reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tiny.load_tokenizer(path)
     )
     batches = []
-    draw, mask_rows = trainer._resample_source.draw, trainer._mask_uniform_rows
+    draw, mask_rows = trainer.zero_variance.source.draw, trainer.zero_variance.mask
 
     def recording_draw(prompts_per_round, process_index, num_processes):
         indices = draw(prompts_per_round, process_index, num_processes)
@@ -65,7 +65,7 @@ def main(out_dir: str) -> None:
 
     def recording_mask(output, kept, local):
         texts = trainer.processing_class.batch_decode(output["prompt_ids"], skip_special_tokens=True)
-        batches[-1]["local_uniform_target"] = ["write b b" in text for text in texts]
+        batches[-1]["local_zero_variance_target"] = ["write b b" in text for text in texts]
         batches[-1]["kept"] = kept.int().tolist()
         return mask_rows(output, kept, local)
 
@@ -75,8 +75,8 @@ def main(out_dir: str) -> None:
         batches.append({"drawn": []})
         return generate(inputs)
 
-    trainer._resample_source.draw = recording_draw
-    trainer._mask_uniform_rows = recording_mask
+    trainer.zero_variance.source.draw = recording_draw
+    trainer.zero_variance.mask = recording_mask
     trainer._generate_and_score_completions = recording_generate
     trainer.train()
     history = [

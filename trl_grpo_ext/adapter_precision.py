@@ -19,10 +19,9 @@ import logging
 import torch
 from torch import nn
 
+from .models import torch_dtype
+
 logger = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32", exclude: tuple[str, ...] = ()) -> int:
     """Store every trainable parameter of ``model`` in ``dtype`` and keep forward passes dtype-consistent.
@@ -45,9 +44,7 @@ def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32", ex
         ValueError: unknown ``dtype`` name.
     """
     if isinstance(dtype, str):
-        if dtype not in _DTYPES:
-            raise ValueError(f"adapter dtype {dtype!r} is not one of {sorted(_DTYPES)}.")
-        dtype = _DTYPES[dtype]
+        dtype = torch_dtype(dtype, field="adapter dtype")
     changed = 0
     for name, module in model.named_modules():
         own = [(f"{name}.{pname}", p) for pname, p in module.named_parameters(recurse=False) if p.requires_grad]
@@ -107,7 +104,7 @@ class LostUpdateTracker:
         self.threshold = threshold
         self.record = record
         self.history: list[float] = []
-        self._step = 0
+        self._optimizer_steps = 0
         self._before: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
         self._warned = False
 
@@ -118,8 +115,8 @@ class LostUpdateTracker:
             optimizer.register_step_post_hook(self._post)
 
     def _pre(self, optimizer, args, kwargs):
-        self._step += 1
-        if (self._step - 1) % self.every:
+        self._optimizer_steps += 1
+        if (self._optimizer_steps - 1) % self.every:
             return
         self._before = [
             (p, p.detach().clone(), p.grad.detach() != 0)
@@ -145,7 +142,7 @@ class LostUpdateTracker:
             self.record(fraction)
         if fraction > self.threshold and not self._warned:
             self._warned = True
-            logger.warning(_warning_text(fraction, self._step, self.threshold, optimizer))
+            logger.warning(_warning_text(fraction, self._optimizer_steps, self.threshold, optimizer))
 
 
 def _warning_text(fraction: float, step: int, threshold: float, optimizer: torch.optim.Optimizer) -> str:

@@ -25,6 +25,7 @@ import math
 import torch
 
 from .advantage_settings import BASELINES, STD_KINDS, STD_SCALINGS, AdvantageSettings
+from .checks import check_choice
 
 
 def _check_rewards(rewards: torch.Tensor, num_generations: int) -> None:
@@ -45,11 +46,6 @@ def _check_rewards(rewards: torch.Tensor, num_generations: int) -> None:
             f"rewards has {rewards.numel()} entries, which is not divisible by num_generations ({num_generations}): "
             "it must hold num_prompts × num_generations rewards in group order."
         )
-
-
-def _check_choice(name: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ValueError(f"Unknown {name} {value!r}. Valid values: {', '.join(repr(v) for v in valid)}.")
 
 
 def _nanstd(values: torch.Tensor, dim: int | None, sample: bool) -> torch.Tensor:
@@ -90,7 +86,7 @@ def group_baseline(rewards: torch.Tensor, num_generations: int, baseline: str = 
         ValueError: bad `rewards` (not 1-D float), `num_generations` < 1, N not divisible by G, unknown `baseline`.
     """
     _check_rewards(rewards, num_generations)
-    _check_choice("advantage_baseline", baseline, BASELINES)
+    check_choice("advantage_baseline", baseline, BASELINES)
     grouped = rewards.reshape(-1, num_generations)
     if baseline == "group_mean":
         return torch.nanmean(grouped, dim=1).repeat_interleave(num_generations, dim=0)
@@ -125,8 +121,8 @@ def reward_std(
         ValueError: bad `rewards` or `num_generations` (as `group_baseline`), unknown `scaling` or `std_kind`.
     """
     _check_rewards(rewards, num_generations)
-    _check_choice("advantage_std_scaling", scaling, STD_SCALINGS)
-    _check_choice("advantage_std_kind", std_kind, STD_KINDS)
+    check_choice("advantage_std_scaling", scaling, STD_SCALINGS)
+    check_choice("advantage_std_kind", std_kind, STD_KINDS)
     sample = std_kind == "sample"
     if scaling == "group":
         std = _nanstd(rewards.reshape(-1, num_generations), dim=1, sample=sample)
@@ -136,52 +132,37 @@ def reward_std(
     return torch.ones_like(rewards)
 
 
-def uniform_group_mask(
-    rewards: torch.Tensor, num_generations: int, tolerance: float = 0.0, std_kind: str = "sample"
-) -> torch.Tensor:
-    """Flag every completion of a group whose rewards carry no learning signal (zero-variance groups).
+def equal_reward_groups(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """Flag every completion of a group whose non-missing rewards are all equal, or that has fewer than 2 of them.
 
-    A group is uniform when (a) it has fewer than 2 non-missing rewards, or (b) all its non-missing rewards are
-    equal (max == min, compared exactly, so [0.1, 0.1, 0.1] is uniform although its computed std is rounding noise,
-    e.g. 3e-8 in float32), or (c) `tolerance` > 0 and the std (`std_kind`) of its non-missing rewards is <= tolerance.
+    Equality is exact (max == min), so [0.1, 0.1, 0.1] is flagged although its computed std is rounding noise (e.g.
+    3e-8 in float32). `compute_advantages` gives such groups exactly 0; the zero-variance filter adds a tolerance on
+    top (`trl_grpo_ext.zero_variance.zero_variance_group_mask`).
 
     Args:
         rewards (`torch.Tensor`): float, shape `(N,)` in group order; NaN = missing.
         num_generations (`int`): G, completions per prompt (>= 1).
-        tolerance (`float`, defaults to `0.0`): largest within-group std still called uniform, in reward units;
-            finite, >= 0.
-        std_kind (`str`, defaults to `"sample"`): std used for (c), one of `STD_KINDS`.
 
     Returns:
-        `torch.Tensor`: bool, shape `(N,)`; every completion of a uniform group is `True`.
+        `torch.Tensor`: bool, shape `(N,)`; every completion of a flagged group is `True`.
 
     Raises:
-        ValueError: bad `rewards` or `num_generations`, negative or non-finite `tolerance`, unknown `std_kind`.
+        ValueError: bad `rewards` or `num_generations`.
     """
     _check_rewards(rewards, num_generations)
-    _check_choice("std_kind", std_kind, STD_KINDS)
-    if (
-        isinstance(tolerance, bool)
-        or not isinstance(tolerance, (int, float))
-        or not math.isfinite(tolerance)
-        or tolerance < 0
-    ):
-        raise ValueError(f"tolerance must be a finite number >= 0 (a std, in reward units), got {tolerance!r}.")
     grouped = rewards.reshape(-1, num_generations)
     present = ~torch.isnan(grouped)
     high = torch.where(present, grouped, torch.full_like(grouped, -math.inf)).amax(dim=1)
     low = torch.where(present, grouped, torch.full_like(grouped, math.inf)).amin(dim=1)
-    uniform = (present.sum(dim=1) < 2) | (high == low)
-    if tolerance > 0:
-        uniform |= _nanstd(grouped, dim=1, sample=std_kind == "sample").reshape(-1) <= tolerance
-    return uniform.repeat_interleave(num_generations, dim=0)
+    equal = (present.sum(dim=1) < 2) | (high == low)
+    return equal.repeat_interleave(num_generations, dim=0)
 
 
 def compute_advantages(
     rewards: torch.Tensor,
     num_generations: int,
     settings: AdvantageSettings,
-    uniform_mask: torch.Tensor | None = None,
+    zero_variance_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Advantages A_i = (r_i - b_i) / (σ + ε), or r_i - b_i when `settings.std_scaling == "none"`.
 
@@ -189,7 +170,7 @@ def compute_advantages(
     settings.std_kind)` and ε is `settings.epsilon`. Then, in this order:
     a zero denominator (only possible with ε = 0) gives 0; NaN (missing reward, or a std undefined for lack of
     values) gives 0, as TRL's `nan_to_num`; every completion of a group whose non-missing rewards are all equal, or
-    that has fewer than 2 of them, gives exactly 0; rows flagged in `uniform_mask` give exactly 0.
+    that has fewer than 2 of them, gives exactly 0; rows flagged in `zero_variance_mask` give exactly 0.
 
     Sources: GRPO (Shao et al. 2024, arXiv 2402.03300) = group_mean + group std; Dr. GRPO (Liu et al. 2025,
     arXiv 2503.20783) = group_mean + none; RLOO (Ahmadian et al. 2024, arXiv 2402.14740) = leave_one_out + none;
@@ -199,15 +180,15 @@ def compute_advantages(
         rewards (`torch.Tensor`): float, shape `(N,)`, N = num_prompts × num_generations in group order; NaN = missing.
         num_generations (`int`): G, completions per prompt (>= 1).
         settings (`AdvantageSettings`): baseline, std scaling, ε, std kind.
-        uniform_mask (`torch.Tensor`, *optional*): bool, shape `(N,)`; `True` rows get advantage exactly 0 (e.g.
-            `uniform_group_mask(rewards, G, tolerance)` from the zero-variance filter).
+        zero_variance_mask (`torch.Tensor`, *optional*): bool, shape `(N,)`; `True` rows get advantage exactly 0 (e.g.
+            `zero_variance.zero_variance_group_mask(rewards, G, tolerance)` from the zero-variance filter).
 
     Returns:
         `torch.Tensor`: shape `(N,)`, dtype of `rewards`, no NaN; in reward units when the std scaling is `"none"`,
         else in units of σ.
 
     Raises:
-        ValueError: bad `rewards` or `num_generations`; `settings` not an `AdvantageSettings`; `uniform_mask` not a
+        ValueError: bad `rewards` or `num_generations`; `settings` not an `AdvantageSettings`; `zero_variance_mask` not a
             bool tensor of shape `(N,)`.
     """
     _check_rewards(rewards, num_generations)
@@ -216,18 +197,18 @@ def compute_advantages(
             f"settings must be an AdvantageSettings, got {type(settings).__name__}; build it with "
             "AdvantageSettings(...) or resolve_advantage_settings(...)."
         )
-    if uniform_mask is not None and (
-        not isinstance(uniform_mask, torch.Tensor)
-        or uniform_mask.dtype != torch.bool
-        or uniform_mask.shape != rewards.shape
+    if zero_variance_mask is not None and (
+        not isinstance(zero_variance_mask, torch.Tensor)
+        or zero_variance_mask.dtype != torch.bool
+        or zero_variance_mask.shape != rewards.shape
     ):
         got = (
-            f"{uniform_mask.dtype} of shape {tuple(uniform_mask.shape)}"
-            if isinstance(uniform_mask, torch.Tensor)
-            else type(uniform_mask).__name__
+            f"{zero_variance_mask.dtype} of shape {tuple(zero_variance_mask.shape)}"
+            if isinstance(zero_variance_mask, torch.Tensor)
+            else type(zero_variance_mask).__name__
         )
         raise ValueError(
-            f"uniform_mask must be a bool tensor of shape {tuple(rewards.shape)} (like rewards), got {got}."
+            f"zero_variance_mask must be a bool tensor of shape {tuple(rewards.shape)} (like rewards), got {got}."
         )
     advantages = rewards - group_baseline(rewards, num_generations, settings.baseline)
     if settings.std_scaling != "none":
@@ -235,9 +216,9 @@ def compute_advantages(
         advantages = advantages / denominator
         advantages = torch.where(denominator == 0, torch.zeros_like(advantages), advantages)
     advantages = torch.nan_to_num(advantages, nan=0.0)
-    zero = uniform_group_mask(rewards, num_generations)
-    if uniform_mask is not None:
-        zero = zero | uniform_mask.to(zero.device)
+    zero = equal_reward_groups(rewards, num_generations)
+    if zero_variance_mask is not None:
+        zero = zero | zero_variance_mask.to(zero.device)
     return advantages.masked_fill(zero, 0.0)
 
 

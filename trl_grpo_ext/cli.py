@@ -22,7 +22,7 @@ SUBCOMMANDS = {
     "train": "trl_grpo_ext.train",
     "eval": "trl_grpo_ext.eval_cli",
     "rewards": "trl_grpo_ext.rewards.cli",
-    "push": "trl_grpo_ext.hub_cli",
+    "push": "trl_grpo_ext.hub.cli",
 }
 
 

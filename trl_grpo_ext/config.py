@@ -7,7 +7,6 @@ resolution lives in `quantifiers`, `advantage_settings` and `rewards.spec`; this
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any
@@ -19,12 +18,12 @@ from .checks import Range
 from .fieldtable import Choices, declared_checks
 from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
 from .quantifiers import TRL_DEFAULTS, QuantityError, resolve_trl_fields
+from .rewards.guard import REWARD_ERROR_POLICIES
 from .rewards.spec import parse_reward_specs
-from .zero_variance import ROW_NORMALISED_LOSSES
+from .zero_variance import ROW_NORMALISED_LOSSES, check_zero_variance_settings
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample")
 ADAPTER_DTYPES = ("float32", "bfloat16")
-REWARD_ERROR_POLICIES = ("raise", "none")
 
 #: TRL's fields that ``__post_init__`` checks with the fields of ours: a config built in Python (not through the
 #: front door, whose table refuses ``learning_rate: 0`` too) may train at learning rate 0, never below.
@@ -270,74 +269,19 @@ class GRPOExtConfig(GRPOConfig):
         self.reward_weights = [spec.weight for spec in specs]
 
     def _check_zero_variance_filter(self, world_size: int) -> None:
-        """Settings the zero-variance filter cannot honour, refused instead of silently ignored.
-
-        - The filter judges uniformity on the weighted total reward (`multi_objective_aggregation=
-          "sum_then_normalize"`, TRL's default); with `"normalize_then_sum"` the trainer keeps TRL's advantages and
-          would apply no filter at all.
-        - Resample swaps whole groups inside each process's share of the generation batch, so every share must hold
-          whole groups: its completions (per_device_train_batch_size × steps_per_generation, or
-          generation_batch_size / world_size) divisible by num_generations. Always true on one process (TRL requires
-          the generation batch to be divisible by G); can fail with several. Runs on the resolved fields, before TRL
-          derives the missing one.
-        """
-        if self.zero_variance_filter == "off":
-            if self.zero_variance_reward is not None:
-                raise ValueError(
-                    f"zero_variance_reward={self.zero_variance_reward!r} only takes effect with the zero-variance "
-                    "filter on. Fix: set zero_variance_filter: mask (or resample), or remove zero_variance_reward."
-                )
-            return
-        self._resolve_zero_variance_reward()
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError(
-                f"zero_variance_filter={self.zero_variance_filter!r} judges groups on the weighted total reward and "
-                f"needs multi_objective_aggregation='sum_then_normalize', got {self.multi_objective_aggregation!r}. "
-                "Fix: use multi_objective_aggregation: sum_then_normalize, or zero_variance_filter: off."
-            )
-        if self.zero_variance_filter != "resample":
-            return
-        if self.generation_batch_size is not None:
-            local = self.generation_batch_size // world_size
-            held = f"generation_batch_size ({self.generation_batch_size}) / {world_size} processes = {local}"
-            fix = f"make generation_batch_size a multiple of {world_size * self.num_generations}"
-        else:
-            steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
-            local = self.per_device_train_batch_size * steps_per_generation
-            held = (
-                f"micro_batch_size ({self.per_device_train_batch_size}) × steps_per_generation "
-                f"({steps_per_generation}) = {local}"
-            )
-            multiple = self.num_generations // math.gcd(steps_per_generation, self.num_generations)
-            fix = f"make micro_batch_size (per_device_train_batch_size) a multiple of {multiple}"
-        if local % self.num_generations:
-            raise ValueError(
-                f"zero_variance_filter='resample' needs whole groups on every process, but each of the {world_size} "
-                f"processes holds {held} completions of a generation batch, which is not divisible by "
-                f"num_generations ({self.num_generations}). Fix: {fix}, or use zero_variance_filter: mask (which "
-                "works on the gathered batch)."
-            )
-
-    def _resolve_zero_variance_reward(self) -> None:
-        """With `rewards` from the registry, check `zero_variance_reward` names one of them (an alias gives the
-        canonical name, the one TRL logs). Reward functions passed to the trainer are checked there."""
-        name = self.zero_variance_reward
-        if name is None or not self.rewards:
-            return
-        from .rewards.registry import UnknownRewardError, check_reward_name
-
-        selected = [check_reward_name(spec["name"]) for spec in self.rewards]
-        if name not in selected:
-            try:
-                canonical = check_reward_name(name)
-            except UnknownRewardError:
-                canonical = None
-            if canonical not in selected:
-                raise ValueError(
-                    f"zero_variance_reward={name!r} is not one of this run's rewards ({', '.join(selected)}). Fix: "
-                    "name one of them, or remove zero_variance_reward to judge the weighted total."
-                )
-            self.zero_variance_reward = canonical
+        """`zero_variance.check_zero_variance_settings` on this config; keeps the canonical `zero_variance_reward`."""
+        self.zero_variance_reward = check_zero_variance_settings(
+            mode=self.zero_variance_filter,
+            zero_variance_reward=self.zero_variance_reward,
+            reward_names=[spec["name"] for spec in self.rewards] if self.rewards else None,
+            multi_objective_aggregation=self.multi_objective_aggregation,
+            num_generations=self.num_generations,
+            world_size=world_size,
+            generation_batch_size=self.generation_batch_size,
+            steps_per_generation=self.steps_per_generation,
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            per_device_train_batch_size=self.per_device_train_batch_size,
+        )
 
     def _adopt_activation_checkpointing(self) -> None:
         """transformers 5.24 renamed `gradient_checkpointing(_kwargs)` `activation_checkpointing(_kwargs)` and warns

@@ -21,6 +21,8 @@ import sys
 
 from transformers import TrainerCallback
 
+from . import _trl_compat
+
 EXIT_INTERRUPTED = 130
 
 
@@ -78,7 +80,7 @@ class GracefulInterrupt(TrainerCallback):
         checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if self._any_rank_requested():  # every rank calls it every step: it is a collective
             left = micro_batches_to_generation_boundary(
-                getattr(self.trainer, "_step", None), args.steps_per_generation, getattr(args, "num_iterations", 1))
+                _trl_compat.micro_batches_done(self.trainer), args.steps_per_generation, getattr(args, "num_iterations", 1))
             if state.max_steps and state.global_step >= state.max_steps:
                 pass  # the last step: the run ends normally and saves its final adapter
             elif left:
@@ -142,11 +144,12 @@ def micro_batches_to_generation_boundary(micro_batches_done: int | None, steps_p
     """Micro-batches left before TRL generates again: 0 when a resume from here would regenerate nothing too early.
 
     TRL (`GRPOTrainer._prepare_inputs`) generates one batch every ``steps_per_generation × num_iterations``
-    micro-batches, counted by ``GRPOTrainer._step`` from the start of the process, and keeps it in memory only.
+    micro-batches, counted from the start of the process (`_trl_compat.micro_batches_done`), and keeps it in memory
+    only.
 
     Args:
-        micro_batches_done (`int | None`): ``GRPOTrainer._step`` at the end of an optimizer step; `None` (not a GRPO
-            trainer) means there is no buffered batch.
+        micro_batches_done (`int | None`): `_trl_compat.micro_batches_done` at the end of an optimizer step; `None`
+            (not a GRPO trainer) means there is no buffered batch.
         steps_per_generation (`int`): TRL's field [micro-batches per generation batch].
         num_iterations (`int`): TRL's field (μ) [policy updates per generation batch].
 

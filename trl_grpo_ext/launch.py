@@ -21,7 +21,8 @@ from trl import ModelConfig, ScriptArguments
 
 from .config import GRPOExtConfig
 from .frontdoor import read_run_args
-from .hub import HubPushArguments, scrub_secrets
+from .hub.push import HubPushArguments
+from .hub.secrets import scrub_secrets
 from .models import check_model_path
 from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
 
@@ -146,7 +147,7 @@ def _fail(message: str) -> RecipeArgumentError:
 
 
 def write_run_config(output_dir: str, script_args, training_args, model_args, push_args) -> Path:
-    """Write ``run_config.json``: every argument of the run, secrets redacted (`hub.scrub_secrets`). Returns its path."""
+    """Write ``run_config.json``: every argument of the run, secrets redacted (`hub.secrets.scrub_secrets`). Returns its path."""
     record = scrub_secrets(
         {
             "script_args": vars(script_args),

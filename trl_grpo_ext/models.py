@@ -11,6 +11,10 @@ import os
 from pathlib import Path
 
 from . import smollm2, tiny
+from .checks import check_choice
+
+#: The floating-point dtypes a run may name (model ``dtype``, ``adapter_dtype``), as torch attribute names.
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
 def compute_dtype_name(model_args, training_args) -> str:
@@ -18,6 +22,17 @@ def compute_dtype_name(model_args, training_args) -> str:
     if model_args.dtype not in (None, "auto"):
         return model_args.dtype
     return "bfloat16" if training_args.bf16 else "float32"
+
+
+def torch_dtype(name: str, field: str = "dtype"):
+    """The ``torch.dtype`` of a dtype name of `DTYPE_NAMES` (``"bfloat16"`` -> ``torch.bfloat16``).
+
+    Raises:
+        ValueError: ``name`` is not one of `DTYPE_NAMES` (the message names ``field``).
+    """
+    import torch
+
+    return getattr(torch, check_choice(field, name, DTYPE_NAMES, error=ValueError))
 
 
 def quantization_config(model_args, training_args):
@@ -28,7 +43,6 @@ def quantization_config(model_args, training_args):
             ``use_bnb_nested_quant`` (double quantisation) and ``dtype``.
         training_args (`GRPOExtConfig`): reads ``bf16`` to choose the compute dtype.
     """
-    import torch
     from transformers import BitsAndBytesConfig
 
     if model_args.load_in_8bit:
@@ -39,7 +53,7 @@ def quantization_config(model_args, training_args):
         load_in_4bit=True,
         bnb_4bit_quant_type=model_args.bnb_4bit_quant_type,
         bnb_4bit_use_double_quant=model_args.use_bnb_nested_quant,
-        bnb_4bit_compute_dtype=getattr(torch, compute_dtype_name(model_args, training_args)),
+        bnb_4bit_compute_dtype=torch_dtype(compute_dtype_name(model_args, training_args)),
     )
 
 

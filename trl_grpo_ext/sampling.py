@@ -19,7 +19,12 @@ Nothing here imports the trainer.
 from __future__ import annotations
 
 import torch
-from trl.trainer.utils import RepeatSampler
+
+from ._trl_compat import repeat_sampler_class
+from .checks import Range
+
+#: TRL's GRPO train sampler (``trl.trainer.utils.RepeatSampler``).
+RepeatSampler = repeat_sampler_class()
 
 
 class EpochRepeatSampler(RepeatSampler):
@@ -62,9 +67,7 @@ class EpochRepeatSampler(RepeatSampler):
         Raises:
             ValueError: ``epoch`` is negative.
         """
-        if epoch < 0:
-            raise ValueError(f"EpochRepeatSampler.set_epoch: epoch={epoch} must be >= 0.")
-        self.epoch = int(epoch)
+        self.epoch = Range(low=0, integer=True, fix="epochs count from 0.").check("epoch", epoch, error=ValueError)
 
     def __iter__(self):
         epoch, self.epoch = self.epoch, self.epoch + 1  # without a set_epoch call, the next iteration is the next epoch

@@ -1,16 +1,15 @@
 """`GRPOExtTrainer`: TRL's `GRPOTrainer` with the plan, the stop rule and the GRPO extensions wired in.
 
-The trainer holds no GRPO logic of its own: the plan comes from `quantifiers`, advantages and group masks from
-`advantages`, rewards from `rewards`, adapter precision from `adapter_precision`, generation checks and the vLLM
-base-drift metric from `generation`. Every override calls `super()` and
-post-processes; no TRL method body is copied. The private TRL methods relied on are pinned in
-`tests/test_trl_contract.py`.
+The trainer holds no GRPO logic of its own: the plan comes from `quantifiers`, advantages from `advantages`, the
+zero-variance filter from `zero_variance`, rewards from `rewards`, adapter precision from `adapter_precision`,
+generation checks and the vLLM base-drift metric from `generation`. Every override calls `super()` and
+post-processes; no TRL method body is copied. Every private TRL name relied on is listed in `_trl_compat` (and pinned
+by `tests/test_trl_contract.py`); everything but the overrides' definitions goes through it.
 """
 
 # ruff: noqa: E402  (one logging setting must precede the imports that load bitsandbytes)
 from __future__ import annotations
 
-import json
 import logging
 import os
 import warnings
@@ -22,18 +21,11 @@ logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler
 
-from . import console
+from . import _trl_compat, console
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
-from .advantages import advantage_metrics, compute_advantages, uniform_group_mask
-from .checkpoints import (
-    PLAN_FILE,
-    ZERO_VARIANCE_STATE_FILE,
-    check_checkpoint_plan,
-    resolve_resume_checkpoint,
-    write_json,
-)
+from .advantages import advantage_metrics, compute_advantages
+from .checkpoints import PLAN_FILE, check_checkpoint_plan, resolve_resume_checkpoint
 from .config import GRPOExtConfig
 from .generation import (
     DRIFT_METRIC,
@@ -45,20 +37,10 @@ from .generation import (
     preserved_dtypes,
 )
 from .models import keep_4bit_training_layout
-from .quantifiers import RunPlan, plan_warnings, resample_note, resolve_plan
+from .quantifiers import RunPlan, plan_warnings, resolve_plan
 from .rewards.spec import RewardSpec, format_reward_specs
-from .sampling import EpochRepeatSampler
-from .zero_variance import (
-    ROW_STAT_KEYS,
-    ResampleSource,
-    UniformFractionEstimate,
-    fill_uniform_groups,
-    judged_rewards,
-    masked_loss_scale,
-    resample_round_size,
-    trained_batch_metrics,
-    weighted_total,
-)
+from .sampling import EpochRepeatSampler, RepeatSampler
+from .zero_variance import ZeroVarianceFilter, judged_reward_index, resample_note
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +78,7 @@ class GRPOExtTrainer(GRPOTrainer):
             )
         reward_funcs = _reward_funcs_from_args(reward_funcs, args)
         if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
-            _judged_reward_index(args.zero_variance_reward, [_reward_name(f) for f in reward_funcs])
+            judged_reward_index(args.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])
         dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
         self.plan: RunPlan = resolve_plan(
             args.quantity_fields(),
@@ -125,29 +107,35 @@ class GRPOExtTrainer(GRPOTrainer):
         )
         self._drift_warned = False
         self.lost_updates = LostUpdateTracker(
-            args.lost_update_steps, args.lost_update_warning_threshold, record=self._record_lost_update_fraction
+            args.lost_update_steps, args.lost_update_warning_threshold,
+            record=lambda fraction: _trl_compat.record_metric(self, "adapter/lost_update_frac", fraction),
         )
-        self._judged_reward_index = _judged_reward_index(args.zero_variance_reward, self.reward_func_names)
+        #: `zero_variance.ZeroVarianceFilter` of the run (judges groups for the advantages even when it is off).
+        self.zero_variance = ZeroVarianceFilter(
+            args.zero_variance_filter, self.num_generations, self.reward_weights,
+            tolerance=args.zero_variance_tolerance,
+            judged_index=judged_reward_index(args.zero_variance_reward, self.reward_func_names),
+            max_rounds=args.max_resample_rounds, loss_type=self.loss_type, dataset_size=dataset_size, seed=args.seed,
+            reward_names=self.reward_func_names, scale_rewards=self.scale_rewards,
+            eos_and_pad=_trl_compat.eos_and_pad_ids(self), pad_token_id=self.processing_class.pad_token_id,
+            gather=self.accelerator.gather,
+            reduce=lambda value: self.accelerator.reduce(value.to(self.accelerator.device), reduction="sum"),
+            process_index=self.accelerator.process_index, num_processes=self.accelerator.num_processes,
+            metrics=lambda: _trl_compat.train_metrics(self),
+        )
         console.install(self)  # first, so that the bar is closed before _PlanCallback logs the stop reason
         self.add_callback(_PlanCallback(self))
         self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
         self.add_callback(_SamplerEpochCallback(self))
-        self._resample_source = (
-            ResampleSource(dataset_size, args.seed) if args.zero_variance_filter == "resample" else None
-        )
-        self._uniform_fraction = UniformFractionEstimate()  # sizes the resample rounds (resample only)
-        self._window_kept_rows = 0.0  # rows kept by the zero-variance filter in this accumulation window (local)
-        self._skip_optimizer_step = False
         #: `eval_plan.EvalPlan` of the run (set by the recipe), printed under the plan table when training starts.
         self.eval_plan = None
-        self._skipped_updates = 0
 
     def create_optimizer(self, *args, **kwargs):
         """`Trainer.create_optimizer`, then attach the lost-update measurement (if `lost_update_steps` > 0)."""
         optimizer = super().create_optimizer(*args, **kwargs)
         self.lost_updates.attach(optimizer)
-        if self.args.zero_variance_filter != "off":
-            optimizer.step = self._optimizer_step_unless_all_uniform(optimizer.step)
+        if self.zero_variance.enabled:
+            optimizer.step = self.zero_variance.guard_step(optimizer.step)
         return optimizer
 
     def _get_train_sampler(self, dataset=None):
@@ -170,38 +158,38 @@ class GRPOExtTrainer(GRPOTrainer):
         """TRL's generation batch, with our advantages and (if enabled) the zero-variance filter applied.
 
         The advantages are recomputed from TRL's gathered rewards with `advantages.compute_advantages` (equal to
-        TRL's own with TRL's settings); uniform groups are replaced (resample) and/or masked out of the loss and its
-        normaliser through TRL's `tool_mask` and `num_items_in_batch`. Tensor shapes never change, so every process
-        makes the same collective calls.
+        TRL's own with TRL's settings); zero-variance groups are replaced (resample) and/or masked out of the loss and
+        its normaliser through TRL's `tool_mask` and `num_items_in_batch` (`zero_variance.ZeroVarianceFilter`).
+        Tensor shapes never change, so every process makes the same collective calls.
         """
-        metric_marks = {key: len(values) for key, values in self._metrics["train"].items()}
+        metric_marks = _trl_compat.metric_marks(self)
         output = self._generate_and_score_keeping_dtypes(inputs)
         if self.base_drift is not None and self.model.training:
             self._record_base_drift()
         if not self.model.training or self.args.multi_objective_aggregation != "sum_then_normalize":
             return output
-        args, g = self.args, self.num_generations
-        rewards = weighted_total(self._last_rewards_per_func, self.reward_weights)
-        uniform = self._uniform_groups(self._last_rewards_per_func)
-        metrics = self._metrics["train"]
-        if args.zero_variance_filter != "off":
-            metrics["zero_variance/frac_uniform_before"].append(uniform.float().mean().item())
-        if args.zero_variance_filter == "resample":
-            output, rewards, uniform = self._resample(output, rewards, uniform)
-            self._log_trained_batch(output, metric_marks)
-        filtering = args.zero_variance_filter != "off"
-        advantages = compute_advantages(rewards, g, args.advantage_settings, uniform_mask=uniform if filtering else None)
-        local = self._local_rows(len(output["advantages"]))
+        zero_variance = self.zero_variance
+        output, rewards, zero_variance_rows = zero_variance.select(
+            output, self._last_rewards_per_func, self._last_completion_ids_list, metric_marks, self._generate_round
+        )
+        advantages = compute_advantages(rewards, self.num_generations, self.args.advantage_settings,
+                                        zero_variance_mask=zero_variance_rows if zero_variance.enabled else None)
+        local = zero_variance.local_rows(len(output["advantages"]))
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
-        for key in ROW_STAT_KEYS:
-            output.pop(key, None)
-        kept = ~uniform if filtering else torch.ones_like(uniform)
+        kept = zero_variance.kept_rows(zero_variance_rows)
         if kept.sum() > 1:  # with every row masked the statistics are undefined (NaN would poison the log average)
             for name, value in advantage_metrics(advantages, mask=kept).items():
-                metrics[name].append(value)
-        if filtering:
-            self._mask_uniform_rows(output, kept, local)
+                _trl_compat.record_metric(self, name, value)
+        if zero_variance.enabled:
+            zero_variance.mask(output, kept, local)
         return output
+
+    def _generate_round(self, indices: list[int]):
+        """One extra generation round of resample: dataset rows ``indices``, each G times -> (TRL's output, the
+        gathered (N, F) rewards, the local completion ids)."""
+        rows = [self.train_dataset[i] for i in indices for _ in range(self.num_generations)]
+        output = self._generate_and_score_keeping_dtypes(rows)
+        return output, self._last_rewards_per_func, self._last_completion_ids_list
 
     def _generate_and_score_keeping_dtypes(self, inputs):
         """TRL's generation batch; with continuous batching, the dtype cast TRL makes before it is undone after it
@@ -213,7 +201,7 @@ class GRPOExtTrainer(GRPOTrainer):
 
     def _record_base_drift(self) -> None:
         drift = self.base_drift.measure()
-        self._metrics["train"][DRIFT_METRIC].append(drift)
+        _trl_compat.record_metric(self, DRIFT_METRIC, drift)
         if drift > DRIFT_WARNING_THRESHOLD and not self._drift_warned:
             self._drift_warned = True
             logger.warning(
@@ -223,141 +211,19 @@ class GRPOExtTrainer(GRPOTrainer):
                 100 * drift, ", ".join(self.base_drift.layer_names), self.state.global_step,
             )
 
-    def _uniform_groups(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """(N,) bool, True for every row of a group uniform in the judged reward (`zero_variance_reward`)."""
-        judged = judged_rewards(rewards_per_func, self.reward_weights, self._judged_reward_index)
-        return uniform_group_mask(judged, self.num_generations, self.args.zero_variance_tolerance)
-
-    def _local_rows(self, local_size: int) -> slice:
-        rank = self.accelerator.process_index
-        return slice(rank * local_size, (rank + 1) * local_size)
-
-    def _mask_uniform_rows(self, output: dict, kept: torch.Tensor, local: slice) -> None:
-        keep_local = kept[local].to(output["completion_mask"].device)
-        tool_mask = output.get("tool_mask")
-        base = torch.ones_like(output["completion_mask"]) if tool_mask is None else tool_mask
-        output["tool_mask"] = base * keep_local.unsqueeze(1).to(base.dtype)
-        loss_mask = output["completion_mask"] * output["tool_mask"]
-        output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        output["zero_variance_keep"] = keep_local.float()
-        kept_rows = int(kept.sum())
-        output["zero_variance_loss_scale"] = torch.tensor(
-            masked_loss_scale(self.loss_type, kept.numel(), kept_rows), device=keep_local.device
-        )
-        metrics = self._metrics["train"]
-        metrics["zero_variance/completions_masked"].append(float(kept.numel() - kept_rows))
-        metrics["zero_variance/frac_uniform_after"].append(1.0 - kept_rows / kept.numel())
-
-    def _resample(self, output: dict, rewards: torch.Tensor, uniform: torch.Tensor):
-        """DAPO dynamic sampling: up to `max_resample_rounds` extra generation rounds filling uniform groups.
-
-        Each round is sized by `zero_variance.resample_round_size` from the running estimate of the uniform fraction
-        (`UniformFractionEstimate`, updated with every round's gathered counts) and the uniform groups still missing
-        on the process that misses most. Decisions use gathered tensors only, so every process runs the same number
-        of rounds of the same size and makes the same collective calls.
-        """
-        args, g = self.args, self.num_generations
-        world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        local = self._local_rows(len(output["advantages"]))
-        output["zero_variance_rewards"] = rewards[local]
-        output.update(self._row_stats(local))
-        local_uniform = uniform[local]
-        cap = len(local_uniform) // g  # groups of this process's share of a generation batch
-        self._uniform_fraction.update(int(uniform.sum()) // g, len(uniform) // g)
-        rounds = drawn = 0
-        while bool(uniform.any()) and rounds < args.max_resample_rounds:
-            missing = int(uniform.view(world, -1).sum(dim=1).max()) // g  # on the process that misses most
-            per_process = resample_round_size(
-                missing, self._uniform_fraction.value, cap, last_round=rounds == args.max_resample_rounds - 1
-            )
-            indices = self._resample_source.draw(per_process * world, rank, world)
-            extra_inputs = [self.train_dataset[i] for i in indices for _ in range(g)]
-            extra = self._generate_and_score_keeping_dtypes(extra_inputs)
-            extra_rewards = weighted_total(self._last_rewards_per_func, self.reward_weights)
-            extra_uniform = self._uniform_groups(self._last_rewards_per_func)
-            self._uniform_fraction.update(int(extra_uniform.sum()) // g, len(extra_uniform) // g)
-            extra_local = self._local_rows(per_process * g)
-            extra["zero_variance_rewards"] = extra_rewards[extra_local]
-            extra.update(self._row_stats(extra_local))
-            output, local_uniform, _ = fill_uniform_groups(
-                output, local_uniform, extra, extra_uniform[extra_local], g, self.processing_class.pad_token_id
-            )
-            rewards = self.accelerator.gather(output["zero_variance_rewards"])
-            uniform = self.accelerator.gather(local_uniform.to(torch.int8)).bool()
-            rounds += 1
-            drawn += per_process * world
-        metrics = self._metrics["train"]
-        metrics["zero_variance/resample_rounds"].append(float(rounds))
-        metrics["zero_variance/prompts_drawn"].append(float(drawn))
-        metrics["zero_variance/shortfall_groups"].append(uniform.float().sum().item() / g)
-        metrics["zero_variance/uniform_fraction_estimate"].append(self._uniform_fraction.value)
-        return output, rewards, uniform
-
-    def _row_stats(self, local: slice) -> dict:
-        """Per-row figures of the last generation round (local rows), carried through `fill_uniform_groups` so that
-        the trained batch's metrics can be computed: rewards per function, completion lengths, truncation."""
-        ids = self._last_completion_ids_list
-        device = self._last_rewards_per_func.device
-        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
-        return {
-            "zero_variance_rewards_per_func": self._last_rewards_per_func[local],
-            "zero_variance_completion_lengths": torch.tensor([len(row) for row in ids], device=device),
-            "zero_variance_truncated": torch.tensor([int(row[-1]) not in eos_and_pad for row in ids], device=device),
-        }
-
-    def _log_trained_batch(self, output: dict, metric_marks: dict) -> None:
-        """Log TRL's batch metrics of the batch that is trained on under TRL's names; move TRL's values of every
-        generation round of this step to ``zero_variance/rounds/<name>`` (their average over the rounds)."""
-        gather = self.accelerator.gather
-        values = trained_batch_metrics(
-            gather(output["zero_variance_rewards_per_func"]),
-            self.reward_weights,
-            self.reward_func_names,
-            self.num_generations,
-            self.scale_rewards,
-            gather(output["zero_variance_completion_lengths"]),
-            gather(output["zero_variance_truncated"].to(torch.int8)).bool(),
-        )
-        metrics = self._metrics["train"]
-        for name, value in values.items():
-            logged = metrics[name]
-            mark = metric_marks.get(name, 0)
-            metrics[f"zero_variance/rounds/{name}"].extend(logged[mark:])
-            del logged[mark:]
-            logged.append(value)
-
     def _compute_loss(self, model, inputs):
         """TRL's loss; with the filter on, rescaled so masked rows leave row-counting normalisers too."""
         loss = super()._compute_loss(model, inputs)
-        if "zero_variance_keep" in inputs and self.model.training:
-            self._window_kept_rows += float(inputs["zero_variance_keep"].sum())
-            loss = loss * inputs["zero_variance_loss_scale"]
-        return loss
+        return self.zero_variance.scale_loss(loss, inputs) if self.model.training else loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's step; at the end of an accumulation window, decide (on all processes) whether anything was kept."""
         loss = super().training_step(model, inputs, num_items_in_batch)
         # sync_gradients is set by transformers on the last micro-batch of each accumulation window (also a partial
         # last window of an epoch)
-        if self.args.zero_variance_filter != "off" and self.accelerator.sync_gradients:
-            kept = torch.tensor(self._window_kept_rows, device=self.accelerator.device)
-            self._skip_optimizer_step = self.accelerator.reduce(kept, reduction="sum").item() == 0
-            self._window_kept_rows = 0.0
+        if self.zero_variance.enabled and self.accelerator.sync_gradients:
+            self.zero_variance.end_window()
         return loss
-
-    def _optimizer_step_unless_all_uniform(self, step):
-        def guarded_step(*args, **kwargs):
-            if self._skip_optimizer_step:  # every group of this step was uniform: no update, no state change
-                self._skip_optimizer_step = False
-                self._skipped_updates += 1
-                self._metrics["train"]["zero_variance/skipped_updates"].append(float(self._skipped_updates))
-                return None
-            return step(*args, **kwargs)
-
-        return guarded_step
-
-    def _record_lost_update_fraction(self, fraction: float) -> None:
-        self._metrics["train"]["adapter/lost_update_frac"].append(fraction)
 
     # -- stop rule -------------------------------------------------------------------------------------------------
     def set_initial_training_values(self, args, dataloader):
@@ -375,13 +241,7 @@ class GRPOExtTrainer(GRPOTrainer):
                 "%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh optimizer "
                 "and scheduler state, so it will not match an uninterrupted run.", checkpoint
             )
-        state_file = os.path.join(checkpoint or "", ZERO_VARIANCE_STATE_FILE)
-        if checkpoint and self._resample_source is not None and os.path.isfile(state_file):
-            with open(state_file) as f:
-                state = json.load(f)
-            self._resample_source.cursor = state["resample_cursor"]
-            if "uniform_fraction_estimate" in state:  # absent in checkpoints of earlier versions
-                self._uniform_fraction.load_state_dict(state["uniform_fraction_estimate"])
+        self.zero_variance.load_state(checkpoint)
         if self.is_world_process_zero():  # before the progress bar starts
             self._print_plan()
         return super().train(resume_from_checkpoint=checkpoint, **kwargs)
@@ -416,12 +276,7 @@ class _PlanCallback(TrainerCallback):
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             if os.path.isdir(checkpoint):
                 _write_plan(self.trainer.plan, checkpoint)
-                source = self.trainer._resample_source
-                if source is not None:  # where the extra prompts of "resample" continue, and how rounds are sized
-                    write_json(checkpoint, ZERO_VARIANCE_STATE_FILE, {
-                        "resample_cursor": source.cursor,
-                        "uniform_fraction_estimate": self.trainer._uniform_fraction.state_dict(),
-                    })
+                self.trainer.zero_variance.save_state(checkpoint)  # where resample's extra prompts continue
 
     def on_train_end(self, args, state, control, **kwargs):
         plan = self.trainer.plan
@@ -464,8 +319,6 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
     length or an exception is reported with the reward's name). Reward models (``nn.Module``) and Hub ids (``str``)
     go to TRL unchanged.
     """
-    from trl.trainer.utils import get_callable_name
-
     from .rewards.guard import AsyncRewardGuard, RewardGuard, guard_reward
     from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
 
@@ -476,7 +329,7 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
     if reward_funcs is not None:
         funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
         return [
-            guard_reward(f, get_callable_name(f), on_error=args.reward_error_policy)
+            guard_reward(f, _trl_compat.reward_func_name(f), on_error=args.reward_error_policy)
             if callable(f) and not isinstance(f, (str, torch.nn.Module, RewardGuard, AsyncRewardGuard))
             else f
             for f in funcs
@@ -503,32 +356,6 @@ def _check_vllm_before_loading(model, args: GRPOExtConfig, quantization_config) 
 def _is_4bit_model(model) -> bool:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return bool(getattr(base, "is_loaded_in_4bit", False))
-
-def _judged_reward_index(name: str | None, reward_func_names: list[str]) -> int | None:
-    """Column of ``name`` among TRL's reward function names (None: judge the weighted total).
-
-    Raises:
-        ValueError: ``name`` is not one of ``reward_func_names``.
-    """
-    if name is None:
-        return None
-    if name not in reward_func_names:
-        raise ValueError(
-            f"zero_variance_reward={name!r} is not one of this run's reward functions ({', '.join(reward_func_names)}). "
-            "Fix: name one of them (as logged in rewards/<name>/mean), or remove zero_variance_reward to judge the "
-            "weighted total."
-        )
-    return reward_func_names.index(name)
-
-
-def _reward_name(reward_func) -> str:
-    """The name TRL gives a reward function or reward model (`GRPOTrainer.__init__`, ``reward_func_names``)."""
-    from trl.trainer.utils import get_callable_name, get_config_model_id
-
-    if isinstance(reward_func, torch.nn.Module):
-        return get_config_model_id(reward_func.config).split("/")[-1]
-    return get_callable_name(reward_func)
-
 
 def _is_quantized(model) -> bool:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

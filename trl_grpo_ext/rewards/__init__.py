@@ -13,12 +13,12 @@ from . import builtin, math, trl_rewards  # noqa: F401  (register the built-ins)
 from .builtin import CharFraction, ExactMatch, Format, Length, NumericMatch, RepetitionPenalty, TagCount
 from .guard import AsyncRewardGuard, RewardFunctionError, RewardGuard, guard_reward
 from .math import Accuracy
+from .parameters import RewardParameter
 from .registry import (
     DISABLE_ENTRY_POINTS_ENV,
     ENTRY_POINT_GROUP,
     DuplicateRewardError,
     RewardInfo,
-    RewardParameter,
     UnknownRewardError,
     check_reward_name,
     get_reward,

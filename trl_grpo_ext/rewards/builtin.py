@@ -12,6 +12,8 @@ import math
 import re
 from typing import Any
 
+from ..checks import Range, check_choice
+from .parameters import check_number
 from .registry import register_reward
 from .text import DEFAULT_ANSWER_COLUMNS, TextReward, extract_answer, last_number, read_column, stated_number
 
@@ -99,12 +101,9 @@ class NumericMatch(TextReward):
         answer_phrase: str | None = None,
     ):
         super().__init__()
-        for key, value in (("abs_tol", abs_tol), ("rel_tol", rel_tol)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"numeric_match {key}={value!r} must be a number >= 0 (e.g. {key}: 1e-6).")
         self.column = column
-        self.abs_tol = float(abs_tol)
-        self.rel_tol = float(rel_tol)
+        self.abs_tol = float(check_number("numeric_match abs_tol", abs_tol, Range(low=0, fix="e.g. abs_tol: 1e-6.")))
+        self.rel_tol = float(check_number("numeric_match rel_tol", rel_tol, Range(low=0, fix="e.g. rel_tol: 1e-6.")))
         self.answer_tag = _check_tag("answer_tag", answer_tag)
         self.answer_phrase = _check_phrase(answer_phrase) if answer_phrase is not None else None
 
@@ -246,13 +245,16 @@ class Length(TextReward):
 
     def __init__(self, max_length: int, min_length: int = 0, unit: str = "tokens"):
         super().__init__()
-        if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= 0:
-            raise ValueError(f"length max_length={max_length!r} must be an integer > 0 (e.g. max_length: 256).")
-        if not isinstance(min_length, int) or isinstance(min_length, bool) or not 0 <= min_length <= max_length:
-            raise ValueError(f"length min_length={min_length!r} must be an integer in [0, max_length={max_length}].")
-        if unit not in _UNITS:
-            raise ValueError(f"length unit={unit!r} must be one of {_UNITS}.")
-        self.max_length, self.min_length, self.unit = max_length, min_length, unit
+        max_length = check_number(
+            "length max_length", max_length, Range(low=0, low_open=True, integer=True, fix="e.g. max_length: 256.")
+        )
+        min_length = check_number(
+            "length min_length",
+            min_length,
+            Range(low=0, high=max_length, integer=True, fix=f"keep min_length <= max_length={max_length}."),
+        )
+        self.unit = check_choice("length unit", unit, _UNITS, error=ValueError)
+        self.max_length, self.min_length = max_length, min_length
 
     def score(self, texts: list[str], completion_ids: Any = None, **kwargs: Any) -> list[float | None]:
         out: list[float | None] = []
@@ -285,11 +287,12 @@ class RepetitionPenalty(TextReward):
 
     def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0):
         super().__init__()
-        if not isinstance(ngram_size, int) or isinstance(ngram_size, bool) or ngram_size < 1:
-            raise ValueError(f"repetition_penalty ngram_size={ngram_size!r} must be an integer >= 1 (e.g. 3).")
-        if isinstance(max_penalty, bool) or not isinstance(max_penalty, (int, float)) or not max_penalty <= 0:
-            raise ValueError(f"repetition_penalty max_penalty={max_penalty!r} must be a number <= 0 (e.g. -1.0).")
-        self.ngram_size, self.max_penalty = ngram_size, float(max_penalty)
+        self.ngram_size = check_number(
+            "repetition_penalty ngram_size", ngram_size, Range(low=1, integer=True, fix="e.g. ngram_size: 3.")
+        )
+        self.max_penalty = float(
+            check_number("repetition_penalty max_penalty", max_penalty, Range(high=0, fix="e.g. max_penalty: -1.0."))
+        )
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         from trl.rewards import get_repetition_penalty_reward

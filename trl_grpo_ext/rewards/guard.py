@@ -25,12 +25,16 @@ import inspect
 import logging
 import math
 import numbers
+from collections.abc import Generator
 from typing import Any
+
+from ..checks import check_choice
 
 logger = logging.getLogger(__name__)
 
-#: Accepted values of ``on_error``.
-ON_ERROR_POLICIES = ("raise", "none")
+#: Accepted values of a guard's ``on_error`` (the config's ``reward_error_policy``): fail the step, or treat bad
+#: values as missing.
+REWARD_ERROR_POLICIES = ("raise", "none")
 #: Longest excerpt of a prompt or completion in a message, in characters.
 EXCERPT_CHARS = 200
 _NOOP_KWARGS = ("log_extra", "log_metric")
@@ -107,11 +111,14 @@ class RewardGuard:
             raise ValueError(f"guard_reward: fn={fn!r} for reward {name!r} is not callable.")
         if not isinstance(name, str) or not name:
             raise ValueError(f"guard_reward: name={name!r} must be a non-empty string (the metric name).")
-        if on_error not in ON_ERROR_POLICIES:
-            raise ValueError(
-                f"reward on_error={on_error!r} is not valid; use 'raise' (fail the step, default) or 'none' "
-                "(treat the value as missing and count it in rewards/<name>/invalid)."
-            )
+        check_choice(
+            "on_error",
+            on_error,
+            REWARD_ERROR_POLICIES,
+            error=ValueError,
+            fix="'raise' fails the step (default); 'none' treats the value as missing and counts it in "
+            "rewards/<name>/invalid.",
+        )
         self.fn = fn
         self.__name__ = name
         self.on_error = on_error
@@ -229,14 +236,24 @@ class RewardGuard:
         sliced = {k: (_noop if k in _NOOP_KWARGS else cut(v)) for k, v in kwargs.items()}
         return dict(prompts=cut(prompts), completions=cut(completions), completion_ids=cut(completion_ids), **sliced)
 
-    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
+    def _guarded_call(
+        self, prompts: Any, completions: Any, completion_ids: Any, kwargs: dict
+    ) -> Generator[dict, Any, list[float | None]]:
+        """One guarded call, written once for :class:`RewardGuard` and :class:`AsyncRewardGuard`, which differ only in
+        how they call the reward (``fn(...)`` or ``await fn(...)``; see their ``__call__``).
+
+        A generator: each ``yield`` hands over the keyword arguments of one call of the reward (the batch, then, to
+        find the completion to blame for an exception, each completion alone until one fails) and receives what the
+        reward returned, or has its exception thrown in. It returns the checked values, or raises
+        :class:`RewardFunctionError`.
+        """
         if completions is None:
             raise RewardFunctionError(
                 f"Reward {self.__name__!r} was called without `completions`; call it as TRL does, by keyword.",
                 self.__name__,
             )
         try:
-            values = self.fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            values = yield dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
         except Exception as exc:
             if self.on_error == "none":
                 return self._missing(exc, prompts, completions, kwargs)
@@ -244,38 +261,44 @@ class RewardGuard:
             index = None
             for i in range(n):  # find the first completion that fails alone, for the message
                 try:
-                    self.fn(**self._one(i, n, prompts, completions, completion_ids, kwargs))
+                    yield self._one(i, n, prompts, completions, completion_ids, kwargs)
                 except Exception:
                     index = i
                     break
             raise self._exception_error(exc, index, prompts, completions, retried=index is None) from exc
         return self._check(values, prompts, completions, kwargs)
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
+        steps = self._guarded_call(prompts, completions, completion_ids, kwargs)
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    values = self.fn(**call)
+                except Exception as exc:
+                    call = steps.throw(exc)
+                else:
+                    call = steps.send(values)
+        except StopIteration as done:
+            return done.value
 
 
 class AsyncRewardGuard(RewardGuard):
     """:class:`RewardGuard` for an ``async`` reward (TRL awaits it: ``__call__`` is a coroutine function)."""
 
     async def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any):
-        if completions is None:
-            raise RewardFunctionError(
-                f"Reward {self.__name__!r} was called without `completions`; call it as TRL does, by keyword.",
-                self.__name__,
-            )
+        steps = self._guarded_call(prompts, completions, completion_ids, kwargs)
         try:
-            values = await self.fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
-        except Exception as exc:
-            if self.on_error == "none":
-                return self._missing(exc, prompts, completions, kwargs)
-            n = len(completions)
-            index = None
-            for i in range(n):
+            call = next(steps)
+            while True:
                 try:
-                    await self.fn(**self._one(i, n, prompts, completions, completion_ids, kwargs))
-                except Exception:
-                    index = i
-                    break
-            raise self._exception_error(exc, index, prompts, completions, retried=index is None) from exc
-        return self._check(values, prompts, completions, kwargs)
+                    values = await self.fn(**call)
+                except Exception as exc:
+                    call = steps.throw(exc)
+                else:
+                    call = steps.send(values)
+        except StopIteration as done:
+            return done.value
 
 
 def guard_reward(fn: Any, name: str, on_error: str = "raise") -> RewardGuard:

@@ -7,6 +7,8 @@ import re
 import threading
 from typing import Any
 
+from ..checks import Range
+from .parameters import check_number
 from .registry import register_reward
 from .text import DEFAULT_ANSWER_COLUMNS, TextReward, last_boxed, read_column
 
@@ -87,10 +89,12 @@ class Accuracy(TextReward):
         if not isinstance(answer_tag, str) or not re.fullmatch(r"[A-Za-z_][\w\-]*", answer_tag):
             raise ValueError(f"accuracy answer_tag={answer_tag!r} must be a tag name such as 'answer'.")
         self.answer_tag = answer_tag
-        if not isinstance(timeout_seconds, int) or isinstance(timeout_seconds, bool) or timeout_seconds <= 0:
-            raise ValueError(f"accuracy timeout_seconds={timeout_seconds!r} must be an integer > 0 (e.g. 5).")
         self.column = column
-        self.timeout_seconds = timeout_seconds
+        self.timeout_seconds = check_number(
+            "accuracy timeout_seconds",
+            timeout_seconds,
+            Range(low=0, low_open=True, integer=True, fix="e.g. timeout_seconds: 5."),
+        )
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         mv, NormalizationConfig = _math_verify()

@@ -11,7 +11,8 @@ Three ways to put a reward in the registry, one way to get it out:
 :func:`get_reward` returns the callable TRL's ``GRPOTrainer`` accepts in ``reward_funcs``. A *class* is a
 parameterised reward: its ``__init__`` arguments are the parameters, and the lookup keyword arguments instantiate it.
 A *function*'s parameters are its keyword-only arguments (those after ``*``); its other named arguments are dataset
-columns, filled by the trainer. Nothing here imports torch, transformers or trl.
+columns, filled by the trainer (:mod:`~trl_grpo_ext.rewards.parameters`). Nothing here imports torch, transformers or
+trl.
 
 The design follows lm-evaluation-harness and timm registries (lazy targets, fatal duplicates, "did you mean") and
 pytest's plugin entry points (one lazy scan, an off switch).
@@ -20,22 +21,18 @@ pytest's plugin entry points (one lazy scan, an off switch).
 from __future__ import annotations
 
 import difflib
-import functools
-import inspect
 import os
 import re
 from dataclasses import asdict, dataclass, field
 from importlib import import_module
 from typing import Any
 
+from .parameters import RewardParameter, bind_parameters, parameters_of
+
 #: ``importlib.metadata`` entry-point group scanned for third-party rewards.
 ENTRY_POINT_GROUP = "trl_grpo_ext.rewards"
 #: Environment variable that, set to a non-empty value other than ``0``, disables the entry-point scan.
 DISABLE_ENTRY_POINTS_ENV = "TRL_GRPO_EXT_DISABLE_ENTRY_POINTS"
-#: Keyword arguments that TRL's ``GRPOTrainer._calculate_rewards`` passes to every reward besides dataset columns.
-TRAINER_KWARGS = frozenset(
-    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
-)
 #: Modules that register the built-in rewards on import; imported on the first lookup.
 BUILTIN_MODULES = ("trl_grpo_ext.rewards.builtin", "trl_grpo_ext.rewards.math", "trl_grpo_ext.rewards.trl_rewards")
 
@@ -50,26 +47,6 @@ class UnknownRewardError(ValueError):
 
 class DuplicateRewardError(ValueError):
     """Two different rewards claim the same name or alias."""
-
-
-@dataclass(frozen=True)
-class RewardParameter:
-    """One parameter of a parameterised reward (a keyword argument of :func:`get_reward`).
-
-    Args:
-        name (`str`): the keyword.
-        required (`bool`): whether the lookup must give it.
-        default (`Any`): the default value when not required (``None`` otherwise).
-        annotation (`str`): the type annotation as written in the source ("" when absent).
-    """
-
-    name: str
-    required: bool
-    default: Any = None
-    annotation: str = ""
-
-    def __str__(self) -> str:
-        return self.name if self.required else f"{self.name}={self.default!r}"
 
 
 @dataclass(frozen=True)
@@ -241,12 +218,28 @@ def reload_entry_points() -> None:
     _STATE.entry_points_loaded = False
 
 
-def _import_path(path: str) -> Any:
+def is_import_path(name: str) -> bool:
+    """Whether a reward name is read as an import path (it holds ``:`` or ``.``, which registered names cannot)."""
+    return ":" in name or "." in name
+
+
+def split_import_path(path: str) -> tuple[str, str]:
+    """``(module, attribute)`` of an import path: ``"pkg.module:obj.attr"`` splits at the colon, ``"pkg.module.obj"``
+    at the last dot.
+
+    Raises:
+        UnknownRewardError: either part is empty ("is malformed; write 'pkg.module:function'").
+    """
     module_name, sep, attr = path.partition(":")
     if not sep:
         module_name, _, attr = path.rpartition(".")
     if not module_name or not attr:
         raise UnknownRewardError(f"Reward import path {path!r} is malformed; write 'pkg.module:function'.")
+    return module_name, attr
+
+
+def _import_path(path: str) -> Any:
+    module_name, attr = split_import_path(path)
     try:
         obj = import_module(module_name)
     except ImportError as exc:
@@ -277,42 +270,6 @@ def _load(entry: _Entry) -> Any:
     return entry.obj
 
 
-def _annotation(param: inspect.Parameter) -> str:
-    ann = param.annotation
-    if ann is inspect.Parameter.empty:
-        return ""
-    return ann if isinstance(ann, str) else getattr(ann, "__name__", repr(ann))
-
-
-def parameters_of(obj: Any) -> tuple[RewardParameter, ...]:
-    """Parameters of a reward object: a class's ``__init__`` arguments, a function's keyword-only arguments.
-
-    Args:
-        obj: a reward function, a reward class, or a callable instance (which has none).
-
-    Returns:
-        `tuple[RewardParameter, ...]`, in signature order; ``*args`` / ``**kwargs`` are skipped.
-    """
-    if isinstance(obj, type):
-        try:
-            params = list(inspect.signature(obj.__init__).parameters.values())[1:]
-        except (TypeError, ValueError):
-            return ()
-        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    elif inspect.isfunction(obj) or inspect.ismethod(obj):
-        params = list(inspect.signature(obj).parameters.values())
-        kinds = (inspect.Parameter.KEYWORD_ONLY,)
-    else:
-        return ()
-    out = []
-    for p in params:
-        if p.kind not in kinds or p.name in TRAINER_KWARGS:
-            continue
-        required = p.default is inspect.Parameter.empty
-        out.append(RewardParameter(p.name, required, None if required else p.default, _annotation(p)))
-    return tuple(out)
-
-
 def _info(entry: _Entry) -> RewardInfo:
     params = None if entry.obj is None else parameters_of(entry.obj)
     return RewardInfo(
@@ -337,10 +294,6 @@ def _unknown(name: str) -> UnknownRewardError:
         f"Unknown reward {name!r}.{hint} Available: {', '.join(sorted(_STATE.entries))}. "
         "An import path ('pkg.module:function') also works."
     )
-
-
-def _is_path(name: str) -> bool:
-    return ":" in name or "." in name
 
 
 def get_reward_info(name: str) -> RewardInfo:
@@ -370,51 +323,9 @@ def check_reward_name(name: str) -> str:
     _ensure_loaded()
     if name in _STATE.names:
         return _STATE.names[name]
-    if _is_path(name):
-        module_name, sep, attr = name.partition(":")
-        if not sep:
-            module_name, _, attr = name.rpartition(".")
-        if not module_name or not attr:
-            raise UnknownRewardError(f"Reward import path {name!r} is malformed; write 'pkg.module:function'.")
-        return attr.split(".")[-1]
+    if is_import_path(name):
+        return split_import_path(name)[1].split(".")[-1]
     raise _unknown(name)
-
-
-def _check_kwargs(name: str, obj: Any, kwargs: dict) -> None:
-    params = parameters_of(obj)
-    known = {p.name for p in params}
-    for key in kwargs:
-        if key not in known:
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            accepted = ", ".join(str(p) for p in params) or "none"
-            raise ValueError(f"Reward {name!r} has no parameter {key!r}.{hint} Its parameters: {accepted}.")
-    missing = [p.name for p in params if p.required and p.name not in kwargs]
-    if missing:
-        raise ValueError(
-            f"Reward {name!r} needs the parameter(s) {', '.join(missing)}; give them as kwargs, e.g. in YAML "
-            f"`{{name: {name}, kwargs: {{{missing[0]}: ...}}}}`."
-        )
-
-
-def _build(name: str, obj: Any, kwargs: dict) -> Any:
-    if not callable(obj):
-        raise ValueError(f"Reward {name!r} resolves to {obj!r}, which is not callable.")
-    if isinstance(obj, type):
-        _check_kwargs(name, obj, kwargs)
-        instance = obj(**kwargs)
-        if not hasattr(instance, "__name__"):
-            try:
-                instance.__name__ = name
-            except AttributeError:
-                pass
-        return instance
-    if kwargs:
-        if not (inspect.isfunction(obj) or inspect.ismethod(obj)):
-            raise ValueError(f"Reward {name!r} is an instance ({type(obj).__name__}) and takes no parameters.")
-        _check_kwargs(name, obj, kwargs)
-        return functools.partial(obj, **kwargs)
-    return obj
 
 
 def get_reward(name_or_path: str, **kwargs: Any) -> Any:
@@ -441,11 +352,11 @@ def get_reward(name_or_path: str, **kwargs: Any) -> Any:
     canonical = _STATE.names.get(name_or_path)
     if canonical is not None:
         obj = _load(_STATE.entries[canonical])
-        return _build(canonical, obj, kwargs)
-    if _is_path(name_or_path):
+        return bind_parameters(canonical, obj, kwargs)
+    if is_import_path(name_or_path):
         obj = _import_path(name_or_path)
         name = getattr(obj, REWARD_NAME_ATTR, None) or getattr(obj, "__name__", name_or_path)
-        return _build(name, obj, kwargs)
+        return bind_parameters(name, obj, kwargs)
     raise _unknown(name_or_path)
 
 

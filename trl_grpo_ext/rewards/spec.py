@@ -17,13 +17,14 @@ Weights go either on the items or in TRL's ``reward_weights`` list, not both. Pu
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .guard import ON_ERROR_POLICIES, guard_reward
-from .registry import check_reward_name, get_reward
+from ..checks import Range, check_choice
+from .guard import REWARD_ERROR_POLICIES, guard_reward
+from .parameters import check_number
+from .registry import check_reward_name, get_reward, is_import_path
 
 _KEYS = ("name", "weight", "kwargs")
 _EXAMPLE = "e.g. `- accuracy` or `- {name: format, weight: 0.5, kwargs: {answer_tag: answer}}`"
@@ -48,10 +49,12 @@ class RewardSpec:
         return {"name": self.name, "weight": self.weight, "kwargs": dict(self.kwargs)}
 
 
+#: A reward's weight in TRL's weighted sum: any finite number.
+_WEIGHT = Range(fix="e.g. `weight: 0.5`.")
+
+
 def _weight(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{where}: weight={value!r} must be a finite number, e.g. `weight: 0.5`.")
-    return float(value)
+    return float(check_number(f"{where}: weight", value, _WEIGHT))
 
 
 def _item(item: Any, index: int) -> tuple[RewardSpec, bool]:
@@ -165,8 +168,7 @@ def build_reward_funcs(specs: Sequence[RewardSpec], on_error: str = "raise") -> 
     Raises:
         ValueError: unknown ``on_error``, unknown reward or bad parameters (naming the reward).
     """
-    if on_error not in ON_ERROR_POLICIES:
-        raise ValueError(f"on_error={on_error!r} must be one of {ON_ERROR_POLICIES}.")
+    check_choice("on_error", on_error, REWARD_ERROR_POLICIES, error=ValueError)
     funcs, weights = [], []
     for spec in specs:
         name = check_reward_name(spec.name)
@@ -198,7 +200,7 @@ def with_run_defaults(specs: Sequence[RewardSpec], max_completion_length: int) -
 
     out = []
     for spec in specs:
-        registered = not any(c in spec.name for c in ".:")
+        registered = not is_import_path(spec.name)
         parameters = (get_reward_info(spec.name).parameters or ()) if registered else ()
         if any(p.name == "max_completion_len" for p in parameters) and "max_completion_len" not in spec.kwargs:
             spec = RewardSpec(spec.name, spec.weight, {**spec.kwargs, "max_completion_len": max_completion_length})

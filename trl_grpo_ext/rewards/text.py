@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .registry import TRAINER_KWARGS
+from .parameters import TRAINER_KWARGS
 
 #: Dataset columns tried, in order, for the reference answer when a reward's ``column`` is ``None``.
 DEFAULT_ANSWER_COLUMNS = ("solution", "answer")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from ..checks import Range
+from .parameters import check_number
 from .registry import register_reward
 
 
@@ -184,9 +186,9 @@ class SoftOverlong(TrlReward):
     _factory = True
 
     def __init__(self, max_completion_len: int, soft_punish_cache: int) -> None:
-        for key, value in (("max_completion_len", max_completion_len), ("soft_punish_cache", soft_punish_cache)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"soft_overlong {key}={value!r} must be an integer >= 0.")
+        lengths = Range(low=0, integer=True, fix="e.g. max_completion_len: 1024, soft_punish_cache: 256.")
+        max_completion_len = check_number("soft_overlong max_completion_len", max_completion_len, lengths)
+        soft_punish_cache = check_number("soft_overlong soft_punish_cache", soft_punish_cache, lengths)
         if max_completion_len == 0 or soft_punish_cache > max_completion_len:
             raise ValueError(
                 f"soft_overlong needs 0 <= soft_punish_cache ({soft_punish_cache}) <= max_completion_len "

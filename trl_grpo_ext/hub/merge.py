@@ -33,6 +33,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..checks import check_choice
+
 #: Files that make up a saved PEFT adapter; both are required.
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 #: Tokenizer files copied next to an export when present in ``output_dir``.
@@ -49,8 +51,14 @@ TOKENIZER_FILES = (
     "tokenizer.model",
     "spiece.model",
 )
+#: How the adapter is folded into its base (see the module docstring); the first is the default.
 MERGE_METHODS = ("dequantized", "original")
+#: Dtypes a merged export can be saved in (``HubPushArguments.merge_dtype``, ``trl-grpo-ext push --merge-dtype``).
 MERGE_DTYPES = ("bfloat16", "float16", "float32")
+#: What the recipe pushes after training (``HubPushArguments.push_to_hub_mode``): nothing, the adapter, or the merge.
+PUSH_MODES = ("none", "adapter", "merged")
+#: The modes a push uploads (and a model card is written for): :data:`PUSH_MODES` without ``"none"``.
+UPLOAD_MODES = PUSH_MODES[1:]
 #: Written next to the merged weights: how they were made, and which files they are.
 MERGE_INFO_FILE = "merge_info.json"
 
@@ -130,11 +138,6 @@ def quantization_settings(output_dir: str | Path, device: str) -> dict:
     }
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not supported; choose one of {', '.join(map(repr, choices))}.")
-
-
 def merge_info(output_dir: str | Path, dtype: str, method: str, base_model: str | None = None) -> dict:
     """What a merged export of ``output_dir`` with these settings records in ``merge_info.json`` (without ``files``).
 
@@ -195,8 +198,8 @@ def export_merged(
     Raises:
         ValueError: on an unknown ``dtype`` or ``method``, or when ``output_dir`` holds no adapter.
     """
-    _check_choice("dtype", dtype, MERGE_DTYPES)
-    _check_choice("method", method, MERGE_METHODS)
+    check_choice("dtype", dtype, MERGE_DTYPES, error=ValueError)
+    check_choice("method", method, MERGE_METHODS, error=ValueError)
     source = check_adapter_dir(output_dir)
     import torch
     from peft import PeftModel

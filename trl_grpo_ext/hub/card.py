@@ -13,7 +13,10 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from trl_grpo_ext.hub_merge import read_json
+from ..checks import check_choice
+from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION
+from .merge import UPLOAD_MODES, read_json
+from .secrets import scrub_secrets
 
 #: Tags every card carries (the metadata's ``tags``).
 CARD_TAGS = ("trl", "grpo", "qlora", "trl-grpo-ext")
@@ -41,113 +44,10 @@ VERSIONED_PACKAGES = ("trl", "peft", "transformers", "torch", "bitsandbytes", "h
 REWARD_PLOT_FILE = "reward_plot.png"
 #: The card's license when the run does not set `hub_license` (the license of the shipped configs' base models).
 DEFAULT_LICENSE = "apache-2.0"
-#: BibTeX of the methods every run uses: GRPO (as TRL's GRPOTrainer cites it), QLoRA and TRL (as TRL's cards do).
-CITATIONS = (
-    """@article{shao2024deepseekmath,
-    title        = {{DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models}},
-    author       = {Zhihong Shao and Peiyi Wang and Qihao Zhu and Runxin Xu and Junxiao Song and Mingchuan Zhang and Y. K. Li and Y. Wu and Daya Guo},
-    year         = 2024,
-    eprint       = {arXiv:2402.03300},
-}""",
-    """@article{dettmers2023qlora,
-    title        = {{QLoRA: Efficient Finetuning of Quantized LLMs}},
-    author       = {Tim Dettmers and Artidoro Pagnoni and Ari Holtzman and Luke Zettlemoyer},
-    year         = 2023,
-    eprint       = {arXiv:2305.14314},
-}""",
-    """@software{vonwerra2020trl,
-    title        = {{TRL: Transformers Reinforcement Learning}},
-    author       = {von Werra, Leandro and Belkada, Younes and Tunstall, Lewis and Beeching, Edward and Thrush, Tristan and Lambert, Nathan and Huang, Shengyi and Rasul, Kashif and Gallouédec, Quentin},
-    license      = {Apache-2.0},
-    url          = {https://github.com/huggingface/trl},
-    year         = {2020}
-}""",
-)
-#: Added when the run filters zero-variance groups (DAPO's dynamic sampling).
-DAPO_CITATION = """@article{yu2025dapo,
-    title        = {{DAPO: An Open-Source LLM Reinforcement Learning System at Scale}},
-    author       = {Qiying Yu and others},
-    year         = 2025,
-    eprint       = {arXiv:2503.14476},
-}"""
 
 
 def _uses_dapo(training_args: dict) -> bool:
     return training_args.get("zero_variance_filter") not in (None, "off")
-
-CARD_TEMPLATE = """---
-{{ card_data }}
----
-
-# {{ model_name }}
-
-{{ summary }}
-
-## How to load
-
-{{ load_section }}
-
-## Training procedure
-
-Trained with trl-grpo-ext, an add-on to [TRL](https://github.com/huggingface/trl)'s `GRPOTrainer`: Group Relative
-Policy Optimization ([Shao et al., 2024](https://huggingface.co/papers/2402.03300)) with a LoRA adapter on a 4-bit
-NF4 base ([QLoRA, Dettmers et al., 2023](https://huggingface.co/papers/2305.14314)).
-
-### Reward functions
-
-{{ rewards_table }}
-
-### Quantity plan
-
-Every derived quantity of the run, as resolved before training (`run_plan.json`).
-
-{{ plan_table }}
-
-### Zero-variance filter and advantages
-
-{{ filter_table }}
-
-### Optimisation
-
-{{ optimisation_table }}
-
-### Final metrics
-
-{{ metrics_table }}
-
-## Evaluation
-
-{{ eval_section }}
-{% if has_plot %}
-### Reward curve
-
-![Mean reward per optimizer step]({{ plot_file }})
-{% endif %}
-### Framework versions
-
-{{ versions }}
-
-## License
-
-`{{ license }}`. The base model's own license terms apply to these weights as well.
-
-## Citations
-
-```bibtex
-{{ citations }}
-```
-
-### Full configuration
-
-<details>
-<summary>run_config.json (secrets redacted)</summary>
-
-```json
-{{ config_json }}
-```
-
-</details>
-"""
 
 
 def is_hub_id(name: str | None) -> bool:
@@ -341,7 +241,7 @@ def build_model_card(
     Args:
         output_dir (`str` or `Path`): the run's directory. Read when present: ``run_plan.json`` (every key is shown),
             ``run_config.json`` (``script_args`` / ``model_args`` / ``training_args``; secrets are redacted with
-            :func:`trl_grpo_ext.hub.scrub_secrets` before anything is shown), ``trainer_state.json``,
+            :func:`~trl_grpo_ext.hub.secrets.scrub_secrets` before anything is shown), ``trainer_state.json``,
             ``train_results.json``, ``adapter_config.json`` and ``reward_plot.png`` (linked as a relative image, so it
             must be uploaded next to the card). A missing file gives "Not recorded for this run." in its section.
         mode (`str`, defaults to ``"adapter"``): ``"adapter"`` (load with peft) or ``"merged"`` (plain transformers).
@@ -361,10 +261,7 @@ def build_model_card(
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    from trl_grpo_ext.hub import scrub_secrets
-
-    if mode not in ("adapter", "merged"):
-        raise ValueError(f"mode={mode!r} is not supported; choose 'adapter' or 'merged'.")
+    check_choice("mode", mode, UPLOAD_MODES, error=ValueError)
     path = Path(output_dir)
     config = scrub_secrets(read_json(path / "run_config.json"), token)
     plan = read_json(path / "run_plan.json")

@@ -12,55 +12,50 @@ A push has two phases.
    and gives the exact ``trl-grpo-ext push`` command that retries; no local file is touched in this phase.
 
 The token (argument, ``HF_TOKEN`` or huggingface_hub's stored login) is passed to huggingface_hub only. It is never
-printed or logged, any string equal to it is replaced in error messages, and :func:`scrub_secrets` removes secrets
-from every JSON file this module writes.
+printed or logged, any string equal to it is replaced in error messages, and
+:func:`~trl_grpo_ext.hub.secrets.scrub_secrets` removes secrets from every JSON file this module writes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl_grpo_ext.hub_card import REWARD_PLOT_FILE, build_model_card
-from trl_grpo_ext.hub_merge import (
+from ..checks import check_choice
+from .card import REWARD_PLOT_FILE, build_model_card
+from .merge import (
     ADAPTER_FILES,
     MERGE_DTYPES,
     MERGE_INFO_FILE,
+    PUSH_MODES,
     TOKENIZER_FILES,
+    UPLOAD_MODES,
     check_adapter_dir,
     export_merged,
     merged_export_is_current,
     read_json,
 )
+from .secrets import redact_text, scrub_secrets
 
 __all__ = [
     "HubPushArguments",
     "HubPushError",
     "HubPushInterrupted",
     "HubPushSettings",
-    "build_model_card",
-    "export_merged",
     "prepare_upload",
     "push_run",
     "retry_command",
-    "scrub_secrets",
+    "upload_dir",
 ]
 
 logger = logging.getLogger(__name__)
 
-PUSH_MODES = ("none", "adapter", "merged")
 #: Run files uploaded next to the model when present.
 RUN_FILES = ("run_plan.json", "train_results.json", REWARD_PLOT_FILE)
-REDACTED = "<redacted>"
-#: A Hugging Face user access token ("hf_" and 34 letters/digits; 30+ accepted).
-_HF_TOKEN_PATTERN = re.compile(r"hf_[A-Za-z0-9]{30,}")
-_SECRET_WORDS = ("secret", "password", "passwd", "api_key", "apikey", "authorization", "credential")
-_TOKENIZER_TOKEN_KEY = re.compile(r"(pad|eos|bos|unk|sep|cls|mask)_token")
 
 
 class HubPushError(RuntimeError):
@@ -71,61 +66,6 @@ class HubPushError(RuntimeError):
 class HubPushInterrupted(KeyboardInterrupt):
     """The network phase of a push was interrupted (Ctrl-C). Still a `KeyboardInterrupt`, so it stops the program as
     one; its message says that local files are intact and gives the command that retries."""
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a config key holds a secret.
-
-    The rule: the key, lower-cased, ends with ``token`` (``hub_token``, ``push_to_hub_token``, ``hf_token``,
-    ``token``, ``access_token``: the same rule transformers' ``TrainingArguments.to_dict`` applies to ``*_token``) or
-    contains one of ``secret``, ``password``, ``passwd``, ``api_key``, ``apikey``, ``authorization``, ``credential``.
-    Tokenizer special-token names (``pad_token``, ``eos_token``, ...) are not secrets. Keys that merely contain
-    "token" elsewhere (``max_completion_length``, ``include_num_input_tokens_seen``, ``pad_token_id``) are kept.
-    """
-    key = key.lower()
-    if _TOKENIZER_TOKEN_KEY.fullmatch(key):
-        return False
-    return key.endswith("token") or any(word in key for word in _SECRET_WORDS)
-
-
-def scrub_secrets(obj, token: str | None = None):
-    """A copy of a JSON-like object with every secret replaced by ``"<redacted>"``.
-
-    Args:
-        obj: nested dicts / lists / scalars (e.g. the content of ``run_config.json``).
-        token (`str`, *optional*): a token value to remove wherever it appears, whatever the key.
-
-    Returns:
-        The scrubbed copy. Under a secret key (:func:`is_secret_key`) any value other than ``None``, ``""``, a bool or
-        a number becomes ``"<redacted>"``; in every other string, substrings that look like a Hugging Face token
-        (``hf_`` + 30 or more letters/digits) or equal ``token`` are replaced. The input is not modified.
-    """
-    if isinstance(obj, dict):
-        out = {}
-        for key, value in obj.items():
-            if isinstance(key, str) and is_secret_key(key) and not _is_harmless(value):
-                out[key] = REDACTED
-            else:
-                out[key] = scrub_secrets(value, token)
-        return out
-    if isinstance(obj, (list, tuple)):
-        return [scrub_secrets(value, token) for value in obj]
-    if isinstance(obj, str):
-        return redact_text(obj, token)
-    return obj
-
-
-def _is_harmless(value) -> bool:
-    return value is None or value == "" or isinstance(value, (bool, int, float))
-
-
-def redact_text(text: str, token: str | None = None) -> str:
-    """``text`` with ``token`` (when given, 4+ characters) and anything shaped like a Hugging Face token or an HTTP
-    bearer credential replaced by ``"<redacted>"``."""
-    if token and len(token) >= 4:
-        text = text.replace(token, REDACTED)
-    text = _HF_TOKEN_PATTERN.sub(REDACTED, text)
-    return re.sub(r"(?i)(bearer\s+)\S+", r"\1" + REDACTED, text)
 
 
 @dataclass
@@ -178,14 +118,8 @@ class HubPushArguments:
     )
 
     def __post_init__(self):
-        if self.push_to_hub_mode not in PUSH_MODES:
-            raise ValueError(
-                f"push_to_hub_mode={self.push_to_hub_mode!r} is not supported; choose one of {', '.join(PUSH_MODES)}."
-            )
-        if self.merge_dtype not in MERGE_DTYPES:
-            raise ValueError(
-                f"merge_dtype={self.merge_dtype!r} is not supported; choose one of {', '.join(MERGE_DTYPES)}."
-            )
+        check_choice("push_to_hub_mode", self.push_to_hub_mode, PUSH_MODES, error=ValueError)
+        check_choice("merge_dtype", self.merge_dtype, MERGE_DTYPES, error=ValueError)
 
     def resolve(self, training_args=None) -> HubPushSettings:
         """Combine these arguments with TRL's hub fields into the settings of the push.
@@ -299,10 +233,8 @@ def prepare_upload(
     Raises:
         ValueError: on an unknown ``mode`` or ``merge_dtype``, or when ``output_dir`` holds no adapter.
     """
-    if mode not in ("adapter", "merged"):
-        raise ValueError(f"mode={mode!r} is not supported for a push; choose 'adapter' or 'merged'.")
-    if merge_dtype not in MERGE_DTYPES:
-        raise ValueError(f"merge_dtype={merge_dtype!r} is not supported; choose one of {', '.join(MERGE_DTYPES)}.")
+    check_choice("mode", mode, UPLOAD_MODES, error=ValueError)
+    check_choice("merge_dtype", merge_dtype, MERGE_DTYPES, error=ValueError)
     source = check_adapter_dir(output_dir)
     build_model_card(source, mode="adapter", repo_id=repo_id, token=token).save(source / "README.md")
     dest = upload_dir(source, mode)
@@ -373,8 +305,9 @@ def push_run(
         ValueError: bad arguments or no adapter in ``output_dir`` (before anything is written).
         HubPushError: no token, or a Hub call failed. Local files are complete and untouched; the message gives the
             retry command.
-        HubPushInterrupted: Ctrl-C during the network phase (a `KeyboardInterrupt` with the same guarantees). The original exception is not chained, since its text may hold credentials echoed by a
-            server; its type and redacted message are in the message.
+        HubPushInterrupted: Ctrl-C during the network phase (a `KeyboardInterrupt` with the same guarantees). The
+            original exception is not chained, since its text may hold credentials echoed by a server; its type and
+            redacted message are in the message.
     """
     from huggingface_hub import HfApi, get_token
     from huggingface_hub.utils import HFValidationError, validate_repo_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-MERGE_DTYPES = ("bfloat16", "float16", "float32")  # kept equal to trl_grpo_ext.hub_merge.MERGE_DTYPES (tested)
+from .merge import MERGE_DTYPES
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``push``: print the repository URL and return 0; on failure print the reason (with the retry command) to
     stderr and return 1 (the push failed, local files intact), 2 (bad input, nothing written) or 130 (interrupted
     during the upload, local files intact)."""
-    from trl_grpo_ext.hub import HubPushError, HubPushInterrupted, push_run
+    from .push import HubPushError, HubPushInterrupted, push_run
 
     mode = "merged" if args.merge else "adapter"
     try:

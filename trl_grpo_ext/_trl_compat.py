@@ -1,0 +1,158 @@
+"""Every private or internal TRL / transformers name trl_grpo_ext relies on, in one place (TRL 1.16).
+
+TRL has no public extension points for what this package adds, so `GRPOExtTrainer` overrides a few private methods
+(each calls ``super()`` and post-processes) and reads a few private attributes. They are listed in `SURFACE`;
+`tests/test_trl_contract.py` checks every entry against the installed TRL (the name exists, with the parameters
+given), and a scan there fails if such a name is used anywhere else in the package or the recipes.
+Method *definitions* that override a private method stay on the trainer (TRL calls them by name) and are listed in
+`OVERRIDDEN_PRIVATE_METHODS`; every other touch goes through a function below.
+
+Metrics: TRL 1.16 has no public way to add a logged metric from a trainer subclass (``log_metric``, the reward
+functions' hook, is ``GRPOTrainer._log_metric``: it averages across processes and flushes only inside the
+generation step), so metrics are appended to ``GRPOTrainer._metrics[mode]``, here only.
+
+Importing this module imports neither torch nor TRL (the plan command imports it too); TRL is imported on first use.
+Upgrading TRL: run tests/test_trl_contract.py, adapt this module (and the overrides it names), update the pin.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class TouchPoint:
+    """One private or internal name of TRL / transformers that we override, call or read.
+
+    Attributes:
+        owner (`str`): where it lives: ``"trl.GRPOTrainer"``, ``"transformers.Trainer"``, ``"trl.trainer.utils"``.
+        name (`str`): the attribute, method, function or class name.
+        kind (`str`): ``"override"`` (a method our trainer defines under TRL's name; public ones are pinned too),
+            ``"attribute"`` (an instance attribute we read), ``"function"`` / ``"class"`` (imported from an internal
+            module), ``"module"`` (an internal module).
+        params (`tuple[str, ...]`, *optional*): the expected parameters of a method or function (``self`` included),
+            of a class's ``__init__``; None for attributes and modules.
+        used_by (`str`): which of our code depends on it (named in contract failures).
+    """
+
+    owner: str
+    name: str
+    kind: str
+    params: tuple[str, ...] | None
+    used_by: str
+
+
+SURFACE: tuple[TouchPoint, ...] = (
+    TouchPoint("trl.GRPOTrainer", "_calculate_rewards", "override",
+               ("self", "inputs", "prompts", "completions", "completion_ids_list"),
+               "trainer.py GRPOExtTrainer._calculate_rewards (keeps the gathered reward tensor)"),
+    TouchPoint("trl.GRPOTrainer", "_generate_and_score_completions", "override", ("self", "inputs"),
+               "trainer.py GRPOExtTrainer._generate_and_score_completions, and zero_variance.filter's resample rounds "
+               "(super() called with dataset rows)"),
+    TouchPoint("trl.GRPOTrainer", "_compute_loss", "override", ("self", "model", "inputs"),
+               "trainer.py GRPOExtTrainer._compute_loss (zero-variance loss rescale)"),
+    TouchPoint("trl.GRPOTrainer", "_get_train_sampler", "override", ("self", "dataset"),
+               "trainer.py GRPOExtTrainer._get_train_sampler (EpochRepeatSampler: resume in any epoch)"),
+    TouchPoint("trl.GRPOTrainer", "training_step", "override", ("self", "model", "inputs", "num_items_in_batch"),
+               "trainer.py GRPOExtTrainer.training_step (skip decision at the end of an accumulation window)"),
+    TouchPoint("transformers.Trainer", "set_initial_training_values", "override", ("self", "args", "dataloader"),
+               "trainer.py GRPOExtTrainer.set_initial_training_values (stop rule: max_steps = plan.total_steps)"),
+    TouchPoint("transformers.Trainer", "create_optimizer", "override", ("self", "model"),
+               "trainer.py GRPOExtTrainer.create_optimizer (lost-update hooks, guarded optimizer.step)"),
+    TouchPoint("trl.GRPOTrainer", "_metrics", "attribute", None,
+               "_trl_compat.train_metrics: every metric we log (zero_variance/*, advantages/*, adapter/*, vllm/*)"),
+    TouchPoint("trl.GRPOTrainer", "_step", "attribute", None,
+               "_trl_compat.micro_batches_done -> interrupt.py (stop at a generation-batch boundary)"),
+    TouchPoint("trl.GRPOTrainer", "_tokenizer", "attribute", None,
+               "_trl_compat.eos_and_pad_ids -> zero_variance.filter (truncation in resample's batch metrics)"),
+    TouchPoint("trl.trainer.utils", "get_callable_name", "function", ("func",),
+               "_trl_compat.reward_func_name -> trainer.py (reward names, guard names, zero_variance_reward)"),
+    TouchPoint("trl.trainer.utils", "get_config_model_id", "function", ("config",),
+               "_trl_compat.reward_func_name -> trainer.py (the name of a reward model)"),
+    TouchPoint("trl.trainer.utils", "nanstd", "function", ("tensor", "dim", "keepdim"),
+               "_trl_compat.nanstd -> zero_variance.metrics (TRL's metrics of the batch trained on)"),
+    TouchPoint("trl.trainer.utils", "RepeatSampler", "class",
+               ("self", "data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed"),
+               "_trl_compat.repeat_sampler_class -> sampling.py EpochRepeatSampler, trainer.py _get_train_sampler"),
+    TouchPoint("trl.scripts", "_hf_argparser", "module", None,
+               "_trl_compat.hf_argparser_path; frontdoor.hf_argument_parser (plan's torch-free parsing)"),
+)
+
+#: The private methods `GRPOExtTrainer` defines under TRL's names (TRL calls them; each calls ``super()``).
+OVERRIDDEN_PRIVATE_METHODS: tuple[str, ...] = tuple(
+    point.name for point in SURFACE if point.kind == "override" and point.name.startswith("_")
+)
+#: Every private name in `SURFACE`: used nowhere but here and in those overrides (scanned by test_trl_contract.py).
+PRIVATE_NAMES: frozenset[str] = frozenset(point.name for point in SURFACE if point.name.startswith("_"))
+
+
+# -- metrics ------------------------------------------------------------------------------------------------------------
+def train_metrics(trainer, mode: str = "train") -> dict[str, list[float]]:
+    """TRL's metric lists of ``mode``: ``{name: [value, ...]}``, a ``defaultdict(list)``; `GRPOTrainer.log` logs the
+    NaN-skipping mean of each list and clears them."""
+    return trainer._metrics[mode]
+
+
+def record_metric(trainer, name: str, value: float, mode: str = "train") -> None:
+    """Add one value of metric ``name`` to the next log (averaged with the other values of the interval)."""
+    trainer._metrics[mode][name].append(value)
+
+
+def metric_marks(trainer, mode: str = "train") -> dict[str, int]:
+    """How many values each metric holds now (to find the values a later call added)."""
+    return {name: len(values) for name, values in trainer._metrics[mode].items()}
+
+
+# -- trainer state --------------------------------------------------------------------------------------------------
+def micro_batches_done(trainer) -> int | None:
+    """Micro-batches TRL has run since the process started (``GRPOTrainer._step``); None for a trainer without it."""
+    return getattr(trainer, "_step", None)
+
+
+def eos_and_pad_ids(trainer) -> set[int]:
+    """The token ids TRL counts as the end of a completion: its ``eos_token_ids`` and the pad token (TRL's ``_generate``
+    marks a completion truncated when its last token is none of them)."""
+    return {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+
+
+# -- trl.trainer.utils --------------------------------------------------------------------------------------------------
+def reward_func_name(reward_func) -> str:
+    """The name TRL gives a reward function or reward model (`GRPOTrainer.__init__`, ``reward_func_names``)."""
+    import torch
+    from trl.trainer.utils import get_callable_name, get_config_model_id
+
+    if isinstance(reward_func, torch.nn.Module):
+        return get_config_model_id(reward_func.config).split("/")[-1]
+    return get_callable_name(reward_func)
+
+
+def nanstd(tensor, dim: int | None = None, keepdim: bool = False):
+    """TRL's NaN-ignoring sample std (``trl.trainer.utils.nanstd``), so that recomputed metrics equal TRL's."""
+    from trl.trainer.utils import nanstd as trl_nanstd
+
+    return trl_nanstd(tensor, dim=dim, keepdim=keepdim)
+
+
+def repeat_sampler_class() -> type:
+    """TRL's ``RepeatSampler``, the GRPO train sampler (`sampling.EpochRepeatSampler` subclasses it)."""
+    from trl.trainer.utils import RepeatSampler
+
+    return RepeatSampler
+
+
+# -- trl.scripts._hf_argparser ------------------------------------------------------------------------------------------
+HF_ARGPARSER_MODULE = "trl.scripts._hf_argparser"
+
+
+def hf_argparser_path() -> Path | None:
+    """The file of TRL's ``HfArgumentParser`` (``trl/scripts/_hf_argparser.py``, standard library only), found without
+    importing TRL; None when TRL is not installed. ``sys.modules[HF_ARGPARSER_MODULE]`` holds it once TRL is loaded."""
+    if HF_ARGPARSER_MODULE in sys.modules:
+        return Path(sys.modules[HF_ARGPARSER_MODULE].__file__)
+    spec = importlib.util.find_spec("trl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "scripts" / "_hf_argparser.py"

@@ -1,0 +1,273 @@
+"""`ZeroVarianceFilter`: the whole zero-variance filter of one run ("mask", or "resample" then mask), on tensors.
+
+The trainer hands it TRL's generation output and gathered rewards; the filter judges groups, resamples, masks
+zero-variance rows out of the loss and its normaliser, rescales row-normalised losses and skips optimizer steps
+that kept nothing. Everything collective goes through the ``gather`` / ``reduce`` functions it is given, and every
+metric into the ``metrics`` lists it is given, so it runs on plain tensors without a trainer or accelerate (the
+defaults are those of one process). Decisions are taken on gathered tensors only: every process runs the same
+rounds of the same size and makes the same collective calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+
+from ..checkpoints import ZERO_VARIANCE_STATE_FILE, write_json
+from .groups import judged_rewards, masked_loss_scale, weighted_total, zero_variance_group_mask
+from .merge import ROW_STAT_KEYS, fill_zero_variance_groups
+from .metrics import METRICS, ROUNDS_PREFIX, trained_batch_metrics
+from .resample import ResampleSource, ZeroVarianceFractionEstimate, resample_round_size
+
+#: ``generate_round(dataset_indices)`` -> (TRL's local output dict, gathered (N, F) rewards, local completion ids):
+#: one extra generation round for this process's prompts, each repeated G times.
+GenerateRound = Callable[[list[int]], tuple[dict, torch.Tensor, list]]
+
+
+class ZeroVarianceFilter:
+    """The zero-variance filter of one run.
+
+    Args:
+        mode (`str`): ``zero_variance_filter``: ``"off"`` (judge only, for the advantages), ``"mask"`` or
+            ``"resample"``.
+        num_generations (`int`): G.
+        reward_weights (`Tensor`): (F,) TRL's reward weights.
+        tolerance (`float`, defaults to `0.0`): ``zero_variance_tolerance`` [reward units].
+        judged_index (`int`, *optional*): column of the judged reward (`settings.judged_reward_index`); None judges
+            the weighted total.
+        max_rounds (`int`, defaults to `0`): ``max_resample_rounds``.
+        loss_type (`str`, defaults to `"dapo"`): TRL's ``loss_type`` (sets the loss rescale, `masked_loss_scale`).
+        dataset_size (`int`, *optional*), seed (`int`, defaults to `0`): the extra prompts' order (resample only:
+            `ResampleSource`).
+        reward_names (`list[str]`): TRL's reward function names. scale_rewards (`str`): TRL's ``scale_rewards``.
+            Both for TRL's metrics of the batch trained on (resample).
+        eos_and_pad (`set[int]`): token ids that end a completion (truncation, resample metrics).
+        pad_token_id (`int`): re-padding of merged batches.
+        gather (`callable`, defaults to identity): tensor -> the tensors of all processes concatenated on dim 0 (a
+            0-dim tensor gives one value per process).
+        reduce (`callable`, defaults to identity): 0-dim tensor -> its sum over processes.
+        process_index (`int`, defaults to `0`), num_processes (`int`, defaults to `1`): this process, all processes.
+        metrics (`callable`, *optional*): () -> the dict of metric lists to append to (TRL's, through
+            `_trl_compat.train_metrics`); None keeps them in `own_metrics`.
+
+    Raises:
+        ValueError: ``mode="resample"`` without a dataset length (`ResampleSource`).
+    """
+
+    def __init__(self, mode: str, num_generations: int, reward_weights: torch.Tensor, *, tolerance: float = 0.0,
+                 judged_index: int | None = None, max_rounds: int = 0, loss_type: str = "dapo",
+                 dataset_size: int | None = None, seed: int = 0, reward_names: list[str] = (),
+                 scale_rewards: str = "group", eos_and_pad: set[int] = frozenset(), pad_token_id: int = 0,
+                 gather: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
+                 reduce: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
+                 process_index: int = 0, num_processes: int = 1,
+                 metrics: Callable[[], dict[str, list[float]]] | None = None):
+        self.mode, self.num_generations, self.reward_weights = mode, num_generations, reward_weights
+        self.tolerance, self.judged_index, self.max_rounds, self.loss_type = tolerance, judged_index, max_rounds, loss_type
+        self.reward_names, self.scale_rewards = list(reward_names), scale_rewards
+        self.eos_and_pad, self.pad_token_id = set(eos_and_pad), pad_token_id
+        self.gather, self.reduce = gather, reduce
+        self.process_index, self.num_processes = process_index, num_processes
+        self.own_metrics: dict[str, list[float]] = defaultdict(list)
+        self.metrics = metrics if metrics is not None else (lambda: self.own_metrics)
+        self.source = ResampleSource(dataset_size, seed) if mode == "resample" else None
+        self.fraction_estimate = ZeroVarianceFractionEstimate()  # sizes the resample rounds (resample only)
+        self.window_kept_rows = 0.0  # rows kept in this accumulation window (this process)
+        self.skip_next_step = False
+        self.skipped_updates = 0
+
+    @property
+    def enabled(self) -> bool:
+        """The filter changes training ("mask" or "resample")."""
+        return self.mode != "off"
+
+    def _record(self, key: str, value: float) -> None:
+        self.metrics()[METRICS[key]].append(value)
+
+    def local_rows(self, local_size: int) -> slice:
+        """This process's rows of a gathered tensor: ``[rank·B, (rank+1)·B)``."""
+        return slice(self.process_index * local_size, (self.process_index + 1) * local_size)
+
+    def judge(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """(N,) bool, True for every row of a zero-variance group in the judged reward."""
+        judged = judged_rewards(rewards_per_func, self.reward_weights, self.judged_index)
+        return zero_variance_group_mask(judged, self.num_generations, self.tolerance)
+
+    def kept_rows(self, zero_variance: torch.Tensor) -> torch.Tensor:
+        """(N,) bool, the rows that stay in the loss: all of them with the filter off."""
+        return ~zero_variance if self.enabled else torch.ones_like(zero_variance)
+
+    # -- one generation batch --------------------------------------------------------------------------------------
+    def select(self, output: dict, rewards_per_func: torch.Tensor, completion_ids: list, metric_marks: dict,
+               generate_round: GenerateRound) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """Judge a generation batch and, with "resample", replace its zero-variance groups.
+
+        Args:
+            output (`dict`): TRL's local generation output (``advantages`` (B,), ``completion_mask`` (B, C), ...).
+            rewards_per_func (`Tensor`): (N, F) gathered rewards of it, NaN = None. completion_ids (`list`): the local
+                completions' token ids.
+            metric_marks (`dict`): metric name -> number of values before this batch was generated (resample moves
+                TRL's values of every round to ``zero_variance/rounds/<name>``).
+            generate_round (`GenerateRound`): generates an extra round (resample only).
+
+        Returns:
+            ``(output, rewards, zero_variance)``: the batch to train on, its (N,) weighted total rewards (gathered) and
+            its (N,) zero-variance mask (gathered).
+        """
+        rewards = weighted_total(rewards_per_func, self.reward_weights)
+        zero_variance = self.judge(rewards_per_func)
+        if self.enabled:
+            self._record("fraction_before", zero_variance.float().mean().item())
+        if self.mode == "resample":
+            output, rewards, zero_variance = self._resample(
+                output, rewards, zero_variance, rewards_per_func, completion_ids, generate_round)
+            self._log_trained_batch(output, metric_marks)
+        for key in ROW_STAT_KEYS:
+            output.pop(key, None)
+        return output, rewards, zero_variance
+
+    def _resample(self, output, rewards, zero_variance, rewards_per_func, completion_ids, generate_round):
+        """DAPO dynamic sampling: up to ``max_rounds`` extra generation rounds filling zero-variance groups.
+
+        Each round is sized by `resample_round_size` from the running estimate of the zero-variance fraction (updated
+        with every round's gathered counts) and the zero-variance groups still missing on the process that misses
+        most.
+        """
+        g, world, rank = self.num_generations, self.num_processes, self.process_index
+        local = self.local_rows(len(output["advantages"]))
+        output["zero_variance_rewards"] = rewards[local]
+        output.update(self._row_stats(rewards_per_func, completion_ids, local))
+        local_zero_variance = zero_variance[local]
+        cap = len(local_zero_variance) // g  # groups of this process's share of a generation batch
+        self.fraction_estimate.update(int(zero_variance.sum()) // g, len(zero_variance) // g)
+        rounds = drawn = 0
+        while bool(zero_variance.any()) and rounds < self.max_rounds:
+            missing = int(zero_variance.view(world, -1).sum(dim=1).max()) // g  # on the process that misses most
+            per_process = resample_round_size(
+                missing, self.fraction_estimate.value, cap, last_round=rounds == self.max_rounds - 1
+            )
+            indices = self.source.draw(per_process * world, rank, world)
+            extra, extra_rewards_per_func, extra_ids = generate_round(indices)
+            extra_rewards = weighted_total(extra_rewards_per_func, self.reward_weights)
+            extra_zero_variance = self.judge(extra_rewards_per_func)
+            self.fraction_estimate.update(int(extra_zero_variance.sum()) // g, len(extra_zero_variance) // g)
+            extra_local = self.local_rows(per_process * g)
+            extra["zero_variance_rewards"] = extra_rewards[extra_local]
+            extra.update(self._row_stats(extra_rewards_per_func, extra_ids, extra_local))
+            output, local_zero_variance, _ = fill_zero_variance_groups(
+                output, local_zero_variance, extra, extra_zero_variance[extra_local], g, self.pad_token_id
+            )
+            rewards = self.gather(output["zero_variance_rewards"])
+            zero_variance = self.gather(local_zero_variance.to(torch.int8)).bool()
+            rounds += 1
+            drawn += per_process * world
+        self._record("resample_rounds", float(rounds))
+        self._record("prompts_drawn", float(drawn))
+        self._record("shortfall_groups", zero_variance.float().sum().item() / g)
+        self._record("fraction_estimate", self.fraction_estimate.value)
+        return output, rewards, zero_variance
+
+    def _row_stats(self, rewards_per_func: torch.Tensor, completion_ids: list, local: slice) -> dict:
+        """Per-row figures of one generation round (local rows), carried through `fill_zero_variance_groups` so that
+        the trained batch's metrics can be computed: rewards per function, completion lengths, truncation."""
+        device = rewards_per_func.device
+        return {
+            "zero_variance_rewards_per_func": rewards_per_func[local],
+            "zero_variance_completion_lengths": torch.tensor([len(row) for row in completion_ids], device=device),
+            "zero_variance_truncated": torch.tensor(
+                [int(row[-1]) not in self.eos_and_pad for row in completion_ids], device=device),
+        }
+
+    def _log_trained_batch(self, output: dict, metric_marks: dict) -> None:
+        """Log TRL's batch metrics of the batch that is trained on under TRL's names; move TRL's values of every
+        generation round of this step to ``zero_variance/rounds/<name>`` (their average over the rounds)."""
+        values = trained_batch_metrics(
+            self.gather(output["zero_variance_rewards_per_func"]),
+            self.reward_weights,
+            self.reward_names,
+            self.num_generations,
+            self.scale_rewards,
+            self.gather(output["zero_variance_completion_lengths"]),
+            self.gather(output["zero_variance_truncated"].to(torch.int8)).bool(),
+        )
+        metrics = self.metrics()
+        for name, value in values.items():
+            logged = metrics[name]
+            mark = metric_marks.get(name, 0)
+            metrics[f"{ROUNDS_PREFIX}{name}"].extend(logged[mark:])
+            del logged[mark:]
+            logged.append(value)
+
+    def mask(self, output: dict, kept: torch.Tensor, local: slice) -> None:
+        """Mask the rows not ``kept`` out of the loss (``tool_mask``) and its token normaliser
+        (``num_items_in_batch``, gathered); add ``zero_variance_keep`` (B,) and ``zero_variance_loss_scale`` (0-dim),
+        which TRL shuffles and splits with the batch and `scale_loss` reads. Shapes stay unchanged."""
+        keep_local = kept[local].to(output["completion_mask"].device)
+        tool_mask = output.get("tool_mask")
+        base = torch.ones_like(output["completion_mask"]) if tool_mask is None else tool_mask
+        output["tool_mask"] = base * keep_local.unsqueeze(1).to(base.dtype)
+        loss_mask = output["completion_mask"] * output["tool_mask"]
+        output["num_items_in_batch"] = self.gather(loss_mask.sum()).sum()
+        output["zero_variance_keep"] = keep_local.float()
+        kept_rows = int(kept.sum())
+        output["zero_variance_loss_scale"] = torch.tensor(
+            masked_loss_scale(self.loss_type, kept.numel(), kept_rows), device=keep_local.device
+        )
+        self._record("completions_masked", float(kept.numel() - kept_rows))
+        self._record("fraction_after", 1.0 - kept_rows / kept.numel())
+
+    # -- the loss and the optimizer step ---------------------------------------------------------------------------
+    def scale_loss(self, loss: torch.Tensor, inputs: dict) -> torch.Tensor:
+        """A micro-batch's loss, rescaled so that masked rows leave row-counting normalisers too; counts kept rows."""
+        if "zero_variance_keep" not in inputs:
+            return loss
+        self.window_kept_rows += float(inputs["zero_variance_keep"].sum())
+        return loss * inputs["zero_variance_loss_scale"]
+
+    def end_window(self) -> None:
+        """At the end of an accumulation window (on every process): skip the coming optimizer step if no process
+        kept a row."""
+        kept = self.reduce(torch.tensor(self.window_kept_rows))
+        self.skip_next_step = kept.item() == 0
+        self.window_kept_rows = 0.0
+
+    def guard_step(self, step: Callable) -> Callable:
+        """``step`` (an optimizer's ``step``), skipped when `end_window` found nothing kept: no update, no state
+        change; each skip is counted in ``zero_variance/skipped_updates``."""
+        def guarded_step(*args, **kwargs):
+            if self.skip_next_step:  # every group of this step had zero variance
+                self.skip_next_step = False
+                self.skipped_updates += 1
+                self._record("skipped_updates", float(self.skipped_updates))
+                return None
+            return step(*args, **kwargs)
+
+        return guarded_step
+
+    # -- checkpoints -----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict | None:
+        """Where resample's extra prompts continue and how its rounds are sized; None without resample."""
+        if self.source is None:
+            return None
+        return {"resample_cursor": self.source.cursor, "uniform_fraction_estimate": self.fraction_estimate.state_dict()}
+
+    def save_state(self, checkpoint: str) -> None:
+        """Write `state_dict` to ``checkpoint/zero_variance_state.json`` (resample only)."""
+        state = self.state_dict()
+        if state is not None:
+            write_json(checkpoint, ZERO_VARIANCE_STATE_FILE, state)
+
+    def load_state(self, checkpoint: str | None) -> None:
+        """Restore the state `save_state` wrote in ``checkpoint``, if any (resample only)."""
+        path = os.path.join(checkpoint or "", ZERO_VARIANCE_STATE_FILE)
+        if not checkpoint or self.source is None or not os.path.isfile(path):
+            return
+        with open(path) as f:
+            state = json.load(f)
+        self.source.cursor = state["resample_cursor"]
+        if "uniform_fraction_estimate" in state:  # absent in checkpoints of earlier versions
+            self.fraction_estimate.load_state_dict(state["uniform_fraction_estimate"])

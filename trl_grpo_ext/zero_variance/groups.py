@@ -1,0 +1,113 @@
+"""Which groups have zero variance, and what masking them does to each loss normaliser (pure tensor functions).
+
+A group of G completions has *zero variance* when the rewards the filter judges (the weighted total, or one reward
+function chosen with ``zero_variance_reward``) are all equal, or spread at most ``zero_variance_tolerance``: every
+advantage in it is 0, so it carries no policy-gradient signal.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..advantage_settings import STD_KINDS
+from ..advantages import equal_reward_groups, reward_std
+from ..checks import Range, check_choice
+
+#: Loss types whose normaliser counts rows (sequences) or a constant per row, so masking rows needs a rescale by
+#: rows / kept rows to exclude them from the normaliser (see `masked_loss_scale`). The token-count normalisers of
+#: dapo / cispo / vespo use `num_items_in_batch`, recomputed from kept tokens; bnpo divides by the micro-batch's own
+#: kept tokens.
+ROW_NORMALISED_LOSSES = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
+TOKEN_NORMALISED_LOSSES = frozenset({"dapo", "bnpo", "cispo", "vespo"})
+
+_TOLERANCE = Range(low=0, fix="a std in reward units; 0 = exactly equal rewards.")
+
+
+def zero_variance_group_mask(
+    rewards: torch.Tensor, num_generations: int, tolerance: float = 0.0, std_kind: str = "sample"
+) -> torch.Tensor:
+    """Flag every completion of a group whose rewards carry no learning signal (zero-variance groups).
+
+    A group has zero variance when (a) it has fewer than 2 non-missing rewards, or (b) all its non-missing rewards
+    are equal (max == min, compared exactly, so [0.1, 0.1, 0.1] qualifies although its computed std is rounding
+    noise, e.g. 3e-8 in float32; `advantages.equal_reward_groups`), or (c) `tolerance` > 0 and the std (`std_kind`)
+    of its non-missing rewards is <= tolerance.
+
+    Args:
+        rewards (`torch.Tensor`): float, shape `(N,)` in group order (N = prompts × G); NaN = missing.
+        num_generations (`int`): G, completions per prompt (>= 1).
+        tolerance (`float`, defaults to `0.0`): largest within-group std still called zero variance, in reward
+            units; finite, >= 0.
+        std_kind (`str`, defaults to `"sample"`): std used for (c), one of `STD_KINDS`.
+
+    Returns:
+        `torch.Tensor`: bool, shape `(N,)`; every completion of a zero-variance group is `True`.
+
+    Raises:
+        ValueError: bad `rewards` or `num_generations`, negative or non-finite `tolerance`, unknown `std_kind`.
+    """
+    check_choice("std_kind", std_kind, STD_KINDS)
+    tolerance = _TOLERANCE.check("tolerance", tolerance)
+    mask = equal_reward_groups(rewards, num_generations)
+    if tolerance > 0:
+        mask |= reward_std(rewards, num_generations, "group", std_kind) <= tolerance
+    return mask
+
+
+def weighted_total(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Per-completion total reward as TRL forms it: Σ_k w_k r_k over the functions that returned a value.
+
+    Args:
+        rewards_per_func (`Tensor`): (N, F) float, NaN where a reward function returned None.
+        weights (`Tensor`): (F,) reward weights.
+
+    Returns:
+        (N,) float; NaN where every function returned None (an unscorable completion).
+    """
+    total = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    return total.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
+
+
+def judged_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor, index: int | None) -> torch.Tensor:
+    """The per-completion values the zero-variance filter judges groups on.
+
+    Args:
+        rewards_per_func (`Tensor`): (N, F) float, NaN where a reward function returned None.
+        weights (`Tensor`): (F,) reward weights.
+        index (`int`, *optional*): column of the chosen reward function (`zero_variance_reward`); ``None`` judges the
+            weighted total (`weighted_total`).
+
+    Returns:
+        (N,) float: the chosen function's raw (unweighted) values, or the weighted totals; NaN where missing.
+
+    Example: accuracy [0, 0, 0, 0] and a 0.1-weighted format reward [1, 0, 1, 1] give totals [0.1, 0, 0.1, 0.1]
+    (not zero variance), but judged on accuracy (index 0) the group has zero variance.
+    """
+    if index is None:
+        return weighted_total(rewards_per_func, weights)
+    return rewards_per_func[:, index]
+
+
+def masked_loss_scale(loss_type: str, num_rows: int, kept_rows: int) -> float:
+    """Factor on a loss whose masked rows still count in its normaliser, so that it equals the loss of the kept rows.
+
+    For row-normalised losses (`ROW_NORMALISED_LOSSES`: mean over sequences, or a constant per sequence as in Dr.
+    GRPO's B × L_max) the masked rows contribute 0 to the numerator but count in the denominator; multiplying by
+    rows / kept rows restores the mean over the kept rows. Token-normalised losses need no factor (1.0).
+
+    Args:
+        loss_type (`str`): TRL's `loss_type`.
+        num_rows (`int`): rows (completions) of the generation batch, all processes.
+        kept_rows (`int`): rows kept by the filter, all processes.
+
+    Returns:
+        `float`; 1.0 when nothing is kept (the loss is 0 then, and the optimizer step is skipped).
+
+    Raises:
+        ValueError: unknown ``loss_type``.
+    """
+    if loss_type in TOKEN_NORMALISED_LOSSES:
+        return 1.0
+    if loss_type not in ROW_NORMALISED_LOSSES:
+        raise ValueError(f"zero_variance_filter does not know how loss_type={loss_type!r} normalises its loss.")
+    return num_rows / kept_rows if kept_rows else 1.0

@@ -1,0 +1,99 @@
+"""The zero-variance filter's logged metrics, and TRL's per-batch metrics recomputed for the batch trained on.
+
+Our metrics are logged under ``zero_variance/*`` (`METRICS`; the names are part of the logs users read and keep, so
+they stay as first released). TRL's own per-batch metrics have TRL's names; `TRL_METRICS` maps our vocabulary to
+them once (TRL calls a zero-variance group one of "zero std").
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .groups import weighted_total
+
+#: Our metrics, by meaning -> the logged name (every value is averaged over the steps of a logging interval).
+METRICS = {
+    "fraction_before": "zero_variance/frac_uniform_before",  # zero-variance rows / rows, first generation round
+    "fraction_after": "zero_variance/frac_uniform_after",  # after resampling: the rows masked out of the loss
+    "completions_masked": "zero_variance/completions_masked",  # rows masked out of the loss, all processes
+    "skipped_updates": "zero_variance/skipped_updates",  # optimizer steps skipped so far (nothing kept)
+    "resample_rounds": "zero_variance/resample_rounds",  # extra generation rounds this step
+    "prompts_drawn": "zero_variance/prompts_drawn",  # extra prompts drawn this step, all processes
+    "shortfall_groups": "zero_variance/shortfall_groups",  # zero-variance groups left after the last round
+    "fraction_estimate": "zero_variance/uniform_fraction_estimate",  # the estimate p that sizes the rounds
+}
+#: Prefix of TRL's metrics of every generation round of a resampled step (their average over the rounds).
+ROUNDS_PREFIX = "zero_variance/rounds/"
+
+#: Our names for TRL 1.16's per-batch metrics (``GRPOTrainer`` generation step) -> TRL's logged names. The per-reward
+#: ``rewards/<name>/mean`` and ``rewards/<name>/std`` follow TRL's pattern directly.
+TRL_METRICS = {
+    "reward_mean": "reward",
+    "reward_std": "reward_std",
+    "zero_variance_fraction": "frac_reward_zero_std",
+    "length_mean": "completions/mean_length",
+    "length_min": "completions/min_length",
+    "length_max": "completions/max_length",
+    "truncated_fraction": "completions/clipped_ratio",
+    "terminated_length_mean": "completions/mean_terminated_length",
+    "terminated_length_min": "completions/min_terminated_length",
+    "terminated_length_max": "completions/max_terminated_length",
+}
+
+
+def trained_batch_metrics(
+    rewards_per_func: torch.Tensor,
+    weights: torch.Tensor,
+    reward_names: list[str],
+    num_generations: int,
+    scale_rewards: str,
+    completion_lengths: torch.Tensor,
+    truncated: torch.Tensor,
+) -> dict[str, float]:
+    """TRL's per-batch metrics, computed for the batch that is trained on (resample merges several rounds into it).
+
+    The same definitions as TRL 1.16's generation step (pinned in tests/test_trl_contract.py), under TRL's names
+    (`TRL_METRICS`): ``rewards/<name>/mean`` and ``/std`` (nan-aware over each function's values), the mean and std
+    of the weighted totals (unscorable rows left out), the fraction of rows whose group std (or batch std with
+    ``scale_rewards="batch"``) is close to 0, and the completion lengths (terminated: rows that ended with EOS or pad;
+    0 when none did).
+
+    Args:
+        rewards_per_func (`Tensor`): (N, F), NaN where a function returned None; all processes.
+        weights (`Tensor`): (F,).
+        reward_names (`list[str]`): F names, as TRL logs them.
+        num_generations (`int`): G.
+        scale_rewards (`str`): TRL's ``scale_rewards`` (``"group"``, ``"batch"`` or ``"none"``).
+        completion_lengths (`Tensor`): (N,) tokens of each completion.
+        truncated (`Tensor`): (N,) bool, the completion did not end with EOS / pad.
+
+    Returns:
+        ``{TRL's metric name: value}``.
+    """
+    from .._trl_compat import nanstd
+
+    name_of = TRL_METRICS
+    metrics = {}
+    for i, name in enumerate(reward_names):
+        metrics[f"rewards/{name}/mean"] = torch.nanmean(rewards_per_func[:, i]).item()
+        metrics[f"rewards/{name}/std"] = nanstd(rewards_per_func[:, i]).item()
+    rewards = weighted_total(rewards_per_func, weights)
+    if scale_rewards == "batch":
+        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    else:
+        std = nanstd(rewards.view(-1, num_generations), dim=1).repeat_interleave(num_generations)
+    metrics[name_of["reward_mean"]] = torch.nanmean(rewards).item()
+    metrics[name_of["reward_std"]] = nanstd(rewards).item()
+    metrics[name_of["zero_variance_fraction"]] = torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+    lengths = completion_lengths.float()
+    metrics[name_of["length_mean"]] = lengths.mean().item()
+    metrics[name_of["length_min"]] = lengths.min().item()
+    metrics[name_of["length_max"]] = lengths.max().item()
+    metrics[name_of["truncated_fraction"]] = truncated.float().mean().item()
+    terminated = lengths[~truncated.bool()]
+    if len(terminated) == 0:
+        terminated = torch.zeros(1)
+    metrics[name_of["terminated_length_mean"]] = terminated.mean().item()
+    metrics[name_of["terminated_length_min"]] = terminated.min().item()
+    metrics[name_of["terminated_length_max"]] = terminated.max().item()
+    return metrics

@@ -1,0 +1,135 @@
+"""The zero-variance filter's settings: what the config refuses, and which reward column the filter judges.
+
+Pure functions over plain values (no config, no trainer): `GRPOExtConfig.__post_init__` calls
+`check_zero_variance_settings` and stores the name it returns; the trainer calls `judged_reward_index` once TRL has
+named the reward functions.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def check_zero_variance_settings(
+    *,
+    mode: str,
+    zero_variance_reward: str | None,
+    reward_names: list[str] | None,
+    multi_objective_aggregation: str,
+    num_generations: int,
+    world_size: int,
+    generation_batch_size: int | None,
+    steps_per_generation: int | None,
+    gradient_accumulation_steps: int,
+    per_device_train_batch_size: int,
+) -> str | None:
+    """Settings the zero-variance filter cannot honour, refused instead of silently ignored.
+
+    - ``zero_variance_reward`` with the filter off has no effect. With registry ``rewards`` it must name one of them
+      (an alias gives the canonical name, the one TRL logs); reward functions passed to the trainer are checked
+      there (`judged_reward_index`).
+    - The filter judges groups on the weighted total reward (``multi_objective_aggregation="sum_then_normalize"``,
+      TRL's default); with ``"normalize_then_sum"`` the trainer keeps TRL's advantages and would apply no filter.
+    - Resample swaps whole groups inside each process's share of the generation batch, so every share must hold
+      whole groups: its completions (per_device_train_batch_size × steps_per_generation, or generation_batch_size /
+      world_size) divisible by num_generations. Always true on one process (TRL requires the generation batch to be
+      divisible by G); can fail with several. Runs on the resolved fields, before TRL derives the missing one.
+
+    Args:
+        mode (`str`): ``zero_variance_filter`` (``"off"``, ``"mask"`` or ``"resample"``, already checked).
+        zero_variance_reward (`str`, *optional*): the reward to judge groups on (None: the weighted total).
+        reward_names (`list[str]`, *optional*): the names of the run's registry rewards (the config's ``rewards``);
+            None or empty when the reward functions are passed to the trainer.
+        multi_objective_aggregation (`str`): TRL's field.
+        num_generations (`int`): G. world_size (`int`): processes.
+        generation_batch_size (`int`, *optional*), steps_per_generation (`int`, *optional*),
+            gradient_accumulation_steps (`int`), per_device_train_batch_size (`int`): TRL's batch fields [completions,
+            micro-batches].
+
+    Returns:
+        `str | None`: ``zero_variance_reward`` as TRL will log it (the canonical registry name), or None.
+
+    Raises:
+        ValueError: any of the above, naming the field, its value and the fix.
+    """
+    if mode == "off":
+        if zero_variance_reward is not None:
+            raise ValueError(
+                f"zero_variance_reward={zero_variance_reward!r} only takes effect with the zero-variance "
+                "filter on. Fix: set zero_variance_filter: mask (or resample), or remove zero_variance_reward."
+            )
+        return None
+    zero_variance_reward = _canonical_reward_name(zero_variance_reward, reward_names)
+    if multi_objective_aggregation != "sum_then_normalize":
+        raise ValueError(
+            f"zero_variance_filter={mode!r} judges groups on the weighted total reward and "
+            f"needs multi_objective_aggregation='sum_then_normalize', got {multi_objective_aggregation!r}. "
+            "Fix: use multi_objective_aggregation: sum_then_normalize, or zero_variance_filter: off."
+        )
+    if mode != "resample":
+        return zero_variance_reward
+    if generation_batch_size is not None:
+        local = generation_batch_size // world_size
+        held = f"generation_batch_size ({generation_batch_size}) / {world_size} processes = {local}"
+        fix = f"make generation_batch_size a multiple of {world_size * num_generations}"
+    else:
+        steps_per_generation = steps_per_generation or gradient_accumulation_steps
+        local = per_device_train_batch_size * steps_per_generation
+        held = (
+            f"micro_batch_size ({per_device_train_batch_size}) × steps_per_generation "
+            f"({steps_per_generation}) = {local}"
+        )
+        multiple = num_generations // math.gcd(steps_per_generation, num_generations)
+        fix = f"make micro_batch_size (per_device_train_batch_size) a multiple of {multiple}"
+    if local % num_generations:
+        raise ValueError(
+            f"zero_variance_filter='resample' needs whole groups on every process, but each of the {world_size} "
+            f"processes holds {held} completions of a generation batch, which is not divisible by "
+            f"num_generations ({num_generations}). Fix: {fix}, or use zero_variance_filter: mask (which "
+            "works on the gathered batch)."
+        )
+    return zero_variance_reward
+
+
+def _canonical_reward_name(name: str | None, reward_names: list[str] | None) -> str | None:
+    if name is None or not reward_names:
+        return name
+    from ..rewards.registry import UnknownRewardError, check_reward_name
+
+    selected = [check_reward_name(reward) for reward in reward_names]
+    if name in selected:
+        return name
+    try:
+        canonical = check_reward_name(name)
+    except UnknownRewardError:
+        canonical = None
+    if canonical not in selected:
+        raise ValueError(
+            f"zero_variance_reward={name!r} is not one of this run's rewards ({', '.join(selected)}). Fix: "
+            "name one of them, or remove zero_variance_reward to judge the weighted total."
+        )
+    return canonical
+
+
+def judged_reward_index(name: str | None, reward_func_names: list[str]) -> int | None:
+    """Column of ``name`` among TRL's reward function names (None: judge the weighted total).
+
+    Args:
+        name (`str`, *optional*): ``zero_variance_reward``.
+        reward_func_names (`list[str]`): the names TRL gives the run's reward functions (``reward_func_names``).
+
+    Returns:
+        `int | None`: the column of the (N, F) reward tensor, or None.
+
+    Raises:
+        ValueError: ``name`` is not one of ``reward_func_names``.
+    """
+    if name is None:
+        return None
+    if name not in reward_func_names:
+        raise ValueError(
+            f"zero_variance_reward={name!r} is not one of this run's reward functions ({', '.join(reward_func_names)}). "
+            "Fix: name one of them (as logged in rewards/<name>/mean), or remove zero_variance_reward to judge the "
+            "weighted total."
+        )
+    return reward_func_names.index(name)
