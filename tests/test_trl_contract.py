@@ -193,9 +193,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _PRIVATE_PATH = re.compile(r"\b(?:trl|transformers|accelerate)(?:\.\w+)*\._\w+")
 _LIBRARIES = ("trl", "transformers", "accelerate")
 #: Files outside this part of the refactor that still touch a private name; each must move into _trl_compat.
-PENDING = {
-    "trl_grpo_ext/frontdoor.py": "trl.scripts._hf_argparser: use _trl_compat.hf_argparser_path / HF_ARGPARSER_MODULE",
-}
+PENDING: dict[str, str] = {}
 
 
 def _is_super_call(node) -> bool:

@@ -137,14 +137,15 @@ def hf_argument_parser(types_: tuple[type, ...]):
     TRL keeps it in ``trl/scripts/_hf_argparser.py``, which imports only the standard library; it is loaded from
     that file when TRL itself is not imported yet, so that `plan` does not pay for TRL's import-time package scan.
     """
-    module = sys.modules.get("trl.scripts._hf_argparser")
+    from ._trl_compat import HF_ARGPARSER_MODULE, hf_argparser_path
+
+    module = sys.modules.get(HF_ARGPARSER_MODULE)
     if module is None:
         import importlib.util
 
-        spec = importlib.util.find_spec("trl")
-        if spec is None or not spec.submodule_search_locations:
+        path = hf_argparser_path()
+        if path is None:
             raise ConfigError("TRL is not installed: pip install trl-grpo-ext (which depends on trl).")
-        path = Path(list(spec.submodule_search_locations)[0]) / "scripts" / "_hf_argparser.py"
         name = "trl_grpo_ext._trl_hf_argparser"
         module = sys.modules.get(name)
         if module is None:
