@@ -10,7 +10,7 @@ from trl_grpo_ext.checkpoints import (
     last_complete_checkpoint,
     resolve_resume_checkpoint,
 )
-from trl_grpo_ext.quantifiers import QuantityError, resolve_plan, resolve_trl_fields
+from trl_grpo_ext.plan import QuantityError, resolve_plan, resolve_trl_fields
 
 
 def _checkpoint(root, step, complete=True):
