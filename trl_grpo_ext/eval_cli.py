@@ -90,7 +90,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         )
     except RecipeArgumentError:
         return 2  # the parser printed the one-line error
-    names = [spec["name"] if isinstance(spec, dict) else spec for spec in training_args.rewards]
+    names = [spec.name for spec in training_args.resolved.rewards]
     if args.correctness_reward is not None and args.correctness_reward not in names:
         return _fail(f"--correctness-reward {args.correctness_reward!r} is not one of the run's rewards {names}.")
     if args.adapter:
