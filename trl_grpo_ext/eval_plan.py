@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .quantifiers import QuantityError
+from .plan import QuantityError
 
 #: Values of the recipe's ``final_eval`` setting.
 FINAL_EVAL_CHOICES = ("none", "adapter", "compare_base")

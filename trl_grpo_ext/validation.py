@@ -442,7 +442,7 @@ def check_user_values(user_values: Mapping[str, Any], world_size: int = 1) -> No
 
 def _check_quantity_conflicts(user_values: Mapping[str, Any], world_size: int) -> None:
     """Our batch/stop fields next to the raw TRL fields they write: judged on the keys the user set."""
-    from .quantifiers import _INPUT_FIELDS, QuantityError, resolve_trl_fields
+    from .plan.resolve import _INPUT_FIELDS, QuantityError, resolve_trl_fields
 
     given = {k: _typed(v) for k, v in user_values.items() if k in _INPUT_FIELDS and v is not None}
     if not given:
@@ -606,17 +606,14 @@ def _check_aggregation(values: Mapping[str, Any], user: Mapping[str, Any]) -> No
 
 
 def _reward_specs(values: Mapping[str, Any]) -> list:
-    from .rewards.spec import parse_reward_specs, with_run_defaults
+    from .resolved import resolve_reward_specs
+    from .rewards.spec import with_run_defaults
 
     rewards, weights = values.get("rewards"), values.get("reward_weights")
     if rewards is None:
         return []
-    items = rewards if isinstance(rewards, list) else [rewards]
-    if weights is not None and all(isinstance(i, dict) and "weight" in i for i in items):
-        if [i["weight"] for i in items] == list(weights):
-            weights = None  # already resolved by GRPOExtConfig
     try:
-        specs = parse_reward_specs(rewards, weights)
+        specs = resolve_reward_specs(rewards, weights)  # as GRPOExtConfig resolves them (it writes reward_weights)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
     max_len = _typed(values.get("max_completion_length"))
