@@ -31,7 +31,7 @@ from trl_grpo_ext.eval_plan import uniform_forecast_warning
 from trl_grpo_ext.frontdoor import read_run_args
 from trl_grpo_ext.plan import QuantityError, format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.resolved import USER_FIELDS, resolve_config
-from trl_grpo_ext.zero_variance import resample_note
+from trl_grpo_ext.zero_variance.settings import resample_note
 
 EMBEDDED_PREFIX = "embedded:"
 #: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.
