@@ -28,8 +28,8 @@ from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
 from trl_grpo_ext.models import lora_config, quantization_config, run_tokenizer
+from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.plotting import plot_training, reward_trend
-from trl_grpo_ext.quantifiers import resolve_plan
 from trl_grpo_ext.validation import check_reward_columns
 
 
@@ -50,8 +50,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
         if script_args.max_prompt_length is not None:  # counted in tokens of the run's tokenizer and chat template
             train_dataset = drop_long_prompts(train_dataset, run_tokenizer(model_args, script_args.chat_template),
                                               script_args.max_prompt_length)
-        plan = resolve_plan(training_args.quantity_fields(), len(train_dataset), training_args.world_size,
-                            training_args.max_completion_length)
+        plan = resolve_plan(training_args.resolved.quantity_fields(), len(train_dataset), training_args.world_size,
+                            training_args.max_completion_length)  # the run's plan, resolved once: the trainer gets it
         evaluating = training_args.eval_strategy != "no" or script_args.final_eval != "none"
         eval_dataset = load_eval_dataset(script_args, training_args.seed, "test", script_args.eval_num_prompts) \
             if evaluating else None
@@ -66,8 +66,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
             world_size=training_args.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch,
             final_eval=script_args.final_eval,
         )
-        checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
-        check_checkpoint_plan(checkpoint, plan)
+        checkpoint = check_checkpoint_plan(  # once per run: the trainer does not check a checked checkpoint again
+            resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan)
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
         if script_args.final_eval == "compare_base" and not model_args.use_peft:
             raise ValueError("final_eval=compare_base needs an adapter to switch off (use_peft: true); with "
@@ -101,6 +101,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         model=model_path,
         args=training_args,
         train_dataset=train_dataset,
+        run_plan=plan,
         eval_dataset=eval_dataset if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         quantization_config=quantization_config(model_args, training_args),

@@ -10,7 +10,7 @@ from trl_grpo_ext.checkpoints import (
     last_complete_checkpoint,
     resolve_resume_checkpoint,
 )
-from trl_grpo_ext.quantifiers import QuantityError, resolve_plan, resolve_trl_fields
+from trl_grpo_ext.plan import QuantityError, resolve_plan, resolve_trl_fields
 
 
 def _checkpoint(root, step, complete=True):
@@ -49,7 +49,9 @@ def _plan(prompts_per_step):
 def test_saved_plan_must_match(tmp_path):
     checkpoint = _checkpoint(tmp_path, 5)
     (checkpoint / PLAN_FILE).write_text(json.dumps(_plan(2).to_dict()))
-    check_checkpoint_plan(str(checkpoint), _plan(2))  # same plan: accepted
+    checked = check_checkpoint_plan(str(checkpoint), _plan(2))  # same plan: accepted
+    assert checked == str(checkpoint) and checked.plan == _plan(2)  # marked, so the trainer does not check again
+    assert check_checkpoint_plan(None, _plan(2)) is None
     with pytest.raises(QuantityError, match="prompts_per_step: 2 in the checkpoint, 4 now"):
         check_checkpoint_plan(str(checkpoint), _plan(4))
 

@@ -87,3 +87,94 @@ def test_resolving_twice_changes_nothing(tmp_path):
     # 4 prompts x 4 completions / 8 per micro-batch = 2 accumulation steps; Dr. GRPO: no std scaling
     assert (config.gradient_accumulation_steps, config.loss_type, config.scale_rewards) == (2, "dr_grpo", "none")
     assert config.reward_weights == [1.0, 0.5]
+
+
+def _replace_recording_warnings(config):
+    import dataclasses
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = dataclasses.replace(config)
+    return again, [str(w.message) for w in caught]
+
+
+def test_replace_of_a_dr_grpo_config_warns_nothing_and_resolves_the_same(tmp_path):
+    from trl_grpo_ext.advantage_settings import AdvantageSettings
+
+    config = _config(tmp_path, prompts_per_step=2, micro_batch_size=8, advantage_preset="dr_grpo")
+    again, warned = _replace_recording_warnings(config)
+    assert warned == []  # the config used to be rewritten with ε = 1e-4, which then "had no effect" without std
+    assert again.resolved == config.resolved
+    # Dr. GRPO (arXiv 2503.20783): group-mean baseline, no std scaling; ε and std kind keep their fallbacks
+    assert config.resolved.advantages == AdvantageSettings("group_mean", "none", 1e-4, "sample")
+    # the user's fields as given; TRL's own fields written, because TRL reads them
+    assert (config.advantage_baseline, config.advantage_std_scaling, config.advantage_epsilon) == (None, None, None)
+    assert (config.scale_rewards, config.loss_type) == ("none", "dr_grpo")
+
+
+def test_replace_of_a_config_with_prompts_per_step_and_weighted_rewards_resolves_the_same(tmp_path):
+    from trl_grpo_ext.rewards.spec import RewardSpec
+
+    rewards = [{"name": "char_fraction", "weight": 2.0}, {"name": "length", "kwargs": {"min_length": 1}}]
+    config = _config(tmp_path, prompts_per_step=4, total_training_steps=10, rewards=rewards)
+    again, warned = _replace_recording_warnings(config)
+    assert warned == []
+    assert again.resolved == config.resolved
+    # kept as given: no micro_batch_size, no epochs, the reward items untouched
+    assert (config.prompts_per_step, config.micro_batch_size, config.total_epochs) == (4, None, None)
+    assert config.rewards == rewards
+    # 4 prompts × G 4 = 16 completions; default micro-batch: the largest divisor of 16 up to 8 -> 8, so GA 2
+    resolved = config.resolved
+    assert (resolved.prompts_per_step, resolved.micro_batch_size, resolved.gradient_accumulation_steps) == (4, 8, 2)
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (8, 2)
+    # total_training_steps alone: max_steps 10 and an epoch limit of 10 passes that cannot bind first
+    assert (config.max_steps, config.num_train_epochs, resolved.stop_semantics) == (10, 10.0, "first_reached")
+    assert resolved.rewards == (RewardSpec("char_fraction", 2.0, {}), RewardSpec("length", 1.0, {"min_length": 1}))
+    assert config.reward_weights == [2.0, 1.0] and resolved.reward_weights == (2.0, 1.0)
+
+
+def test_to_dict_holds_the_resolved_values(tmp_path):
+    import json
+
+    config = _config(tmp_path, prompts_per_step=2, total_epochs=1.5, advantage_std_kind="population",
+                     rewards=["char_fraction"])
+    values = json.loads(json.dumps(config.to_dict()))  # JSON-serialisable, as run_config.json and trackers need
+    assert (values["prompts_per_step"], values["micro_batch_size"], values["advantage_baseline"]) == (2, None, None)
+    resolved = values["resolved"]
+    # 2 prompts × G 4 = 8 completions: micro-batch 8, GA 1; total_epochs alone: max_steps -1, 1.5 epochs
+    assert {k: resolved[k] for k in ("world_size", "prompts_per_step", "micro_batch_size",
+                                     "gradient_accumulation_steps", "max_steps", "num_train_epochs",
+                                     "stop_semantics")} == {
+        "world_size": 1, "prompts_per_step": 2, "micro_batch_size": 8, "gradient_accumulation_steps": 1,
+        "max_steps": -1, "num_train_epochs": 1.5, "stop_semantics": "first_reached"}
+    assert resolved["advantages"] == {"baseline": "group_mean", "std_scaling": "group", "epsilon": 1e-4,
+                                      "std_kind": "population"}
+    assert resolved["rewards"] == [{"name": "char_fraction", "weight": 1.0, "kwargs": {}}]
+    assert resolved["reward_weights"] == [1.0]
+
+
+def test_rewards_parse_from_yaml_and_from_the_command_line(tmp_path):
+    """`rewards` holds names and mappings (`list[RewardEntry]`): TRL's parser takes both from YAML, names and JSON
+    objects from the command line, and keeps them as given."""
+    import yaml
+    from transformers import HfArgumentParser
+    from trl import TrlParser
+
+    from trl_grpo_ext.rewards.spec import RewardSpec
+
+    base = {"output_dir": str(tmp_path), "use_cpu": True, "report_to": [], "num_generations": 4,
+            "prompts_per_step": 2}
+    given = ["char_fraction", {"name": "length", "weight": 0.5, "kwargs": {"min_length": 1}}]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({**base, "rewards": given}))
+    (from_yaml,) = TrlParser((GRPOExtConfig,)).parse_args_and_config(["--config", str(path)])
+    assert from_yaml.rewards == given
+    expected = (RewardSpec("char_fraction", 1.0, {}), RewardSpec("length", 0.5, {"min_length": 1}))
+    assert from_yaml.resolved.rewards == expected
+
+    argv = [f"--{k}={v}" for k, v in base.items() if k != "report_to"]
+    words = ["char_fraction", '{"name": "length", "weight": 0.5, "kwargs": {"min_length": 1}}']
+    (from_cli,) = HfArgumentParser((GRPOExtConfig,)).parse_args_into_dataclasses(argv + ["--rewards", *words])
+    assert from_cli.rewards == words
+    assert from_cli.resolved.rewards == expected

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from trl_grpo_ext.eval_plan import resolve_eval_plan, uniform_forecast_warning
-from trl_grpo_ext.quantifiers import QuantityError
+from trl_grpo_ext.plan import QuantityError
 
 BASE = dict(eval_strategy="steps", eval_steps=40, logging_steps=1, num_generations=8, num_generations_eval=2,
             per_device_eval_batch_size=32, world_size=1, total_steps=120, steps_per_epoch=120, final_eval="none")

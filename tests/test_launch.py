@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from trl_grpo_ext.launch import RecipeArgumentError, parse_recipe_args, write_run_config
+from trl_grpo_ext.rewards.spec import RewardSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "recipes" / "configs" / "tiny_cpu.yaml"
@@ -34,7 +35,8 @@ def test_the_embedded_default_parses(tmp_path):
     script_args, training_args, model_args, push_args = parse_recipe_args(["--config", _config(tmp_path)])
     assert model_args.model_name_or_path == "embedded:tiny-qwen2"
     assert training_args.gradient_accumulation_steps == 1 and training_args.per_device_train_batch_size == 16
-    assert training_args.rewards == [{"name": "char_fraction", "weight": 1.0, "kwargs": {}}]
+    assert training_args.rewards == [{"name": "char_fraction", "weight": 1.0}]  # as given
+    assert training_args.resolved.rewards == (RewardSpec("char_fraction", 1.0, {}),)
     assert training_args.bf16 is False
 
 
@@ -101,7 +103,7 @@ def test_every_recipe_config_parses_and_plans(config, monkeypatch):
     from trl import TrlParser
 
     from trl_grpo_ext.launch import RECIPE_DATACLASSES
-    from trl_grpo_ext.quantifiers import resolve_plan
+    from trl_grpo_ext.plan import resolve_plan
 
     monkeypatch.setenv("WORLD_SIZE", "1")
     script_args, training_args, model_args, push_args = TrlParser(RECIPE_DATACLASSES).parse_args_and_config(
@@ -111,7 +113,7 @@ def test_every_recipe_config_parses_and_plans(config, monkeypatch):
         assert model_args.load_in_4bit and model_args.use_bnb_nested_quant and model_args.bnb_4bit_quant_type == "nf4"
     embedded = script_args.dataset_name.startswith("embedded:")
     dataset_size = script_args.embedded_num_prompts if embedded else 7473
-    plan = resolve_plan(training_args.quantity_fields(), dataset_size, 1, training_args.max_completion_length)
+    plan = resolve_plan(training_args.resolved.quantity_fields(), dataset_size, 1, training_args.max_completion_length)
     # GSM8K: 8 prompts/step -> floor(7473 / 8) = 934 steps/epoch, stopped at 500; tiny: 2/step, 120/epoch, 1 epoch =
     # 120; arithmetic: 3/step -> floor(2000 / 3) = 666 steps/epoch, stopped at 24
     expected = {"openai/gsm8k": (934, 500), "embedded:count-char": (120, 120), "embedded:arithmetic": (666, 24)}

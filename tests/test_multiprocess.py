@@ -121,7 +121,7 @@ def test_plan_counts_the_processes_of_the_accelerate_config(name, capsys):
 
 
 def test_world_size_changes_accumulation_not_the_step_count():
-    from trl_grpo_ext.quantifiers import resolve_plan, resolve_trl_fields
+    from trl_grpo_ext.plan import resolve_plan, resolve_trl_fields
 
     plans = {}
     for world_size in (1, 2, 4):

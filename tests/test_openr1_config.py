@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from trl_grpo_ext.frontdoor import read_run_args
+from trl_grpo_ext.rewards.spec import RewardSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENR1 = ROOT / "tests" / "data" / "openr1_grpo_config.yaml"
@@ -46,8 +47,8 @@ def swapped(tmp_path, monkeypatch):
 def test_it_parses_with_every_key_taking_effect(swapped, capsys):
     script_args, training_args, model_args, push_args = read_run_args(
         ["--config", str(swapped), "--bf16", "false", "--use_cpu", "true"])
-    assert training_args.rewards == [{"name": n, "weight": 1.0, "kwargs": {}} for n in ("accuracy", "format",
-                                                                                        "tag_count")]
+    assert training_args.resolved.rewards == tuple(RewardSpec(n, 1.0, {}) for n in ("accuracy", "format",
+                                                                                     "tag_count"))
     assert model_args.dtype == "bfloat16" and training_args.warmup_steps == 0.1
     assert script_args.dataset_prompt_column == "problem" and script_args.system_prompt.startswith("You are a helpful")
     assert script_args.max_prompt_length == 512 and script_args.overwrite_output_dir is True
@@ -97,7 +98,7 @@ def test_trl_grpo_arguments(tmp_path, monkeypatch):
     path = tmp_path / "trl_grpo.yaml"
     path.write_text(yaml.safe_dump(config))
     _, training_args, _, _ = read_run_args(["--config", str(path)])
-    assert [r["name"] for r in training_args.rewards] == config["reward_funcs"]
+    assert [r.name for r in training_args.resolved.rewards] == config["reward_funcs"]
     config["reward_model_name_or_path"] = "some/reward-model"
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(ValueError, match="reward_model_name_or_path.*reward functions"):

@@ -42,6 +42,48 @@ def test_planned_total_equals_global_step(name, tmp_path, tiny_model_dir, tiny_t
                              processing_class=tiny_tokenizer)
     assert (trainer.plan.total_steps, trainer.plan.stop_reason) == (expected_total, expected_reason)
     trainer.train()
-    assert trainer.state.global_step == expected_total
+    assert trainer.state.global_step == trainer.state.max_steps == expected_total
+    assert args.max_steps == args.resolved.max_steps  # written once, by the config (the step limit, or -1)
     saved = json.loads((tmp_path / "run_plan.json").read_text())
     assert saved["total_steps"] == expected_total and saved["stop_reason"] == expected_reason
+
+
+def test_the_trainer_takes_the_callers_plan_and_refuses_another(tmp_path, tiny_model_dir, tiny_tokenizer):
+    from trl_grpo_ext.plan import resolve_plan
+
+    num_prompts, quantities, _, _ = CASES["step_limit_wins"]
+    args = GRPOExtConfig(output_dir=str(tmp_path), **COMMON, **quantities)
+    dataset = tiny.count_char_dataset(num_prompts)
+    plan = resolve_plan(args.resolved.quantity_fields(), num_prompts, 1, args.max_completion_length)
+    trainer = GRPOExtTrainer(str(tiny_model_dir), args=args, train_dataset=dataset, processing_class=tiny_tokenizer,
+                             run_plan=plan)
+    assert trainer.plan is plan  # the recipe's plan is the trainer's
+    # a plan for 44 prompts: floor(44 / 4) = 11 steps per epoch instead of 10
+    other = resolve_plan(args.resolved.quantity_fields(), num_prompts + 4, 1, args.max_completion_length)
+    with pytest.raises(ValueError, match="dataset_size: 44 given, 40 from the config and dataset; "
+                                         "generation_batches_per_epoch: 11 given, 10"):
+        GRPOExtTrainer(str(tiny_model_dir), args=args, train_dataset=dataset, processing_class=tiny_tokenizer,
+                       run_plan=other)
+
+
+def test_a_checked_checkpoint_is_not_checked_again(tmp_path, tiny_model_dir, tiny_tokenizer, monkeypatch):
+    from trl import GRPOTrainer
+
+    from trl_grpo_ext import trainer as trainer_module
+    from trl_grpo_ext.checkpoints import CheckedCheckpoint
+
+    num_prompts, quantities, _, _ = CASES["step_limit_wins"]
+    args = GRPOExtConfig(output_dir=str(tmp_path), **COMMON, **quantities)
+    trainer = GRPOExtTrainer(str(tiny_model_dir), args=args, train_dataset=tiny.count_char_dataset(num_prompts),
+                             processing_class=tiny_tokenizer)
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text("{}")
+    checks = []
+    real_check = trainer_module.check_checkpoint_plan
+    monkeypatch.setattr(trainer_module, "check_checkpoint_plan", lambda *a: checks.append(a) or real_check(*a))
+    monkeypatch.setattr(GRPOTrainer, "train", lambda self, resume_from_checkpoint=None, **kw: resume_from_checkpoint)
+    assert trainer.train(resume_from_checkpoint=CheckedCheckpoint(str(checkpoint), trainer.plan)) == str(checkpoint)
+    assert checks == []  # checked by the caller (the recipe) against this very plan
+    assert trainer.train(resume_from_checkpoint="last") == str(checkpoint)
+    assert checks == [(str(checkpoint), trainer.plan)]  # a library user's path: checked here

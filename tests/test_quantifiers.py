@@ -12,14 +12,8 @@ import sys
 
 import pytest
 
-from trl_grpo_ext.quantifiers import (
-    QuantityError,
-    RunPlan,
-    check_resume_compatible,
-    plan_warnings,
-    resolve_plan,
-    resolve_trl_fields,
-)
+from trl_grpo_ext.checkpoints import check_resume_compatible
+from trl_grpo_ext.plan import QuantityError, RunPlan, plan_warnings, resolve_plan, resolve_trl_fields
 
 
 def plan_of(values, dataset_size, world_size=1, max_completion_length=64):
@@ -286,6 +280,25 @@ def test_to_dict_from_dict_and_json_round_trip():
         RunPlan.from_dict({k: v for k, v in plan.to_dict().items() if k != "total_steps"})
 
 
+def test_a_saved_plan_rebuilds_itself_and_its_table(tmp_path):
+    """What the model card needs: run_plan.json -> the same RunPlan -> the same table, units and arithmetic."""
+    # raw TRL fields: 2 completions per step / G 4 = 1/2 prompt per step (a float); spg 2 -> 1 prompt per generation
+    # batch, floor(10 / 1) × 2 = 20 steps/epoch; 1.5 epochs -> ceil(1.5 × 20) = 30 steps (float values round-trip)
+    plan = plan_of({"per_device_train_batch_size": 2, "steps_per_generation": 2, "num_generations": 4,
+                    "num_train_epochs": 1.5}, 10)
+    assert (plan.prompts_per_step, plan.epoch_limit, plan.total_steps, plan.epochs_covered) == (0.5, 1.5, 30, 1.5)
+    path = tmp_path / "run_plan.json"
+    path.write_text(plan.to_json())
+    again = RunPlan.read(path)
+    assert again == plan and again.format_table() == plan.format_table()
+    assert "1/2 (≈0.5) prompts" in again.format_table()
+    assert RunPlan.from_json(plan.to_json()) == plan
+    with pytest.raises(QuantityError, match="not a saved RunPlan: a JSON list"):
+        RunPlan.from_json("[1, 2]")
+    with pytest.raises(QuantityError, match="not a saved RunPlan: not JSON"):
+        RunPlan.from_json("total_steps: 3")
+
+
 def test_format_table_shows_arithmetic_and_units():
     table = plan_of({"prompts_per_step": 4, "total_training_steps": 1000, "total_epochs": 3}, 2000).format_table()
     assert "floor(2000 / 4) × 1 = 500" in table
@@ -387,7 +400,7 @@ def test_resume_with_other_micro_batch_is_explained_not_refused():
 def test_module_imports_no_heavy_library():
     import subprocess
 
-    code = ("import sys, trl_grpo_ext.quantifiers; "
+    code = ("import sys, trl_grpo_ext.plan, trl_grpo_ext.resolved; "
             "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

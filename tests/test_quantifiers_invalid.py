@@ -4,19 +4,19 @@ import math
 
 import pytest
 
-from trl_grpo_ext.quantifiers import QuantityError, RunPlan, resolve_plan, resolve_trl_fields
+from trl_grpo_ext.plan import QuantityError, RunPlan, resolve_plan, resolve_trl_fields
 
 # (id, values, world_size, substrings the message must contain: the field with its value, then the fix)
 FIELD_CASES = [
     ("G=1", {"num_generations": 1}, 1, ["num_generations=1", "2 or more"]),
     ("G=0", {"num_generations": 0}, 1, ["num_generations=0", "2 or more"]),
-    ("G fractional", {"num_generations": 2.5}, 1, ["num_generations=2.5", "whole number", "2 or more"]),
-    ("G string", {"num_generations": "8"}, 1, ["num_generations='8'", "whole number"]),
+    ("G fractional", {"num_generations": 2.5}, 1, ["num_generations=2.5", "an integer", "2 or more"]),
+    ("G string", {"num_generations": "8"}, 1, ["num_generations='8'", "an integer"]),
     ("num_iterations=0", {"num_iterations": 0}, 1, ["num_iterations=0", "num_iterations=1"]),
     ("prompts_per_step=0", {"prompts_per_step": 0}, 1, ["prompts_per_step=0", "prompts_per_step=4"]),
     ("prompts_per_step<0", {"prompts_per_step": -4}, 1, ["prompts_per_step=-4", "prompts_per_step=4"]),
-    ("prompts_per_step fractional", {"prompts_per_step": 2.5}, 1, ["prompts_per_step=2.5", "whole number"]),
-    ("prompts_per_step bool", {"prompts_per_step": True}, 1, ["prompts_per_step=True", "whole number"]),
+    ("prompts_per_step fractional", {"prompts_per_step": 2.5}, 1, ["prompts_per_step=2.5", "an integer"]),
+    ("prompts_per_step bool", {"prompts_per_step": True}, 1, ["prompts_per_step=True", "an integer"]),
     ("micro_batch_size=0", {"micro_batch_size": 0}, 1, ["micro_batch_size=0", "micro_batch_size=8"]),
     # 4 × 8 = 32 completions on 1 process; divisors of 32
     ("micro does not divide", {"prompts_per_step": 4, "num_generations": 8, "micro_batch_size": 6}, 1,
@@ -32,11 +32,11 @@ FIELD_CASES = [
     ("total_training_steps=0", {"total_training_steps": 0}, 1, ["total_training_steps=0", "positive number"]),
     ("total_training_steps<0", {"total_training_steps": -10}, 1, ["total_training_steps=-10", "positive number"]),
     ("total_training_steps fractional", {"total_training_steps": 10.5}, 1,
-     ["total_training_steps=10.5", "whole number"]),
+     ["total_training_steps=10.5", "an integer"]),
     ("total_epochs=0", {"total_epochs": 0}, 1, ["total_epochs=0", "positive number of passes"]),
     ("total_epochs<0", {"total_epochs": -1}, 1, ["total_epochs=-1", "positive number of passes"]),
-    ("total_epochs nan", {"total_epochs": math.nan}, 1, ["total_epochs=nan", "finite", "positive number"]),
-    ("total_epochs inf", {"total_epochs": math.inf}, 1, ["total_epochs=inf", "finite", "positive number"]),
+    ("total_epochs nan", {"total_epochs": math.nan}, 1, ["total_epochs=nan", "must be a number > 0", "positive number"]),
+    ("total_epochs inf", {"total_epochs": math.inf}, 1, ["total_epochs=inf", "must be a number > 0", "positive number"]),
     ("total_epochs string", {"total_epochs": "3"}, 1, ["total_epochs='3'", "positive number"]),
     # conflicts between our fields and raw TRL fields: both named, and what ours would write
     ("prompts_per_step vs per_device", {"prompts_per_step": 4, "per_device_train_batch_size": 16}, 1,

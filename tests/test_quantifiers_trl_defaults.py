@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from trl_grpo_ext.quantifiers import TRL_DEFAULTS
+from trl_grpo_ext.plan import TRL_DEFAULTS
 
 
 def test_trl_defaults_match_grpo_config():

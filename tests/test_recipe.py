@@ -95,6 +95,26 @@ def test_console_plan_then_one_line_per_step_and_metrics_file(short_run):
     assert len(other) <= 50, "\n".join(other)  # one screen
     config = json.loads((out / "run_config.json").read_text())
     assert config["training_args"]["run_plan"]["total_steps"] == 6  # what the trackers log with args.to_dict()
+    # the resolved values beside the user's own fields, as given (tiny_cpu.yaml: total_epochs 1, prompts_per_step 2)
+    training_args = config["training_args"]
+    assert (training_args["total_training_steps"], training_args["total_epochs"]) == (6, 1)
+    resolved = training_args["resolved"]
+    assert (resolved["total_training_steps"], resolved["stop_semantics"], training_args["max_steps"]) == (
+        6, "first_reached", 6)
+    assert resolved["rewards"] == [{"name": "char_fraction", "weight": 1.0, "kwargs": {}}]
+
+
+def test_the_plan_command_shows_what_the_run_printed(short_run, capsys, monkeypatch):
+    """`trl-grpo-ext plan` with the run's config and overrides prints the run's own plan block, line for line."""
+    from trl_grpo_ext.plan_cli import main
+
+    out, result = short_run
+    monkeypatch.chdir(ROOT)
+    assert main(["--config", "recipes/configs/tiny_cpu.yaml", "--output_dir", str(out),
+                 "--total_training_steps", "6", "--save_strategy", "no"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("quantity ") and "total steps               6 steps" in shown
+    assert shown in result.stdout
 
 
 @pytest.mark.slow

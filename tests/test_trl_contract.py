@@ -566,7 +566,7 @@ def test_repeat_sampler_order():
     # yielded repeat_count = 3 times, each index mini_repeat_count = 2 times in a row. Length (5 // 2)·2·2·3 = 24.
     sampler = RepeatSampler(list("abcde"), mini_repeat_count=2, batch_size=2, repeat_count=3, shuffle=False)
     expected = [0, 0, 1, 1] * 3 + [2, 2, 3, 3] * 3
-    ours = "quantifiers.py (prompts per epoch, steps per epoch) and the plan's epoch count"
+    ours = "plan/run_plan.py (prompts per epoch, steps per epoch) and the plan's epoch count"
     assert list(sampler) == expected and len(sampler) == 24, _broken(
         f"RepeatSampler order changed: {list(sampler)}", ours
     )
@@ -633,12 +633,12 @@ def test_train_sampler_and_dataloader_length(trainer):
     assert (sampler.mini_repeat_count, sampler.batch_size, sampler.repeat_count) == (NUM_GENERATIONS, 2, 2), _broken(
         "_get_train_sampler no longer builds RepeatSampler(mini_repeat_count=num_generations, batch_size="
         "generation_batch_size // num_generations, repeat_count=num_iterations * steps_per_generation)",
-        "quantifiers.py (steps per epoch)",
+        "plan/run_plan.py (steps per epoch)",
     )
     # 8 prompts / 2 per generation batch = 4 generation batches, each drawn steps_per_generation = 2 times
     # (batches of per_device 4 x steps_per_generation 2 = 8 completions): 8 batches, 8 / 2 = 4 optimizer steps.
     assert len(trainer.get_train_dataloader()) == 8, _broken(
-        "the GRPO train dataloader length per epoch changed", "quantifiers.py (steps per epoch)"
+        "the GRPO train dataloader length per epoch changed", "plan/run_plan.py (steps per epoch)"
     )
 
 
@@ -647,7 +647,7 @@ def test_set_initial_training_values(trainer):
     args = copy.copy(trainer.args)
     args.gradient_accumulation_steps, args.max_steps = 3, 5
     values = trainer.set_initial_training_values(args, dataloader)
-    ours = "trainer.py set_initial_training_values (stop rule) and quantifiers.py (steps per epoch)"
+    ours = "trainer.py set_initial_training_values (stop rule) and plan/run_plan.py (steps per epoch)"
     assert len(values) == 7, _broken(f"set_initial_training_values returns {len(values)} values, not 7", ours)
     epochs, updates_per_epoch, max_steps = values[0], values[1], values[6]
     # ceil(8 / 3) = 3 updates per epoch; max_steps 5 kept; ceil(5 / 3) = 2 epochs

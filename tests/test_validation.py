@@ -146,7 +146,7 @@ def test_user_values_are_the_yaml_keys_and_the_command_line_arguments(tmp_path):
 
 
 def test_conflicts_are_judged_by_set_keys_not_values():
-    from trl_grpo_ext.quantifiers import resolve_trl_fields
+    from trl_grpo_ext.plan import resolve_trl_fields
 
     # without set_fields (the dataclass path) an explicit default looks unset ...
     assert resolve_trl_fields({"micro_batch_size": 4, "per_device_train_batch_size": 8}, 1)["micro_batch_size"] == 4

@@ -98,4 +98,5 @@ def test_config_checks_the_judged_reward_against_the_selected_rewards(tmp_path):
         GRPOExtConfig(**common, rewards=["accuracy"], zero_variance_reward="accuracy")
     alias = GRPOExtConfig(**common, zero_variance_filter="mask", rewards=["accuracy", "format"],
                           zero_variance_reward="math_accuracy")
-    assert alias.zero_variance_reward == "accuracy"  # the canonical name, the one TRL logs
+    assert alias.zero_variance_reward == "math_accuracy"  # the user's field stays as given
+    assert alias.resolved.zero_variance_reward == "accuracy"  # the canonical name, the one TRL logs

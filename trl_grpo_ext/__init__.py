@@ -12,15 +12,15 @@ __version__ = "0.1.0"
 _LAZY = {
     "GRPOExtConfig": "trl_grpo_ext.config",
     "GRPOExtTrainer": "trl_grpo_ext.trainer",
-    "RunPlan": "trl_grpo_ext.quantifiers",
-    "resolve_plan": "trl_grpo_ext.quantifiers",
+    "RunPlan": "trl_grpo_ext.plan",
+    "resolve_plan": "trl_grpo_ext.plan",
 }
 
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import GRPOExtConfig  # noqa: F401
-    from .quantifiers import RunPlan, resolve_plan  # noqa: F401
+    from .plan import RunPlan, resolve_plan  # noqa: F401
     from .trainer import GRPOExtTrainer  # noqa: F401
 
 

@@ -1,5 +1,9 @@
 """Which checkpoint a resume uses, and whether its saved plan allows it (no trainer import).
 
+Resume compatibility lives here, in one place: :data:`RESUME_SAFE_FIELDS`, :func:`check_resume_compatible` (a saved
+plan against the new one) and :func:`check_checkpoint_plan` (a checkpoint folder against the new plan), called once
+per run before any model loads (the recipe) or when training starts (`GRPOExtTrainer.train`, for library users).
+
 A checkpoint is *complete* when transformers wrote its ``trainer_state.json``, which happens last in
 `Trainer._save_checkpoint`: a folder killed mid-save lacks it and is never picked by ``resume_from_checkpoint:
 last``.
@@ -10,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
-from .quantifiers import RunPlan, check_resume_compatible
+from .plan import QuantityError, RunPlan
 
 PLAN_FILE = "run_plan.json"
 ZERO_VARIANCE_STATE_FILE = "zero_variance_state.json"
@@ -75,13 +80,76 @@ def check_output_dir(output_dir: str | os.PathLike, resuming: bool) -> None:
         )
 
 
-def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan) -> None:
-    """Refuse (`QuantityError`) a checkpoint whose saved plan differs from ``plan`` (see `check_resume_compatible`)."""
+#: Plan fields that may differ on resume: they change how the same steps are computed (batch split across devices
+#: and micro-batches, the completion length cap, or the label of the stop rule), not which prompts a step sees, the
+#: number of steps, nor the stop point. Every other field must be equal.
+RESUME_SAFE_FIELDS = frozenset({
+    "world_size", "micro_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+    "max_completion_length", "token_budget", "token_budget_total", "stop_semantics",
+})
+
+
+def check_resume_compatible(saved: dict, plan: RunPlan) -> None:
+    """Refuse to resume when the quantities that decide the data order, the step count or the stop point changed.
+
+    Args:
+        saved (`dict`): the plan saved with the checkpoint (:meth:`RunPlan.to_dict`).
+        plan (`RunPlan`): the plan of the resumed run.
+
+    Differences in :data:`RESUME_SAFE_FIELDS` (e.g. a new micro_batch_size or number of devices with the same
+    prompts_per_step) are allowed and explained with a ``UserWarning``: transformers skips ``global_step`` optimizer
+    steps of data, and every step still sees the same prompts. Any other difference (prompts_per_step,
+    num_generations, dataset_size, steps_per_epoch, a limit, total_steps, ...) would silently move the learning-rate
+    schedule, the data skipped on resume, or the stop point.
+
+    Raises:
+        QuantityError: listing every unsafe difference ("prompts_per_step: 4 in the checkpoint, 8 now") and the fix.
+    """
+    now = plan.to_dict()
+    unsafe, safe = [], []
+    for key, value in now.items():
+        if key not in saved:
+            unsafe.append(f"{key}: missing in the checkpoint, {value} now")
+        elif saved[key] != value:
+            (safe if key in RESUME_SAFE_FIELDS else unsafe).append(f"{key}: {saved[key]} in the checkpoint, {value} now")
+    if unsafe:
+        raise QuantityError(
+            "cannot resume: the run's quantities differ from the checkpoint's plan (" + "; ".join(unsafe) + "); "
+            "resume with the original config, or start a new output_dir (load the checkpoint as the model)")
+    if safe:
+        warnings.warn("resuming with changes that keep the data order, step count and stop point: " + "; ".join(safe),
+                      UserWarning, stacklevel=2)
+
+
+class CheckedCheckpoint(str):
+    """A checkpoint folder (its path, a `str`) whose saved plan was checked against :attr:`plan`.
+
+    Returned by :func:`check_checkpoint_plan`; `GRPOExtTrainer.train` takes it as ``resume_from_checkpoint`` and does
+    not check it again when its plan is the trainer's (the recipe checks before any model loads, so the check runs
+    once per run).
+    """
+
+    plan: RunPlan
+
+    def __new__(cls, path: str, plan: RunPlan) -> CheckedCheckpoint:
+        checked = super().__new__(cls, path)
+        checked.plan = plan
+        return checked
+
+
+def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan) -> CheckedCheckpoint | None:
+    """Refuse (`QuantityError`) a checkpoint whose saved plan differs from ``plan`` (see `check_resume_compatible`).
+
+    Returns:
+        `CheckedCheckpoint` or `None`: the checkpoint, marked as checked against ``plan`` (None when ``checkpoint``
+        is None). A checkpoint without ``run_plan.json`` (saved by another tool) is not checked.
+    """
     if checkpoint is None:
-        return
+        return None
     saved = Path(checkpoint) / PLAN_FILE
     if saved.is_file():
         check_resume_compatible(json.loads(saved.read_text()), plan)
+    return CheckedCheckpoint(checkpoint, plan)
 
 
 def write_json(directory: str | os.PathLike, name: str, values: dict) -> None:

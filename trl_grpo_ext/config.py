@@ -1,25 +1,27 @@
 """`GRPOExtConfig`: TRL's `GRPOConfig` with the quantities of a run in the units people think in.
 
-Config flows one way: YAML + CLI (TRL's `TrlParser`) -> `GRPOExtConfig.__post_init__` (normalise our fields, check
-them against TRL's raw fields, write TRL's own fields) -> `super().__post_init__()` -> `GRPOExtTrainer`. The pure
-resolution lives in `quantifiers`, `advantage_settings` and `rewards.spec`; this module only calls them.
+Config flows one way: YAML + CLI (TRL's `TrlParser`) -> `GRPOExtConfig.__post_init__` (resolve the user's fields
+into one frozen `ResolvedConfig`, `config.resolved`, and write TRL's own fields from it; the user's fields stay as
+given) -> `super().__post_init__()` -> `GRPOExtTrainer`. The pure resolution lives in `resolved` (which calls `plan`,
+`advantage_settings` and `rewards.spec`); this module only calls it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Any
+from typing import Annotated, Any, NewType
 
 from trl import GRPOConfig
 
-from .advantage_settings import EPSILON_RANGE, AdvantageSettings, resolve_advantage_settings
+from .advantage_settings import EPSILON_RANGE
 from .checks import Range
 from .fieldtable import Choices, declared_checks
 from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
-from .quantifiers import TRL_DEFAULTS, QuantityError, resolve_trl_fields
+from .plan import QuantityError
+from .resolved import USER_FIELDS, ResolvedConfig, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
-from .rewards.spec import parse_reward_specs
 from .zero_variance import ROW_NORMALISED_LOSSES, check_zero_variance_settings
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample")
@@ -31,6 +33,11 @@ TRL_FIELD_RANGES = {
     "temperature": Range(low=0, low_open=True, fix="GRPO samples G different completions; try 1.0."),
     "learning_rate": Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4."),
 }
+
+#: One item of `rewards` as the user gave it: a registry name or import path (`str`, also a JSON object as a string on
+#: the command line), or a mapping ``{name, weight, kwargs}`` (`dict`, from YAML). A `NewType` because the argument
+#: parser calls a list field's item type on every command-line word: this one returns the word unchanged.
+RewardEntry = NewType("RewardEntry", str | dict)
 
 
 @dataclass
@@ -83,9 +90,9 @@ class GRPOExtConfig(GRPOConfig):
 
     Rewards (see `docs/rewards.md`):
 
-        rewards (`list`, *optional*):
-            Reward functions by registry name, each a name or `{name, weight, kwargs}`; mapped onto TRL's
-            `reward_funcs` / `reward_weights`.
+        rewards (`list[RewardEntry]`, *optional*):
+            Reward functions by registry name, each a name or `{name, weight, kwargs}` (kept as given; the parsed
+            `RewardSpec`s are `resolved.rewards`); mapped onto TRL's `reward_funcs` / `reward_weights`.
         reward_error_policy (`str`, *optional*, defaults to `"raise"`):
             What a reward that raises or returns NaN/inf/non-numbers does: `"raise"` fails the step, `"none"` treats
             the value as missing and counts it in the metric `rewards/<name>/invalid`.
@@ -107,6 +114,15 @@ class GRPOExtConfig(GRPOConfig):
             weights and unmerges it, re-quantizing the frozen base at every generation batch. The relative drift of a
             few fixed base layers since the start is then logged as `vllm/base_drift`. Without it the combination is
             refused before any model loads.
+
+    Resolved values (an attribute, not a field or an argument; set by `__post_init__`):
+
+        resolved (`ResolvedConfig`):
+            What the fields above resolve to, in one frozen object: the quantity fields of the plan and the stop
+            semantics, the `AdvantageSettings` and the parsed reward specs (see `trl_grpo_ext.resolved`). The
+            user's own fields keep their values as given; TRL's own fields (`per_device_train_batch_size`,
+            `gradient_accumulation_steps`, `max_steps`, `num_train_epochs`, `scale_rewards`, `loss_type`,
+            `reward_weights`, ...) are written from it, because TRL reads them. `to_dict()` includes it.
     """
 
     # Quantities
@@ -161,7 +177,7 @@ class GRPOExtConfig(GRPOConfig):
         default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
     )
     # Rewards
-    rewards: list[str] | None = field(
+    rewards: list[RewardEntry] | None = field(
         default=None,
         metadata={"help": "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}."},
     )
@@ -188,9 +204,7 @@ class GRPOExtConfig(GRPOConfig):
 
     def __post_init__(self):
         world_size = _world_size_from_env()
-        self._resolve_quantities(world_size)
-        self._resolve_advantages()
-        self._resolve_rewards()
+        self._resolve(world_size)
         for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
             check.check(name, getattr(self, name))
         entropy_bonus = getattr(self, "entropy_coef", 0.0) != 0.0 or getattr(self, "use_adaptive_entropy", False)
@@ -213,67 +227,40 @@ class GRPOExtConfig(GRPOConfig):
                 "`torchrun`, which set WORLD_SIZE."
             )
 
-    # -- resolution steps (each delegates to a pure module) -------------------------------------------------------
-    def _resolve_quantities(self, world_size: int) -> None:
-        values = {name: getattr(self, name) for name in QUANTITY_FIELDS}
-        resolved = resolve_trl_fields(values, world_size)
-        for name in QUANTITY_FIELDS:
-            if name in resolved:
-                setattr(self, name, resolved[name])
-        self.stop_semantics = resolved["stop_semantics"]
-
-    def _resolve_advantages(self) -> None:
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            # TRL's fixed formula (per-reward group normalisation, sum, batch normalisation) ignores our settings.
-            # On values, because a dataclass cannot tell set keys apart; `validation` also refuses any such key the
-            # user wrote, whatever its value.
-            neutral = {"advantage_preset": (None,), "advantage_baseline": (None, "group_mean"),
-                       "advantage_std_scaling": (None, "group"), "advantage_epsilon": (None, 1e-4),
-                       "advantage_std_kind": (None, "sample"), "scale_rewards": ("group", True, "true")}
-            for name, allowed in neutral.items():
-                if getattr(self, name) not in allowed:
-                    raise ValueError(
-                        f"{name}={getattr(self, name)!r} has no effect with multi_objective_aggregation="
-                        "'normalize_then_sum' (TRL normalises each reward over its group, sums them and normalises "
-                        f"over the batch). Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize."
-                    )
+    # -- resolution (delegates to the pure `resolved` module) -------------------------------------------------------
+    def _resolve(self, world_size: int) -> None:
+        """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
+        self._check_normalize_then_sum()
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
-        settings, trl_fields = resolve_advantage_settings(
-            preset=self.advantage_preset,
-            scale_rewards=self.scale_rewards,
-            advantage_baseline=self.advantage_baseline,
-            advantage_std_scaling=self.advantage_std_scaling,
-            advantage_epsilon=self.advantage_epsilon,
-            advantage_std_kind=self.advantage_std_kind,
-            loss_type=self.loss_type,
-            defaults=defaults,
-        )
-        self.advantage_settings: AdvantageSettings = settings
-        self.advantage_baseline = settings.baseline
-        self.advantage_std_scaling = settings.std_scaling
-        self.advantage_epsilon = settings.epsilon
-        self.advantage_std_kind = settings.std_kind
-        for name, value in trl_fields.items():
+        values = {name: getattr(self, name) for name in USER_FIELDS}
+        self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
+        for name, value in self.resolved.trl_fields().items():
             setattr(self, name, value)
 
-    def _resolve_rewards(self) -> None:
-        if self.rewards is None:
+    def _check_normalize_then_sum(self) -> None:
+        if self.multi_objective_aggregation != "normalize_then_sum":
             return
-        weights = self.reward_weights
-        items = self.rewards if isinstance(self.rewards, list) else [self.rewards]
-        if weights is not None and all(isinstance(i, dict) and "weight" in i for i in items):
-            if [i["weight"] for i in items] == list(weights):
-                weights = None  # already resolved by an earlier __post_init__ (e.g. dataclasses.replace)
-        specs = parse_reward_specs(self.rewards, weights)
-        self.rewards = [spec.to_dict() for spec in specs]
-        self.reward_weights = [spec.weight for spec in specs]
+        # TRL's fixed formula (per-reward group normalisation, sum, batch normalisation) ignores our settings.
+        # On values, because a dataclass cannot tell set keys apart; `validation` also refuses any such key the
+        # user wrote, whatever its value.
+        neutral = {"advantage_preset": (None,), "advantage_baseline": (None, "group_mean"),
+                   "advantage_std_scaling": (None, "group"), "advantage_epsilon": (None, 1e-4),
+                   "advantage_std_kind": (None, "sample"), "scale_rewards": ("group", True, "true")}
+        for name, allowed in neutral.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} has no effect with multi_objective_aggregation="
+                    "'normalize_then_sum' (TRL normalises each reward over its group, sums them and normalises "
+                    f"over the batch). Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize."
+                )
 
     def _check_zero_variance_filter(self, world_size: int) -> None:
-        """`zero_variance.check_zero_variance_settings` on this config; keeps the canonical `zero_variance_reward`."""
-        self.zero_variance_reward = check_zero_variance_settings(
+        """`zero_variance.check_zero_variance_settings` on this config; the canonical name of `zero_variance_reward`
+        (an alias gives the name TRL logs) goes to ``resolved.zero_variance_reward``, the field stays as given."""
+        canonical = check_zero_variance_settings(
             mode=self.zero_variance_filter,
             zero_variance_reward=self.zero_variance_reward,
-            reward_names=[spec["name"] for spec in self.rewards] if self.rewards else None,
+            reward_names=[spec.name for spec in self.resolved.rewards] if self.resolved.rewards else None,
             multi_objective_aggregation=self.multi_objective_aggregation,
             num_generations=self.num_generations,
             world_size=world_size,
@@ -282,6 +269,7 @@ class GRPOExtConfig(GRPOConfig):
             gradient_accumulation_steps=self.gradient_accumulation_steps,
             per_device_train_batch_size=self.per_device_train_batch_size,
         )
+        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical)
 
     def _adopt_activation_checkpointing(self) -> None:
         """transformers 5.24 renamed `gradient_checkpointing(_kwargs)` `activation_checkpointing(_kwargs)` and warns
@@ -312,32 +300,20 @@ class GRPOExtConfig(GRPOConfig):
                                 source="model_init_kwargs.quantization_config")
 
     def to_dict(self) -> dict[str, Any]:
-        """`TrainingArguments.to_dict`, plus ``run_plan`` (the resolved `RunPlan` as a dict) once the trainer has set
-        ``self.run_plan``: the trackers (wandb, TensorBoard, MLflow, trackio, ...) log ``args.to_dict()``, so they get
-        the plan too."""
+        """`TrainingArguments.to_dict`, plus ``resolved`` (`ResolvedConfig.to_dict`) and ``run_plan`` (the resolved
+        `RunPlan` as a dict) once the trainer has set ``self.run_plan``: the trackers (wandb, TensorBoard, MLflow,
+        trackio, ...) log ``args.to_dict()``, and `launch.write_run_config` writes it to ``run_config.json``, so they
+        get both too."""
         values = super().to_dict()
+        resolved = getattr(self, "resolved", None)  # set by __post_init__
+        if resolved is not None:
+            values["resolved"] = resolved.to_dict()
         plan = getattr(self, "run_plan", None)
         if plan is not None:
             import json
 
             values["run_plan"] = json.loads(plan.to_json())
         return values
-
-    def quantity_fields(self) -> dict[str, Any]:
-        """The resolved quantity fields, as `quantifiers.resolve_plan` takes them."""
-        values = {name: getattr(self, name) for name in QUANTITY_FIELDS}
-        values["stop_semantics"] = self.stop_semantics
-        return values
-
-
-#: Every field read by `quantifiers.resolve_trl_fields`: ours plus TRL's raw batch / stop fields.
-QUANTITY_FIELDS = (
-    "prompts_per_step",
-    "micro_batch_size",
-    "total_training_steps",
-    "total_epochs",
-    *(name for name in TRL_DEFAULTS if name != "max_completion_length"),
-)
 
 
 #: field -> the `Range` or `Choices` it declares (ours, from their ``Annotated`` types), then TRL_FIELD_RANGES.

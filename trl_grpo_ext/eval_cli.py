@@ -92,7 +92,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         )
     except RecipeArgumentError:
         return 2  # the parser printed the one-line error
-    names = [spec["name"] if isinstance(spec, dict) else spec for spec in training_args.rewards]
+    names = [spec.name for spec in training_args.resolved.rewards]
     if args.correctness_reward is not None:
         try:
             check_choice("--correctness-reward", args.correctness_reward, names, fix="(the run's rewards)")
@@ -150,11 +150,10 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     from .data import load_eval_dataset
     from .evaluation import compare, evaluate_model
     from .models import load_tokenizer, quantization_config
-    from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
+    from .rewards.spec import build_reward_funcs, with_run_defaults
 
     dataset = load_eval_dataset(script_args, training_args.seed, split, num_prompts)
-    specs = with_run_defaults([RewardSpec(**spec) for spec in training_args.rewards],
-                              training_args.max_completion_length)
+    specs = with_run_defaults(list(training_args.resolved.rewards), training_args.max_completion_length)
     reward_funcs, reward_weights = build_reward_funcs(specs)
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path, revision=model_args.model_revision)

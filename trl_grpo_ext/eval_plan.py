@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from .checks import Range, check_choice
-from .quantifiers import QuantityError
+from .plan import QuantityError
 
 #: Values of the recipe's ``final_eval`` setting.
 FINAL_EVAL_CHOICES = ("none", "adapter", "compare_base")

@@ -99,6 +99,8 @@ def type_text(tp: Any) -> str:
         return "None"
     if tp is Any:
         return "Any"
+    if isinstance(tp, typing.NewType):  # e.g. config.RewardEntry: the parser calls it on a word and gets the word
+        return "str"
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
         return " | ".join(type_text(arg) for arg in typing.get_args(tp))

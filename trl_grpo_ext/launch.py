@@ -24,7 +24,7 @@ from .frontdoor import read_run_args
 from .hub.push import HubPushArguments
 from .hub.secrets import scrub_secrets
 from .models import check_model_path
-from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
+from .rewards.spec import build_reward_funcs, with_run_defaults
 
 RUN_CONFIG_FILE = "run_config.json"
 
@@ -134,8 +134,7 @@ def parse_recipe_args(argv: list[str] | None = None):
         if not training_args.rewards:
             raise ValueError("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
         # unknown reward parameters fail here, not when the trainer builds the rewards after loading the model
-        build_reward_funcs(with_run_defaults([RewardSpec(**spec) for spec in training_args.rewards],
-                                             training_args.max_completion_length))
+        build_reward_funcs(with_run_defaults(list(training_args.resolved.rewards), training_args.max_completion_length))
     except (ValueError, OSError, yaml.YAMLError) as err:
         raise _fail(" ".join(str(err).split())) from err
     return run
@@ -147,7 +146,11 @@ def _fail(message: str) -> RecipeArgumentError:
 
 
 def write_run_config(output_dir: str, script_args, training_args, model_args, push_args) -> Path:
-    """Write ``run_config.json``: every argument of the run, secrets redacted (`hub.secrets.scrub_secrets`). Returns its path."""
+    """Write ``run_config.json``: every argument of the run, secrets redacted (`hub.secrets.scrub_secrets`). Returns its path.
+
+    ``training_args`` is `GRPOExtConfig.to_dict()`: the user's fields as given, TRL's fields as written, the resolved
+    values under ``"resolved"`` (`ResolvedConfig.to_dict`) and the plan under ``"run_plan"`` once training started.
+    """
     record = scrub_secrets(
         {
             "script_args": vars(script_args),

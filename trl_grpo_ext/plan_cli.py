@@ -7,7 +7,9 @@ Usage::
 
 The config is read through the front door (`trl_grpo_ext.frontdoor`), like the recipe and ``train`` read it: the same
 fields, the same parser, ``--key value`` overrides, unknown or removed keys refused — with torch-free twins of the
-dataclasses (`trl_grpo_ext.fieldtable`), so the plan answers faster than ``import trl``.
+dataclasses (`trl_grpo_ext.fieldtable`), so the plan answers faster than ``import trl``. The twins' values are
+resolved by the function `GRPOExtConfig` resolves with (`trl_grpo_ext.resolved.resolve_config`), the plan by
+`resolve_plan`, and the table is printed by the function the run prints it with (`format_plan_report`).
 
 Dataset size: ``--dataset-size``; else, for ``dataset_name: "embedded:..."``, ``embedded_num_prompts``; else unknown,
 and the plan counts steps only (a step limit is then required). Processes: ``--num-processes``, else the
@@ -27,14 +29,9 @@ from dataclasses import fields
 
 from trl_grpo_ext.eval_plan import uniform_forecast_warning
 from trl_grpo_ext.frontdoor import read_run_args
-from trl_grpo_ext.quantifiers import (
-    _INPUT_FIELDS,
-    QuantityError,
-    plan_warnings,
-    resample_note,
-    resolve_plan,
-    resolve_trl_fields,
-)
+from trl_grpo_ext.plan import QuantityError, format_plan_report, plan_warnings, resolve_plan
+from trl_grpo_ext.resolved import USER_FIELDS, resolve_config
+from trl_grpo_ext.zero_variance.settings import resample_note
 
 EMBEDDED_PREFIX = "embedded:"
 #: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.
@@ -89,27 +86,21 @@ def build_plan(args: argparse.Namespace):
     """Resolve the plan for parsed ``args`` (``args.config`` plus ``args.overrides``, the config keys to override).
 
     Returns:
-        ``(RunPlan, warnings, notes, rewards)``: lists of str, and the resolved rewards line (or None).
+        ``(RunPlan, warnings, notes, rewards)``: lists of str, and the resolved `RewardSpec`s (or None).
     """
     world = world_size_from(args.num_processes)
     # the same reader and checks as the recipe's argument stage (torch is imported only the first time a model's module
     # names are needed for LoRA targets; they are cached afterwards)
     run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world)
     script_args, training, model_args, _ = run
-    values = {k: getattr(training, k) for k in _INPUT_FIELDS}
-    fields = resolve_trl_fields(values, world)
-    plan = resolve_plan(fields, dataset_size_from(script_args, args.dataset_size), world,
+    resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults())
+    plan = resolve_plan(resolved.quantity_fields(), dataset_size_from(script_args, args.dataset_size), world,
                         training.max_completion_length)
     model = model_args.model_name_or_path
     instruct = True if isinstance(model, str) and "instruct" in model.lower() else None
     warns = plan_warnings(plan, instruct_model=instruct, gpu_memory_gib=args.gpu_memory_gib,
                           model_params=args.model_params)
-    _check_advantages(training)
-    rewards = None
-    if training.rewards is not None:
-        from trl_grpo_ext.rewards.spec import format_reward_specs, parse_reward_specs
-
-        rewards = format_reward_specs(parse_reward_specs(training.rewards, training.reward_weights))
+    rewards = resolved.rewards
     notes = []
     if training.zero_variance_filter == "resample":
         notes.append(resample_note(plan, training.max_resample_rounds))
@@ -136,17 +127,11 @@ def build_plan(args: argparse.Namespace):
     return plan, warns, notes, rewards
 
 
-def _check_advantages(training) -> None:
-    """Resolve the advantage settings as `GRPOExtConfig` does (raises ValueError on a conflict or an unknown value)."""
-    from trl_grpo_ext.advantage_settings import resolve_advantage_settings
+def _trl_defaults() -> dict:
+    """The dataclass defaults of ``scale_rewards`` and ``loss_type``, as `GRPOExtConfig` passes them."""
     from trl_grpo_ext.fieldtable import light_dataclasses
 
-    defaults = {f.name: f.default for f in fields(light_dataclasses()[1]) if f.name in ("scale_rewards", "loss_type")}
-    resolve_advantage_settings(
-        preset=training.advantage_preset, scale_rewards=training.scale_rewards,
-        advantage_baseline=training.advantage_baseline, advantage_std_scaling=training.advantage_std_scaling,
-        advantage_epsilon=training.advantage_epsilon, advantage_std_kind=training.advantage_std_kind,
-        loss_type=training.loss_type, defaults=defaults)
+    return {f.name: f.default for f in fields(light_dataclasses()[1]) if f.name in ("scale_rewards", "loss_type")}
 
 
 def eval_plan_from(run, plan):
@@ -190,11 +175,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as err:
         print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
-    print(plan.to_json() if args.json else plan.format_table())
-    if rewards and not args.json:
-        print(rewards)
-    if evaluation is not None and not args.json:
-        print("evaluation:\n  " + "\n  ".join(evaluation.format_lines()))
+    print(plan.to_json() if args.json else format_plan_report(plan, rewards, (), evaluation))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     for warning in warns:

@@ -1,6 +1,6 @@
 """`GRPOExtTrainer`: TRL's `GRPOTrainer` with the plan, the stop rule and the GRPO extensions wired in.
 
-The trainer holds no GRPO logic of its own: the plan comes from `quantifiers`, advantages from `advantages`, the
+The trainer holds no GRPO logic of its own: the plan comes from `plan`, advantages from `advantages`, the
 zero-variance filter from `zero_variance`, rewards from `rewards`, adapter precision from `adapter_precision`,
 generation checks and the vLLM base-drift metric from `generation`. Every override calls `super()` and
 post-processes; no TRL method body is copied. Every private TRL name relied on is listed in `_trl_compat` (and pinned
@@ -10,6 +10,7 @@ by `tests/test_trl_contract.py`); everything but the overrides' definitions goes
 # ruff: noqa: E402  (one logging setting must precede the imports that load bitsandbytes)
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import warnings
@@ -25,7 +26,7 @@ from trl import GRPOTrainer
 from . import _trl_compat, console
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages
-from .checkpoints import PLAN_FILE, check_checkpoint_plan, resolve_resume_checkpoint
+from .checkpoints import PLAN_FILE, CheckedCheckpoint, check_checkpoint_plan, resolve_resume_checkpoint
 from .config import GRPOExtConfig
 from .generation import (
     DRIFT_METRIC,
@@ -37,8 +38,7 @@ from .generation import (
     preserved_dtypes,
 )
 from .models import keep_4bit_training_layout
-from .quantifiers import RunPlan, plan_warnings, resolve_plan
-from .rewards.spec import RewardSpec, format_reward_specs
+from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings
 from .sampling import EpochRepeatSampler, RepeatSampler
 from .zero_variance import ZeroVarianceFilter, judged_reward_index, resample_note
 
@@ -59,6 +59,8 @@ class GRPOExtTrainer(GRPOTrainer):
         reward_funcs: optional when `args.rewards` names rewards from the registry (they are built here, wrapped with
             the `args.reward_error_policy` guard); passing both is an error.
         args (`GRPOExtConfig`): required (a plain `GRPOConfig` is refused: its quantities were never resolved).
+        run_plan (`RunPlan`, *optional*): the run's plan, resolved by the caller before any model loaded (the recipe
+            does); it must be the plan of `args` on `train_dataset` (else `ValueError`). Unset: resolved here.
 
     Attributes:
         plan (`RunPlan`): the resolved quantities of this run, the single source of truth for every derived number
@@ -67,10 +69,12 @@ class GRPOExtTrainer(GRPOTrainer):
     Raises:
         TypeError: `args` is not a `GRPOExtConfig`.
         ValueError: `reward_funcs` and `args.rewards` are both given, or neither.
+        ValueError: `run_plan` is not the plan of `args` on `train_dataset`.
         QuantityError: the dataset is too small for one generation batch, or has no length and no step limit.
     """
 
-    def __init__(self, model, reward_funcs=None, args: GRPOExtConfig | None = None, train_dataset=None, **kwargs):
+    def __init__(self, model, reward_funcs=None, args: GRPOExtConfig | None = None, train_dataset=None,
+                 run_plan: RunPlan | None = None, **kwargs):
         if not isinstance(args, GRPOExtConfig):
             raise TypeError(
                 f"GRPOExtTrainer needs args=GRPOExtConfig(...), got {type(args).__name__}. GRPOExtConfig accepts every "
@@ -78,14 +82,10 @@ class GRPOExtTrainer(GRPOTrainer):
             )
         reward_funcs = _reward_funcs_from_args(reward_funcs, args)
         if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
-            judged_reward_index(args.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])
+            judged_reward_index(args.resolved.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])
         dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
-        self.plan: RunPlan = resolve_plan(
-            args.quantity_fields(),
-            dataset_size=dataset_size,
-            world_size=args.world_size,
-            max_completion_length=args.max_completion_length,
-        )
+        self.plan: RunPlan = confirm_plan(run_plan, args.resolved.quantity_fields(), dataset_size, args.world_size,
+                                          args.max_completion_length)
         model_name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
             logger.warning(advice)
@@ -114,7 +114,7 @@ class GRPOExtTrainer(GRPOTrainer):
         self.zero_variance = ZeroVarianceFilter(
             args.zero_variance_filter, self.num_generations, self.reward_weights,
             tolerance=args.zero_variance_tolerance,
-            judged_index=judged_reward_index(args.zero_variance_reward, self.reward_func_names),
+            judged_index=judged_reward_index(args.resolved.zero_variance_reward, self.reward_func_names),
             max_rounds=args.max_resample_rounds, loss_type=self.loss_type, dataset_size=dataset_size, seed=args.seed,
             reward_names=self.reward_func_names, scale_rewards=self.scale_rewards,
             eos_and_pad=_trl_compat.eos_and_pad_ids(self), pad_token_id=self.processing_class.pad_token_id,
@@ -172,7 +172,7 @@ class GRPOExtTrainer(GRPOTrainer):
         output, rewards, zero_variance_rows = zero_variance.select(
             output, self._last_rewards_per_func, self._last_completion_ids_list, metric_marks, self._generate_round
         )
-        advantages = compute_advantages(rewards, self.num_generations, self.args.advantage_settings,
+        advantages = compute_advantages(rewards, self.num_generations, self.args.resolved.advantages,
                                         zero_variance_mask=zero_variance_rows if zero_variance.enabled else None)
         local = zero_variance.local_rows(len(output["advantages"]))
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
@@ -227,15 +227,23 @@ class GRPOExtTrainer(GRPOTrainer):
 
     # -- stop rule -------------------------------------------------------------------------------------------------
     def set_initial_training_values(self, args, dataloader):
-        """Size the run (LR schedule, progress bar) to the plan's real stop, then let transformers do the rest."""
-        args.max_steps = self.plan.total_steps
-        return super().set_initial_training_values(args, dataloader)
+        """Size the run (LR schedule, progress bar) to the plan's real stop, then let transformers do the rest.
+
+        transformers reads the stop from ``args.max_steps``; it gets a copy of ``args`` holding the plan's
+        ``total_steps``, and the config keeps the ``max_steps`` it wrote (the step limit, or -1)."""
+        stop = copy.copy(args)
+        stop.max_steps = self.plan.total_steps
+        return super().set_initial_training_values(stop, dataloader)
 
     def train(self, resume_from_checkpoint=None, **kwargs):
         """`Trainer.train`; ``True``/``"last"`` resumes from the newest *complete* checkpoint, and a checkpoint whose
-        saved plan differs from this run's plan is refused (`QuantityError`) before anything runs."""
-        checkpoint = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
-        check_checkpoint_plan(checkpoint, self.plan)
+        saved plan differs from this run's plan is refused (`QuantityError`) before anything runs. A
+        `CheckedCheckpoint` of this run's plan (the recipe's, checked before the model loaded) is not checked again."""
+        if isinstance(resume_from_checkpoint, CheckedCheckpoint) and resume_from_checkpoint.plan == self.plan:
+            checkpoint = resume_from_checkpoint
+        else:
+            checkpoint = check_checkpoint_plan(
+                resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan)
         if checkpoint and not os.path.isfile(os.path.join(checkpoint, "optimizer.pt")):
             logger.warning(
                 "%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh optimizer "
@@ -251,13 +259,8 @@ class GRPOExtTrainer(GRPOTrainer):
         ``args.to_dict()`` (`GRPOExtConfig.to_dict` adds it as ``run_plan``)."""
         args = self.args
         args.run_plan = self.plan
-        print(self.plan.format_table(), flush=True)
-        if args.rewards:
-            print(format_reward_specs([RewardSpec(**spec) for spec in args.rewards]), flush=True)
-        if args.zero_variance_filter == "resample":
-            print(resample_note(self.plan, args.max_resample_rounds), flush=True)
-        if self.eval_plan is not None:
-            print("evaluation:\n  " + "\n  ".join(self.eval_plan.format_lines()), flush=True)
+        notes = [resample_note(self.plan, args.max_resample_rounds)] if args.zero_variance_filter == "resample" else []
+        print(format_plan_report(self.plan, args.resolved.rewards, notes, self.eval_plan), flush=True)
 
 
 class _PlanCallback(TrainerCallback):
@@ -308,6 +311,7 @@ class _SamplerEpochCallback(TrainerCallback):
 
 
 def _write_plan(plan: RunPlan, directory: str) -> None:
+    """Save ``plan`` as ``directory/run_plan.json`` (`RunPlan.to_json`; `RunPlan.read` rebuilds it)."""
     with open(os.path.join(directory, PLAN_FILE), "w") as f:
         f.write(plan.to_json())
 
@@ -320,7 +324,7 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
     go to TRL unchanged.
     """
     from .rewards.guard import AsyncRewardGuard, RewardGuard, guard_reward
-    from .rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
+    from .rewards.spec import build_reward_funcs, with_run_defaults
 
     if args.rewards and reward_funcs is not None:
         raise ValueError(
@@ -336,7 +340,7 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
         ]
     if not args.rewards:
         raise ValueError("No reward function: set `rewards: [name, ...]` in the config or pass reward_funcs=.")
-    specs = with_run_defaults([RewardSpec(**spec) for spec in args.rewards], args.max_completion_length)
+    specs = with_run_defaults(list(args.resolved.rewards), args.max_completion_length)
     funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
     return funcs
 

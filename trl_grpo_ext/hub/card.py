@@ -118,6 +118,31 @@ def _selected(training_args: dict, keys: tuple[str, ...]) -> list[tuple]:
     return rows
 
 
+def _with_resolved(training_args: dict) -> dict:
+    """``training_args`` with the resolved advantage settings and judged reward (``training_args["resolved"]``) in
+    place of the user's fields as given (``advantage_baseline: null`` shows the baseline the run used)."""
+    resolved = training_args.get("resolved") or {}
+    values = {name: value for name, value in training_args.items() if name != "resolved"}
+    for name, value in (resolved.get("advantages") or {}).items():
+        values[f"advantage_{name}"] = value
+    if "zero_variance_reward" in resolved:
+        values["zero_variance_reward"] = resolved["zero_variance_reward"]
+    return values
+
+
+def _plan_table(plan_file: Path, plan: dict) -> str:
+    """The run's plan as the run printed it (`RunPlan.format_table`: quantities with units and their arithmetic), in
+    a code block; a ``run_plan.json`` this version cannot read falls back to its keys and values."""
+    if not plan:
+        return markdown_table(("quantity", "value"), [])
+    from trl_grpo_ext.plan import RunPlan
+
+    try:
+        return "```text\n" + RunPlan.read(plan_file).format_table() + "\n```"
+    except (TypeError, ValueError, KeyError):
+        return markdown_table(("quantity", "value"), list(plan.items()))
+
+
 def _final_metrics(results: dict, state: dict) -> list[tuple]:
     rows = [(key, value) for key, value in results.items()]
     if "global_step" in state:
@@ -308,7 +333,8 @@ def build_model_card(
             f"A LoRA adapter{lora} for {_name_link(base_model, 'model')}, trained with GRPO on "
             f"{_name_link(dataset, 'dataset')} with trl-grpo-ext on a 4-bit NF4 base (QLoRA)."
         )
-    rewards = training_args.get("rewards") or []
+    resolved = training_args.get("resolved") or {}  # `GRPOExtConfig.resolved`: what the user's fields resolved to
+    rewards = resolved.get("rewards") or training_args.get("rewards") or []
     reward_rows = [
         (r.get("name"), r.get("weight", 1.0), r.get("kwargs") or {}) for r in rewards if isinstance(r, dict)
     ]
@@ -321,8 +347,8 @@ def build_model_card(
         license=license_id,
         citations="\n\n".join(CITATIONS + ((DAPO_CITATION,) if _uses_dapo(training_args) else ())),
         rewards_table=markdown_table(("reward", "weight", "kwargs"), reward_rows),
-        plan_table=markdown_table(("quantity", "value"), list(plan.items())),
-        filter_table=markdown_table(("setting", "value"), _selected(training_args, FILTER_ADVANTAGE_KEYS)),
+        plan_table=_plan_table(path / "run_plan.json", plan),
+        filter_table=markdown_table(("setting", "value"), _selected(_with_resolved(training_args), FILTER_ADVANTAGE_KEYS)),
         optimisation_table=markdown_table(("setting", "value"), _selected(training_args, OPTIMISATION_KEYS)),
         metrics_table=markdown_table(("metric", "value"), _final_metrics(results, state)),
         eval_section=_eval_section(evaluation),

@@ -17,17 +17,14 @@ def reward_specs(values: Mapping[str, Any]) -> list:
     Raises:
         RunArgumentError: an unknown reward, parameter or weight (the message of `rewards.spec`).
     """
-    from ..rewards.spec import parse_reward_specs, with_run_defaults
+    from ..resolved import resolve_reward_specs
+    from ..rewards.spec import with_run_defaults
 
     rewards, weights = values.get("rewards"), values.get("reward_weights")
     if rewards is None:
         return []
-    items = rewards if isinstance(rewards, list) else [rewards]
-    if weights is not None and all(isinstance(i, dict) and "weight" in i for i in items):
-        if [i["weight"] for i in items] == list(weights):
-            weights = None  # already resolved by GRPOExtConfig
     try:
-        specs = parse_reward_specs(rewards, weights)
+        specs = resolve_reward_specs(rewards, weights)  # as GRPOExtConfig resolves them (it writes reward_weights)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
     max_len = typed_value(values.get("max_completion_length"))

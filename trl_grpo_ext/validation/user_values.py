@@ -96,7 +96,7 @@ def check_user_values(user_values: Mapping[str, Any], world_size: int = 1) -> No
 
 def _check_quantity_conflicts(user_values: Mapping[str, Any], world_size: int) -> None:
     """Our batch/stop fields next to the raw TRL fields they write: judged on the keys the user set."""
-    from ..quantifiers import _INPUT_FIELDS, QuantityError, resolve_trl_fields
+    from ..plan.resolve import _INPUT_FIELDS, QuantityError, resolve_trl_fields
 
     given = {k: typed_value(v) for k, v in user_values.items() if k in _INPUT_FIELDS and v is not None}
     if not given:

@@ -12,49 +12,70 @@ One unit, one module per concern, none importing the trainer:
 
 - `groups`: which rows belong to zero-variance groups; the loss rescale per loss type.
 - `merge`: resample's batch surgery (replace groups, re-pad).
-- `resample`: the extra prompts' order, the round size, the printed note.
+- `resample`: the extra prompts' order and the round size.
 - `metrics`: our logged names, TRL's names, TRL's metrics of the batch trained on.
-- `settings`: the config checks and the judged reward column.
+- `settings`: the config checks, the judged reward column and the note printed under the plan (no torch).
 - `filter`: `ZeroVarianceFilter`, which runs all of it with the gather / reduce functions it is given.
+
+Names are imported from their module on first use (PEP 562 ``__getattr__``), so that `trl-grpo-ext plan` imports
+the torch-free `settings` without loading torch.
 """
 
-from .filter import ZeroVarianceFilter
-from .groups import (
-    ROW_NORMALISED_LOSSES,
-    TOKEN_NORMALISED_LOSSES,
-    judged_rewards,
-    masked_loss_scale,
-    weighted_total,
-    zero_variance_group_mask,
-)
-from .merge import fill_zero_variance_groups
-from .metrics import METRICS, TRL_METRICS, trained_batch_metrics
-from .resample import (
-    ResampleSource,
-    ZeroVarianceFractionEstimate,
-    expected_surplus,
-    resample_note,
-    resample_round_size,
-)
-from .settings import check_zero_variance_settings, judged_reward_index
+from __future__ import annotations
 
-__all__ = [
-    "METRICS",
-    "ROW_NORMALISED_LOSSES",
-    "TOKEN_NORMALISED_LOSSES",
-    "TRL_METRICS",
-    "ResampleSource",
-    "ZeroVarianceFilter",
-    "ZeroVarianceFractionEstimate",
-    "check_zero_variance_settings",
-    "expected_surplus",
-    "fill_zero_variance_groups",
-    "judged_reward_index",
-    "judged_rewards",
-    "masked_loss_scale",
-    "resample_note",
-    "resample_round_size",
-    "trained_batch_metrics",
-    "weighted_total",
-    "zero_variance_group_mask",
-]
+import importlib
+from typing import TYPE_CHECKING
+
+#: public name -> the module of this package that defines it (imported on first access, see `__getattr__`)
+_WHERE = {
+    "METRICS": "metrics",
+    "ROW_NORMALISED_LOSSES": "groups",
+    "ResampleSource": "resample",
+    "TOKEN_NORMALISED_LOSSES": "groups",
+    "TRL_METRICS": "metrics",
+    "ZeroVarianceFilter": "filter",
+    "ZeroVarianceFractionEstimate": "resample",
+    "check_zero_variance_settings": "settings",
+    "expected_surplus": "resample",
+    "fill_zero_variance_groups": "merge",
+    "judged_reward_index": "settings",
+    "judged_rewards": "groups",
+    "masked_loss_scale": "groups",
+    "resample_note": "settings",
+    "resample_round_size": "resample",
+    "trained_batch_metrics": "metrics",
+    "weighted_total": "groups",
+    "zero_variance_group_mask": "groups",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    """Import ``name`` from its module on first access: the torch-free `settings` (the config checks and the note
+    `trl-grpo-ext plan` prints) stays importable without torch."""
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs
+    from .filter import ZeroVarianceFilter  # noqa: F401
+    from .groups import (  # noqa: F401
+        ROW_NORMALISED_LOSSES,
+        TOKEN_NORMALISED_LOSSES,
+        judged_rewards,
+        masked_loss_scale,
+        weighted_total,
+        zero_variance_group_mask,
+    )
+    from .merge import fill_zero_variance_groups  # noqa: F401
+    from .metrics import METRICS, TRL_METRICS, trained_batch_metrics  # noqa: F401
+    from .resample import ResampleSource, ZeroVarianceFractionEstimate, expected_surplus, resample_round_size  # noqa: F401
+    from .settings import check_zero_variance_settings, judged_reward_index, resample_note  # noqa: F401

@@ -133,3 +133,29 @@ def judged_reward_index(name: str | None, reward_func_names: list[str]) -> int |
             "weighted total."
         )
     return reward_func_names.index(name)
+
+
+def resample_note(plan, max_resample_rounds: int) -> str:
+    """How ``zero_variance_filter: resample`` counts in this plan (printed under the plan table).
+
+    Extra prompts drawn to replace zero-variance groups come from a separate, seeded order of the training prompts
+    and do not advance the main sampler: the epochs and total steps above stay exact; the extra generation is at most
+    ``max_resample_rounds`` × prompts_per_step prompts (× G completions) per optimizer step.
+
+    Args:
+        plan (`RunPlan`): reads ``total_steps``, ``epochs_covered``, ``prompts_per_step`` and ``num_generations``.
+        max_resample_rounds (`int`): the config's field [rounds per optimizer step].
+
+    Returns:
+        `str`: one paragraph.
+    """
+    extra_prompts = max_resample_rounds * plan.prompts_per_step
+    epochs = plan.epochs_covered
+    epochs_text = str(int(epochs)) if isinstance(epochs, float) and epochs.is_integer() else str(epochs)
+    return (
+        "zero_variance_filter=resample: prompts drawn to replace uniform groups do not advance the epoch count "
+        f"(the {plan.total_steps} steps and {epochs_text} epochs above stay exact); each step "
+        f"generates for at most {extra_prompts} extra prompts ({max_resample_rounds} rounds × "
+        f"{plan.prompts_per_step}), i.e. up to {extra_prompts * plan.num_generations} extra completions, logged as "
+        "zero_variance/prompts_drawn."
+    )

@@ -1,0 +1,325 @@
+"""The user's quantities -> TRL's own fields (pure Python: no torch, no TRL import).
+
+Users state a run in the units they think in (``docs/quantifiers.md``):
+
+- ``prompts_per_step`` [prompts]: distinct prompts per optimizer step, summed over all processes;
+- ``num_generations`` (G) [completions per prompt]: TRL's own field, the group size;
+- ``micro_batch_size`` [completions]: completions per forward/backward pass on one device;
+- ``total_training_steps`` [optimizer steps]: the hard stop;
+- ``total_epochs`` [passes over the prompts, fractions allowed]: the fallback stop.
+
+When both limits are set, whichever is reached first stops the run ("first_reached"). :func:`resolve_trl_fields`
+turns them into TRL's own fields (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``max_steps``,
+``num_train_epochs``, ...), following ``trl/trainer/grpo_config.py`` ``GRPOConfig.__post_init__``:
+``steps_per_generation`` defaults to ``gradient_accumulation_steps``; ``generation_batch_size =
+per_device_train_batch_size × world_size × steps_per_generation`` [completions], divisible by G; setting both is an
+error; G >= 2. What TRL then does with those fields on a dataset is :mod:`trl_grpo_ext.plan.run_plan`'s part.
+
+Bad input raises :class:`QuantityError` (a ``ValueError``) naming the field, the value and a fix; every single-value
+check goes through :class:`trl_grpo_ext.checks.Range`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..checks import Range
+
+__all__ = ["QuantityError", "TRL_DEFAULTS", "resolve_trl_fields"]
+
+
+class QuantityError(ValueError):
+    """A run quantity is invalid or conflicts with another; the message names the field(s), the value and a fix."""
+
+
+#: Defaults of ``trl.GRPOConfig`` (TRL 1.16) for the fields this module reads; a raw TRL field counts as "set" when
+#: its value differs from these. tests/test_quantifiers_trl_defaults.py pins them to ``trl.GRPOConfig``.
+TRL_DEFAULTS: dict = {
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "max_steps": -1,
+    "num_train_epochs": 3.0,
+    "generation_batch_size": None,
+    "steps_per_generation": None,
+    "num_generations": 8,
+    "num_iterations": 1,
+    "max_completion_length": 512,
+}
+
+#: Our fields, by the group of raw TRL fields they replace.
+OUR_BATCH_FIELDS = ("prompts_per_step", "micro_batch_size")
+OUR_STOP_FIELDS = ("total_training_steps", "total_epochs")
+RAW_BATCH_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
+                    "steps_per_generation")
+RAW_STOP_FIELDS = ("max_steps", "num_train_epochs")
+_INPUT_FIELDS = (*OUR_BATCH_FIELDS, *OUR_STOP_FIELDS, *RAW_BATCH_FIELDS, *RAW_STOP_FIELDS, "num_generations",
+                 "num_iterations")
+
+#: ``micro_batch_size`` chosen when only ``prompts_per_step`` is given: the largest divisor of the completions per
+#: step on one process that is at most this (TRL's default ``per_device_train_batch_size``).
+DEFAULT_MICRO_BATCH_CAP = 8
+
+# --------------------------------------------------------------------------------------------------------------------
+# small validators
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class _AsGiven:
+    """A value :class:`Range` must refuse although it could read it as a number (``None``, a numeric string: the
+    plan takes numbers, not the parser's text), shown in the message as given."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) else _AsGiven(value)
+
+
+def _as_int(name: str, value, minimum: int | None, fix: str) -> int:
+    """Return ``value`` as an int >= ``minimum`` (None: unbounded; integral floats such as ``4.0`` accepted), else
+    raise QuantityError ("name=value must be an integer >= minimum. Fix: fix")."""
+    return Range(low=minimum, integer=True, fix=fix).check(name, _number(value), error=QuantityError)
+
+
+def _as_float(name: str, value, fix: str, positive: bool) -> float:
+    """Return ``value`` as a finite float (> 0 when ``positive``), else raise QuantityError."""
+    number = Range(low=0 if positive else None, low_open=True, fix=fix).check(name, _number(value),
+                                                                              error=QuantityError)
+    return float(number)
+
+
+def _divisors(n: int) -> list[int]:
+    """All positive divisors of ``n`` in increasing order."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _near_multiples(value: int, step: int) -> str:
+    """The multiples of ``step`` nearest to ``value`` (one below if positive, one above), e.g. ``"12 or 16"``."""
+    below, above = (value // step) * step, (value // step + 1) * step
+    return f"{below} or {above}" if below > 0 else f"{above}"
+
+
+def _fmt_num(x) -> str:
+    """Numbers as a person writes them: ``3`` for 3.0, ``2.5``, ``None`` for None."""
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
+
+# --------------------------------------------------------------------------------------------------------------------
+# our fields -> TRL fields
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _our_batch(prompts_per_step: int | None, micro_batch_size: int | None, num_generations: int, world_size: int):
+    """Resolve (prompts_per_step, micro_batch_size, gradient_accumulation_steps) from our fields; raise if invalid.
+
+    - Only ``micro_batch_size`` set: the smallest step that is a whole number of micro-batches on every process and a
+      whole number of groups: ``lcm(micro_batch_size × world_size, G)`` completions, i.e. TRL's default
+      ``gradient_accumulation_steps=1`` when ``micro_batch_size × world_size`` is a multiple of G.
+    - Only ``prompts_per_step`` set: ``micro_batch_size`` = largest divisor of the completions per step on one process
+      that is <= :data:`DEFAULT_MICRO_BATCH_CAP` (8).
+    """
+    g = num_generations
+    if prompts_per_step is None:
+        unit = micro_batch_size * world_size
+        step_completions = math.lcm(unit, g)
+        return step_completions // g, micro_batch_size, step_completions // unit
+    completions = prompts_per_step * g
+    if completions % world_size:
+        step = world_size // math.gcd(g, world_size)
+        raise QuantityError(
+            f"prompts_per_step={prompts_per_step} with num_generations={g} gives {completions} completions per step, "
+            f"which {world_size} processes cannot share equally; valid prompts_per_step: multiples of {step}, "
+            f"nearest {_near_multiples(prompts_per_step, step)} (or change num_generations or the number of processes)"
+        )
+    per_process = completions // world_size
+    where = "on 1 process" if world_size == 1 else f"on each of {world_size} processes"
+    if micro_batch_size is None:
+        micro_batch_size = max(d for d in _divisors(per_process) if d <= DEFAULT_MICRO_BATCH_CAP)
+    elif per_process % micro_batch_size:
+        valid = ", ".join(str(d) for d in _divisors(per_process))
+        raise QuantityError(
+            f"micro_batch_size={micro_batch_size} does not divide the {per_process} completions per step {where}; "
+            f"valid: {valid}"
+        )
+    return prompts_per_step, micro_batch_size, per_process // micro_batch_size
+
+
+def _trl_generation_batch(per_device: int, world_size: int, ga: int, spg: int | None, gbs: int | None, g: int,
+                          allow_both: bool = False):
+    """TRL's derivation of (steps_per_generation, generation_batch_size) from ``GRPOConfig.__post_init__``.
+
+    ``allow_both`` accepts both set when they agree (a config after TRL's ``__post_init__`` has both filled in).
+    """
+    global_batch = per_device * world_size
+    if spg is not None and gbs is not None and not (allow_both and gbs == global_batch * spg):
+        raise QuantityError(
+            f"generation_batch_size={gbs} and steps_per_generation={spg} are both set; TRL accepts one of them: "
+            "remove one (generation_batch_size = per_device_train_batch_size × processes × steps_per_generation)"
+        )
+    if gbs is not None:
+        if gbs % global_batch:
+            raise QuantityError(
+                f"generation_batch_size={gbs} must be a multiple of per_device_train_batch_size × processes = "
+                f"{per_device} × {world_size} = {global_batch}; nearest valid: {_near_multiples(gbs, global_batch)}"
+            )
+        spg = gbs // global_batch
+        if gbs % g:
+            lcm = math.lcm(global_batch, g)
+            raise QuantityError(
+                f"generation_batch_size={gbs} is not a multiple of num_generations={g}, so prompt groups would be "
+                f"split; valid generation_batch_size: multiples of {lcm}, nearest {_near_multiples(gbs, lcm)}"
+            )
+        return spg, gbs
+    spg = ga if spg is None else spg
+    gbs = global_batch * spg
+    if gbs % g:
+        step = g // math.gcd(g, world_size * spg)
+        raise QuantityError(
+            f"per_device_train_batch_size={per_device} gives a generation batch of {gbs} completions "
+            f"(= {per_device} × {world_size} processes × steps_per_generation {spg}), not a multiple of "
+            f"num_generations={g}, so prompt groups would be split; valid per_device_train_batch_size: multiples of "
+            f"{step}, nearest {_near_multiples(per_device, step)}; or set prompts_per_step instead"
+        )
+    return spg, gbs
+
+
+def _conflict(ours: dict, raw_name: str, raw_value, expected, why: str, fix: str | None = None) -> QuantityError:
+    """A conflict between our field(s) ``ours`` and a raw TRL field, naming both, what ours write, and the fix."""
+    our_text = ", ".join(f"{k}={_fmt_num(v)}" for k, v in ours.items())
+    fix = fix or f"Remove {raw_name} (our fields write it), or remove {' and '.join(ours)} and use TRL's fields alone"
+    return QuantityError(
+        f"{our_text} conflicts with {raw_name}={_fmt_num(raw_value)}: set one of them; {why} writes "
+        f"{raw_name}={_fmt_num(expected)}. {fix}"
+    )
+
+
+def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
+    """Validate the user's quantities and compute the TRL fields to write.
+
+    Args:
+        values (`dict`): the user's settings. Our fields ``prompts_per_step`` [prompts], ``micro_batch_size``
+            [completions], ``total_training_steps`` [optimizer steps], ``total_epochs`` [passes] (``None`` or absent =
+            unset), and the raw TRL fields ``per_device_train_batch_size``, ``gradient_accumulation_steps``,
+            ``max_steps``, ``num_train_epochs``, ``generation_batch_size``, ``steps_per_generation``,
+            ``num_generations``, ``num_iterations`` (absent = :data:`TRL_DEFAULTS`). A raw field counts as "set" when
+            it differs from :data:`TRL_DEFAULTS` (so an explicit ``per_device_train_batch_size=8`` looks unset).
+        world_size (`int`): number of training processes (accelerate's ``num_processes``).
+        set_fields (`set[str]`, *optional*): the keys the user set. When given, a raw field counts as "set" exactly
+            when it is in this set, whatever its value (`validation` passes the YAML + command-line keys, so an
+            explicit ``per_device_train_batch_size: 8`` next to ``micro_batch_size: 4`` is a conflict).
+
+    Returns:
+        `dict`: TRL fields to write — ``per_device_train_batch_size``, ``gradient_accumulation_steps``,
+        ``max_steps``, ``num_train_epochs``, ``steps_per_generation``, ``generation_batch_size`` (at most one of the
+        last two is not None, as TRL requires), ``num_generations``, ``num_iterations`` — plus our normalised fields
+        ``prompts_per_step`` and ``micro_batch_size`` (both filled in, defaults included, when the batch is given in
+        our fields; None when it is given in TRL's), ``total_training_steps`` and ``total_epochs`` (None where unset;
+        never filled from TRL's fields, which would change the stop semantics) and ``stop_semantics``: ``"first_reached"`` when our stop fields are used, ``"trl"``
+        when the stop comes from raw ``max_steps``/``num_train_epochs`` (``max_steps > 0`` wins).
+
+    The two groups are independent: the batch shape comes from our ``prompts_per_step``/``micro_batch_size`` or from
+    TRL's ``per_device_train_batch_size``/``gradient_accumulation_steps``/``generation_batch_size``/
+    ``steps_per_generation``; the stop from our ``total_training_steps``/``total_epochs`` or TRL's
+    ``max_steps``/``num_train_epochs``. Within a group a raw field that differs from what our fields write is a
+    conflict (one that agrees is accepted, so resolving twice is harmless).
+
+    Writing rules for our fields: ``gradient_accumulation_steps = prompts_per_step × G / (micro_batch_size ×
+    world_size)``; ``steps_per_generation`` and ``generation_batch_size`` stay None (TRL sets
+    ``steps_per_generation = gradient_accumulation_steps``: one generation per optimizer step);
+    ``max_steps = total_training_steps`` or -1; ``num_train_epochs = total_epochs``, or, when only
+    ``total_training_steps`` is set, ``float(total_training_steps)``: an epoch limit that cannot bind first, since
+    it is worth at least ``total_training_steps`` steps (steps per epoch >= 1). The trainer caps ``max_steps`` to the
+    plan's total once the dataset size is known. Defaults: see :func:`_our_batch`.
+
+    Raises:
+        QuantityError: an invalid value (field, value, fix), a conflict (both fields named), or a divisibility
+            error (with the nearest valid values).
+    """
+    unknown = sorted(set(values) - set(_INPUT_FIELDS))
+    if unknown:
+        raise QuantityError(f"unknown quantity field(s) {unknown}; known: {', '.join(_INPUT_FIELDS)}")
+    v = {**TRL_DEFAULTS, **{k: None for k in (*OUR_BATCH_FIELDS, *OUR_STOP_FIELDS)}, **values}
+    world = _as_int("world_size", world_size, 1, "pass the number of training processes (1 for a single GPU)")
+    g = _as_int("num_generations", v["num_generations"], 2,
+                "GRPO compares completions within a group of a prompt; set num_generations to 2 or more "
+                "(8 or more for instruct models)")
+    mu = _as_int("num_iterations", v["num_iterations"], 1,
+                 "set num_iterations=1 (one policy update per generation batch) or more to reuse generations")
+    opt = {
+        "prompts_per_step": "set the number of distinct prompts per optimizer step, e.g. prompts_per_step=4",
+        "micro_batch_size": "set the completions per forward/backward on one device, e.g. micro_batch_size=8",
+        "total_training_steps": "set a positive number of optimizer steps, or remove it to stop by total_epochs",
+    }
+    ours = {k: (None if v[k] is None else _as_int(k, v[k], 1, fix)) for k, fix in opt.items()}
+    ours["total_epochs"] = (None if v["total_epochs"] is None else _as_float(
+        "total_epochs", v["total_epochs"], "set a positive number of passes over the prompts (e.g. 1, 2.5), or "
+        "remove it to stop by total_training_steps only", positive=True))
+    raw = {
+        "per_device_train_batch_size": _as_int("per_device_train_batch_size", v["per_device_train_batch_size"], 1,
+                                               "it counts completions per device per forward pass; use e.g. 8"),
+        "gradient_accumulation_steps": _as_int("gradient_accumulation_steps", v["gradient_accumulation_steps"], 1,
+                                               "use 1 or more micro-batches per optimizer step"),
+    }
+    for name in ("generation_batch_size", "steps_per_generation"):
+        raw[name] = None if v[name] is None else _as_int(name, v[name], 1, "use a positive value or remove it")
+    raw["max_steps"] = _as_int("max_steps", v["max_steps"], None,
+                               "use -1 to stop by num_train_epochs or a positive number of optimizer steps")
+    if raw["max_steps"] == 0:
+        raise QuantityError("max_steps=0 trains nothing; use -1 to stop by num_train_epochs, or a positive "
+                            "number of optimizer steps (or total_training_steps)")
+    raw["num_train_epochs"] = _as_float("num_train_epochs", v["num_train_epochs"],
+                                        "use a positive number of passes, e.g. 3", positive=False)
+    if set_fields is None:
+        is_set = {k: raw[k] != TRL_DEFAULTS[k] for k in raw}
+    else:
+        is_set = {k: k in set_fields for k in raw}
+    out = {"num_generations": g, "num_iterations": mu, **ours}
+
+    # batch shape
+    if ours["prompts_per_step"] is not None or ours["micro_batch_size"] is not None:
+        pps, micro, ga = _our_batch(ours["prompts_per_step"], ours["micro_batch_size"], g, world)
+        given = {k: ours[k] for k in OUR_BATCH_FIELDS if ours[k] is not None}
+        why = (f"prompts_per_step={pps} × num_generations={g} on {world} process{'es' if world > 1 else ''} with "
+               f"micro_batch_size={micro}" + ("" if ours["micro_batch_size"] is not None else " (default)"))
+        expected = {"per_device_train_batch_size": micro, "gradient_accumulation_steps": ga,
+                    "steps_per_generation": ga, "generation_batch_size": pps * g}
+        for name, exp in expected.items():
+            if is_set[name] and raw[name] != exp:
+                raise _conflict(given, name, raw[name], exp, why)
+        out.update(prompts_per_step=pps, micro_batch_size=micro, per_device_train_batch_size=micro,
+                   gradient_accumulation_steps=ga, steps_per_generation=None, generation_batch_size=None)
+    else:
+        _trl_generation_batch(raw["per_device_train_batch_size"], world, raw["gradient_accumulation_steps"],
+                              raw["steps_per_generation"], raw["generation_batch_size"], g)
+        out.update({k: raw[k] for k in RAW_BATCH_FIELDS})
+
+    # stop
+    steps, epochs = ours["total_training_steps"], ours["total_epochs"]
+    if steps is not None or epochs is not None:
+        given = {k: ours[k] for k in OUR_STOP_FIELDS if ours[k] is not None}
+        expected = {"max_steps": steps if steps is not None else -1,
+                    "num_train_epochs": epochs if epochs is not None else float(steps)}
+        fixes = {"max_steps": f"Remove max_steps, or use total_training_steps={raw['max_steps']} in its place",
+                 "num_train_epochs": f"Remove num_train_epochs, or use total_epochs="
+                                     f"{_fmt_num(raw['num_train_epochs'])} in its place"}
+        for name, exp in expected.items():
+            if is_set[name] and raw[name] != exp:
+                cannot_bind = name == "num_train_epochs" and epochs is None
+                why = "our stop rule (whichever limit is reached first" + (
+                    "; an epoch limit that cannot stop first)" if cannot_bind else ")")
+                raise _conflict(given, name, raw[name], exp, why, fixes[name])
+        out.update(expected, stop_semantics="first_reached")
+    else:
+        if raw["max_steps"] < 0 and raw["num_train_epochs"] <= 0:
+            raise QuantityError(
+                f"num_train_epochs={_fmt_num(raw['num_train_epochs'])} with max_steps={raw['max_steps']} trains "
+                "nothing; set num_train_epochs > 0, or max_steps > 0, or total_epochs/total_training_steps")
+        out.update(max_steps=raw["max_steps"], num_train_epochs=raw["num_train_epochs"], stop_semantics="trl")
+    return out
+

@@ -1,0 +1,173 @@
+"""The resolved values of a run's config, in one frozen object (pure Python: no torch, no TRL import).
+
+`GRPOExtConfig` keeps the user's own fields as given (``prompts_per_step``, ``total_epochs``, ``advantage_*``,
+``rewards``, ...) and holds what they resolve to in ``config.resolved``, a :class:`ResolvedConfig` built by
+:func:`resolve_config`: the quantity fields of the plan (`trl_grpo_ext.plan.resolve_trl_fields`), the stop semantics,
+the `AdvantageSettings` (`trl_grpo_ext.advantage_settings.resolve_advantage_settings`) and the parsed reward specs
+(`trl_grpo_ext.rewards.spec.parse_reward_specs`). The config then writes TRL's own fields from it
+(:meth:`ResolvedConfig.trl_fields`), because TRL reads them. ``trl-grpo-ext plan`` resolves the same way from the
+same function, on the values read from the config file.
+
+Resolving is idempotent: TRL fields that agree with what the user's fields resolve to are accepted, so a
+`dataclasses.replace` of a config (which hands the written TRL fields back to ``__init__``) resolves to the same
+values and warns about nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .advantage_settings import AdvantageSettings, resolve_advantage_settings
+from .plan.resolve import _INPUT_FIELDS, resolve_trl_fields
+from .rewards.spec import RewardSpec, parse_reward_specs
+
+__all__ = ["ResolvedConfig", "resolve_config", "resolve_reward_specs", "USER_FIELDS"]
+
+#: The fields `resolve_config` reads: the quantities (ours and TRL's raw batch/stop fields), the advantage fields
+#: (ours and TRL's ``scale_rewards``/``loss_type``) and the rewards (ours and TRL's ``reward_weights``).
+USER_FIELDS = (
+    *_INPUT_FIELDS,
+    "advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon", "advantage_std_kind",
+    "scale_rewards", "loss_type",
+    "rewards", "reward_weights",
+)
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """What a config's fields resolve to (``GRPOExtConfig.resolved``); one frozen object, included in
+    ``GRPOExtConfig.to_dict()`` and ``run_config.json`` under ``"resolved"``.
+
+    Attributes:
+        world_size (`int`): training processes the quantities were resolved for (``WORLD_SIZE``).
+        prompts_per_step (`int` or `None`): distinct prompts per optimizer step [prompts], default filled in; None
+            when the batch is given in TRL's fields.
+        micro_batch_size (`int` or `None`): completions per forward/backward on one device [completions]; None as
+            above.
+        total_training_steps (`int` or `None`): the step limit [optimizer steps] of our stop fields, or None.
+        total_epochs (`float` or `None`): the epoch limit [passes] of our stop fields, or None.
+        per_device_train_batch_size, gradient_accumulation_steps, steps_per_generation, generation_batch_size,
+        max_steps, num_train_epochs, num_generations, num_iterations: TRL's fields as written (see
+            `trl_grpo_ext.plan.resolve_trl_fields`; ``max_steps`` is the step limit or -1, the run's real stop is
+            the plan's ``total_steps``).
+        stop_semantics (`str`): ``"first_reached"`` (our stop fields: whichever limit is reached first) or ``"trl"``
+            (``max_steps > 0`` wins over ``num_train_epochs``).
+        advantages (`AdvantageSettings`): baseline, std scaling, ε and std kind of the advantages.
+        scale_rewards (`str`), loss_type (`str`): TRL's fields as written (a preset may set them).
+        rewards (`tuple[RewardSpec, ...]` or `None`): the rewards selected by name with their weights and
+            parameters; None when the rewards are passed to the trainer as ``reward_funcs=``.
+        reward_weights (`tuple[float, ...]` or `None`): TRL's ``reward_weights`` as written (one per reward).
+        zero_variance_reward (`str` or `None`): the reward function the zero-variance filter judges, by the name TRL
+            logs (an alias in ``zero_variance_reward`` resolved to it); None judges the weighted total.
+    """
+
+    world_size: int
+    prompts_per_step: int | None
+    micro_batch_size: int | None
+    total_training_steps: int | None
+    total_epochs: float | None
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    steps_per_generation: int | None
+    generation_batch_size: int | None
+    max_steps: int
+    num_train_epochs: float
+    num_generations: int
+    num_iterations: int
+    stop_semantics: str
+    advantages: AdvantageSettings
+    scale_rewards: str
+    loss_type: str
+    rewards: tuple[RewardSpec, ...] | None
+    reward_weights: tuple[float, ...] | None
+    zero_variance_reward: str | None = None
+
+    def quantity_fields(self) -> dict[str, Any]:
+        """The resolved quantity fields, as `trl_grpo_ext.plan.resolve_plan` takes them."""
+        names = ("prompts_per_step", "micro_batch_size", "total_training_steps", "total_epochs",
+                 "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+                 "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
+                 "stop_semantics")
+        return {name: getattr(self, name) for name in names}
+
+    def trl_fields(self) -> dict[str, Any]:
+        """TRL's own fields to write into the config (TRL and transformers read them): the batch shape, the stop,
+        the group size, ``scale_rewards``, ``loss_type`` and, with `rewards`, ``reward_weights``."""
+        names = ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+                 "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
+                 "scale_rewards", "loss_type")
+        values = {name: getattr(self, name) for name in names}
+        if self.rewards is not None:
+            values["reward_weights"] = list(self.reward_weights)
+        return values
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every attribute as JSON-serialisable values (the advantage settings and reward specs as dicts)."""
+        values = asdict(self)
+        if self.rewards is not None:
+            values["rewards"] = [spec.to_dict() for spec in self.rewards]
+            values["reward_weights"] = list(self.reward_weights)
+        return values
+
+
+def resolve_reward_specs(rewards: Any, reward_weights: Sequence[float] | None) -> list[RewardSpec]:
+    """The reward specs of the ``rewards`` setting, with TRL's ``reward_weights`` applied.
+
+    Weights go on the items or in ``reward_weights``, not both; a ``reward_weights`` equal to the items' own weights
+    (default 1.0) is what an earlier resolution wrote and is accepted, so resolving twice gives the same specs.
+
+    Args:
+        rewards: the ``rewards`` setting as given (see `trl_grpo_ext.rewards.spec.parse_reward_specs`).
+        reward_weights (`list[float]`, *optional*): TRL's field.
+
+    Returns:
+        `list[RewardSpec]`, weights filled in.
+
+    Raises:
+        ValueError: as `parse_reward_specs` (a malformed item, weights in both places that differ, a wrong number
+            of weights, a reward selected twice); UnknownRewardError: an unknown name.
+    """
+    specs = parse_reward_specs(rewards)
+    if reward_weights is not None and list(reward_weights) != [spec.weight for spec in specs]:
+        specs = parse_reward_specs(rewards, reward_weights)
+    return specs
+
+
+def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Mapping[str, Any]) -> ResolvedConfig:
+    """Resolve a config's fields into a :class:`ResolvedConfig`.
+
+    Args:
+        values (`Mapping[str, Any]`): the fields of :data:`USER_FIELDS` as the user gave them (a missing quantity
+            field takes TRL's default; the others are required).
+        world_size (`int`): training processes (``WORLD_SIZE``).
+        trl_defaults (`Mapping[str, Any]`): the dataclass defaults of ``scale_rewards`` and ``loss_type`` (a field
+            counts as set when it differs from its default, see `resolve_advantage_settings`).
+
+    Raises:
+        QuantityError: invalid or conflicting quantities. AdvantageConfigError: invalid or conflicting advantage
+        settings. ValueError: invalid rewards (see :func:`resolve_reward_specs`).
+
+    Warns:
+        UserWarning: an advantage field set that has no effect (see `resolve_advantage_settings`).
+    """
+    quantities = resolve_trl_fields({k: values[k] for k in _INPUT_FIELDS if k in values}, world_size)
+    advantages, advantage_trl_fields = resolve_advantage_settings(
+        preset=values["advantage_preset"],
+        scale_rewards=values["scale_rewards"],
+        advantage_baseline=values["advantage_baseline"],
+        advantage_std_scaling=values["advantage_std_scaling"],
+        advantage_epsilon=values["advantage_epsilon"],
+        advantage_std_kind=values["advantage_std_kind"],
+        loss_type=values["loss_type"],
+        defaults=trl_defaults,
+    )
+    rewards = reward_weights = None
+    if values["rewards"] is not None:
+        specs = resolve_reward_specs(values["rewards"], values["reward_weights"])
+        rewards, reward_weights = tuple(specs), tuple(spec.weight for spec in specs)
+    elif values["reward_weights"] is not None:
+        reward_weights = tuple(values["reward_weights"])
+    return ResolvedConfig(world_size=world_size, **quantities, advantages=advantages, **advantage_trl_fields,
+                          rewards=rewards, reward_weights=reward_weights)
