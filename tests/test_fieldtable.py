@@ -5,12 +5,13 @@ import enum
 
 import pytest
 
-from trl_grpo_ext.fieldtable import light_dataclasses, recipe_tables
+from trl_grpo_ext.fieldgen import recipe_tables
+from trl_grpo_ext.fieldtable import light_dataclasses
 from trl_grpo_ext.frontdoor import hf_argument_parser
 
 
 def test_the_generated_table_is_current():
-    """Fails after a TRL/transformers upgrade or a new field: regenerate with `python -m trl_grpo_ext.fieldtable`."""
+    """Fails after a TRL/transformers upgrade or a new field: regenerate with `python -m trl_grpo_ext.fieldgen`."""
     from trl_grpo_ext._fields import TABLES
 
     current = recipe_tables()
@@ -68,11 +69,11 @@ def test_twins_parse_values_like_the_real_classes(argv, expected):
 
 
 def test_the_configuration_reference_is_current():
-    """Fails when a field, its help, default or declared check changed: `python -m trl_grpo_ext.fieldtable --docs`."""
+    """Fails when a field, its help, default or declared check changed: `python -m trl_grpo_ext.fieldgen --docs`."""
     from trl_grpo_ext.fielddocs import DOCS_FILE, render_docs
 
     committed = DOCS_FILE.read_text(encoding="utf-8")
-    assert render_docs(committed) == committed, "docs/configuration.md is stale: run python -m trl_grpo_ext.fieldtable --docs"
+    assert render_docs(committed) == committed, "docs/configuration.md is stale: run python -m trl_grpo_ext.fieldgen --docs"
 
 
 def test_the_reference_shows_what_validation_enforces():

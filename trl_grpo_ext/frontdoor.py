@@ -126,7 +126,7 @@ def dataclass_types(light: bool) -> tuple[type, ...]:
         from .fieldtable import light_dataclasses
 
         return light_dataclasses()
-    from .launch import RECIPE_DATACLASSES
+    from .recipe_args import RECIPE_DATACLASSES
 
     return RECIPE_DATACLASSES
 

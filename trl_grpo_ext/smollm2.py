@@ -18,7 +18,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from .tiny import cache_dir, save_atomically
+from .model_cache import cache_dir, save_atomically
 
 #: ``model_name_or_path`` that selects this model.
 SMOLLM2_MODEL_ID = "embedded:smollm2-135m-instruct"

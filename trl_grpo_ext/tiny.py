@@ -21,6 +21,7 @@ import string
 from pathlib import Path
 
 from .checks import check_choice
+from .model_cache import cache_dir, save_atomically
 
 #: Prefix of a ``model_name_or_path`` / ``dataset_name`` value that selects the embedded default.
 EMBEDDED_PREFIX = "embedded:"
@@ -52,11 +53,6 @@ TINY_CONFIG = {
     "tie_word_embeddings": False,
     "rope_theta": 10000.0,
 }
-
-
-def cache_dir() -> Path:
-    """Directory where embedded artefacts are cached: ``$TRL_GRPO_EXT_CACHE`` or ``~/.cache/trl_grpo_ext``."""
-    return Path(os.environ.get("TRL_GRPO_EXT_CACHE", Path.home() / ".cache" / "trl_grpo_ext"))
 
 
 def is_embedded(name: str | None) -> bool:
@@ -127,24 +123,6 @@ def ensure_tiny_model(seed: int = 0, directory: str | os.PathLike | None = None)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return save_atomically(model, tokenizer, target)
-
-
-def save_atomically(model, tokenizer, target: Path) -> Path:
-    """``save_pretrained`` the model and tokenizer into ``target`` through a temporary sibling renamed at the end, so
-    that concurrent processes (``torchrun``) never see a half-written folder. Returns ``target``; when another process
-    renamed its (identical) copy first, that copy is kept."""
-    import shutil
-    import tempfile
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process won the race; its copy is identical
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def load_tokenizer(path: str | os.PathLike):

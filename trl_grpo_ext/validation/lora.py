@@ -59,7 +59,7 @@ def model_modules(values: Mapping[str, Any]) -> dict[str, str] | None:
     """``{module name: module class name}`` of the model, without reading a weight.
 
     Built once per config from the config on the meta device (``accelerate.init_empty_weights`` +
-    ``AutoModelForCausalLM.from_config``), then cached as JSON under ``tiny.cache_dir() / "module-names"``, keyed by
+    ``AutoModelForCausalLM.from_config``), then cached as JSON under ``model_cache.cache_dir() / "module-names"``, keyed by
     the SHA-256 of the config text, so later calls (``plan``) import neither torch nor transformers.
 
     Returns:
@@ -70,12 +70,12 @@ def model_modules(values: Mapping[str, Any]) -> dict[str, str] | None:
     import os
     import tempfile
 
-    from .. import tiny
+    from ..model_cache import cache_dir
 
     text = _config_text(values)
     if text is None:
         return None
-    path = tiny.cache_dir() / "module-names" / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
+    path = cache_dir() / "module-names" / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
     from accelerate import init_empty_weights
