@@ -27,7 +27,7 @@ from trl_grpo_ext.generation import check_vllm_quantization
 from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
-from trl_grpo_ext.models import lora_config, quantization_config, run_tokenizer
+from trl_grpo_ext.models import load_dtype, lora_config, quantization_config, run_tokenizer
 from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.plotting import plot_training, reward_trend
 from trl_grpo_ext.validation import check_reward_columns
@@ -89,7 +89,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
         "attn_implementation": model_args.attn_implementation,
-        "dtype": "auto" if model_args.dtype in (None, "auto") and training_args.bf16 else (model_args.dtype or "float32"),
+        "dtype": load_dtype(model_args, training_args),
         **(training_args.model_init_kwargs or {}),
     }
 

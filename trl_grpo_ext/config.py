@@ -123,6 +123,10 @@ class GRPOExtConfig(GRPOConfig):
             user's own fields keep their values as given; TRL's own fields (`per_device_train_batch_size`,
             `gradient_accumulation_steps`, `max_steps`, `num_train_epochs`, `scale_rewards`, `loss_type`,
             `reward_weights`, ...) are written from it, because TRL reads them. `to_dict()` includes it.
+        run_plan (`RunPlan`, *optional*):
+            The run's plan (`trl_grpo_ext.plan.RunPlan`), set by `GRPOExtTrainer` when training starts (the plan
+            needs the dataset's size, which the config does not know); `to_dict()` includes it, so the trackers
+            (wandb, TensorBoard, ...) log it with the arguments.
     """
 
     # Quantities

@@ -149,7 +149,7 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     from . import tiny
     from .data import load_eval_dataset
     from .evaluation import compare, evaluate_model
-    from .models import load_tokenizer, quantization_config
+    from .models import compute_dtype_name, load_tokenizer, quantization_config, torch_dtype
     from .rewards.spec import build_reward_funcs, with_run_defaults
 
     dataset = load_eval_dataset(script_args, training_args.seed, split, num_prompts)
@@ -158,7 +158,7 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path, revision=model_args.model_revision)
     on_gpu = torch.cuda.is_available() and not training_args.use_cpu
-    dtype = torch.bfloat16 if (training_args.bf16 and on_gpu) else torch.float32
+    dtype = torch_dtype(compute_dtype_name(model_args, training_args)) if on_gpu else torch.float32
     model = AutoModelForCausalLM.from_pretrained(
         model_path, revision=model_args.model_revision, dtype=dtype,
         quantization_config=quantization_config(model_args, training_args),

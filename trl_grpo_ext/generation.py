@@ -122,7 +122,7 @@ def check_generation_settings(args, on_cpu: bool) -> None:
             - continuous batching with ``repetition_penalty`` != 1 or a ``generation_kwargs`` key it drops
               (:data:`CB_UNSUPPORTED_GENERATION_KWARGS`);
             - continuous batching on a CPU without ``num_blocks`` in ``transformers_continuous_batching_config``
-              (its cache is then sized from free host memory: 6.8 GB of resident memory for the 87k-parameter tiny
+              (its cache is then sized from free host memory: 6.8 GB of resident memory for the 81k-parameter tiny
               model, measured);
             - ``allow_vllm_4bit_merge`` without ``use_vllm`` (it would do nothing).
     """
@@ -177,7 +177,7 @@ def check_generation_settings(args, on_cpu: bool) -> None:
         raise ValueError(
             "use_transformers_continuous_batching=True on a CPU without `num_blocks` in "
             f"transformers_continuous_batching_config ({dict(cb_config)}): transformers then sizes the KV cache from "
-            "free host memory (6.8 GB resident for the 87k-parameter tiny model, measured). Fix: set e.g. "
+            "free host memory (6.8 GB resident for the 81k-parameter tiny model, measured). Fix: set e.g. "
             "`transformers_continuous_batching_config: {num_blocks: 8, page_size: 64, max_batch_tokens: 512}`."
         )
 

@@ -24,6 +24,15 @@ def compute_dtype_name(model_args, training_args) -> str:
     return "bfloat16" if training_args.bf16 else "float32"
 
 
+def load_dtype(model_args, training_args) -> str:
+    """The ``dtype`` the recipe loads the base with (``model_init_kwargs["dtype"]``): ``model_args.dtype`` when set
+    (not "auto"); else ``"auto"`` (the checkpoint's own dtype) when training in bf16, ``"float32"`` otherwise. The
+    4-bit layers compute in :func:`compute_dtype_name`."""
+    if model_args.dtype not in (None, "auto"):
+        return model_args.dtype
+    return "auto" if training_args.bf16 else "float32"
+
+
 def torch_dtype(name: str, field: str = "dtype"):
     """The ``torch.dtype`` of a dtype name of `DTYPE_NAMES` (``"bfloat16"`` -> ``torch.bfloat16``).
 

@@ -15,13 +15,15 @@ from typing import Any
 from ..checks import Range, check_choice
 from .parameters import check_number
 from .registry import register_reward
-from .text import DEFAULT_ANSWER_COLUMNS, TextReward, extract_answer, last_number, read_column, stated_number
-
-
-def _check_tag(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][\w\-]*", value):
-        raise ValueError(f"{name}={value!r} must be a tag name such as 'think' (letters, digits, '_', '-').")
-    return value
+from .text import (
+    DEFAULT_ANSWER_COLUMNS,
+    TextReward,
+    check_tag_name,
+    extract_answer,
+    last_number,
+    read_column,
+    stated_number,
+)
 
 
 def _check_phrase(value: Any) -> str:
@@ -61,7 +63,7 @@ class ExactMatch(TextReward):
         super().__init__()
         self.column = column
         self.case_sensitive = bool(case_sensitive)
-        self.answer_tag = _check_tag("answer_tag", answer_tag)
+        self.answer_tag = check_tag_name("answer_tag", answer_tag)
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
@@ -104,7 +106,7 @@ class NumericMatch(TextReward):
         self.column = column
         self.abs_tol = float(check_number("numeric_match abs_tol", abs_tol, Range(low=0, fix="e.g. abs_tol: 1e-6.")))
         self.rel_tol = float(check_number("numeric_match rel_tol", rel_tol, Range(low=0, fix="e.g. rel_tol: 1e-6.")))
-        self.answer_tag = _check_tag("answer_tag", answer_tag)
+        self.answer_tag = check_tag_name("answer_tag", answer_tag)
         self.answer_phrase = _check_phrase(answer_phrase) if answer_phrase is not None else None
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
@@ -159,8 +161,8 @@ class _TagReward(TextReward):
 
     def __init__(self, reasoning_tag: str = "think", answer_tag: str = "answer"):
         super().__init__()
-        self.reasoning_tag = _check_tag("reasoning_tag", reasoning_tag)
-        self.answer_tag = _check_tag("answer_tag", answer_tag)
+        self.reasoning_tag = check_tag_name("reasoning_tag", reasoning_tag)
+        self.answer_tag = check_tag_name("answer_tag", answer_tag)
 
 
 @register_reward("format", description="1.0 if the completion is <think>...</think> then <answer>...</answer>.")

@@ -10,7 +10,7 @@ from typing import Any
 from ..checks import Range
 from .parameters import check_number
 from .registry import register_reward
-from .text import DEFAULT_ANSWER_COLUMNS, TextReward, last_boxed, read_column
+from .text import DEFAULT_ANSWER_COLUMNS, TextReward, check_tag_name, last_boxed, read_column
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +86,7 @@ class Accuracy(TextReward):
 
     def __init__(self, column: str | None = None, timeout_seconds: int = 5, answer_tag: str = "answer"):
         super().__init__()
-        if not isinstance(answer_tag, str) or not re.fullmatch(r"[A-Za-z_][\w\-]*", answer_tag):
-            raise ValueError(f"accuracy answer_tag={answer_tag!r} must be a tag name such as 'answer'.")
-        self.answer_tag = answer_tag
+        self.answer_tag = check_tag_name("accuracy answer_tag", answer_tag)
         self.column = column
         self.timeout_seconds = check_number(
             "accuracy timeout_seconds",

@@ -202,3 +202,11 @@ class TextReward:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
+
+
+def check_tag_name(name: str, value: Any) -> str:
+    """Return ``value`` if it is an XML-like tag name (``think``, ``answer``: letters, digits, ``_``, ``-``, not
+    starting with a digit), else raise `ValueError` naming the parameter ``name``."""
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][\w\-]*", value):
+        raise ValueError(f"{name}={value!r} must be a tag name such as 'think' (letters, digits, '_', '-').")
+    return value

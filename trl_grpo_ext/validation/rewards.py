@@ -33,9 +33,9 @@ def reward_specs(values: Mapping[str, Any]) -> list:
 
 def _reward_object(spec) -> Any | None:
     """The reward callable of a registered reward (None for an import path, whose needs are not declared)."""
-    from ..rewards.registry import get_reward
+    from ..rewards.registry import get_reward, is_import_path
 
-    if any(c in spec.name for c in ".:"):
+    if is_import_path(spec.name):
         return None
     try:
         return get_reward(spec.name, **spec.kwargs)
