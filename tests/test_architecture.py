@@ -114,3 +114,36 @@ def test_the_cycle_finder_finds_a_known_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert _cycles(graph) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+#: The layers of docs/architecture.md: a module may import from its own layer or the layers above (lower numbers).
+LAYERS = {
+    0: ["checks", "model_cache", "data_sizes", "_fields", "hub.secrets", "hub.card_template"],
+    1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "resolved", "advantage_settings",
+        "checkpoints", "eval_plan", "eval_stats", "rewards", "rewards.registry", "rewards.parameters", "rewards.spec",
+        "rewards.guard", "rewards.builtin", "rewards.math", "rewards.text", "rewards.trl_rewards",
+        "zero_variance.settings", "fieldtable", "keymap"],
+    2: ["advantages", "zero_variance", "zero_variance.groups", "zero_variance.merge", "zero_variance.resample",
+        "zero_variance.metrics", "zero_variance.filter", "sampling"],
+    3: ["models", "adapter_precision", "generation", "data", "tiny", "smollm2", "arithmetic"],
+    4: ["evaluation", "eval_generation", "plotting", "hub", "hub.card", "hub.merge", "hub.push"],
+    5: ["config", "recipe_args", "frontdoor", "validation", "validation.tables", "validation.user_values",
+        "validation.run", "validation.rewards", "validation.lora", "launch"],
+    6: ["trainer", "interrupt", "console"],
+    7: ["cli", "plan_cli", "train", "eval_cli", "rewards.cli", "hub.cli", "fieldgen", "fielddocs"],
+}
+
+
+def test_every_import_goes_to_the_same_or_a_higher_layer():
+    layer = {f"trl_grpo_ext.{name}": n for n, names in LAYERS.items() for name in names}
+    layer["trl_grpo_ext"] = max(LAYERS)  # the package's __init__ re-exports the public classes
+    graph = _graph()
+    unplaced = sorted(set(graph) - set(layer))
+    assert not unplaced, f"modules missing from LAYERS (and docs/architecture.md): {unplaced}"
+    upward = [
+        f"{module} (layer {layer[module]}) imports {target} (layer {layer[target]})"
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if target != "trl_grpo_ext" and not target.startswith(module + ".") and layer[target] > layer[module]
+    ]
+    assert not upward, "imports against the layering of docs/architecture.md: " + "; ".join(upward)
