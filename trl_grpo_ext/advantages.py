@@ -25,7 +25,7 @@ import math
 import torch
 
 from .advantage_settings import BASELINES, STD_KINDS, STD_SCALINGS, AdvantageSettings
-from .checks import check_choice
+from .checks import Range, check_choice
 
 
 def _check_rewards(rewards: torch.Tensor, num_generations: int) -> None:
@@ -39,8 +39,8 @@ def _check_rewards(rewards: torch.Tensor, num_generations: int) -> None:
             f"rewards must be a 1-D floating-point tensor of shape (num_prompts * num_generations,), got {got}. "
             "Use NaN, not None, for a missing reward and sum several reward functions into one column first."
         )
-    if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
-        raise ValueError(f"num_generations must be an int >= 1 (completions per prompt), got {num_generations!r}.")
+    Range(low=1, integer=True, fix="pass G, the completions per prompt.").check(
+        "num_generations", num_generations, error=ValueError, typed=True)
     if rewards.numel() % num_generations:
         raise ValueError(
             f"rewards has {rewards.numel()} entries, which is not divisible by num_generations ({num_generations}): "

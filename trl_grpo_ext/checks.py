@@ -68,7 +68,7 @@ class Range:
             return f"{kind} {'<' if self.high_open else '<='} {format_number(self.high)}"
         return f"a finite {kind.split()[-1]}"
 
-    def check(self, name: str, value: Any, error: type[ValueError] = RunArgumentError) -> Any:
+    def check(self, name: str, value: Any, error: type[ValueError] = RunArgumentError, typed: bool = False) -> Any:
         """Return ``value`` if valid (as an `int` when :attr:`integer`), else raise ``error``.
 
         Args:
@@ -77,10 +77,16 @@ class Range:
                 (the fields that may be ``None`` mean "unset" by it; TRL's parser rejects it for the others).
             error (`type[ValueError]`, defaults to :class:`RunArgumentError`): the exception class raised, so that a
                 concept keeps its own error type (``QuantityError``, ``AdvantageConfigError``).
+            typed (`bool`, defaults to `False`): for values that arrive typed (from Python or a YAML mapping, not a
+                command line): only an `int` or a `float` is accepted (an `int` for an integer range; never a bool,
+                a string or ``None``).
 
         Raises:
             ``error``: "``name=value`` must be <the range in words>. Fix: <fix>".
         """
+        if typed and (isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float))):
+            fix = f" Fix: {self.fix}" if self.fix else ""
+            raise error(f"{name}={value!r} must be {self.describe()}.{fix}")
         if value is None:
             return None
         number = as_number(value)

@@ -81,20 +81,14 @@ def parameters_of(obj: Any) -> tuple[RewardParameter, ...]:
 
 
 def check_number(name: str, value: Any, valid: Range) -> Any:
-    """``valid.check(name, value)`` for a reward parameter: returns the value (an `int` for an integer range).
-
-    Reward parameters arrive typed (from YAML or Python), so only an `int` or a `float` (an `int` for an integer
-    range; never a bool) is accepted. :meth:`Range.check <trl_grpo_ext.checks.Range.check>` also passes ``None``
-    ("unset", for optional config fields) and reads ``"8"`` or ``4.0`` as numbers, as TRL's command-line parser would
-    cast them; a reward parameter has neither an unset value nor such a parser.
+    """``valid.check(name, value, typed=True)`` for a reward parameter: returns the value (an `int` for an integer
+    range). Reward parameters arrive typed (from YAML or Python), so only an `int` or a `float` is accepted (never a
+    bool, a string or ``None``).
 
     Raises:
         ValueError: "``name=value`` must be <the range in words>. Fix: <``valid.fix``>".
     """
-    if isinstance(value, bool) or not isinstance(value, int if valid.integer else (int, float)):
-        fix = f" Fix: {valid.fix}" if valid.fix else ""
-        raise ValueError(f"{name}={value!r} must be {valid.describe()}.{fix}")
-    return valid.check(name, value, error=ValueError)
+    return valid.check(name, value, error=ValueError, typed=True)
 
 
 def check_kwargs(name: str, obj: Any, kwargs: dict) -> None:
