@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from factories import tiny_cpu_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes/accelerate_configs"
@@ -25,21 +25,17 @@ REWARDS = [
 ]
 
 
-def every_feature_config(tmp_path: Path, zero_variance_filter: str) -> Path:
+def every_feature_config(tmp_path: Path, zero_variance_filter: str) -> str:
     """tiny_cpu.yaml with quantities, the zero-variance filter, an advantage preset and three weighted rewards.
 
     4 prompts x 4 completions = 16 completions per step; micro-batches of 4 on 2 processes -> accumulation 2.
     """
-    config = yaml.safe_load((ROOT / "recipes/configs/tiny_cpu.yaml").read_text())
-    config.update(
-        prompts_per_step=4, num_generations=4, micro_batch_size=4, total_training_steps=STEPS, total_epochs=1,
-        max_completion_length=8, embedded_num_prompts=64, zero_variance_filter=zero_variance_filter,
-        advantage_preset="rloo", rewards=REWARDS, save_strategy="steps", save_steps=STEPS // 2,
-        save_total_limit=None, plot=False, output_dir=str(tmp_path / "out"),
+    return tiny_cpu_yaml(
+        tmp_path, name="every_feature.yaml", prompts_per_step=4, num_generations=4, micro_batch_size=4,
+        total_training_steps=STEPS, total_epochs=1, max_completion_length=8, embedded_num_prompts=64,
+        zero_variance_filter=zero_variance_filter, advantage_preset="rloo", rewards=REWARDS, save_strategy="steps",
+        save_steps=STEPS // 2, save_total_limit=None, plot=False,
     )
-    path = tmp_path / "every_feature.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 @pytest.mark.multiproc
