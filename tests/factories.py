@@ -9,6 +9,9 @@ peft, transformers) happen on first use, so a config-file test that imports this
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -115,3 +118,24 @@ def tiny_cpu_yaml(tmp_path, drop=(), name: str = "config.yaml", **changes) -> st
     path = tmp_path / name
     path.write_text(yaml.safe_dump(values))
     return str(path)
+
+
+# torchrun with 2 local processes; `--standalone` takes a free rendezvous port (other runs may hold 29500).
+# `accelerate launch --cpu --num_processes 2` would silently start one process (docs/recipes.md).
+TORCHRUN_2 = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def run_worker_on_2_processes(worker: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    """Run `tests/<worker> *args` under `TORCHRUN_2` on the CPU (gloo) and return the finished process.
+
+    The tiny model is built here first, so the ranks only read it (not both build it at once). The workers get
+    PYTHONPATH = the repository root, OMP_NUM_THREADS=1, HF_HUB_OFFLINE=1 and no inherited WORLD_SIZE; stdout and
+    stderr are captured as text. Raises `subprocess.TimeoutExpired` after `timeout` seconds.
+    """
+    from trl_grpo_ext import tiny
+
+    tiny.ensure_tiny_model()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env.pop("WORLD_SIZE", None)
+    return subprocess.run([*TORCHRUN_2, str(ROOT / "tests" / worker), *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)

@@ -8,12 +8,11 @@ configs users launch on several GPUs (they parse; the plan counts their processe
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from factories import tiny_cpu_yaml
+from factories import TORCHRUN_2, tiny_cpu_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes/accelerate_configs"
@@ -44,8 +43,7 @@ def test_two_cpu_processes_run_to_the_planned_step_and_save_once(tmp_path, zero_
     config = every_feature_config(tmp_path, zero_variance_filter)
     out = tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "recipes/grpo_qlora.py", "--config", str(config), "--use_cpu", "true"]
+    command = [*TORCHRUN_2, "recipes/grpo_qlora.py", "--config", str(config), "--use_cpu", "true"]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=150)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
