@@ -1,4 +1,5 @@
-"""Shared test factories: the tiny CPU run's config and trainer, its datasets, the NF4 + LoRA setup, a recipe YAML.
+"""Shared test factories: the tiny CPU run's config and trainer, its datasets, the NF4 + LoRA setup, a recipe YAML,
+and the 2-process torchrun launch.
 
 Plain functions, not fixtures: the torchrun workers (tests/*_worker.py) run in their own processes and cannot import
 conftest. The defaults here are only what every tiny run shares and no result depends on (the CPU, no reporting, no
