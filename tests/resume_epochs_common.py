@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 from datasets import Dataset
+from factories import tiny_trainer
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+from trl_grpo_ext import GRPOExtTrainer, tiny
 
 G = 4
 NUM_PROMPTS = 4
@@ -44,32 +45,12 @@ def trainer(output_dir, reward: RecordingReward, **overrides) -> GRPOExtTrainer:
     """A trainer of the task above: LoRA r 4 on q/v, one micro-batch per step, a checkpoint every step."""
     from peft import LoraConfig
 
-    path = tiny.ensure_tiny_model()
-    settings = dict(
-        output_dir=str(output_dir),
-        use_cpu=True,
-        prompts_per_step=PROMPTS_PER_STEP,
-        num_generations=G,
-        micro_batch_size=PROMPTS_PER_STEP * G,
-        total_epochs=3,
-        max_completion_length=8,
-        learning_rate=3e-2,
-        report_to=[],
-        save_strategy="steps",
-        save_steps=1,
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
-    )
-    settings.update(overrides)
-    return GRPOExtTrainer(
-        str(path),
-        reward_funcs=reward,
-        args=GRPOExtConfig(**settings),
-        train_dataset=dataset(),
-        processing_class=tiny.load_tokenizer(path),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
-    )
+    settings = dict(prompts_per_step=PROMPTS_PER_STEP, num_generations=G, micro_batch_size=PROMPTS_PER_STEP * G,
+                    total_epochs=3, max_completion_length=8, learning_rate=3e-2, save_strategy="steps", save_steps=1,
+                    seed=0)
+    return tiny_trainer(output_dir, reward, dataset(),
+                        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+                        **{**settings, **overrides})
 
 
 def trl_prompt_order(epochs: int, seed: int = 0) -> list[list[int]]:

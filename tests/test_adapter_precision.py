@@ -13,6 +13,7 @@ import logging
 
 import pytest
 import torch
+from factories import lora, nf4, tiny_trainer
 from torch import nn
 
 from trl_grpo_ext.adapter_precision import LostUpdateTracker, cast_trainable_to
@@ -172,25 +173,14 @@ STEPS = 3
 
 
 def _trainer(tmp_path, adapter_dtype: str, compute_dtype=torch.float32, steps: int = STEPS):
-    from peft import LoraConfig
-    from transformers import BitsAndBytesConfig
+    from trl_grpo_ext import tiny
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
-
-    path = tiny.ensure_tiny_model()
-    args = GRPOExtConfig(
-        output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=8, micro_batch_size=16,
-        total_training_steps=steps, max_completion_length=24, learning_rate=LR, report_to=[], save_strategy="no",
-        logging_steps=1, disable_tqdm=True, rewards=["char_fraction"], adapter_dtype=adapter_dtype,
-        lost_update_steps=1, model_init_kwargs={"dtype": compute_dtype},
+    return tiny_trainer(
+        tmp_path, None, tiny.count_char_dataset(64), quantization_config=nf4(compute_dtype),
+        peft_config=lora(modules_to_save=["lm_head"]), prompts_per_step=2, num_generations=8, micro_batch_size=16,
+        total_training_steps=steps, max_completion_length=24, learning_rate=LR, rewards=["char_fraction"],
+        adapter_dtype=adapter_dtype, lost_update_steps=1, model_init_kwargs={"dtype": compute_dtype},
     )
-    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                             bnb_4bit_compute_dtype=compute_dtype)
-    peft = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                          "up_proj", "down_proj"],
-                      modules_to_save=["lm_head"], task_type="CAUSAL_LM")
-    return GRPOExtTrainer(str(path), args=args, train_dataset=tiny.count_char_dataset(64),
-                          processing_class=tiny.load_tokenizer(path), quantization_config=bnb, peft_config=peft)
 
 
 def _first_step_bounds(trainer) -> tuple[float, float]:

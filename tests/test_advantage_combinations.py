@@ -26,6 +26,7 @@ import math
 import warnings
 
 import pytest
+from factories import count_char_mix, tiny_trainer
 
 from trl_grpo_ext.validation import RunArgumentError, validate_run_args
 
@@ -186,17 +187,12 @@ def _settings(adv):
 @pytest.fixture(scope="module")
 def setup(tiny_model_dir, tiny_tokenizer):
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM
-
-    from trl_grpo_ext import tiny
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 64-wide model: one thread is fastest, and the machine is shared
 
-    rows_a = tiny.count_char_rows(6, target="a")
-    rows_b = tiny.count_char_rows(6, target="b", seed=1)
-    dataset = Dataset.from_list([rows_b[i] if i % 2 else row for i, row in enumerate(rows_a)])
+    dataset = count_char_mix(6)
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     # accelerate's free_memory() runs gc.collect() at every train(); freezing the objects alive now (torch,
     # transformers, the model) keeps that collection to what each step creates
@@ -210,8 +206,6 @@ def setup(tiny_model_dir, tiny_tokenizer):
 def _run_step(setup, combo, tmp_path):
     import torch
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-
     model, tokenizer, dataset = setup
     a, aggregation, zvf, loss = combo
     adv = ADVANTAGE_SETTINGS[a]
@@ -221,13 +215,10 @@ def _run_step(setup, combo, tmp_path):
     assert _validated(values)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        args = GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, prompts_per_step=4,
-                             num_generations=G, micro_batch_size=16, total_training_steps=1, max_completion_length=6,
-                             learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=1,
-                             gradient_checkpointing=False,
-                             disable_tqdm=True, seed=a, reward_weights=list(WEIGHTS), **values)
-        trainer = GRPOExtTrainer(model, reward_funcs=[reward_count_b, reward_length_mod_3], args=args,
-                                 train_dataset=dataset, processing_class=tokenizer)
+        trainer = tiny_trainer(tmp_path, [reward_count_b, reward_length_mod_3], dataset, model=model,
+                               processing_class=tokenizer, prompts_per_step=4, num_generations=G, micro_batch_size=16,
+                               total_training_steps=1, max_completion_length=6, learning_rate=1e-3,
+                               gradient_checkpointing=False, seed=a, reward_weights=list(WEIGHTS), **values)
     outputs = []
     generate = trainer._generate_and_score_completions
 

@@ -10,19 +10,12 @@ import math
 
 import pytest
 import torch
-from datasets import Dataset
+from factories import count_char_mix, tiny_trainer
 from trl import GRPOTrainer
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+from trl_grpo_ext import GRPOExtTrainer
 
 G = 4
-
-
-def _dataset(num_prompts: int) -> Dataset:
-    """count-char prompts, alternately asking for "a" and "b" (the "b" groups get 3× the reward)."""
-    rows_a = tiny.count_char_rows(num_prompts, target="a")
-    rows_b = tiny.count_char_rows(num_prompts, target="b", seed=1)
-    return Dataset.from_list([rows_b[i] if i % 2 else row for i, row in enumerate(rows_a)])
 
 
 def known_reward(completions, target, **kwargs):
@@ -48,31 +41,14 @@ def sometimes_missing_reward(completions, **kwargs):
     return values
 
 
+# 4 prompts per step, G 4, one micro-batch of 16 completions, 1 optimizer step at lr 1e-3, seed 0
+RUN = dict(prompts_per_step=4, num_generations=G, micro_batch_size=16, total_training_steps=1, max_completion_length=8,
+           learning_rate=1e-3, seed=0)
+
+
 def _trainer(tmp_path, reward_funcs, **overrides) -> GRPOExtTrainer:
-    path = tiny.ensure_tiny_model()
-    settings = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        prompts_per_step=4,
-        num_generations=G,
-        micro_batch_size=16,
-        total_training_steps=1,
-        max_completion_length=8,
-        learning_rate=1e-3,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
-    )
-    settings.update(overrides)
-    return GRPOExtTrainer(
-        str(path),
-        reward_funcs=reward_funcs,
-        args=GRPOExtConfig(**settings),
-        train_dataset=_dataset(4),  # 2 "a" and 2 "b" prompts: every step holds all four
-        processing_class=tiny.load_tokenizer(path),
-    )
+    # count_char_mix(4): 2 "a" and 2 "b" prompts (the "b" groups get 3× the reward), so every step holds all four
+    return tiny_trainer(tmp_path, reward_funcs, count_char_mix(4), **{**RUN, **overrides})
 
 
 def _record(trainer, monkeypatch):

@@ -5,23 +5,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from factories import tiny_cpu_yaml
 
 from trl_grpo_ext.frontdoor import ConfigError, read_run_args, resolve_config, shipped_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "recipes" / "configs" / "tiny_cpu.yaml"
-
-
-def _config(tmp_path, drop=(), **changes):
-    values = yaml.safe_load(TINY.read_text())
-    for key in drop:
-        values.pop(key)
-    values.update(changes)
-    values["output_dir"] = str(tmp_path / "out")
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(values))
-    return str(path)
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +19,7 @@ def _one_process(monkeypatch):
 
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
 def test_every_unknown_key_is_named_once_and_list_values_are_not_keys(tmp_path, light):
-    path = _config(tmp_path, learnig_rate=1e-5, num_generatons=4, lora_target_modules=["q_proj", "k_proj"],
+    path = tiny_cpu_yaml(tmp_path, learnig_rate=1e-5, num_generatons=4, lora_target_modules=["q_proj", "k_proj"],
                    reward_modle=["accuracy", "format"])
     with pytest.raises(ConfigError) as info:
         read_run_args(["--config", path, "--totl_epochs", "2"], light=light)
@@ -46,7 +34,7 @@ def test_every_unknown_key_is_named_once_and_list_values_are_not_keys(tmp_path, 
 
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
 def test_renamed_keys_are_read_under_their_new_name(tmp_path, capsys, light):
-    path = _config(tmp_path, torch_dtype="float32", warmup_ratio=0.1)
+    path = tiny_cpu_yaml(tmp_path, torch_dtype="float32", warmup_ratio=0.1)
     script_args, training_args, model_args, _ = read_run_args(["--config", path], light=light)
     assert model_args.dtype == "float32"
     assert training_args.warmup_steps == 0.1  # transformers 5: below 1 is a fraction of the steps
@@ -56,9 +44,9 @@ def test_renamed_keys_are_read_under_their_new_name(tmp_path, capsys, light):
 
 def test_old_and_new_name_together_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="'warmup_ratio' and 'warmup_steps' are both set"):
-        read_run_args(["--config", _config(tmp_path, warmup_ratio=0.1, warmup_steps=5)], light=True)
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, warmup_ratio=0.1, warmup_steps=5)], light=True)
     with pytest.raises(ConfigError, match=r"warmup_ratio=1\.5 must be a number in \[0, 1\)"):
-        read_run_args(["--config", _config(tmp_path, warmup_ratio=1.5)], light=True)
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, warmup_ratio=1.5)], light=True)
 
 
 @pytest.mark.parametrize("key, value, says", [
@@ -69,34 +57,34 @@ def test_old_and_new_name_together_are_refused(tmp_path):
 ])
 def test_removed_or_unsupported_keys_say_what_to_do(tmp_path, key, value, says):
     with pytest.raises(ConfigError) as info:
-        read_run_args(["--config", _config(tmp_path, **{key: value})], light=True)
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, **{key: value})], light=True)
     assert f"'{key}'" in str(info.value) and says in str(info.value)
 
 
 def test_empty_open_r1_lists_are_accepted(tmp_path):
-    run = read_run_args(["--config", _config(tmp_path, benchmarks=[], callbacks=[])], light=True)
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path, benchmarks=[], callbacks=[])], light=True)
     assert "benchmarks" not in run.given
 
 
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
 def test_reward_funcs_is_another_name_for_rewards(tmp_path, light):
-    path = _config(tmp_path, drop=["rewards"], reward_funcs=["char_fraction", "trl_grpo_ext.rewards.builtin.Format"])
+    path = tiny_cpu_yaml(tmp_path, drop=["rewards"], reward_funcs=["char_fraction", "trl_grpo_ext.rewards.builtin.Format"])
     _, training_args, _, _ = read_run_args(["--config", path], light=light)
     names = [r if isinstance(r, str) else r["name"] for r in training_args.rewards]
     assert names == ["char_fraction", "trl_grpo_ext.rewards.builtin.Format"]
     with pytest.raises(ConfigError, match="'reward_funcs' and 'rewards' are both set"):
-        read_run_args(["--config", _config(tmp_path, reward_funcs=["format"])], light=light)
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, reward_funcs=["format"])], light=light)
 
 
 def test_reward_funcs_on_the_command_line(tmp_path):
-    path = _config(tmp_path, drop=["rewards"])
+    path = tiny_cpu_yaml(tmp_path, drop=["rewards"])
     _, training_args, _, _ = read_run_args(["--config", path, "--reward_funcs", "char_fraction", "format"], light=True)
     assert training_args.rewards == ["char_fraction", "format"]
 
 
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
 def test_command_line_overrides_the_file_and_given_keys_are_recorded(tmp_path, light):
-    run = read_run_args(["--config", _config(tmp_path), "--learning_rate", "0.5", "--no_plot"], light=light)
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--learning_rate", "0.5", "--no_plot"], light=light)
     assert run.training_args.learning_rate == 0.5 and run.script_args.plot is False
     assert {"learning_rate", "plot", "prompts_per_step", "rewards"} <= run.given
     assert "per_device_train_batch_size" not in run.given
@@ -104,7 +92,7 @@ def test_command_line_overrides_the_file_and_given_keys_are_recorded(tmp_path, l
 
 def test_bad_value_type_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="num_generations.*invalid int value: 'two'"):
-        read_run_args(["--config", _config(tmp_path), "--num_generations", "two"], light=True)
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--num_generations", "two"], light=True)
 
 
 def test_shipped_configs_by_name():
@@ -156,14 +144,14 @@ def test_validation_runs_for_plan_and_recipe_on_the_keys_the_user_set(tmp_path, 
                      "weight_decay" in kwargs["user_values"]))
 
     monkeypatch.setattr(validation, "validate_run_args", record)
-    read_run_args(["--config", _config(tmp_path)], light=True)
-    read_run_args(["--config", _config(tmp_path), "--weight_decay", "0.01"])
+    read_run_args(["--config", tiny_cpu_yaml(tmp_path)], light=True)
+    read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--weight_decay", "0.01"])
     # the twin carries the real class's name; the YAML's keys and the command line's are what the user set
     assert seen == [("GRPOExtConfig", True, False), ("GRPOExtConfig", True, True)]
 
 
 def test_plan_takes_overrides_and_refuses_what_the_recipe_refuses(tmp_path):
-    path = _config(tmp_path)
+    path = tiny_cpu_yaml(tmp_path)
     cli = [sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config", path, "--json"]
     ok = subprocess.run([*cli, "--prompts_per_step", "4"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert ok.returncode == 0, ok.stderr

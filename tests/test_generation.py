@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from bitsandbytes.functional import dequantize_4bit, quantize_4bit
+from factories import LORA_TARGETS, lora, nf4, tiny_config, tiny_trainer
 from torch import nn
 from vllm_standin import StandInVLLMGeneration
 
@@ -30,7 +31,6 @@ from trl_grpo_ext.models import keep_4bit_training_layout
 ROOT = Path(__file__).resolve().parents[1]
 CYCLES = 50
 R, ALPHA, A_STD, W_STD = 16, 32, 0.25, 0.02
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 # -- the drift table: TRL's real weight sync (stand-in engine) against bitsandbytes alone ------------------------------
@@ -125,23 +125,21 @@ def test_drift_monitor_follows_first_middle_last_adapted_layer(tiny_model_dir):
 
 def _tiny_4bit_lora(double_quant: bool):
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM
 
-    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=double_quant,
-                             bnb_4bit_compute_dtype=torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(tiny.ensure_tiny_model(), quantization_config=bnb,
+    model = AutoModelForCausalLM.from_pretrained(tiny.ensure_tiny_model(), quantization_config=nf4(double_quant=double_quant),
                                                  dtype=torch.float32)
     return get_peft_model(model, LoraConfig(r=4, target_modules=LORA_TARGETS))
 
 
 # -- refusals, before any model loads -----------------------------------------------------------------------------------
+# 2 prompts × G 8 = 16 completions per step in one micro-batch, 1 optimizer step at lr 1e-3, seed 0
+RUN = dict(prompts_per_step=2, num_generations=8, micro_batch_size=16, total_training_steps=1, max_completion_length=16,
+           learning_rate=1e-3, rewards=["char_fraction"], seed=0)
+
+
 def _config(tmp_path, **overrides) -> GRPOExtConfig:
-    fields = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, prompts_per_step=2, num_generations=8,
-                  micro_batch_size=16, total_training_steps=1, max_completion_length=16, learning_rate=1e-3,
-                  report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True, rewards=["char_fraction"],
-                  seed=0)
-    fields.update(overrides)
-    return GRPOExtConfig(**fields)
+    return tiny_config(tmp_path, **{**RUN, **overrides})
 
 
 def _assert_vllm_4bit_refusal(message: str):
@@ -228,19 +226,13 @@ def test_generation_batch_other_than_the_step_is_refused_by_the_plan(tmp_path):
 # -- the opt-in: vLLM (stand-in engine) on a 4-bit base, with the drift metric ----------------------------------------
 def _vllm_trainer(tmp_path, monkeypatch, learning_rate: float):
     import trl.trainer.grpo_trainer as grpo_trainer
-    from peft import LoraConfig
-    from transformers import BitsAndBytesConfig
 
     monkeypatch.setattr(grpo_trainer, "VLLMGeneration", StandInVLLMGeneration)
-    path = tiny.ensure_tiny_model()
-    args = _config(tmp_path, use_vllm=True, allow_vllm_4bit_merge=True, total_training_steps=3,
-                   learning_rate=learning_rate, vllm_importance_sampling_correction=False)
-    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=False,
-                             bnb_4bit_compute_dtype=torch.float32)
-    return GRPOExtTrainer(str(path), args=args, train_dataset=tiny.count_char_dataset(32),
-                          processing_class=tiny.load_tokenizer(path), quantization_config=bnb,
-                          peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS,
-                                                 task_type="CAUSAL_LM"))
+    return tiny_trainer(
+        tmp_path, None, tiny.count_char_dataset(32), quantization_config=nf4(double_quant=False), peft_config=lora(),
+        **{**RUN, "use_vllm": True, "allow_vllm_4bit_merge": True, "total_training_steps": 3,
+           "learning_rate": learning_rate, "vllm_importance_sampling_correction": False},
+    )
 
 
 def _logged(trainer, key):
@@ -277,18 +269,12 @@ SETTINGS = {
 
 
 def _qlora_trainer(tmp_path, compute_dtype=torch.float32, **overrides):
-    from peft import LoraConfig
-    from transformers import BitsAndBytesConfig
-
-    path = tiny.ensure_tiny_model()
-    args = _config(tmp_path, bf16=compute_dtype == torch.bfloat16, model_init_kwargs={"dtype": compute_dtype},
-                   max_completion_length=12, **overrides)
-    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                             bnb_4bit_compute_dtype=compute_dtype)
-    peft = LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, modules_to_save=["lm_head"],
-                      task_type="CAUSAL_LM")
-    return GRPOExtTrainer(str(path), args=args, train_dataset=tiny.count_char_dataset(32),
-                          processing_class=tiny.load_tokenizer(path), quantization_config=bnb, peft_config=peft)
+    return tiny_trainer(
+        tmp_path, None, tiny.count_char_dataset(32), quantization_config=nf4(compute_dtype),
+        peft_config=lora(modules_to_save=["lm_head"]),
+        **{**RUN, "bf16": compute_dtype == torch.bfloat16, "model_init_kwargs": {"dtype": compute_dtype},
+           "max_completion_length": 12, **overrides},
+    )
 
 
 def _train_one_step(trainer):

@@ -6,22 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from factories import tiny_cpu_yaml
 
 from trl_grpo_ext.launch import RecipeArgumentError, parse_recipe_args, write_run_config
 from trl_grpo_ext.rewards.spec import RewardSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "recipes" / "configs" / "tiny_cpu.yaml"
-
-
-def _config(tmp_path, **changes):
-    values = yaml.safe_load(TINY.read_text())
-    values.update(changes)
-    values["output_dir"] = str(tmp_path / "out")
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(values))
-    return str(path)
 
 
 def _error(argv) -> str:
@@ -32,7 +22,7 @@ def _error(argv) -> str:
 
 
 def test_the_embedded_default_parses(tmp_path):
-    script_args, training_args, model_args, push_args = parse_recipe_args(["--config", _config(tmp_path)])
+    script_args, training_args, model_args, push_args = parse_recipe_args(["--config", tiny_cpu_yaml(tmp_path)])
     assert model_args.model_name_or_path == "embedded:tiny-qwen2"
     assert training_args.gradient_accumulation_steps == 1 and training_args.per_device_train_batch_size == 16
     assert training_args.rewards == [{"name": "char_fraction", "weight": 1.0}]  # as given
@@ -46,15 +36,15 @@ def test_missing_config_file_lists_the_available_ones(tmp_path):
 
 
 def test_unknown_yaml_key_is_named_with_a_suggestion(tmp_path):
-    message = _error(["--config", _config(tmp_path, learnig_rate=1e-5)])
+    message = _error(["--config", tiny_cpu_yaml(tmp_path, learnig_rate=1e-5)])
     assert "learnig_rate" in message and "did you mean 'learning_rate'" in message
 
 
 def test_model_path_that_does_not_exist_mentions_offline_and_the_embedded_default(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    message = _error(["--config", _config(tmp_path, model_name_or_path="Qwen/Qwen2.5-0.5B-Instruct")])
+    message = _error(["--config", tiny_cpu_yaml(tmp_path, model_name_or_path="Qwen/Qwen2.5-0.5B-Instruct")])
     assert "HF_HUB_OFFLINE=1" in message and "unreachable offline" in message and "make demo" in message
-    message = _error(["--config", _config(tmp_path, model_name_or_path="./no/such/dir")])
+    message = _error(["--config", tiny_cpu_yaml(tmp_path, model_name_or_path="./no/such/dir")])
     assert "not an existing directory" in message
 
 
@@ -63,23 +53,23 @@ def test_bf16_on_a_machine_without_bf16(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU; the check is for CPU-only machines")
-    message = _error(["--config", _config(tmp_path, bf16=True, use_cpu=False)])
+    message = _error(["--config", tiny_cpu_yaml(tmp_path, bf16=True, use_cpu=False)])
     assert "bf16=True" in message and "bf16: false" in message
 
 
 def test_conflicting_quantities_fail_before_loading(tmp_path):
-    message = _error(["--config", _config(tmp_path, per_device_train_batch_size=4)])
+    message = _error(["--config", tiny_cpu_yaml(tmp_path, per_device_train_batch_size=4)])
     assert "per_device_train_batch_size" in message and "micro_batch_size" in message
 
 
 def test_cli_override_wins_over_yaml(tmp_path):
-    _, training_args, _, _ = parse_recipe_args(["--config", _config(tmp_path), "--learning_rate", "0.5"])
+    _, training_args, _, _ = parse_recipe_args(["--config", tiny_cpu_yaml(tmp_path), "--learning_rate", "0.5"])
     assert training_args.learning_rate == 0.5
 
 
 def test_recipe_exits_2_with_one_line_and_no_traceback(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "grpo_qlora.py"), "--config", _config(tmp_path, learnig_rate=1)],
+        [sys.executable, str(ROOT / "recipes" / "grpo_qlora.py"), "--config", tiny_cpu_yaml(tmp_path, learnig_rate=1)],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert result.returncode == 2
@@ -90,7 +80,7 @@ def test_recipe_exits_2_with_one_line_and_no_traceback(tmp_path):
 
 def test_run_config_never_holds_the_token(tmp_path):
     script_args, training_args, model_args, push_args = parse_recipe_args(
-        ["--config", _config(tmp_path), "--hub_token", "hf_abcdefghijklmnopqrstuvwxyz0123456789"])
+        ["--config", tiny_cpu_yaml(tmp_path), "--hub_token", "hf_abcdefghijklmnopqrstuvwxyz0123456789"])
     path = write_run_config(str(tmp_path), script_args, training_args, model_args, push_args)
     text = path.read_text()
     assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in text
@@ -138,14 +128,14 @@ def test_every_field_of_ours_is_in_the_configuration_reference():
 
 
 def test_unknown_reward_parameter_fails_before_loading(tmp_path):
-    message = _error(["--config", _config(tmp_path, rewards=[{"name": "char_fraction", "kwargs": {"targt": "a"}}])])
+    message = _error(["--config", tiny_cpu_yaml(tmp_path, rewards=[{"name": "char_fraction", "kwargs": {"targt": "a"}}])])
     assert "targt" in message
 
 
 def test_train_under_accelerate_ends_a_refused_config_with_one_line(tmp_path):
     """`trl-grpo-ext train --accelerate_config cpu` passes accelerate's --quiet: no CalledProcessError traceback."""
     result = subprocess.run(
-        [sys.executable, "-m", "trl_grpo_ext.cli", "train", "--config", _config(tmp_path), "--accelerate_config", "cpu",
+        [sys.executable, "-m", "trl_grpo_ext.cli", "train", "--config", tiny_cpu_yaml(tmp_path), "--accelerate_config", "cpu",
          "--learnig_rate", "1"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})

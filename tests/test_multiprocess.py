@@ -8,12 +8,11 @@ configs users launch on several GPUs (they parse; the plan counts their processe
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from factories import TORCHRUN_2, tiny_cpu_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes/accelerate_configs"
@@ -25,21 +24,17 @@ REWARDS = [
 ]
 
 
-def every_feature_config(tmp_path: Path, zero_variance_filter: str) -> Path:
+def every_feature_config(tmp_path: Path, zero_variance_filter: str) -> str:
     """tiny_cpu.yaml with quantities, the zero-variance filter, an advantage preset and three weighted rewards.
 
     4 prompts x 4 completions = 16 completions per step; micro-batches of 4 on 2 processes -> accumulation 2.
     """
-    config = yaml.safe_load((ROOT / "recipes/configs/tiny_cpu.yaml").read_text())
-    config.update(
-        prompts_per_step=4, num_generations=4, micro_batch_size=4, total_training_steps=STEPS, total_epochs=1,
-        max_completion_length=8, embedded_num_prompts=64, zero_variance_filter=zero_variance_filter,
-        advantage_preset="rloo", rewards=REWARDS, save_strategy="steps", save_steps=STEPS // 2,
-        save_total_limit=None, plot=False, output_dir=str(tmp_path / "out"),
+    return tiny_cpu_yaml(
+        tmp_path, name="every_feature.yaml", prompts_per_step=4, num_generations=4, micro_batch_size=4,
+        total_training_steps=STEPS, total_epochs=1, max_completion_length=8, embedded_num_prompts=64,
+        zero_variance_filter=zero_variance_filter, advantage_preset="rloo", rewards=REWARDS, save_strategy="steps",
+        save_steps=STEPS // 2, save_total_limit=None, plot=False,
     )
-    path = tmp_path / "every_feature.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 @pytest.mark.multiproc
@@ -48,8 +43,7 @@ def test_two_cpu_processes_run_to_the_planned_step_and_save_once(tmp_path, zero_
     config = every_feature_config(tmp_path, zero_variance_filter)
     out = tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "recipes/grpo_qlora.py", "--config", str(config), "--use_cpu", "true"]
+    command = [*TORCHRUN_2, "recipes/grpo_qlora.py", "--config", str(config), "--use_cpu", "true"]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=150)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 

@@ -7,11 +7,11 @@ Expected totals are worked out by hand from TRL's sampler rule (steps/epoch = fl
 import json
 
 import pytest
+from factories import tiny_config
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+from trl_grpo_ext import GRPOExtTrainer, tiny
 
-COMMON = dict(use_cpu=True, max_completion_length=4, report_to=[], save_strategy="no", logging_steps=1,
-              disable_tqdm=True, rewards=["char_fraction"], learning_rate=1e-3)
+COMMON = dict(max_completion_length=4, rewards=["char_fraction"], learning_rate=1e-3)
 
 CASES = {
     # 40 prompts, 4 per step -> 10 steps/epoch; 3-step limit < 1 epoch (10 steps): stops at 3 by the step limit.
@@ -37,7 +37,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_planned_total_equals_global_step(name, tmp_path, tiny_model_dir, tiny_tokenizer):
     num_prompts, quantities, expected_total, expected_reason = CASES[name]
-    args = GRPOExtConfig(output_dir=str(tmp_path), **COMMON, **quantities)
+    args = tiny_config(tmp_path, **COMMON, **quantities)
     trainer = GRPOExtTrainer(str(tiny_model_dir), args=args, train_dataset=tiny.count_char_dataset(num_prompts),
                              processing_class=tiny_tokenizer)
     assert (trainer.plan.total_steps, trainer.plan.stop_reason) == (expected_total, expected_reason)
@@ -52,7 +52,7 @@ def test_the_trainer_takes_the_callers_plan_and_refuses_another(tmp_path, tiny_m
     from trl_grpo_ext.plan import resolve_plan
 
     num_prompts, quantities, _, _ = CASES["step_limit_wins"]
-    args = GRPOExtConfig(output_dir=str(tmp_path), **COMMON, **quantities)
+    args = tiny_config(tmp_path, **COMMON, **quantities)
     dataset = tiny.count_char_dataset(num_prompts)
     plan = resolve_plan(args.resolved.quantity_fields(), num_prompts, 1, args.max_completion_length)
     trainer = GRPOExtTrainer(str(tiny_model_dir), args=args, train_dataset=dataset, processing_class=tiny_tokenizer,
@@ -73,7 +73,7 @@ def test_a_checked_checkpoint_is_not_checked_again(tmp_path, tiny_model_dir, tin
     from trl_grpo_ext.checkpoints import CheckedCheckpoint
 
     num_prompts, quantities, _, _ = CASES["step_limit_wins"]
-    args = GRPOExtConfig(output_dir=str(tmp_path), **COMMON, **quantities)
+    args = tiny_config(tmp_path, **COMMON, **quantities)
     trainer = GRPOExtTrainer(str(tiny_model_dir), args=args, train_dataset=tiny.count_char_dataset(num_prompts),
                              processing_class=tiny_tokenizer)
     checkpoint = tmp_path / "checkpoint-2"

@@ -5,30 +5,16 @@ The worker (tests/resume_epochs_worker.py) runs the task of tests/resume_epochs_
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from factories import run_worker_on_2_processes
 from safetensors.torch import load_file
-
-from trl_grpo_ext import tiny
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.multiproc
 def test_two_processes_resume_mid_epoch_in_resample_mode(tmp_path):
-    tiny.ensure_tiny_model()  # build the cached model once here, not concurrently in both ranks
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    env.pop("WORLD_SIZE", None)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    result = subprocess.run(
-        [*command, str(ROOT / "tests" / "resume_epochs_worker.py"), str(tmp_path), "resample"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )
+    result = run_worker_on_2_processes("resume_epochs_worker.py", str(tmp_path), "resample", timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):
         runs = json.loads((tmp_path / f"rank{rank}.json").read_text())

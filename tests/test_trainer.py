@@ -3,12 +3,12 @@
 import sys
 
 import pytest
+from factories import tiny_config
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.rewards.guard import RewardFunctionError
 
-COMMON = dict(use_cpu=True, prompts_per_step=2, num_generations=4, micro_batch_size=8, total_training_steps=1,
-              max_completion_length=4, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True)
+COMMON = dict(prompts_per_step=2, num_generations=4, micro_batch_size=8, total_training_steps=1, max_completion_length=4)
 
 
 def nan_reward(completions, **kwargs):
@@ -16,7 +16,7 @@ def nan_reward(completions, **kwargs):
 
 
 def test_a_python_reward_function_is_guarded(tmp_path, tiny_model_dir, tiny_tokenizer):
-    args = GRPOExtConfig(output_dir=str(tmp_path), **COMMON)
+    args = tiny_config(tmp_path, **COMMON)
     trainer = GRPOExtTrainer(str(tiny_model_dir), reward_funcs=nan_reward, args=args,
                              train_dataset=tiny.count_char_dataset(8), processing_class=tiny_tokenizer)
     assert trainer.reward_func_names == ["nan_reward"]  # the metric name is the function's own
@@ -31,7 +31,7 @@ def test_an_import_path_reward_from_the_config(tmp_path, tiny_model_dir, tiny_to
         "    return [float(t.endswith('a')) for t in texts]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    args = GRPOExtConfig(output_dir=str(tmp_path / "out"), rewards=["my_rewards:ends_with_a"], **COMMON)
+    args = tiny_config(tmp_path / "out", rewards=["my_rewards:ends_with_a"], **COMMON)
     trainer = GRPOExtTrainer(str(tiny_model_dir), args=args, train_dataset=tiny.count_char_dataset(8),
                              processing_class=tiny_tokenizer)
     trainer.train()

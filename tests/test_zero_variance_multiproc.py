@@ -6,32 +6,14 @@ for `use_cpu=True`). The worker is tests/zero_variance_worker.py.
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-from trl_grpo_ext import tiny
-
-ROOT = Path(__file__).resolve().parents[1]
+from factories import run_worker_on_2_processes
 
 
 @pytest.mark.multiproc
 def test_two_processes_resample_with_identical_decisions(tmp_path):
-    tiny.ensure_tiny_model()  # build the cached model once here, not concurrently in both ranks
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    env.pop("WORLD_SIZE", None)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    result = subprocess.run(
-        [*command, str(ROOT / "tests" / "zero_variance_worker.py"), str(tmp_path)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_worker_on_2_processes("zero_variance_worker.py", str(tmp_path), timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2]

@@ -9,6 +9,7 @@ completion is correct. Judged on accuracy, the group has zero variance and is fi
 import pytest
 import torch
 from datasets import Dataset
+from factories import tiny_trainer
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
 from trl_grpo_ext.advantage_settings import resolve_advantage_settings
@@ -51,17 +52,11 @@ def format_reward(completions, **kwargs):
 
 
 def _trainer(tmp_path, **overrides) -> GRPOExtTrainer:
-    path = tiny.ensure_tiny_model()
-    settings = dict(
-        output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=G, micro_batch_size=8,
-        total_training_steps=1, max_completion_length=4, learning_rate=1e-3, report_to=[], save_strategy="no",
-        logging_steps=1, disable_tqdm=True, seed=0, zero_variance_filter="mask", reward_weights=[1.0, 0.1],
-    )
-    settings.update(overrides)
-    return GRPOExtTrainer(
-        str(path), reward_funcs=[accuracy, format_reward], args=GRPOExtConfig(**settings),
-        train_dataset=Dataset.from_list(tiny.count_char_rows(4)), processing_class=tiny.load_tokenizer(path),
-    )
+    settings = dict(prompts_per_step=2, num_generations=G, micro_batch_size=8, total_training_steps=1,
+                    max_completion_length=4, learning_rate=1e-3, seed=0, zero_variance_filter="mask",
+                    reward_weights=[1.0, 0.1])
+    return tiny_trainer(tmp_path, [accuracy, format_reward], Dataset.from_list(tiny.count_char_rows(4)),
+                        **{**settings, **overrides})
 
 
 @pytest.mark.parametrize(("judged", "fraction"), [(None, 0.0), ("accuracy", 1.0), ("format_reward", 0.0)])

@@ -11,10 +11,11 @@ import time
 import pytest
 import torch
 from datasets import Dataset
+from factories import count_char_mix, tiny_trainer
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+from trl_grpo_ext import GRPOExtTrainer
 
 G = 4
 ZERO_VARIANCE_TARGET = "b"
@@ -22,9 +23,7 @@ ZERO_VARIANCE_TARGET = "b"
 
 def _dataset(num_prompts: int, every: int = 2) -> Dataset:
     """count-char prompts; every `every`-th one (starting with the second) asks for the zero-variance target."""
-    rows = tiny.count_char_rows(num_prompts, target="a")
-    zero_variance_rows = tiny.count_char_rows(num_prompts, target=ZERO_VARIANCE_TARGET, seed=1)
-    return Dataset.from_list([zero_variance_rows[i] if i % every == every - 1 else row for i, row in enumerate(rows)])
+    return count_char_mix(num_prompts, other=ZERO_VARIANCE_TARGET, every=every)
 
 
 def position_reward(completions, target, **kwargs):
@@ -43,28 +42,13 @@ def constant_reward(completions, **kwargs):
     return [1.0] * len(completions)
 
 
+# 4 prompts per step, G 4; one micro-batch = the whole generation batch (gradient_accumulation_steps = 1)
+RUN = dict(prompts_per_step=4, num_generations=G, micro_batch_size=16, total_training_steps=1, max_completion_length=8,
+           learning_rate=1e-3, seed=0)
+
+
 def _trainer(tmp_path, reward, dataset, **overrides) -> GRPOExtTrainer:
-    path = tiny.ensure_tiny_model()
-    settings = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        prompts_per_step=4,
-        num_generations=G,
-        micro_batch_size=16,  # one micro-batch = the whole generation batch (gradient_accumulation_steps = 1)
-        total_training_steps=1,
-        max_completion_length=8,
-        learning_rate=1e-3,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
-    )
-    settings.update(overrides)
-    args = GRPOExtConfig(**settings)
-    return GRPOExtTrainer(
-        str(path), reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tiny.load_tokenizer(path)
-    )
+    return tiny_trainer(tmp_path, reward, dataset, **{**RUN, **overrides})
 
 
 def _zero_variance_rows(trainer, inputs) -> torch.Tensor:

@@ -16,9 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from datasets import Dataset  # noqa: E402
-
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny  # noqa: E402
+from factories import count_char_mix, tiny_trainer  # noqa: E402
 
 G = 4
 
@@ -31,29 +29,12 @@ def reward(completions, target, trainer_state, **kwargs):
 
 def main(out_dir: str) -> None:
     rank = int(os.environ["RANK"])
-    path = tiny.ensure_tiny_model()  # built by the test before launching, so the ranks only read it
-    rows = tiny.count_char_rows(32, target="a")
-    zero_variance_rows = tiny.count_char_rows(32, target="b", seed=1)
-    dataset = Dataset.from_list([zero_variance_rows[i] if i % 2 else row for i, row in enumerate(rows)])
-    args = GRPOExtConfig(
-        output_dir=os.path.join(out_dir, "run"),
-        use_cpu=True,
-        prompts_per_step=4,
-        num_generations=G,
+    # the tiny model is built by the test before launching, so the ranks only read it
+    trainer = tiny_trainer(
+        os.path.join(out_dir, "run"), reward, count_char_mix(32), prompts_per_step=4, num_generations=G,
         micro_batch_size=8,  # 16 completions per step over 2 processes: gradient_accumulation_steps = 1
-        total_training_steps=3,
-        max_completion_length=8,
-        learning_rate=1e-3,
-        zero_variance_filter="resample",
-        max_resample_rounds=2,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
-    )
-    trainer = GRPOExtTrainer(
-        str(path), reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tiny.load_tokenizer(path)
+        total_training_steps=3, max_completion_length=8, learning_rate=1e-3, zero_variance_filter="resample",
+        max_resample_rounds=2, seed=0,
     )
     batches = []
     draw, mask_rows = trainer.zero_variance.source.draw, trainer.zero_variance.mask

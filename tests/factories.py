@@ -1,0 +1,142 @@
+"""Shared test factories: the tiny CPU run's config and trainer, its datasets, the NF4 + LoRA setup, a recipe YAML,
+and the 2-process torchrun launch.
+
+Plain functions, not fixtures: the torchrun workers (tests/*_worker.py) run in their own processes and cannot import
+conftest. The defaults here are only what every tiny run shares and no result depends on (the CPU, no reporting, no
+saving, a log line per optimizer step, no progress bar); every number a test trains with (prompts per step, G,
+micro-batch, steps, completion length, learning rate, seed) is passed at its call site. Heavy imports (torch, TRL,
+peft, transformers) happen on first use, so a config-file test that imports this module stays light.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_CPU_YAML = ROOT / "recipes" / "configs" / "tiny_cpu.yaml"
+
+# GRPOExtConfig fields shared by every tiny run (bf16=False is also what use_cpu=True resolves to).
+TINY_CPU = dict(use_cpu=True, bf16=False, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True)
+
+# The projections of the tiny Qwen2 model that the QLoRA recipe adapts.
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def tiny_config(output_dir, **fields):
+    """A `GRPOExtConfig` for a CPU run: `TINY_CPU` updated with `fields`, writing to `output_dir`.
+
+    Args:
+        output_dir (`str` or `os.PathLike`): the run directory (`output_dir` of the config, as a string).
+        **fields: any GRPOExtConfig / GRPOConfig field; overrides `TINY_CPU` (e.g. `save_strategy="steps"`).
+
+    Returns:
+        `GRPOExtConfig`. Raises whatever the config raises for invalid fields (tests of refusals rely on that).
+    """
+    from trl_grpo_ext import GRPOExtConfig
+
+    return GRPOExtConfig(output_dir=str(output_dir), **{**TINY_CPU, **fields})
+
+
+def tiny_trainer(output_dir, reward_funcs, dataset, *, model=None, processing_class=None, quantization_config=None,
+                 peft_config=None, **fields):
+    """A `GRPOExtTrainer` on the embedded tiny model with `tiny_config(output_dir, **fields)`.
+
+    Args:
+        output_dir (`str` or `os.PathLike`): the run directory.
+        reward_funcs: callable(s) passed to the trainer, or `None` for the config's `rewards`.
+        dataset (`datasets.Dataset`): the train dataset.
+        model: a loaded model or a path; defaults to the embedded tiny model's directory (built on first use).
+        processing_class: defaults to the tiny tokenizer.
+        quantization_config, peft_config: passed to the trainer when given (see `nf4` and `lora`).
+        **fields: config fields, see `tiny_config`.
+
+    Returns:
+        `GRPOExtTrainer`, not yet trained.
+    """
+    from trl_grpo_ext import GRPOExtTrainer, tiny
+
+    path = tiny.ensure_tiny_model()
+    extra = {name: value for name, value in (("quantization_config", quantization_config),
+                                             ("peft_config", peft_config)) if value is not None}
+    return GRPOExtTrainer(
+        str(path) if model is None else model,
+        reward_funcs=reward_funcs,
+        args=tiny_config(output_dir, **fields),
+        train_dataset=dataset,
+        processing_class=tiny.load_tokenizer(path) if processing_class is None else processing_class,
+        **extra,
+    )
+
+
+def count_char_mix(num_prompts: int, other: str = "b", every: int = 2):
+    """count-char prompts asking for "a", except every `every`-th one (the 2nd, 4th, ... for 2), which asks for `other`.
+
+    The "a" rows are `tiny.count_char_rows(num_prompts, target="a")`, the `other` rows the same call with `seed=1`;
+    row i is the `other` row i when `i % every == every - 1`. Returns a `datasets.Dataset` of `num_prompts` rows.
+    """
+    from datasets import Dataset
+
+    from trl_grpo_ext import tiny
+
+    rows = tiny.count_char_rows(num_prompts, target="a")
+    other_rows = tiny.count_char_rows(num_prompts, target=other, seed=1)
+    return Dataset.from_list([other_rows[i] if i % every == every - 1 else row for i, row in enumerate(rows)])
+
+
+def nf4(compute_dtype=None, double_quant: bool = True):
+    """`BitsAndBytesConfig` of a 4-bit NF4 base computing in `compute_dtype` (default `torch.float32`)."""
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=double_quant,
+                              bnb_4bit_compute_dtype=torch.float32 if compute_dtype is None else compute_dtype)
+
+
+def lora(modules_to_save: list[str] | None = None):
+    """`LoraConfig` of the QLoRA recipe on the tiny model: r 8, alpha 16 on `LORA_TARGETS`, causal LM."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, modules_to_save=modules_to_save,
+                      task_type="CAUSAL_LM")
+
+
+def tiny_cpu_yaml(tmp_path, drop=(), name: str = "config.yaml", **changes) -> str:
+    """recipes/configs/tiny_cpu.yaml without the keys `drop`, updated with `changes`, written to `tmp_path / name`.
+
+    The run's `output_dir` is `tmp_path / "out"` (it overrides any `output_dir` in `changes`). Returns the path as
+    `str`.
+    """
+    values = yaml.safe_load(TINY_CPU_YAML.read_text())
+    for key in drop:
+        values.pop(key)
+    values.update(changes)
+    values["output_dir"] = str(tmp_path / "out")
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+# torchrun with 2 local processes; `--standalone` takes a free rendezvous port (other runs may hold 29500).
+# `accelerate launch --cpu --num_processes 2` would silently start one process (docs/recipes.md).
+TORCHRUN_2 = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def run_worker_on_2_processes(worker: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    """Run `tests/<worker> *args` under `TORCHRUN_2` on the CPU (gloo) and return the finished process.
+
+    The tiny model is built here first, so the ranks only read it (not both build it at once). The workers get
+    PYTHONPATH = the repository root, OMP_NUM_THREADS=1, HF_HUB_OFFLINE=1 and no inherited WORLD_SIZE; stdout and
+    stderr are captured as text. Raises `subprocess.TimeoutExpired` after `timeout` seconds.
+    """
+    from trl_grpo_ext import tiny
+
+    tiny.ensure_tiny_model()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env.pop("WORLD_SIZE", None)
+    return subprocess.run([*TORCHRUN_2, str(ROOT / "tests" / worker), *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
