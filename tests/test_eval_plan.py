@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from trl_grpo_ext.eval_plan import resolve_eval_plan, uniform_forecast_warning
+from trl_grpo_ext.eval_plan import resolve_eval_plan, zero_variance_forecast_warning
 from trl_grpo_ext.plan import QuantityError
 
 BASE = dict(eval_strategy="steps", eval_steps=40, logging_steps=1, num_generations=8, num_generations_eval=2,
@@ -46,26 +46,26 @@ def test_impossible_eval_setups_name_the_field(change, match):
 
 def test_forecast_warning_when_most_groups_would_be_uniform(tmp_path):
     result = {"base": {"uniform_group_forecast": {"2": 0.3, "8": 0.74}, "pass_rates": [0.0, 0.125, 0.0625]}}
-    warning = uniform_forecast_warning(json.loads(json.dumps(result)), 8)
+    warning = zero_variance_forecast_warning(json.loads(json.dumps(result)), 8)
     assert "74% of groups" in warning and "G=8" in warning and "resample" in warning
-    assert uniform_forecast_warning(result, 2) is None  # 30% <= half
-    assert uniform_forecast_warning({"accuracy": 0.1}, 8) is None  # no samples drawn: nothing to forecast
+    assert zero_variance_forecast_warning(result, 2) is None  # 30% <= half
+    assert zero_variance_forecast_warning({"accuracy": 0.1}, 8) is None  # no samples drawn: nothing to forecast
 
 
 def test_the_warning_prefers_the_forecast_on_the_runs_weighted_reward():
     # pass/fail says 100% uniform, but the weighted (graded) reward varies inside every group: no warning
     result = {"uniform_group_forecast": {"8": 1.0}, "uniform_group_forecast_weighted": {"8": 0.0},
               "correctness_reward": "char_fraction"}
-    assert uniform_forecast_warning(result, 8) is None
+    assert zero_variance_forecast_warning(result, 8) is None
     # G beyond the K samples: only the pass/fail forecast exists, and the warning says what it judged
     result = {"uniform_group_forecast": {"16": 0.9}, "uniform_group_forecast_weighted": {"8": 0.0},
               "correctness_reward": "numeric_match"}
-    assert "judged on numeric_match as pass/fail" in uniform_forecast_warning(result, 16)
+    assert "judged on numeric_match as pass/fail" in zero_variance_forecast_warning(result, 16)
 
 
 def test_forecast_for_a_group_size_the_table_lacks_comes_from_the_pass_rates():
     # G = 6 with q = 0.05 for both prompts: 0.05^6 + 0.95^6 = 0.735
-    warning = uniform_forecast_warning({"uniform_group_forecast": {"8": 0.9}, "pass_rates": [0.05, 0.05]}, 6)
+    warning = zero_variance_forecast_warning({"uniform_group_forecast": {"8": 0.9}, "pass_rates": [0.05, 0.05]}, 6)
     assert "74% of groups" in warning
 
 

@@ -10,8 +10,8 @@ from trl_grpo_ext.eval_stats import (
     newcombe_interval,
     paired_difference_interval,
     pass_at_k,
-    uniform_group_fraction,
     wilson_interval,
+    zero_variance_group_fraction,
 )
 
 
@@ -38,23 +38,23 @@ def test_pass_at_k_rejects_bad_arguments(args):
 
 
 def test_forecast_hand_values():
-    assert uniform_group_fraction([0.5], 4) == pytest.approx(0.125)  # 0.5^4 + 0.5^4
-    assert uniform_group_fraction([0.0, 1.0], 8) == 1.0  # never or always right: every group uniform
+    assert zero_variance_group_fraction([0.5], 4) == pytest.approx(0.125)  # 0.5^4 + 0.5^4
+    assert zero_variance_group_fraction([0.0, 1.0], 8) == 1.0  # never or always right: every group uniform
     # (0.1^2 + 0.9^2 + 0.9^2 + 0.1^2) / 2
-    assert uniform_group_fraction([0.1, 0.9], 2) == pytest.approx(0.82)
+    assert zero_variance_group_fraction([0.1, 0.9], 2) == pytest.approx(0.82)
     # one mean pass rate of 0.062 at G = 8 gives 0.938^8 = 0.60; the same mean spread unevenly over prompts gives
     # more uniform groups (x^8 is convex): [0, 0, 0.186] -> (1 + 1 + 0.814^8) / 3 = 0.73
-    assert uniform_group_fraction([0.062], 8) == pytest.approx(0.938**8)
-    assert round(uniform_group_fraction([0.0, 0.0, 0.186], 8), 2) == round((2 + 0.814**8) / 3, 2) == 0.73
+    assert zero_variance_group_fraction([0.062], 8) == pytest.approx(0.938**8)
+    assert round(zero_variance_group_fraction([0.0, 0.0, 0.186], 8), 2) == round((2 + 0.814**8) / 3, 2) == 0.73
     table = forecast([0.5])
     assert list(table) == [2, 4, 8, 16] and table[2] == pytest.approx(0.5) and table[16] == pytest.approx(2 * 0.5**16)
 
 
 def test_forecast_rejects_bad_rates():
     with pytest.raises(ValueError):
-        uniform_group_fraction([1.5], 4)
+        zero_variance_group_fraction([1.5], 4)
     with pytest.raises(ValueError):
-        uniform_group_fraction([], 4)
+        zero_variance_group_fraction([], 4)
 
 
 @pytest.mark.parametrize(
@@ -105,17 +105,17 @@ def test_paired_difference_interval_rejects_mismatched_inputs():
 
 
 def test_uniform_subset_fraction_is_the_exact_hypergeometric_form_and_handles_graded_rewards():
-    from trl_grpo_ext.eval_stats import uniform_subset_fraction
+    from trl_grpo_ext.eval_stats import zero_variance_subset_fraction
 
     # binary, c = 3 of K = 8 correct, G = 2: (C(3,2) + C(5,2)) / C(8,2) = (3 + 10) / 28
-    assert uniform_subset_fraction([1, 1, 1, 0, 0, 0, 0, 0], 2) == pytest.approx(13 / 28)
+    assert zero_variance_subset_fraction([1, 1, 1, 0, 0, 0, 0, 0], 2) == pytest.approx(13 / 28)
     # brute force over all subsets, with a graded reward
     values = [0.2, 0.2, 0.5, 0.2, 0.9, 0.5]
     for g in range(1, 7):
         subsets = list(itertools.combinations(values, g))
-        assert uniform_subset_fraction(values, g) == pytest.approx(sum(len(set(s)) == 1 for s in subsets) / len(subsets))
+        assert zero_variance_subset_fraction(values, g) == pytest.approx(sum(len(set(s)) == 1 for s in subsets) / len(subsets))
     # every sample different (the tiny task's char_fraction): no uniform group of 2 or more
-    assert uniform_subset_fraction([0.01, 0.02, 0.03, 0.05], 2) == 0.0
-    assert uniform_subset_fraction([0.5, 0.5 + 1e-9], 2, tolerance=1e-6) == 1.0
+    assert zero_variance_subset_fraction([0.01, 0.02, 0.03, 0.05], 2) == 0.0
+    assert zero_variance_subset_fraction([0.5, 0.5 + 1e-9], 2, tolerance=1e-6) == 1.0
     with pytest.raises(ValueError):
-        uniform_subset_fraction([1, 0], 3)
+        zero_variance_subset_fraction([1, 0], 3)

@@ -137,7 +137,7 @@ def resolve_eval_plan(
     )
 
 
-def uniform_forecast_warning(eval_results: dict, num_generations: int) -> str | None:
+def zero_variance_forecast_warning(eval_results: dict, num_generations: int) -> str | None:
     """A warning when an evaluation's forecast expects more than half of the groups to carry no signal.
 
     Args:
@@ -160,9 +160,9 @@ def uniform_forecast_warning(eval_results: dict, num_generations: int) -> str | 
     elif num_generations in binary:
         share, judged = binary[num_generations], f"{source.get('correctness_reward', 'the correctness reward')} as pass/fail"
     elif source.get("pass_rates"):  # a G the table does not list: the pass/fail formula from the pass rates
-        from .eval_stats import uniform_group_fraction
+        from .eval_stats import zero_variance_group_fraction
 
-        share = uniform_group_fraction([float(q) for q in source["pass_rates"]], num_generations)
+        share = zero_variance_group_fraction([float(q) for q in source["pass_rates"]], num_generations)
         judged = f"{source.get('correctness_reward', 'the correctness reward')} as pass/fail"
     else:
         return None

@@ -5,7 +5,7 @@
   answered by the base model and by the trained adapter (Newcombe 1998b, method 10: Wilson intervals of both
   proportions combined with the correlation of the pairs).
 * :func:`pass_at_k`: the unbiased pass@k estimator of Chen et al. 2021 (arXiv 2107.03374, eq. 1).
-* :func:`uniform_group_fraction`: the expected fraction of GRPO groups whose G binary rewards are all equal, i.e.
+* :func:`zero_variance_group_fraction`: the expected fraction of GRPO groups whose G binary rewards are all equal, i.e.
   carry no learning signal (advantage 0 for every completion), from each prompt's pass rate.
 """
 
@@ -135,7 +135,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - prod
 
 
-def uniform_group_fraction(pass_rates: Sequence[float], group_size: int) -> float:
+def zero_variance_group_fraction(pass_rates: Sequence[float], group_size: int) -> float:
     """Expected fraction of groups with all-equal binary rewards: ``mean_i(q_i^G + (1 − q_i)^G)``.
 
     A group of G completions of prompt i, each correct independently with probability q_i, is uniform (all correct
@@ -150,20 +150,20 @@ def uniform_group_fraction(pass_rates: Sequence[float], group_size: int) -> floa
     Raises:
         ValueError: empty rates, a rate outside [0, 1] or ``group_size < 1``.
 
-    >>> uniform_group_fraction([0.5], 4)
+    >>> zero_variance_group_fraction([0.5], 4)
     0.125
     """
     if not pass_rates or group_size < 1 or any(not 0.0 <= q <= 1.0 for q in pass_rates):
-        raise ValueError(f"uniform_group_fraction needs rates in [0, 1] and G >= 1; got G={group_size}.")
+        raise ValueError(f"zero_variance_group_fraction needs rates in [0, 1] and G >= 1; got G={group_size}.")
     return sum(q**group_size + (1 - q) ** group_size for q in pass_rates) / len(pass_rates)
 
 
 def forecast(pass_rates: Sequence[float], group_sizes: Sequence[int] = FORECAST_GROUP_SIZES) -> dict[int, float]:
-    """:func:`uniform_group_fraction` for each G of ``group_sizes``: ``{G: expected fraction of uniform groups}``."""
-    return {g: uniform_group_fraction(pass_rates, g) for g in group_sizes}
+    """:func:`zero_variance_group_fraction` for each G of ``group_sizes``: ``{G: expected fraction of uniform groups}``."""
+    return {g: zero_variance_group_fraction(pass_rates, g) for g in group_sizes}
 
 
-def uniform_subset_fraction(values: Sequence[float], group_size: int, tolerance: float = 0.0) -> float:
+def zero_variance_subset_fraction(values: Sequence[float], group_size: int, tolerance: float = 0.0) -> float:
     """Fraction of the size-G subsets of one prompt's K sampled rewards whose rewards are all equal.
 
     For K exchangeable samples this is an unbiased estimate of the probability that a group of G fresh completions
@@ -180,12 +180,12 @@ def uniform_subset_fraction(values: Sequence[float], group_size: int, tolerance:
     Raises:
         ValueError: ``G`` outside ``[1, K]``.
 
-    >>> uniform_subset_fraction([1, 1, 0, 0], 2)   # C(2,2) + C(2,2) of C(4,2) = 2 / 6
+    >>> zero_variance_subset_fraction([1, 1, 0, 0], 2)   # C(2,2) + C(2,2) of C(4,2) = 2 / 6
     0.3333333333333333
     """
     k = len(values)
     if not 1 <= group_size <= k:
-        raise ValueError(f"uniform_subset_fraction needs 1 <= G <= K; got G={group_size}, K={k}.")
+        raise ValueError(f"zero_variance_subset_fraction needs 1 <= G <= K; got G={group_size}, K={k}.")
     classes: list[list[float]] = []
     for v in sorted(values):
         if classes and abs(v - classes[-1][0]) <= tolerance:

@@ -30,8 +30,8 @@ from .eval_stats import (
     forecast,
     paired_difference_interval,
     pass_at_k,
-    uniform_subset_fraction,
     wilson_interval,
+    zero_variance_subset_fraction,
 )
 
 #: File the recipe and ``make demo-real`` write the final evaluation to, in ``output_dir``.
@@ -58,7 +58,7 @@ class EvalResult:
         uniform_group_forecast_weighted (`dict[int, float]`): the same judged on the run's weighted total reward
             (what TRL's ``frac_reward_zero_std`` measures), estimated without a model of the reward from the K
             samples: the share of size-G subsets of a prompt's samples whose totals are all equal
-            (:func:`~trl_grpo_ext.eval_stats.uniform_subset_fraction`), for G <= K only.
+            (:func:`~trl_grpo_ext.eval_stats.zero_variance_subset_fraction`), for G <= K only.
         correctness_reward (`str`): the reward that decides correctness.
         mean_completion_tokens (`float`): mean greedy completion length [tokens].
         examples (`list[dict]`): the first few prompts with their greedy completion and rewards.
@@ -195,7 +195,7 @@ def evaluate_model(
         result.pass_at_k = pass_at_k_values(counts, num_samples)
         result.uniform_group_forecast = forecast(result.pass_rates, FORECAST_GROUP_SIZES)
         result.uniform_group_forecast_weighted = {
-            g: sum(uniform_subset_fraction(totals[i * num_samples : (i + 1) * num_samples], g) for i in range(n)) / n
+            g: sum(zero_variance_subset_fraction(totals[i * num_samples : (i + 1) * num_samples], g) for i in range(n)) / n
             for g in FORECAST_GROUP_SIZES if g <= num_samples
         }
     return result

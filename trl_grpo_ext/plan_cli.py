@@ -27,7 +27,7 @@ import os
 import sys
 from dataclasses import fields
 
-from trl_grpo_ext.eval_plan import uniform_forecast_warning
+from trl_grpo_ext.eval_plan import zero_variance_forecast_warning
 from trl_grpo_ext.frontdoor import read_run_args
 from trl_grpo_ext.plan import QuantityError, format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.resolved import USER_FIELDS, resolve_config
@@ -110,7 +110,7 @@ def build_plan(args: argparse.Namespace):
         try:
             with open(args.eval_results, encoding="utf-8") as fh:
                 results = json.load(fh)
-            forecast_warning = uniform_forecast_warning(results, plan.num_generations)
+            forecast_warning = zero_variance_forecast_warning(results, plan.num_generations)
         except json.JSONDecodeError as err:
             raise ValueError(f"--eval-results {args.eval_results}: not JSON ({err}); pass the output of "
                              "`trl-grpo-ext eval --k K --json` or a run's eval_results.json.") from None
