@@ -164,6 +164,20 @@ def table_checks() -> dict[str, dict[str, Any]]:
     return {row[0]: row[4] for rows in TABLES.values() for row in rows if row[4]}
 
 
+def table_argparse_choices() -> dict[str, tuple]:
+    """``{field: choices}`` of every recipe dataclass field whose argparse metadata lists ``choices`` (``log_level``,
+    ``dtype``, ...), read from ``_fields.py``. The command line refuses other values; a value from a YAML file reaches
+    the dataclass without argparse, so validation checks it against the same list."""
+    from ._fields import TABLES
+
+    choices: dict[str, tuple] = {}
+    for rows in TABLES.values():
+        for row in rows:
+            if "choices" in row[3]:
+                choices.setdefault(row[0], tuple(row[3]["choices"]))
+    return choices
+
+
 def table_defaults() -> dict[str, Any]:
     """``{field: default}`` of every recipe dataclass field (the first class holding a name wins, as in the parser),
     read from ``_fields.py``: plain values, enum members as their values, ``"<required>"`` for a required field."""

@@ -100,7 +100,7 @@ class ResolvedConfig:
                  "scale_rewards", "loss_type")
         values = {name: getattr(self, name) for name in names}
         if self.rewards is not None:
-            values["reward_weights"] = list(self.reward_weights)
+            values["reward_weights"] = WrittenRewardWeights(self.reward_weights)
         return values
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,11 +112,20 @@ class ResolvedConfig:
         return values
 
 
+class WrittenRewardWeights(list):
+    """TRL's ``reward_weights`` as `GRPOExtConfig` writes it from ``rewards`` (a plain `list` to TRL and to JSON).
+
+    The type marks the weights as ours, not the user's: `dataclasses.replace` hands the written field back to
+    ``__init__``, and :func:`resolve_reward_specs` then ignores it (the ``rewards`` items hold the weights), while
+    weights the user wrote in both places are still refused, whatever their values.
+    """
+
+
 def resolve_reward_specs(rewards: Any, reward_weights: Sequence[float] | None) -> list[RewardSpec]:
     """The reward specs of the ``rewards`` setting, with TRL's ``reward_weights`` applied.
 
-    Weights go on the items or in ``reward_weights``, not both; a ``reward_weights`` equal to the items' own weights
-    (default 1.0) is what an earlier resolution wrote and is accepted, so resolving twice gives the same specs.
+    Weights go on the items or in ``reward_weights``, not both. A :class:`WrittenRewardWeights` is what an earlier
+    resolution wrote (`dataclasses.replace` passes it back) and is ignored, so resolving twice gives the same specs.
 
     Args:
         rewards: the ``rewards`` setting as given (see `trl_grpo_ext.rewards.spec.parse_reward_specs`).
@@ -129,10 +138,9 @@ def resolve_reward_specs(rewards: Any, reward_weights: Sequence[float] | None) -
         ValueError: as `parse_reward_specs` (a malformed item, weights in both places that differ, a wrong number
             of weights, a reward selected twice); UnknownRewardError: an unknown name.
     """
-    specs = parse_reward_specs(rewards)
-    if reward_weights is not None and list(reward_weights) != [spec.weight for spec in specs]:
-        specs = parse_reward_specs(rewards, reward_weights)
-    return specs
+    if isinstance(reward_weights, WrittenRewardWeights):
+        reward_weights = None
+    return parse_reward_specs(rewards, reward_weights)
 
 
 def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Mapping[str, Any]) -> ResolvedConfig:

@@ -313,9 +313,13 @@ def confirm_plan(given: RunPlan | None, fields: dict, dataset_size: int | None, 
         fields, dataset_size, world_size, max_completion_length: as :func:`resolve_plan` takes them.
 
     Raises:
+        TypeError: ``given`` is not a `RunPlan` (a dict or JSON text: rebuild it with `RunPlan.from_json`).
         ValueError: ``given`` is not the plan of these arguments (the differing fields are named).
         QuantityError: see :func:`resolve_plan`.
     """
+    if given is not None and not isinstance(given, RunPlan):
+        raise TypeError(f"run_plan must be a RunPlan, got {type(given).__name__}. Fix: pass resolve_plan(...)'s result, "
+                        "or RunPlan.read(path) / RunPlan.from_json(text) for a saved run_plan.json, or leave it unset.")
     plan = resolve_plan(fields, dataset_size, world_size, max_completion_length)
     if given is None or given == plan:
         return plan if given is None else given

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..checks import Range
-from ..fieldtable import table_checks, table_defaults
+from ..fieldtable import table_argparse_choices, table_checks, table_defaults
 
 #: field -> {"range": Range} / {"choices": (...)}: the checks the recipe's dataclasses declare on their fields.
 _DECLARED: dict[str, dict[str, Any]] = table_checks()
@@ -148,6 +148,9 @@ UNCHECKED_NUMERIC: dict[str, str] = {
 
 #: Allowed values of string fields that would otherwise be accepted and fail after the model loads or at step 1.
 CHOICES: dict[str, tuple[str, ...]] = {
+    # every field whose argparse metadata lists choices (log_level, dtype, ddp_backend, ...): argparse refuses other
+    # values on the command line, but a YAML value reaches the dataclass directly
+    **table_argparse_choices(),
     "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"),
     "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
     "importance_sampling_level": ("token", "sequence"),
