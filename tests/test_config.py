@@ -178,3 +178,22 @@ def test_rewards_parse_from_yaml_and_from_the_command_line(tmp_path):
     (from_cli,) = HfArgumentParser((GRPOExtConfig,)).parse_args_into_dataclasses(argv + ["--rewards", *words])
     assert from_cli.rewards == words
     assert from_cli.resolved.rewards == expected
+
+
+def test_reward_weights_given_twice_or_as_booleans_are_refused_and_replace_stays_idempotent(tmp_path):
+    """The weights the config writes into TRL's reward_weights are recognised on replace(); the user's are checked."""
+    import dataclasses
+
+    common = dict(output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=4)
+    with pytest.raises(ValueError, match="Weights are given both in reward_weights"):
+        GRPOExtConfig(**common, rewards=["char_fraction", {"name": "length", "weight": 0.5}], reward_weights=[1.0, 0.5])
+    with pytest.raises(ValueError, match="weight=True must be a finite number"):
+        GRPOExtConfig(**common, rewards=["char_fraction"], reward_weights=[True])
+    config = GRPOExtConfig(**common, rewards=["char_fraction", {"name": "length", "weight": 0.5}])
+    assert config.reward_weights == [1.0, 0.5]
+    again = dataclasses.replace(config)
+    assert again.resolved == config.resolved and again.reward_weights == [1.0, 0.5]
+    three = dataclasses.replace(config, rewards=["char_fraction", "length", "format"])  # re-resolved from the items
+    assert three.resolved.reward_weights == (1.0, 1.0, 1.0)
+    plain = GRPOExtConfig(**common, rewards=["char_fraction", "length"], reward_weights=[1.0, 0.3])
+    assert plain.resolved.reward_weights == (1.0, 0.3)

@@ -167,3 +167,30 @@ def test_rewards_into_a_closed_pipe_ends_without_a_traceback():
                             capture_output=True, text=True, timeout=60)
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+
+
+@pytest.mark.parametrize("cli, says", [
+    (["--dtype", "float32", "--torch_dtype", "bfloat16"], "'torch_dtype' and 'dtype' are both set on the command line"),
+    (["--rewards", "char_fraction", "--reward_funcs", "char_fraction"], "'reward_funcs' and 'rewards' are both set"),
+    (["--warmup_ratio", "0.1", "--warmup_steps", "3"], "'warmup_ratio' and 'warmup_steps' are both set"),
+])
+def test_old_and_new_name_together_on_the_command_line_are_refused(tmp_path, cli, says):
+    """Both names on the command line: refused (argparse alone would keep whichever came last, silently)."""
+    with pytest.raises(ConfigError, match=says):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path), *cli], light=True)
+
+
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+def test_old_name_on_the_command_line_overrides_the_new_name_in_the_yaml(tmp_path, light):
+    _, _, model_args, _ = read_run_args(["--config", tiny_cpu_yaml(tmp_path, dtype="bfloat16"),
+                                         "--torch_dtype", "float32"], light=light)
+    assert model_args.dtype == "float32"
+
+
+def test_wandb_keys_on_the_command_line_set_the_environment(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--wandb_project", "grpo-runs"], light=True)
+    import os
+
+    assert os.environ["WANDB_PROJECT"] == "grpo-runs"
+    assert "wandb_project: set WANDB_PROJECT=grpo-runs" in capsys.readouterr().err

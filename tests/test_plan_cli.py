@@ -222,3 +222,19 @@ def test_plan_is_no_slower_than_importing_trl():
 
     times = measure(9, "tiny_cpu")
     assert statistics.median(times["plan"]) <= statistics.median(times["import trl"]), times
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--zero_variance_reward", "char_fraction"], "only takes effect with the zero-variance filter on"),
+    (["--zero_variance_filter", "mask", "--zero_variance_reward", "accuracy"], "is not one of this run's rewards"),
+    ({"dtype": "fp16"}, "dtype='fp16' is not valid"),  # argparse checks the command line; YAML values too
+    ({"log_level": "verbose"}, "log_level='verbose' is not valid"),
+])
+def test_plan_refuses_what_the_run_refuses(capsys, tmp_path, extra, says):
+    """The zero-variance filter's checks and argparse choices of a YAML value, refused by plan as by the run."""
+    from factories import tiny_cpu_yaml
+
+    changes = extra if isinstance(extra, dict) else {}
+    cli = [] if isinstance(extra, dict) else extra
+    code, _, err = run_plan(capsys, "--config", tiny_cpu_yaml(tmp_path, **changes), *cli)
+    assert code == 2 and says in err, err

@@ -82,6 +82,30 @@ def cli_value(args: list[str], key: str):
         return None
 
 
+def _env_keys_from_cli(args: list[str], notes: list[str]) -> list[str]:
+    """``args`` without the :data:`ENV_KEYS` options (``--wandb_project NAME`` or ``--wandb_project=NAME``), each
+    applied as its environment variable (unless already set), as from a YAML file."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        key = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else None
+        if key in ENV_KEYS:
+            if "=" in token:
+                value, i = token.split("=", 1)[1], i + 1
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                value, i = args[i + 1], i + 2
+            else:
+                value, i = None, i + 1
+            if value is not None:
+                os.environ.setdefault(ENV_KEYS[key], value)
+                notes.append(f"{key}: set {ENV_KEYS[key]}={value} for wandb.")
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
 def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, list[str], list[str]]:
     """Apply :data:`ALIASES`, :data:`RENAMED`, :data:`ENV_KEYS` to the YAML mapping ``config`` and the command line
     ``args``, appending a note per translation to ``notes``.
@@ -91,9 +115,10 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
         under both names, a ``warmup_ratio`` outside [0, 1)); the caller refuses them all at once.
     """
     config = dict(config)
-    args = list(args)
+    args = _env_keys_from_cli(list(args), notes)
     problems = []
     in_cli = set()
+    given_on_cli = {key.replace("-", "_") for _, key in cli_keys(args)}
     for i, key in cli_keys(args):
         canon = key.replace("-", "_")
         target = ALIASES.get(canon) or RENAMED.get(canon, (None,))[0]
@@ -103,8 +128,9 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
     for old, new in [*ALIASES.items(), *((k, v[0]) for k, v in RENAMED.items())]:
         if old not in config and old not in in_cli:
             continue
-        if old in config and new in config:
-            problems.append(f"{old!r} and {new!r} are both set; {old!r} is another name for {new!r}: keep one")
+        if (old in config and new in config) or (old in in_cli and new in given_on_cli):
+            where = "in the config" if old in config and new in config else "on the command line"
+            problems.append(f"{old!r} and {new!r} are both set {where}; {old!r} is another name for {new!r}: keep one")
             continue
         if old in config:
             config[new] = config.pop(old)

@@ -79,6 +79,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     _check_evaluation(values, user)
     _check_aggregation(values, user)
     specs = reward_specs(values)
+    _check_zero_variance(values, specs, world_size)
     check_rewards_against_run(specs, values)
     check_reward_packages(specs)
     columns = dataset_columns if dataset_columns is not None else known_columns(values)
@@ -87,6 +88,35 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     check_lora_names(values)
     if check_model and values.get("use_peft"):
         check_lora_targets(values)
+
+
+def _check_zero_variance(values: Mapping[str, Any], specs: Sequence, world_size: int) -> None:
+    """The zero-variance filter's own checks (`zero_variance.settings.check_zero_variance_settings`, which
+    `GRPOExtConfig` runs too), on the batch fields the quantities resolve to: so that `plan` refuses what the run
+    refuses (``zero_variance_reward`` with the filter off or naming no selected reward, resample without whole
+    groups on every process)."""
+    from ..plan.resolve import _INPUT_FIELDS, resolve_trl_fields
+    from ..zero_variance.settings import check_zero_variance_settings
+
+    mode = enum_value(values.get("zero_variance_filter")) or "off"
+    if mode == "off" and values.get("zero_variance_reward") is None:
+        return
+    fields = resolve_trl_fields({k: values[k] for k in _INPUT_FIELDS if k in values}, world_size)
+    try:
+        check_zero_variance_settings(
+            mode=mode, zero_variance_reward=values.get("zero_variance_reward"),
+            reward_names=[spec.name for spec in specs] if specs else None,
+            multi_objective_aggregation=values.get("multi_objective_aggregation") or "sum_then_normalize",
+            num_generations=fields["num_generations"], world_size=world_size,
+            generation_batch_size=fields.get("generation_batch_size"),
+            steps_per_generation=fields.get("steps_per_generation"),
+            gradient_accumulation_steps=fields["gradient_accumulation_steps"],
+            per_device_train_batch_size=fields["per_device_train_batch_size"],
+        )
+    except RunArgumentError:
+        raise
+    except ValueError as err:
+        raise RunArgumentError(str(err)) from None
 
 
 def _check_evaluation(values: Mapping[str, Any], user: Mapping[str, Any]) -> None:
