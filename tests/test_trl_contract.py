@@ -924,3 +924,76 @@ def test_trl_vendored_argument_parser_is_what_trl_parser_builds_on():
         f"TrlParser's base is {parent.__module__}.{parent.__name__}", ours)
     for method in ("parse_args_into_dataclasses", "set_defaults"):
         assert hasattr(parent, method), _broken(f"HfArgumentParser.{method} is gone", ours)
+
+
+#: Private attributes of other libraries that the package touches on purpose, with the reason (not TRL's or
+#: transformers': those go through _trl_compat).
+OTHER_PRIVATE_ATTRIBUTES = {
+    "_actions": "argparse.ArgumentParser._actions: the standard library has no public list of a parser's options "
+                "(validation/user_values.py reads the destinations the user set)",
+    "_exit": "os._exit: the second Ctrl-C exits at once, without running cleanup that may hang (interrupt.py)",
+}
+
+
+def _defined_names(files: list[Path]) -> set[str]:
+    """Every name the package itself defines: functions, classes, assigned names and attributes, parameters,
+    keyword arguments (``set_defaults(_module=...)``) and import aliases."""
+    names = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.keyword) and node.arg:
+                names.add(node.arg)
+            elif isinstance(node, ast.alias):
+                names.add(node.asname or node.name.split(".")[-1])
+    return names
+
+
+def _private_attribute_reads(path: Path) -> list[tuple[str, int]]:
+    """``(name, line)`` of every ``x._name`` and ``getattr(x, "_name")`` (also set/has/delattr) in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = None
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            name = node.attr
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and node.args[1].value.startswith("_") and not node.args[1].value.startswith("__")):
+            name = node.args[1].value
+        if name:
+            found.append((name, node.lineno))
+    return found
+
+
+def test_no_private_attribute_of_another_library_is_touched_outside_trl_compat():
+    """Catches what the scan above cannot: a private name of TRL, transformers, peft or torch that is not in
+    `_trl_compat.SURFACE` yet (``trainer._buffered_inputs``, ``getattr(config, "_name_or_path")``). Every private
+    attribute read outside _trl_compat must be one the package defines itself, or listed with its reason."""
+    files = sorted((ROOT / "trl_grpo_ext").rglob("*.py")) + sorted((ROOT / "recipes").glob("*.py"))
+    ours = _defined_names(files)
+    offenders = [
+        f"{path.relative_to(ROOT).as_posix()}:{line} .{name}"
+        for path in files if path.name != "_trl_compat.py"
+        for name, line in _private_attribute_reads(path)
+        if name not in ours and name not in OTHER_PRIVATE_ATTRIBUTES
+    ]
+    assert not offenders, (
+        f"private attributes of other libraries: {offenders}. Use a public API, or add the name to "
+        "_trl_compat.SURFACE (TRL / transformers) or to OTHER_PRIVATE_ATTRIBUTES with the reason."
+    )
+
+
+def test_the_private_attribute_scan_sees_an_unlisted_name(tmp_path):
+    """The scan itself, on code written for it: an unknown private attribute, read directly and through getattr."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f(trainer):\n    trainer._buffered_inputs\n    return getattr(trainer, '_last_loaded_step')\n")
+    assert _private_attribute_reads(sample) == [("_buffered_inputs", 2), ("_last_loaded_step", 3)]
+    assert "_buffered_inputs" not in _defined_names(sorted((ROOT / "trl_grpo_ext").rglob("*.py")))

@@ -260,7 +260,7 @@ def preserved_dtypes(model) -> Iterator[None]:
     """
     # `nn.Module._apply` sets `param.data` and `param.grad.data` to new tensors: keep the old ones
     params = [(p, p.data, p.grad, None if p.grad is None else p.grad.data) for p in model.parameters()]
-    buffers = [(m, name, b) for m in model.modules() for name, b in m._buffers.items() if b is not None]
+    buffers = [(m, name, b) for m in model.modules() for name, b in m.named_buffers(recurse=False)]
     try:
         yield
     finally:
@@ -270,6 +270,6 @@ def preserved_dtypes(model) -> Iterator[None]:
             if grad is not None and grad.data.dtype != grad_data.dtype:
                 grad.data = grad_data
         for module, name, buffer in buffers:
-            current = module._buffers.get(name)
+            current = getattr(module, name, None)
             if current is not None and current.dtype != buffer.dtype:
-                module._buffers[name] = buffer
+                setattr(module, name, buffer)  # a registered buffer: nn.Module.__setattr__ keeps it one

@@ -86,7 +86,7 @@ class GRPOExtTrainer(GRPOTrainer):
         dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
         self.plan: RunPlan = confirm_plan(run_plan, args.resolved.quantity_fields(), dataset_size, args.world_size,
                                           args.max_completion_length)
-        model_name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
+        model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
             logger.warning(advice)
         _check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
