@@ -303,6 +303,14 @@ class GRPOExtConfig(GRPOConfig):
         check_vllm_quantization(self, is_4bit(quantization), is_8bit(quantization),
                                 source="model_init_kwargs.quantization_config")
 
+    def quantity_fields(self) -> dict[str, Any]:
+        """Deprecated (removed in 0.3.0): ``config.resolved.quantity_fields()``."""
+        import warnings
+
+        warnings.warn("GRPOExtConfig.quantity_fields() is deprecated and will be removed in trl-grpo-ext 0.3.0: use "
+                      "config.resolved.quantity_fields().", FutureWarning, stacklevel=2)
+        return self.resolved.quantity_fields()
+
     def to_dict(self) -> dict[str, Any]:
         """`TrainingArguments.to_dict`, plus ``resolved`` (`ResolvedConfig.to_dict`) and ``run_plan`` (the resolved
         `RunPlan` as a dict) once the trainer has set ``self.run_plan``: the trackers (wandb, TensorBoard, MLflow,
