@@ -114,6 +114,10 @@ INVALID = [
     row("eval_strategy typo", {"eval_strategy": "step"}, ["eval_strategy"], "Did you mean 'steps'"),
     row("zero_variance_filter typo", {"zero_variance_filter": "masked"}, ["zero_variance_filter"], "Did you mean 'mask'"),
     row("advantage_baseline typo", {"advantage_baseline": "loo"}, ["advantage_baseline"], "Choose one of"),
+    row("advantage_preset typo", {"advantage_preset": "drgrpo"}, ["advantage_preset"], "Did you mean 'dr_grpo'"),
+    row("advantage_std_scaling typo", {"advantage_std_scaling": "groups"}, ["advantage_std_scaling"],
+        "Did you mean 'group'"),
+    row("advantage_std_kind typo", {"advantage_std_kind": "pop"}, ["advantage_std_kind"], "Choose one of 'sample'"),
     row("scale_rewards typo", {"scale_rewards": "maybe"}, ["scale_rewards"], "Choose one of"),
     # mutually exclusive fields, both named
     row("4bit+8bit", {"load_in_8bit": True}, ["load_in_4bit", "load_in_8bit"]),

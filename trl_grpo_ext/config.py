@@ -15,7 +15,7 @@ from typing import Annotated, Any, NewType
 
 from trl import GRPOConfig
 
-from .advantage_settings import EPSILON_RANGE
+from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
 from .checks import Range
 from .fieldtable import Choices, declared_checks
 from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
@@ -149,19 +149,19 @@ class GRPOExtConfig(GRPOConfig):
         default=None, metadata={"help": "Fallback stop [passes over the prompts]; fractions allowed."}
     )
     # Advantages
-    advantage_preset: str | None = field(
+    advantage_preset: Annotated[str | None, Choices(tuple(PRESETS))] = field(
         default=None, metadata={"help": "Published variant setting the advantage fields: grpo, dr_grpo, rloo, ..."}
     )
-    advantage_baseline: str | None = field(
+    advantage_baseline: Annotated[str | None, Choices(BASELINES)] = field(
         default=None, metadata={"help": "Baseline: group_mean (GRPO) or leave_one_out (RLOO). Default group_mean."}
     )
-    advantage_std_scaling: str | None = field(
+    advantage_std_scaling: Annotated[str | None, Choices(STD_SCALINGS)] = field(
         default=None, metadata={"help": "Std scaling: group, batch or none (one truth with scale_rewards)."}
     )
     advantage_epsilon: Annotated[float | None, EPSILON_RANGE] = field(
         default=None, metadata={"help": "Epsilon added to the std before dividing. Default 1e-4 (TRL's)."}
     )
-    advantage_std_kind: str | None = field(
+    advantage_std_kind: Annotated[str | None, Choices(STD_KINDS)] = field(
         default=None, metadata={"help": "sample (unbiased, TRL's) or population standard deviation."}
     )
     # Zero-variance groups
@@ -210,7 +210,8 @@ class GRPOExtConfig(GRPOConfig):
         world_size = _world_size_from_env()
         self._resolve(world_size)
         for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
-            check.check(name, getattr(self, name))
+            if getattr(self, name) is not None or name not in _UNSET_BY_NONE:
+                check.check(name, getattr(self, name))
         entropy_bonus = getattr(self, "entropy_coef", 0.0) != 0.0 or getattr(self, "use_adaptive_entropy", False)
         if self.zero_variance_filter != "off" and entropy_bonus and self.loss_type in ROW_NORMALISED_LOSSES:
             raise ValueError(
@@ -334,6 +335,10 @@ _FIELD_CHECKS: dict[str, Any] = {
        for name, checks in declared_checks(GRPOExtConfig).items()},
     **TRL_FIELD_RANGES,
 }
+
+
+#: our fields whose default ``None`` means "unset" (a declared check applies to a value, not to None)
+_UNSET_BY_NONE = frozenset(f.name for f in fields(GRPOExtConfig) if f.default is None)
 
 
 def _world_size_from_env() -> int:
