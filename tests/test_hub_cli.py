@@ -135,7 +135,7 @@ def test_interrupted_push_keeps_local_files_and_says_how_to_retry(run, tmp_path)
     assert process.returncode == 130
     assert hash_tree(run) == before
     assert (
-        f"interrupted at upload_folder; nothing local was modified or deleted.\nRetry with:\n  trl-grpo-ext push {run} --repo-id {REPO}"
+        f"interrupted at upload_folder; nothing local was lost (the upload folder and its card stay ready).\nRetry with:\n  trl-grpo-ext push {run} --repo-id {REPO}"
         in err
     )
     assert FAKE_TOKEN not in out + err

@@ -343,14 +343,14 @@ def push_run(
         )
     except KeyboardInterrupt:
         raise HubPushInterrupted(
-            f"Push of {folder} to {repo_id} interrupted at {step}; nothing local was modified or deleted.\n"
+            f"Push of {folder} to {repo_id} interrupted at {step}; nothing local was lost (the upload folder and its card stay ready).\n"
             f"Retry with:\n  {retry}"
         ) from None
     except Exception as err:  # any failure of the network phase becomes one actionable error
         detail = redact_text(f"{type(err).__name__}: {err}", token)
         raise HubPushError(
             f"Pushing {mode} files from {folder} to {repo_id} failed at {step} ({detail}).\n"
-            f"Nothing local was modified or deleted: the {mode} files, the card and the run files are in {folder}.\n"
+            f"Nothing local was lost: the {mode} files, the card and the run files are in {folder}.\n"
             f"Retry with:\n  {retry}"
         ) from None
     return f"{url}/tree/{revision}" if revision else url
