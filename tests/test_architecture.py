@@ -28,7 +28,7 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     """ids of the nodes inside ``if TYPE_CHECKING:`` blocks (never executed: not an import at run time)."""
     skipped = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
             skipped.update(id(inner) for statement in node.body for inner in ast.walk(statement))
     return skipped
 
@@ -41,6 +41,9 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     base = name.split(".") if is_package else name.split(".")[:-1]
     tree = ast.parse(path.read_text(), str(path))
     skipped = _type_checking_nodes(tree)
+    importers = {"import_module", "__import__"} | {  # and their aliases (`from importlib import import_module as im`)
+        alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        for alias in node.names if alias.name == "import_module" and alias.asname}
     found = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -56,7 +59,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 module = node.module or ""
             for alias in node.names:
                 targets.append(f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module)
-        elif (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module") and node.args
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in importers and node.args
               and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             literal = node.args[0].value
             targets = [".".join(base) + literal if literal.startswith(".") else literal]
@@ -181,3 +184,21 @@ def test_the_old_quantifiers_module_still_imports_with_a_future_warning():
         warnings.simplefilter("error")
         with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
             quantifiers.nonexistent  # noqa: B018
+
+
+def test_the_import_finder_sees_every_form_of_import(tmp_path):
+    """Plain, relative, lazy, `import_module` (aliased too) and `__import__` imports count; TYPE_CHECKING-only not."""
+    sample = tmp_path / "trl_grpo_ext" / "sample.py"
+    sample.parent.mkdir()
+    sample.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from importlib import import_module as im\n"
+        "from . import tiny\n"
+        "if TYPE_CHECKING:\n    from .trainer import GRPOExtTrainer\n"
+        "if not TYPE_CHECKING:\n    from . import cli\n"
+        "def f():\n    import trl_grpo_ext.plan\n    im('trl_grpo_ext.train')\n    __import__('trl_grpo_ext.hub')\n"
+    )
+    known = {"trl_grpo_ext", "trl_grpo_ext.tiny", "trl_grpo_ext.trainer", "trl_grpo_ext.cli", "trl_grpo_ext.plan",
+             "trl_grpo_ext.train", "trl_grpo_ext.hub", "trl_grpo_ext.sample"}
+    assert _imports("trl_grpo_ext.sample", sample, known) == {
+        "trl_grpo_ext.tiny", "trl_grpo_ext.cli", "trl_grpo_ext.plan", "trl_grpo_ext.train", "trl_grpo_ext.hub"}

@@ -204,3 +204,19 @@ def test_quantity_fields_is_deprecated_for_resolved(tmp_path):
     with pytest.warns(FutureWarning, match=r"config.resolved.quantity_fields\(\)"):
         fields = config.quantity_fields()
     assert fields == config.resolved.quantity_fields() and fields["prompts_per_step"] == 2
+
+
+def test_the_users_reward_weights_survive_replace_and_written_ones_go_with_their_rewards(tmp_path):
+    import dataclasses
+
+    common = dict(output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=4)
+    given = GRPOExtConfig(**common, rewards=["char_fraction", "format"], reward_weights=[3.0, 1.0])
+    again = dataclasses.replace(given, learning_rate=1e-5)
+    assert again.reward_weights == [3.0, 1.0] and again.resolved.reward_weights == (3.0, 1.0)
+    on_items = GRPOExtConfig(**common, rewards=[{"name": "char_fraction", "weight": 2.0},
+                                                {"name": "format", "weight": 0.5}])
+    without = dataclasses.replace(on_items, rewards=None)  # the weights were written for the removed rewards
+    assert without.reward_weights is None and without.resolved.reward_weights is None
+    with pytest.raises(ValueError, match=r"reward_weights\[0\]=True must be a finite number"):
+        GRPOExtConfig(**common, reward_weights=[True, False])  # for reward_funcs= passed to the trainer
+    assert GRPOExtConfig(**common, reward_weights=[1.0, 0.5]).resolved.reward_weights == (1.0, 0.5)

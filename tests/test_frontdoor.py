@@ -194,3 +194,31 @@ def test_wandb_keys_on_the_command_line_set_the_environment(tmp_path, monkeypatc
 
     assert os.environ["WANDB_PROJECT"] == "grpo-runs"
     assert "wandb_project: set WANDB_PROJECT=grpo-runs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+@pytest.mark.parametrize("mode", ["mask", "resample"])
+def test_trl_batch_fields_with_the_zero_variance_filter_are_accepted(tmp_path, light, mode):
+    """TRL's own batch fields (no prompts_per_step) with the filter on: the filter's checks run on what the user set,
+    not on the generation_batch_size / steps_per_generation TRL derived (a config holds both after __post_init__)."""
+    path = tiny_cpu_yaml(tmp_path, drop=("prompts_per_step", "micro_batch_size", "total_training_steps",
+                                         "total_epochs"),
+                         per_device_train_batch_size=8, gradient_accumulation_steps=2, num_generations=8, max_steps=3,
+                         zero_variance_filter=mode)
+    _, training_args, _, _ = read_run_args(["--config", path], light=light)
+    assert training_args.zero_variance_filter == mode
+
+
+def test_wandb_keys_need_a_value_the_last_wins_and_the_environment_wins(tmp_path, monkeypatch, capsys):
+    import os
+
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    with pytest.raises(ConfigError, match="--wandb_project needs a value"):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--wandb_project", "--learning_rate", "1e-3"], light=True)
+    read_run_args(["--config", tiny_cpu_yaml(tmp_path, wandb_project="from-yaml"), "--wandb_project", "a",
+                   "--wandb_project=b"], light=True)
+    assert os.environ["WANDB_PROJECT"] == "b"  # the command line over the file, the last occurrence over the first
+    monkeypatch.setenv("WANDB_PROJECT", "preset")
+    read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--wandb_project", "mine"], light=True)
+    assert os.environ["WANDB_PROJECT"] == "preset"
+    assert "WANDB_PROJECT is already set to 'preset' in the environment, which wins" in capsys.readouterr().err

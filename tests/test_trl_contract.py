@@ -190,7 +190,7 @@ def test_reward_func_name_is_trls(trainer, tiny_model_dir):
 
 # -- no private TRL name outside _trl_compat ----------------------------------------------------------------------------
 ROOT = Path(__file__).resolve().parents[1]
-_PRIVATE_PATH = re.compile(r"\b(?:trl|transformers|accelerate)(?:\.\w+)*\._\w+")
+_PRIVATE_PATH = re.compile(r"\b(?:trl|transformers|accelerate)(?:\.\w+)*\._(?!_)\w+")  # dunders are public
 _LIBRARIES = ("trl", "transformers", "accelerate")
 #: Files outside this part of the refactor that still touch a private name; each must move into _trl_compat.
 PENDING: dict[str, str] = {}
@@ -932,21 +932,28 @@ OTHER_PRIVATE_ATTRIBUTES = {
     "_actions": "argparse.ArgumentParser._actions: the standard library has no public list of a parser's options "
                 "(validation/user_values.py reads the destinations the user set)",
     "_exit": "os._exit: the second Ctrl-C exits at once, without running cleanup that may hang (interrupt.py)",
+    **{name: "collections.namedtuple's public API (the underscore only avoids clashes with field names)"
+       for name in ("_asdict", "_fields", "_replace", "_make", "_field_defaults")},
 }
 
 
 def _defined_names(files: list[Path]) -> set[str]:
-    """Every name the package itself defines: functions, classes, assigned names and attributes, parameters,
-    keyword arguments (``set_defaults(_module=...)``) and import aliases."""
+    """Every name the package itself defines: functions, classes, module- and class-level names, assigned
+    attributes, parameters, keyword arguments (``set_defaults(_module=...)``) and import aliases."""
     names = set()
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        bodies = [tree.body] + [node.body for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+        # module-level and class-level names only (a local variable does not make `x._name` ours)
+        for statement in (statement for body in bodies for statement in body):
+            targets = statement.targets if isinstance(statement, ast.Assign) else (
+                [statement.target] if isinstance(statement, (ast.AnnAssign, ast.AugAssign)) else [])
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
             elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
                 names.add(node.attr)
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                names.add(node.id)
             elif isinstance(node, ast.arg):
                 names.add(node.arg)
             elif isinstance(node, ast.keyword) and node.arg:
@@ -958,16 +965,23 @@ def _defined_names(files: list[Path]) -> set[str]:
 
 def _private_attribute_reads(path: Path) -> list[tuple[str, int]]:
     """``(name, line)`` of every ``x._name`` and ``getattr(x, "_name")`` (also set/has/delattr) in ``path``."""
+    def private(value) -> bool:
+        return isinstance(value, str) and value.startswith("_") and not value.startswith("__")
+
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         name = None
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+        if isinstance(node, ast.Attribute) and private(node.attr):
             name = node.attr
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-              and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) > 1
-              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-              and node.args[1].value.startswith("_") and not node.args[1].value.startswith("__")):
-            name = node.args[1].value
+        elif isinstance(node, ast.Call) and node.args:
+            function = ast.unparse(node.func).split(".")[-1]
+            literal = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            if function in ("getattr", "setattr", "hasattr", "delattr", "attrgetter", "methodcaller"):
+                name = next((v for v in literal if private(v)), None)
+        elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)
+              and ast.unparse(node.value.func) in ("vars", "getattr")  # vars(x)["_name"]
+              and isinstance(node.slice, ast.Constant) and private(node.slice.value)):
+            name = node.slice.value
         if name:
             found.append((name, node.lineno))
     return found
@@ -994,6 +1008,16 @@ def test_no_private_attribute_of_another_library_is_touched_outside_trl_compat()
 def test_the_private_attribute_scan_sees_an_unlisted_name(tmp_path):
     """The scan itself, on code written for it: an unknown private attribute, read directly and through getattr."""
     sample = tmp_path / "sample.py"
-    sample.write_text("def f(trainer):\n    trainer._buffered_inputs\n    return getattr(trainer, '_last_loaded_step')\n")
-    assert _private_attribute_reads(sample) == [("_buffered_inputs", 2), ("_last_loaded_step", 3)]
+    sample.write_text(
+        "import builtins, operator\n"
+        "def f(trainer):\n"
+        "    trainer._buffered_inputs\n"
+        "    getattr(trainer, '_last_loaded_step')\n"
+        "    builtins.getattr(trainer, '_textual_logs')\n"
+        "    operator.attrgetter('_signature_columns')(trainer)\n"
+        "    return vars(trainer)['_total_train_tokens']\n"
+    )
+    assert sorted(_private_attribute_reads(sample)) == [
+        ("_buffered_inputs", 3), ("_last_loaded_step", 4), ("_signature_columns", 6), ("_textual_logs", 5),
+        ("_total_train_tokens", 7)]
     assert "_buffered_inputs" not in _defined_names(sorted((ROOT / "trl_grpo_ext").rglob("*.py")))

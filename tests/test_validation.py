@@ -305,3 +305,15 @@ def test_importing_validation_imports_neither_torch_nor_trl():
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"
+
+
+def test_a_choice_typo_suggests_the_value_it_means_or_none():
+    from trl_grpo_ext.validation import RunArgumentError, check_user_values
+
+    with pytest.raises(RunArgumentError, match="Did you mean 'info'.* Fix: log_level: info"):
+        check_user_values({"log_level": "INFO"})
+    with pytest.raises(RunArgumentError, match="Did you mean 'dr_grpo'"):
+        check_user_values({"advantage_preset": "Dr_GRPO"})
+    with pytest.raises(RunArgumentError) as refused:
+        check_user_values({"dtype": "fp32"})
+    assert "Did you mean" not in str(refused.value) and "Fix: dtype: auto" not in str(refused.value)

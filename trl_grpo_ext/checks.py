@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunArgumentError", "Range", "check_choice", "as_number", "format_number"]
+__all__ = ["RunArgumentError", "Range", "check_choice", "closest_choice", "as_number", "format_number"]
 
 
 class RunArgumentError(ValueError):
@@ -117,10 +117,28 @@ def check_choice(name: str, value: Any, choices: Iterable[str], error: type[Valu
     choices = tuple(choices)
     if isinstance(value, str) and value in choices:
         return value
-    hint = difflib.get_close_matches(str(value), choices, n=1)
-    did_you_mean = f" Did you mean {hint[0]!r}?" if hint else ""
+    hint = closest_choice(value, choices)
+    did_you_mean = f" Did you mean {hint!r}?" if hint else ""
     extra = f" {fix}" if fix else ""
     raise error(f"{name}={value!r} is not valid.{did_you_mean} Choose one of {', '.join(map(repr, choices))}.{extra}")
+
+
+def closest_choice(value: Any, choices: Iterable[str]) -> str | None:
+    """The choice ``value`` most likely means: the same letters in another case (``"INFO"`` -> ``"info"``), else the
+    closest spelling (`difflib`, ignoring case), else ``None``.
+
+    >>> closest_choice("Dr_GRPO", ("grpo", "dr_grpo", "rloo"))
+    'dr_grpo'
+    >>> closest_choice("fp32", ("auto", "bfloat16", "float16", "float32")) is None
+    True
+    """
+    choices = tuple(choices)
+    lowered = {choice.lower(): choice for choice in choices}
+    text = str(value).lower()
+    if text in lowered:
+        return lowered[text]
+    close = difflib.get_close_matches(text, list(lowered), n=1)
+    return lowered[close[0]] if close else None
 
 
 def format_number(x: float) -> str:

@@ -20,7 +20,7 @@ from .checks import Range
 from .fieldtable import Choices, declared_checks
 from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
 from .plan import QuantityError
-from .resolved import USER_FIELDS, ResolvedConfig, resolve_config
+from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
 from .zero_variance import ROW_NORMALISED_LOSSES, check_zero_variance_settings
 
@@ -239,8 +239,13 @@ class GRPOExtConfig(GRPOConfig):
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
         values = {name: getattr(self, name) for name in USER_FIELDS}
         self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
+        users_weights = self.reward_weights is not None and not is_written(self.reward_weights)
         for name, value in self.resolved.trl_fields().items():
+            if name == "reward_weights" and users_weights:
+                continue  # the user's own list (equal to the resolved weights): kept as given, never marked
             setattr(self, name, value)
+        if self.resolved.rewards is None and is_written(self.reward_weights):
+            self.reward_weights = None  # written for `rewards` that a replace() removed: not the user's weights
 
     def _check_normalize_then_sum(self) -> None:
         if self.multi_objective_aggregation != "normalize_then_sum":

@@ -6,6 +6,7 @@ unknown-key check; each entry was checked against the installed TRL 1.16 / trans
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .checks import Range
 
@@ -82,28 +83,41 @@ def cli_value(args: list[str], key: str):
         return None
 
 
-def _env_keys_from_cli(args: list[str], notes: list[str]) -> list[str]:
-    """``args`` without the :data:`ENV_KEYS` options (``--wandb_project NAME`` or ``--wandb_project=NAME``), each
-    applied as its environment variable (unless already set), as from a YAML file."""
+def _env_keys_from_cli(args: list[str], problems: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``args`` without the :data:`ENV_KEYS` options (``--wandb_project NAME`` or ``--wandb_project=NAME``), and
+    their values (the last one given wins, as for any key). An option without a value is a problem."""
     out: list[str] = []
+    given: dict[str, str] = {}
     i = 0
     while i < len(args):
         token = args[i]
         key = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else None
-        if key in ENV_KEYS:
-            if "=" in token:
-                value, i = token.split("=", 1)[1], i + 1
-            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                value, i = args[i + 1], i + 2
-            else:
-                value, i = None, i + 1
-            if value is not None:
-                os.environ.setdefault(ENV_KEYS[key], value)
-                notes.append(f"{key}: set {ENV_KEYS[key]}={value} for wandb.")
+        if key not in ENV_KEYS:
+            out.append(token)
+            i += 1
             continue
-        out.append(token)
-        i += 1
-    return out
+        if "=" in token:
+            value, i = token.split("=", 1)[1], i + 1
+        elif i + 1 < len(args) and not (args[i + 1].startswith("--") and len(args[i + 1]) > 2):
+            value, i = args[i + 1], i + 2
+        else:
+            value, i = "", i + 1
+        if not value:
+            problems.append(f"--{key} needs a value (e.g. --{key} my-project)")
+            continue
+        given[key] = value
+    return out, given
+
+
+def _set_env(key: str, value: Any, notes: list[str]) -> None:
+    """Apply an :data:`ENV_KEYS` key as its environment variable, unless the environment already sets it."""
+    env = ENV_KEYS[key]
+    if os.environ.get(env) not in (None, ""):
+        notes.append(f"{key}: {env} is already set to {os.environ[env]!r} in the environment, which wins; {value!r} "
+                     "is not used.")
+        return
+    os.environ[env] = str(value)
+    notes.append(f"{key}: set {env}={value} for wandb.")
 
 
 def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, list[str], list[str]]:
@@ -115,8 +129,8 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
         under both names, a ``warmup_ratio`` outside [0, 1)); the caller refuses them all at once.
     """
     config = dict(config)
-    args = _env_keys_from_cli(list(args), notes)
-    problems = []
+    problems: list[str] = []
+    args, env_values = _env_keys_from_cli(list(args), problems)
     in_cli = set()
     given_on_cli = {key.replace("-", "_") for _, key in cli_keys(args)}
     for i, key in cli_keys(args):
@@ -145,12 +159,11 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
                     _WARMUP_RATIO.check("warmup_ratio", value)
                 except ValueError as err:
                     problems.append(str(err).rstrip("."))
-    for key, env in ENV_KEYS.items():
-        if key in config:
-            value = config.pop(key)
-            if value is not None:
-                os.environ.setdefault(env, str(value))
-                notes.append(f"{key}: set {env}={value} for wandb.")
+    for key in ENV_KEYS:  # the command line overrides the file, as for any key
+        value = env_values.get(key, config.pop(key, None))
+        config.pop(key, None)
+        if value is not None:
+            _set_env(key, value, notes)
     for key, fix in REMOVED.items():
         if key in config:
             if key in _EMPTY_OK and config[key] in ([], None):

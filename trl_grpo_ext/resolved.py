@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .advantage_settings import AdvantageSettings, resolve_advantage_settings
+from .checks import Range
 from .plan.resolve import _INPUT_FIELDS, resolve_trl_fields
 from .rewards.spec import RewardSpec, parse_reward_specs
 
@@ -113,12 +114,30 @@ class ResolvedConfig:
 
 
 class WrittenRewardWeights(list):
-    """TRL's ``reward_weights`` as `GRPOExtConfig` writes it from ``rewards`` (a plain `list` to TRL and to JSON).
+    """TRL's ``reward_weights`` as `GRPOExtConfig` writes it from the weights on the ``rewards`` items (a plain `list`
+    to TRL and to JSON).
 
     The type marks the weights as ours, not the user's: `dataclasses.replace` hands the written field back to
-    ``__init__``, and :func:`resolve_reward_specs` then ignores it (the ``rewards`` items hold the weights), while
-    weights the user wrote in both places are still refused, whatever their values.
+    ``__init__``, and :func:`resolve_reward_specs` then ignores it (the items hold the weights), while weights the
+    user wrote in both places are still refused, whatever their values. Weights the user gave in ``reward_weights``
+    are never marked (the config keeps the user's list), and a marked list that was edited in place is the user's.
     """
+
+    def __init__(self, values=()):
+        super().__init__(values)
+        self.written = tuple(self)
+
+    def is_unchanged(self) -> bool:
+        """Whether the list still holds what the config wrote (an in-place edit makes it the user's)."""
+        return tuple(self) == self.written
+
+
+def is_written(reward_weights: Any) -> bool:
+    """Whether ``reward_weights`` is what an earlier resolution wrote, unchanged (see :class:`WrittenRewardWeights`)."""
+    return isinstance(reward_weights, WrittenRewardWeights) and reward_weights.is_unchanged()
+
+
+_WEIGHT = Range(fix="give each reward function a number, e.g. `reward_weights: [1.0, 0.5]`.")
 
 
 def resolve_reward_specs(rewards: Any, reward_weights: Sequence[float] | None) -> list[RewardSpec]:
@@ -138,7 +157,7 @@ def resolve_reward_specs(rewards: Any, reward_weights: Sequence[float] | None) -
         ValueError: as `parse_reward_specs` (a malformed item, weights in both places that differ, a wrong number
             of weights, a reward selected twice); UnknownRewardError: an unknown name.
     """
-    if isinstance(reward_weights, WrittenRewardWeights):
+    if is_written(reward_weights):
         reward_weights = None
     return parse_reward_specs(rewards, reward_weights)
 
@@ -175,7 +194,9 @@ def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Map
     if values["rewards"] is not None:
         specs = resolve_reward_specs(values["rewards"], values["reward_weights"])
         rewards, reward_weights = tuple(specs), tuple(spec.weight for spec in specs)
-    elif values["reward_weights"] is not None:
-        reward_weights = tuple(values["reward_weights"])
+    elif values["reward_weights"] is not None and not is_written(values["reward_weights"]):
+        # weights for reward functions passed to the trainer (`reward_funcs=`): numbers, not booleans
+        reward_weights = tuple(_WEIGHT.check(f"reward_weights[{i}]", weight, error=ValueError, typed=True)
+                               for i, weight in enumerate(values["reward_weights"]))
     return ResolvedConfig(world_size=world_size, **quantities, advantages=advantages, **advantage_trl_fields,
                           rewards=rewards, reward_weights=reward_weights)

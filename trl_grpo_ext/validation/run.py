@@ -23,6 +23,7 @@ from .tables import (
     REQUIRES,
     enum_value,
     flatten_values,
+    typed_value,
 )
 from .user_values import check_user_values
 
@@ -79,7 +80,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     _check_evaluation(values, user)
     _check_aggregation(values, user)
     specs = reward_specs(values)
-    _check_zero_variance(values, specs, world_size)
+    _check_zero_variance(values, user, specs, world_size)
     check_rewards_against_run(specs, values)
     check_reward_packages(specs)
     columns = dataset_columns if dataset_columns is not None else known_columns(values)
@@ -90,18 +91,21 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
         check_lora_targets(values)
 
 
-def _check_zero_variance(values: Mapping[str, Any], specs: Sequence, world_size: int) -> None:
+def _check_zero_variance(values: Mapping[str, Any], user: Mapping[str, Any], specs: Sequence,
+                         world_size: int) -> None:
     """The zero-variance filter's own checks (`zero_variance.settings.check_zero_variance_settings`, which
-    `GRPOExtConfig` runs too), on the batch fields the quantities resolve to: so that `plan` refuses what the run
-    refuses (``zero_variance_reward`` with the filter off or naming no selected reward, resample without whole
-    groups on every process)."""
+    `GRPOExtConfig` runs too), on the batch fields the quantities the user set resolve to: so that `plan` refuses
+    what the run refuses (``zero_variance_reward`` with the filter off or naming no selected reward, resample without
+    whole groups on every process). Resolved from the user's keys, never from a config's fields that TRL already
+    derived (``generation_batch_size`` and ``steps_per_generation`` both filled in)."""
     from ..plan.resolve import _INPUT_FIELDS, resolve_trl_fields
     from ..zero_variance.settings import check_zero_variance_settings
 
     mode = enum_value(values.get("zero_variance_filter")) or "off"
     if mode == "off" and values.get("zero_variance_reward") is None:
         return
-    fields = resolve_trl_fields({k: values[k] for k in _INPUT_FIELDS if k in values}, world_size)
+    given = {k: typed_value(v) for k, v in user.items() if k in _INPUT_FIELDS and v is not None}
+    fields = resolve_trl_fields(given, world_size, set_fields=set(given))
     try:
         check_zero_variance_settings(
             mode=mode, zero_variance_reward=values.get("zero_variance_reward"),

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..checks import RunArgumentError, as_number, check_choice
+from ..checks import RunArgumentError, as_number, check_choice, closest_choice
 from .tables import CHOICES, EXCLUSIVE, RANGES, enum_value, is_on, typed_value
 
 
@@ -85,8 +84,8 @@ def check_user_values(user_values: Mapping[str, Any], world_size: int = 1) -> No
         if name in RANGES:
             RANGES[name].check(name, value)
         if name in CHOICES and value is not None and enum_value(value) not in CHOICES[name]:
-            close = difflib.get_close_matches(str(value), CHOICES[name], n=1)
-            check_choice(name, enum_value(value), CHOICES[name], fix=f"Fix: {name}: {(close or CHOICES[name])[0]}")
+            close = closest_choice(value, CHOICES[name])
+            check_choice(name, enum_value(value), CHOICES[name], fix=f"Fix: {name}: {close}" if close else "")
     for a, b, fix in EXCLUSIVE:
         if is_on(user_values.get(a)) and is_on(user_values.get(b)):
             raise RunArgumentError(f"{a}={user_values[a]!r} and {b}={user_values[b]!r} cannot both be set. Fix: {fix}")
