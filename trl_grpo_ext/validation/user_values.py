@@ -85,7 +85,7 @@ def check_user_values(user_values: Mapping[str, Any], world_size: int = 1) -> No
             RANGES[name].check(name, value)
         if name in CHOICES and value is not None and enum_value(value) not in CHOICES[name]:
             close = closest_choice(value, CHOICES[name])
-            check_choice(name, enum_value(value), CHOICES[name], fix=f"Fix: {name}: {close}" if close else "")
+            check_choice(name, enum_value(value), CHOICES[name], fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
     for a, b, fix in EXCLUSIVE:
         if is_on(user_values.get(a)) and is_on(user_values.get(b)):
             raise RunArgumentError(f"{a}={user_values[a]!r} and {b}={user_values[b]!r} cannot both be set. Fix: {fix}")
