@@ -48,6 +48,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from qwen_shaped import LORA_TARGETS, build_qwen2_shaped, even_token_ids  # noqa: E402 (benchmarks/)
 from transformers import TrainerCallback  # noqa: E402
 
 LEARNING_RATE = 1e-5
@@ -57,7 +58,6 @@ RUNS = [("float32", "float32", 1), ("bfloat16", "bfloat16", 1), ("float32, track
 QWEN25_05B_SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
                         max_position_embeddings=2048, rope_theta=1000000.0, rms_norm_eps=1e-6)
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 #: Per model: steps, prompts_per_step, num_generations, micro_batch_size, max_completion_length, LoRA r (the recipes').
 SETTINGS = {
     "tiny": dict(steps=12, prompts_per_step=2, num_generations=8, micro_batch_size=16, max_completion_length=24, r=8),
@@ -189,7 +189,7 @@ def _print_table(device: str, model_name: str, settings: dict, rounds: int, resu
 # -- worker: one run ---------------------------------------------------------------------------------------------------
 def _worker(spec: dict) -> None:
     if "build" in spec:
-        parameters = _build_qwen25_shaped(spec["build"], spec["device"], spec["shape"])
+        parameters = sum(p.numel() for p in build_qwen2_shaped(spec["build"], spec["device"], spec["shape"]).parameters())
         print("RESULT " + json.dumps({"parameters": parameters}), flush=True)
         return
     import resource
@@ -258,29 +258,6 @@ def _make_trainer(spec: dict):
     return GRPOExtTrainer(spec["model_dir"], args=args, train_dataset=tiny.count_char_dataset(64),
                           processing_class=tiny.load_tokenizer(spec["model_dir"]), quantization_config=bnb,
                           peft_config=peft, **reward)
-
-
-def even_token_ids(completions, completion_ids, **kwargs) -> list[float]:
-    """Reward for the random GPU model: fraction of a completion's token ids that are even (0..1)."""
-    return [sum(1 for i in ids if i % 2 == 0) / max(1, len(ids)) for ids in completion_ids]
-
-
-def _build_qwen25_shaped(directory: str, device: str, shape: dict) -> int:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from trl_grpo_ext import tiny
-
-    tokenizer = tiny.load_tokenizer(tiny.ensure_tiny_model())
-    config = Qwen2Config(**shape, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    with torch.device(device):  # initialising 0.5B parameters on the GPU takes seconds, on 2 CPU cores minutes
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return sum(p.numel() for p in model.parameters())
 
 
 class _StepCpuTime(TrainerCallback):

@@ -51,6 +51,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from qwen_shaped import LORA_TARGETS, build_qwen2_shaped, even_token_ids  # noqa: E402 (benchmarks/)
+
 #: Qwen2.5-1.5B's shape (https://huggingface.co/Qwen/Qwen2.5-1.5B/blob/main/config.json).
 QWEN25_15B_SHAPE = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
@@ -58,7 +60,6 @@ QWEN25_15B_SHAPE = dict(hidden_size=1536, intermediate_size=8960, num_hidden_lay
 #: The shrunk shape of `--smoke`.
 SMOKE_SHAPE = dict(QWEN25_15B_SHAPE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, vocab_size=512)
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 #: The arms: label -> GRPOExtConfig overrides (continuous batching's cache is added by `_cb_config`).
 ARMS = {
     "default": {},
@@ -284,30 +285,14 @@ def _make_trainer(spec: dict):
                           processing_class=tokenizer, quantization_config=bnb, peft_config=peft)
 
 
-def even_token_ids(completions, completion_ids, **kwargs) -> list[float]:
-    """Reward for the random model: fraction of a completion's token ids that are even (0..1)."""
-    return [sum(1 for i in ids if i % 2 == 0) / max(1, len(ids)) for ids in completion_ids]
-
-
 def _build(directory: str, device: str, shape: dict) -> dict:
     import bitsandbytes
     import peft
     import torch
     import transformers
     import trl
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from trl_grpo_ext import tiny
-
-    tokenizer = tiny.load_tokenizer(tiny.ensure_tiny_model())
-    config = Qwen2Config(**shape, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    with torch.device(device):  # initialising 1.5B parameters on the GPU takes seconds, on CPU cores minutes
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    model = build_qwen2_shaped(directory, device, shape)
     versions = {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
                 "peft": peft.__version__, "bitsandbytes": bitsandbytes.__version__}
     if torch.cuda.is_available():

@@ -6,15 +6,7 @@
 # Wheels missing on the machine travel in .whl/ (trl, transformers, peft, bitsandbytes, datasets, ...).
 # Usage there: OUT=<dir> bash benchmarks/gpu_checks.sh
 set -u
-OUT=${OUT:-/tmp/gpu_checks}
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+source benchmarks/gpu_env.sh /tmp/gpu_checks
 python3 - <<'PY' 2>&1 | tee "$OUT/versions.txt"
 import torch, transformers, trl, peft, bitsandbytes, datasets, accelerate
 print("gpu", torch.cuda.get_device_name(0), "torch", torch.__version__, "transformers", transformers.__version__,

@@ -4,15 +4,7 @@
 # 256 tokens; a few minutes (estimated, not yet run). Wheels missing on the machine travel in .whl/ (as for benchmarks/gpu_checks.sh).
 # Usage there: OUT=<dir> bash benchmarks/gpu_generation.sh [extra benchmarks/generation.py arguments]
 set -u
-OUT=${OUT:-/tmp/gpu_generation}
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+source benchmarks/gpu_env.sh /tmp/gpu_generation
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 timeout 580 python3 benchmarks/generation.py --device cuda --json "$OUT/generation.json" "$@" 2>&1 \
   | tee "$OUT/generation.txt" | grep -v -i warning

@@ -140,3 +140,32 @@ def run_worker_on_2_processes(worker: str, *args: str, timeout: int) -> subproce
     env.pop("WORLD_SIZE", None)
     return subprocess.run([*TORCHRUN_2, str(ROOT / "tests" / worker), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def record_loss_batches(trainer, record) -> list:
+    """Wrap ``trainer._compute_loss`` so that every micro-batch the loss sees is first passed to
+    ``record(trainer, inputs)``; returns the list the results are appended to (one per micro-batch, in order)."""
+    recorded = []
+    ours = trainer._compute_loss
+
+    def compute_loss(model, inputs):
+        recorded.append(record(trainer, inputs))
+        return ours(model, inputs)
+
+    trainer._compute_loss = compute_loss
+    return recorded
+
+
+def record_generation_outputs(trainer) -> list:
+    """Wrap ``trainer._generate_and_score_completions`` (ours, the filter and advantages applied) so that every
+    generation batch it returns is also appended to the returned list."""
+    recorded = []
+    ours = trainer._generate_and_score_completions
+
+    def generate_and_score(inputs):
+        output = ours(inputs)
+        recorded.append(output)
+        return output
+
+    trainer._generate_and_score_completions = generate_and_score
+    return recorded

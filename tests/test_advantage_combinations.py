@@ -26,7 +26,7 @@ import math
 import warnings
 
 import pytest
-from factories import count_char_mix, tiny_trainer
+from factories import count_char_mix, record_generation_outputs, tiny_trainer
 
 from trl_grpo_ext.validation import RunArgumentError, validate_run_args
 
@@ -219,15 +219,7 @@ def _run_step(setup, combo, tmp_path):
                                processing_class=tokenizer, prompts_per_step=4, num_generations=G, micro_batch_size=16,
                                total_training_steps=1, max_completion_length=6, learning_rate=1e-3,
                                gradient_checkpointing=False, seed=a, reward_weights=list(WEIGHTS), **values)
-    outputs = []
-    generate = trainer._generate_and_score_completions
-
-    def record(inputs):
-        output = generate(inputs)
-        outputs.append(output)
-        return output
-
-    trainer._generate_and_score_completions = record
+    outputs = record_generation_outputs(trainer)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train()

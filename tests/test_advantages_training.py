@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from factories import count_char_mix, tiny_trainer
+from factories import count_char_mix, record_generation_outputs, record_loss_batches, tiny_trainer
 from trl import GRPOTrainer
 
 from trl_grpo_ext import GRPOExtTrainer
@@ -53,7 +53,7 @@ def _trainer(tmp_path, reward_funcs, **overrides) -> GRPOExtTrainer:
 
 def _record(trainer, monkeypatch):
     """Lists of (TRL's advantages, ours, the batch) per generation batch, both (B,) in group order."""
-    trl_advantages, ours = [], []
+    trl_advantages = []
     trl_generate = GRPOTrainer._generate_and_score_completions
 
     def recording_trl(self, inputs):
@@ -62,15 +62,7 @@ def _record(trainer, monkeypatch):
         return output
 
     monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", recording_trl)
-    our_generate = trainer._generate_and_score_completions
-
-    def recording_ours(inputs):
-        output = our_generate(inputs)
-        ours.append(output)
-        return output
-
-    trainer._generate_and_score_completions = recording_ours
-    return trl_advantages, ours
+    return trl_advantages, record_generation_outputs(trainer)
 
 
 def _b_groups(trainer, output) -> torch.Tensor:
@@ -90,14 +82,7 @@ def test_advantages_fed_to_the_loss_equal_trls(tmp_path, monkeypatch, scale_rewa
         total_training_steps=2,
     )
     trl_advantages, ours = _record(trainer, monkeypatch)
-    loss_inputs = []
-    compute_loss = trainer._compute_loss
-
-    def recording_loss(model, inputs):
-        loss_inputs.append(inputs["advantages"].clone())
-        return compute_loss(model, inputs)
-
-    trainer._compute_loss = recording_loss
+    loss_inputs = record_loss_batches(trainer, lambda _, inputs: inputs["advantages"].clone())
     trainer.train()
 
     assert len(trl_advantages) == len(ours) == len(loss_inputs) == 2

@@ -9,6 +9,7 @@ import random
 
 import pytest
 import torch
+from factories import record_loss_batches
 from test_zero_variance_training import _dataset, _trainer, _zero_variance_rows, position_reward
 
 from trl_grpo_ext.zero_variance import (
@@ -136,14 +137,7 @@ def test_resample_logs_the_trained_batch_under_trls_names(tmp_path):
     # every other prompt asks for "b" (constant reward 1: zero variance); the others get their position 0, 1, 2, 3
     trainer = _trainer(tmp_path, position_reward, _dataset(64), zero_variance_filter="resample",
                        total_training_steps=3, max_resample_rounds=6)
-    trained = []
-    ours = trainer._compute_loss
-
-    def compute_loss(model, inputs):
-        trained.append(_zero_variance_rows(trainer, inputs))
-        return ours(model, inputs)
-
-    trainer._compute_loss = compute_loss
+    trained = record_loss_batches(trainer, _zero_variance_rows)
     trainer.train()
     logs = [e for e in trainer.state.log_history if "loss" in e]
     assert len(logs) == 3

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 from datasets import Dataset
-from factories import count_char_mix, tiny_trainer
+from factories import count_char_mix, record_loss_batches, tiny_trainer
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
@@ -206,14 +206,7 @@ def test_resample_fills_every_step_with_informative_groups(tmp_path):
     trainer = _trainer(
         tmp_path, position_reward, _dataset(32, every=4), zero_variance_filter="resample", total_training_steps=3
     )
-    loss_rows = []
-    ours = trainer._compute_loss
-
-    def compute_loss(model, inputs):
-        loss_rows.append(_zero_variance_rows(trainer, inputs))
-        return ours(model, inputs)
-
-    trainer._compute_loss = compute_loss
+    loss_rows = record_loss_batches(trainer, _zero_variance_rows)
     trainer.train()
 
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
