@@ -23,9 +23,8 @@ from .tables import (
     REQUIRES,
     enum_value,
     flatten_values,
-    typed_value,
 )
-from .user_values import check_user_values
+from .user_values import check_user_values, resolve_user_quantities
 
 
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
@@ -98,14 +97,12 @@ def _check_zero_variance(values: Mapping[str, Any], user: Mapping[str, Any], spe
     what the run refuses (``zero_variance_reward`` with the filter off or naming no selected reward, resample without
     whole groups on every process). Resolved from the user's keys, never from a config's fields that TRL already
     derived (``generation_batch_size`` and ``steps_per_generation`` both filled in)."""
-    from ..plan.resolve import _INPUT_FIELDS, resolve_trl_fields
     from ..zero_variance.settings import check_zero_variance_settings
 
     mode = enum_value(values.get("zero_variance_filter")) or "off"
     if mode == "off" and values.get("zero_variance_reward") is None:
         return
-    given = {k: typed_value(v) for k, v in user.items() if k in _INPUT_FIELDS and v is not None}
-    fields = resolve_trl_fields(given, world_size, set_fields=set(given))
+    fields = resolve_user_quantities(user, world_size)
     try:
         check_zero_variance_settings(
             mode=mode, zero_variance_reward=values.get("zero_variance_reward"),

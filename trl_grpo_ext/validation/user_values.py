@@ -93,17 +93,25 @@ def check_user_values(user_values: Mapping[str, Any], world_size: int = 1) -> No
     _check_advantage_conflicts(user_values)
 
 
-def _check_quantity_conflicts(user_values: Mapping[str, Any], world_size: int) -> None:
-    """Our batch/stop fields next to the raw TRL fields they write: judged on the keys the user set."""
+def resolve_user_quantities(user_values: Mapping[str, Any], world_size: int) -> dict:
+    """TRL's batch and stop fields as the quantity keys the user set resolve them (`plan.resolve_trl_fields`, with
+    conflicts judged on the set keys only; TRL's defaults for the rest).
+
+    Raises:
+        RunArgumentError: invalid or conflicting quantities (one line: field, value, fix).
+    """
     from ..plan.resolve import _INPUT_FIELDS, QuantityError, resolve_trl_fields
 
     given = {k: typed_value(v) for k, v in user_values.items() if k in _INPUT_FIELDS and v is not None}
-    if not given:
-        return
     try:
-        resolve_trl_fields(given, world_size, set_fields=set(given))
+        return resolve_trl_fields(given, world_size, set_fields=set(given))
     except QuantityError as err:
         raise RunArgumentError(str(err)) from None
+
+
+def _check_quantity_conflicts(user_values: Mapping[str, Any], world_size: int) -> None:
+    """Our batch/stop fields next to the raw TRL fields they write: judged on the keys the user set."""
+    resolve_user_quantities(user_values, world_size)
 
 
 def _check_advantage_conflicts(user_values: Mapping[str, Any]) -> None:
