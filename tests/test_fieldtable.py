@@ -82,7 +82,7 @@ def test_the_reference_shows_what_validation_enforces():
 
     tables = render_tables()
     assert "| `max_resample_rounds` | `int` | `3` | an integer >= 0 |" in tables
-    assert "| `zero_variance_filter` | `str` | `off` | `off`, `mask`, `resample` |" in tables
+    assert "| `zero_variance_filter` | `str` | `off` | `off`, `mask`, `resample`, `skip` |" in tables
     assert "| `lost_update_warning_threshold` | `float` | `0.2` | a number in [0, 1] |" in tables
     assert "`learning_rate`" not in tables  # TRL's fields are TRL's to document
 

@@ -24,7 +24,7 @@ from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
 from .zero_variance import ROW_NORMALISED_LOSSES, check_zero_variance_settings
 
-ZERO_VARIANCE_MODES = ("off", "mask", "resample")
+ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
 
 #: TRL's fields that ``__post_init__`` checks with the fields of ours: a config built in Python (not through the
@@ -78,8 +78,9 @@ class GRPOExtConfig(GRPOConfig):
     Zero-variance groups (see `docs/zero_variance.md`):
 
         zero_variance_filter (`str`, *optional*, defaults to `"off"`):
-            `"off"` (TRL's behaviour), `"mask"` (drop uniform groups from the loss and its normaliser) or
-            `"resample"` (DAPO dynamic sampling, arXiv 2503.14476).
+            `"off"` (TRL's behaviour), `"mask"` (drop uniform groups from the loss and its normaliser),
+            `"resample"` (DAPO dynamic sampling, arXiv 2503.14476) or `"skip"` (skip prompts predicted uniform
+            before rollout from their reward history, GRESO arXiv 2506.02177, then mask).
         zero_variance_tolerance (`float`, *optional*, defaults to `0.0`):
             A group is uniform when the spread of its judged rewards (see `zero_variance_reward`) is at most this.
         zero_variance_reward (`str`, *optional*):
@@ -87,6 +88,9 @@ class GRPOExtConfig(GRPOConfig):
             e.g. `"accuracy"`); unset judges the weighted total reward. Needs the filter on.
         max_resample_rounds (`int`, *optional*, defaults to `3`):
             Extra generation rounds per step in `"resample"` mode; a shortfall after them is masked and logged.
+        skip_exploration_probability (`float`, *optional*, defaults to `0.25`):
+            `"skip"` mode: a prompt uniform at its last k rollouts is still rolled out with probability p^k (else its
+            slot goes to another prompt of the epoch); in (0, 1], 1 skips nothing.
 
     Rewards (see `docs/rewards.md`):
 
@@ -166,7 +170,9 @@ class GRPOExtConfig(GRPOConfig):
     )
     # Zero-variance groups
     zero_variance_filter: Annotated[str, Choices(ZERO_VARIANCE_MODES)] = field(
-        default="off", metadata={"help": "off (TRL's behaviour), mask, or resample (DAPO dynamic sampling)."}
+        default="off",
+        metadata={"help": "off (TRL's behaviour), mask, resample (DAPO dynamic sampling) or skip (skip prompts "
+                          "predicted uniform before rollout, GRESO)."}
     )
     zero_variance_tolerance: Annotated[float, Range(
         low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = field(
@@ -179,6 +185,12 @@ class GRPOExtConfig(GRPOConfig):
     max_resample_rounds: Annotated[int, Range(low=0, integer=True, fix="use e.g. 3.",
                                               source="zero_variance resample")] = field(
         default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
+    )
+    skip_exploration_probability: Annotated[float, Range(
+        low=0, high=1, low_open=True, fix="use a probability in (0, 1], e.g. 0.25 (1 skips nothing).",
+        source="zero_variance skip")] = field(
+        default=0.25,
+        metadata={"help": "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k."}
     )
     # Rewards
     rewards: list[RewardEntry] | None = field(

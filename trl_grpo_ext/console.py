@@ -7,8 +7,10 @@ per log,
 
     step 12/120  reward 0.452 ± 0.131  zero-std 0.25  kl 0.0012  lr 2.0e-03  0.42 s/step
 
-(mean reward, its standard deviation, the fraction of groups whose rewards all tie, the KL to the reference — shown
-only when TRL logs it, i.e. ``beta`` ≠ 0 — the learning rate and seconds per optimizer step since the previous log).
+(mean reward, its standard deviation, the share of the generated groups whose rewards all tie —
+`zero_variance.report.uniform_share`, the filter's own count when it is on — the KL to the reference — shown only
+when TRL logs it, i.e. ``beta`` ≠ 0 — the learning rate and seconds per optimizer step since the previous log). A
+step that made no optimizer update says so: ``no update: 3 of 3 groups uniform``.
 `MetricsFileCallback` appends every full log to ``output_dir/metrics.jsonl`` (one JSON object per line, with
 ``step``), for any run, tracker or not.
 """
@@ -22,6 +24,8 @@ import time
 
 from transformers.trainer_callback import ProgressCallback, TrainerCallback
 
+from .zero_variance.report import no_update_steps, uniform_share
+
 METRICS_FILE = "metrics.jsonl"
 _SUMMARY_KEYS = ("train_runtime", "train_loss")
 
@@ -32,20 +36,36 @@ def _number(value, spec: str) -> str:
     return "-"
 
 
-def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | None) -> str:
+def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | None,
+              groups_per_step: int | None = None, steps_in_interval: int = 1) -> str:
     """The one-line summary of a training log (see the module docstring).
+
+    Args:
+        logs (`dict`): one training log. step (`int`), max_steps (`int`): optimizer steps done, planned.
+        seconds_per_step (`float`, *optional*): since the previous log.
+        groups_per_step (`int`, *optional*): prompts per step (named in a no-update notice).
+        steps_in_interval (`int`, defaults to `1`): optimizer steps this log covers (``logging_steps``).
 
     >>> step_line({"reward": 0.5, "reward_std": 0.25, "frac_reward_zero_std": 0.0, "learning_rate": 1e-3}, 3, 10, 0.5)
     'step 3/10  reward 0.500 ± 0.250  zero-std 0.00  lr 1.0e-03  0.50 s/step'
+    >>> step_line({"reward": 0.2, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
+    ...            "zero_variance/frac_uniform_before": 1.0, "zero_variance/no_update": 1.0}, 9, 24, None, 3)
+    'step 9/24  reward 0.200 ± 0.000  zero-std 1.00  lr -  no update: 3 of 3 groups uniform'
     """
     parts = [f"step {step}/{max_steps}",
              f"reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}",
-             f"zero-std {_number(logs.get('frac_reward_zero_std'), '.2f')}"]
+             f"zero-std {_number(uniform_share(logs), '.2f')}"]
     if "kl" in logs:
         parts.append(f"kl {_number(logs['kl'], '.4f')}")
     parts.append(f"lr {_number(logs.get('learning_rate'), '.1e')}")
     if seconds_per_step is not None:
         parts.append(f"{seconds_per_step:.2f} s/step")
+    skipped = no_update_steps(logs, steps_in_interval)
+    if skipped and steps_in_interval == 1:
+        groups = f"{groups_per_step} of {groups_per_step}" if groups_per_step else "all"
+        parts.append(f"no update: {groups} groups uniform")
+    elif skipped:
+        parts.append(f"no update on {skipped} of {steps_in_interval} steps (all groups uniform)")
     return "  ".join(parts)
 
 
@@ -71,11 +91,12 @@ class StepLineCallback(ProgressCallback):
 
     Args:
         bar (`bool`, defaults to `True`): show the bar (``False`` when ``disable_tqdm`` is set: lines only).
+        groups_per_step (`int`, *optional*): the plan's prompts per step, named in a no-update notice.
     """
 
-    def __init__(self, bar: bool = True):
+    def __init__(self, bar: bool = True, groups_per_step: int | None = None):
         super().__init__()
-        self.bar = bar
+        self.bar, self.groups_per_step = bar, groups_per_step
         self._last = None  # (time, step) of the previous training log
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -98,11 +119,12 @@ class StepLineCallback(ProgressCallback):
             return  # the recipe prints the run's summary itself
         if "reward" in logs or "learning_rate" in logs:
             now = time.perf_counter()
-            seconds = None
+            seconds, interval = None, 1
             if self._last is not None and state.global_step > self._last[1]:
-                seconds = (now - self._last[0]) / (state.global_step - self._last[1])
+                interval = state.global_step - self._last[1]
+                seconds = (now - self._last[0]) / interval
             self._last = (now, state.global_step)
-            line = step_line(logs, state.global_step, state.max_steps, seconds)
+            line = step_line(logs, state.global_step, state.max_steps, seconds, self.groups_per_step, interval)
         else:
             line = other_line(logs, state.global_step)
         if self.bar and self.training_bar is not None:
@@ -127,5 +149,7 @@ def install(trainer) -> None:
 
     trainer.pop_callback(ProgressCallback)
     trainer.pop_callback(PrinterCallback)
-    trainer.add_callback(StepLineCallback(bar=not trainer.args.disable_tqdm))
+    plan = getattr(trainer, "plan", None)
+    groups = plan.prompts_per_step if plan is not None and isinstance(plan.prompts_per_step, int) else None
+    trainer.add_callback(StepLineCallback(bar=not trainer.args.disable_tqdm, groups_per_step=groups))
     trainer.add_callback(MetricsFileCallback())

@@ -31,7 +31,7 @@ from trl_grpo_ext.eval_plan import zero_variance_forecast_warning
 from trl_grpo_ext.frontdoor import read_run_args
 from trl_grpo_ext.plan import QuantityError, format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.resolved import USER_FIELDS, resolve_config
-from trl_grpo_ext.zero_variance.settings import resample_note
+from trl_grpo_ext.zero_variance.settings import check_skip_plan, resample_note, skip_note
 
 EMBEDDED_PREFIX = "embedded:"
 #: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.
@@ -104,6 +104,9 @@ def build_plan(args: argparse.Namespace):
     notes = []
     if training.zero_variance_filter == "resample":
         notes.append(resample_note(plan, training.max_resample_rounds))
+    if training.zero_variance_filter == "skip":
+        check_skip_plan(plan)
+        notes.append(skip_note(plan, training.skip_exploration_probability))
     if getattr(args, "eval_results", None):
         import json
 

@@ -1,8 +1,10 @@
-"""The training plot: reward mean ± std and the fraction of zero-std groups per optimizer step."""
+"""The training plot: reward mean ± std and the share of uniform (zero-std) groups per optimizer step."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from .zero_variance.report import no_update_steps, uniform_share
 
 
 def plot_training(log_history: list[dict], path: str | Path, title: str | None = None) -> Path:
@@ -34,7 +36,9 @@ def plot_training(log_history: list[dict], path: str | Path, title: str | None =
     steps = [h["step"] for h in rows]
     mean = [h["reward"] for h in rows]
     std = [h.get("reward_std", 0.0) for h in rows]
-    zero = [h.get("frac_reward_zero_std", float("nan")) for h in rows]
+    zero = [uniform_share(h) for h in rows]
+    zero = [float("nan") if z is None else z for z in zero]
+    no_update = [(h["step"], z) for h, z in zip(rows, zero) if no_update_steps(h)]
 
     fig, (ax_r, ax_z) = plt.subplots(2, 1, figsize=(7, 5), sharex=True, height_ratios=(2, 1))
     ax_r.plot(steps, mean, color="tab:blue", label="reward (mean)")
@@ -47,7 +51,10 @@ def plot_training(log_history: list[dict], path: str | Path, title: str | None =
     ax_r.set_ylabel("reward")
     ax_r.legend(loc="lower right")
     ax_z.plot(steps, zero, color="tab:red")
-    ax_z.set_ylabel("zero-std groups")
+    if no_update:
+        ax_z.plot([s for s, _ in no_update], [z for _, z in no_update], "x", color="black", label="no update")
+        ax_z.legend(loc="upper left")
+    ax_z.set_ylabel("uniform groups")
     ax_z.set_ylim(-0.05, 1.05)
     ax_z.set_xlabel("optimizer step")
     if title:

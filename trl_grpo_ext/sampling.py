@@ -76,3 +76,44 @@ class EpochRepeatSampler(RepeatSampler):
             for _ in range(epoch):  # the permutations TRL's generator drew for the epochs before this one
                 torch.randperm(self.num_samples, generator=self.generator)
         return super().__iter__()
+
+
+class SkippingRepeatSampler(EpochRepeatSampler):
+    """`EpochRepeatSampler` that skips prompts predicted uniform before rollout (``zero_variance_filter: skip``).
+
+    Each epoch yields TRL's order of that epoch with every skipped row replaced by a kept one
+    (`zero_variance.history.skip_substitutes`, decided once at the epoch's start from the `PromptHistory` snapshot):
+    the same length, the same chunks and repeats, so the plan's steps per epoch and stop rule are unchanged.
+
+    Args:
+        *args, **kwargs: as `EpochRepeatSampler`.
+        history (`PromptHistory`): shared with the trainer, which records every rollout in it.
+        exploration_probability (`float`): ``skip_exploration_probability``.
+        prompt_keys (`list[int]`): `prompt_key` of every dataset row.
+
+    Attributes:
+        skipped_fraction (`float`): share of the current epoch's prompt slots whose row was replaced.
+    """
+
+    def __init__(self, *args, history, exploration_probability: float, prompt_keys: list[int], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.history, self.exploration_probability, self.prompt_keys = history, exploration_probability, prompt_keys
+        self.skipped_fraction = 0.0
+
+    @classmethod
+    def like(cls, sampler: RepeatSampler, **kwargs) -> SkippingRepeatSampler:
+        """The `SkippingRepeatSampler` with the settings of TRL's ``sampler`` (keyword arguments: as ``__init__``)."""
+        return cls(data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+                   batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
+                   seed=sampler.seed, **kwargs)
+
+    def __iter__(self):
+        from .zero_variance.history import skip_substitutes
+
+        epoch = self.epoch
+        order = list(super().__iter__())
+        slots = list(dict.fromkeys(order))  # each row once, in order (TRL's permutation holds each row once)
+        substitutes = skip_substitutes(slots, [self.prompt_keys[i] for i in slots], self.history.begin_epoch(epoch),
+                                       self.exploration_probability, self.seed or 0, epoch)
+        self.skipped_fraction = len(substitutes) / len(slots) if slots else 0.0
+        return iter([substitutes.get(i, i) for i in order])

@@ -39,8 +39,8 @@ from .generation import (
 )
 from .models import keep_4bit_training_layout
 from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings
-from .sampling import EpochRepeatSampler, RepeatSampler
-from .zero_variance import ZeroVarianceFilter, judged_reward_index, resample_note
+from .sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler
+from .zero_variance import ZeroVarianceFilter, check_skip_plan, judged_reward_index, resample_note, skip_note
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ class GRPOExtTrainer(GRPOTrainer):
         self.plan: RunPlan = confirm_plan(run_plan, args.resolved.quantity_fields(), dataset_size, args.world_size,
                                           args.max_completion_length)
         model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
+        if args.zero_variance_filter == "skip":
+            check_skip_plan(self.plan, train_dataset)
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
             logger.warning(advice)
         _check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
@@ -142,8 +144,18 @@ class GRPOExtTrainer(GRPOTrainer):
         """TRL's `RepeatSampler`, as an `EpochRepeatSampler`: the same order, but a function of (seed, epoch), so a
         resume in any epoch trains the uninterrupted run's prompts (see `sampling`)."""
         sampler = super()._get_train_sampler(dataset)
-        if type(sampler) is RepeatSampler:
-            sampler = self._epoch_sampler = EpochRepeatSampler.like(sampler)
+        if type(sampler) is not RepeatSampler:
+            return sampler
+        if self.zero_variance.history is not None:  # skip: prompts predicted uniform are replaced before rollout
+            from .zero_variance.history import prompt_key
+
+            sampler = SkippingRepeatSampler.like(
+                sampler, history=self.zero_variance.history,
+                exploration_probability=self.args.skip_exploration_probability,
+                prompt_keys=[prompt_key(row["prompt"]) for row in sampler.data_source])
+        else:
+            sampler = EpochRepeatSampler.like(sampler)
+        self._epoch_sampler = sampler
         return sampler
 
     # -- rewards -> advantages -> zero-variance filter ---------------------------------------------------------------
@@ -172,6 +184,12 @@ class GRPOExtTrainer(GRPOTrainer):
         output, rewards, zero_variance_rows = zero_variance.select(
             output, self._last_rewards_per_func, self._last_completion_ids_list, metric_marks, self._generate_round
         )
+        if zero_variance.history is not None:  # skip: the prompts' history, the same on every process
+            from .zero_variance.history import prompt_key
+
+            keys = torch.tensor([prompt_key(row["prompt"]) for row in inputs], device=rewards.device)
+            zero_variance.observe(self.accelerator.gather(keys), zero_variance_rows)
+            zero_variance.record_skipped_prompts(getattr(self._epoch_sampler, "skipped_fraction", 0.0))
         advantages = compute_advantages(rewards, self.num_generations, self.args.resolved.advantages,
                                         zero_variance_mask=zero_variance_rows if zero_variance.enabled else None)
         local = zero_variance.local_rows(len(output["advantages"]))
@@ -212,9 +230,12 @@ class GRPOExtTrainer(GRPOTrainer):
             )
 
     def _compute_loss(self, model, inputs):
-        """TRL's loss; with the filter on, rescaled so masked rows leave row-counting normalisers too."""
-        loss = super()._compute_loss(model, inputs)
-        return self.zero_variance.scale_loss(loss, inputs) if self.model.training else loss
+        """TRL's loss; with the filter on, of the micro-batch without its masked rows (they cost no forward or
+        backward: `ZeroVarianceFilter.drop_masked_rows`), rescaled so the gradient equals the masked batch's."""
+        if not self.model.training:
+            return super()._compute_loss(model, inputs)
+        inputs = self.zero_variance.drop_masked_rows(inputs)
+        return self.zero_variance.scale_loss(super()._compute_loss(model, inputs), inputs)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's step; at the end of an accumulation window, decide (on all processes) whether anything was kept."""
@@ -260,6 +281,8 @@ class GRPOExtTrainer(GRPOTrainer):
         args = self.args
         args.run_plan = self.plan
         notes = [resample_note(self.plan, args.max_resample_rounds)] if args.zero_variance_filter == "resample" else []
+        if args.zero_variance_filter == "skip":
+            notes.append(skip_note(self.plan, args.skip_exploration_probability))
         print(format_plan_report(self.plan, args.resolved.rewards, notes, self.eval_plan), flush=True)
 
 

@@ -182,9 +182,12 @@ for _name in ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_sto
 REQUIRES["max_resample_rounds"] = ("zero_variance_filter: resample",
                                    lambda v: v.get("zero_variance_filter") == "resample",
                                    "set zero_variance_filter: resample or remove {field}.")
-REQUIRES["zero_variance_tolerance"] = ("zero_variance_filter: mask or resample",
-                                       lambda v: v.get("zero_variance_filter") in ("mask", "resample"),
-                                       "set zero_variance_filter: mask (or resample) or remove {field}.")
+REQUIRES["zero_variance_tolerance"] = ("zero_variance_filter: mask, resample or skip",
+                                       lambda v: v.get("zero_variance_filter") in ("mask", "resample", "skip"),
+                                       "set zero_variance_filter: mask (or resample, skip) or remove {field}.")
+REQUIRES["skip_exploration_probability"] = ("zero_variance_filter: skip",
+                                            lambda v: v.get("zero_variance_filter") == "skip",
+                                            "set zero_variance_filter: skip or remove {field}.")
 REQUIRES["lost_update_warning_threshold"] = ("lost_update_steps > 0", lambda v: (v.get("lost_update_steps") or 0) > 0,
                                              "set lost_update_steps: 10 (say) or remove {field}.")
 REQUIRES["embedded_num_prompts"] = ("an embedded dataset_name",

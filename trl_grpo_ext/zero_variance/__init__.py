@@ -1,4 +1,4 @@
-"""The zero-variance group filter: "mask", or "resample" (DAPO dynamic sampling) then mask.
+"""The zero-variance group filter: "mask", "resample" (DAPO dynamic sampling) then mask, or "skip" (GRESO) then mask.
 
 A group of G completions has *zero variance* when the rewards the filter judges are all equal (or spread at most
 ``zero_variance_tolerance``): every advantage in it is 0, so it carries no policy-gradient signal, yet TRL still
@@ -13,6 +13,8 @@ One unit, one module per concern, none importing the trainer:
 - `groups`: which rows belong to zero-variance groups; the loss rescale per loss type.
 - `merge`: resample's batch surgery (replace groups, re-pad).
 - `resample`: the extra prompts' order and the round size.
+- `history`: skip's per-prompt reward history and the epoch's skip decisions.
+- `report`: the uniform-group figures read back from the logs (console, plot, card; no torch).
 - `metrics`: our logged names, TRL's names, TRL's metrics of the batch trained on.
 - `settings`: the config checks, the judged reward column and the note printed under the plan (no torch).
 - `filter`: `ZeroVarianceFilter`, which runs all of it with the gather / reduce functions it is given.
@@ -35,6 +37,8 @@ _WHERE = {
     "TRL_METRICS": "metrics",
     "ZeroVarianceFilter": "filter",
     "ZeroVarianceFractionEstimate": "resample",
+    "PromptHistory": "history",
+    "check_skip_plan": "settings",
     "check_zero_variance_settings": "settings",
     "expected_surplus": "resample",
     "fill_zero_variance_groups": "merge",
@@ -43,6 +47,8 @@ _WHERE = {
     "masked_loss_scale": "groups",
     "resample_note": "settings",
     "resample_round_size": "resample",
+    "skip_note": "settings",
+    "skip_substitutes": "history",
     "trained_batch_metrics": "metrics",
     "weighted_total": "groups",
     "zero_variance_group_mask": "groups",
@@ -78,4 +84,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from .merge import fill_zero_variance_groups  # noqa: F401
     from .metrics import METRICS, TRL_METRICS, trained_batch_metrics  # noqa: F401
     from .resample import ResampleSource, ZeroVarianceFractionEstimate, expected_surplus, resample_round_size  # noqa: F401
-    from .settings import check_zero_variance_settings, judged_reward_index, resample_note  # noqa: F401
+    from .history import PromptHistory, skip_substitutes  # noqa: F401
+    from .settings import (  # noqa: F401
+        check_skip_plan,
+        check_zero_variance_settings,
+        judged_reward_index,
+        resample_note,
+        skip_note,
+    )

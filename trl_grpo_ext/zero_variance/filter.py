@@ -18,9 +18,17 @@ from collections.abc import Callable
 import torch
 
 from ..checkpoints import ZERO_VARIANCE_STATE_FILE, write_json
-from .groups import judged_rewards, masked_loss_scale, weighted_total, zero_variance_group_mask
+from .groups import (
+    ROW_NORMALISED_LOSSES,
+    generated_uniform_fraction,
+    judged_rewards,
+    masked_loss_scale,
+    weighted_total,
+    zero_variance_group_mask,
+)
+from .history import PromptHistory
 from .merge import ROW_STAT_KEYS, fill_zero_variance_groups
-from .metrics import METRICS, ROUNDS_PREFIX, trained_batch_metrics
+from .metrics import METRICS, ROUNDS_PREFIX, TRL_METRICS, trained_batch_metrics
 from .resample import ResampleSource, ZeroVarianceFractionEstimate, resample_round_size
 
 #: ``generate_round(dataset_indices)`` -> (TRL's local output dict, gathered (N, F) rewards, local completion ids):
@@ -32,8 +40,8 @@ class ZeroVarianceFilter:
     """The zero-variance filter of one run.
 
     Args:
-        mode (`str`): ``zero_variance_filter``: ``"off"`` (judge only, for the advantages), ``"mask"`` or
-            ``"resample"``.
+        mode (`str`): ``zero_variance_filter``: ``"off"`` (judge only, for the advantages), ``"mask"``,
+            ``"resample"`` or ``"skip"`` (mask, plus the `PromptHistory` the skipping sampler reads).
         num_generations (`int`): G.
         reward_weights (`Tensor`): (F,) TRL's reward weights.
         tolerance (`float`, defaults to `0.0`): ``zero_variance_tolerance`` [reward units].
@@ -75,8 +83,11 @@ class ZeroVarianceFilter:
         self.own_metrics: dict[str, list[float]] = defaultdict(list)
         self.metrics = metrics if metrics is not None else (lambda: self.own_metrics)
         self.source = ResampleSource(dataset_size, seed) if mode == "resample" else None
+        #: skip mode: every prompt's uniform streak, shared with the train sampler (`sampling.SkippingRepeatSampler`)
+        self.history = PromptHistory() if mode == "skip" else None
         self.fraction_estimate = ZeroVarianceFractionEstimate()  # sizes the resample rounds (resample only)
         self.window_kept_rows = 0.0  # rows kept in this accumulation window (this process)
+        self.window_dropped_rows = 0  # masked rows dropped before the loss forward in this window (this process)
         self.skip_next_step = False
         self.skipped_updates = 0
 
@@ -119,6 +130,7 @@ class ZeroVarianceFilter:
             its (N,) zero-variance mask (gathered).
         """
         rewards = weighted_total(rewards_per_func, self.reward_weights)
+        self._correct_trl_share(rewards)
         zero_variance = self.judge(rewards_per_func)
         if self.enabled:
             self._record("fraction_before", zero_variance.float().mean().item())
@@ -153,6 +165,7 @@ class ZeroVarianceFilter:
             indices = self.source.draw(per_process * world, rank, world)
             extra, extra_rewards_per_func, extra_ids = generate_round(indices)
             extra_rewards = weighted_total(extra_rewards_per_func, self.reward_weights)
+            self._correct_trl_share(extra_rewards)
             extra_zero_variance = self.judge(extra_rewards_per_func)
             self.fraction_estimate.update(int(extra_zero_variance.sum()) // g, len(extra_zero_variance) // g)
             extra_local = self.local_rows(per_process * g)
@@ -170,6 +183,30 @@ class ZeroVarianceFilter:
         self._record("shortfall_groups", zero_variance.float().sum().item() / g)
         self._record("fraction_estimate", self.fraction_estimate.value)
         return output, rewards, zero_variance
+
+    def observe(self, prompt_keys: torch.Tensor, zero_variance: torch.Tensor) -> None:
+        """Skip mode: record a generation batch's groups in the prompt history.
+
+        Args:
+            prompt_keys (`Tensor`): (N,) int64 `history.prompt_key` of every row, gathered (the same on every process).
+            zero_variance (`Tensor`): (N,) bool, the first round's judgement (`select`'s), gathered.
+        """
+        if self.history is None:
+            return
+        g = self.num_generations
+        self.history.observe(prompt_keys[::g].tolist(), zero_variance[::g].tolist())
+
+    def record_skipped_prompts(self, fraction: float) -> None:
+        """Skip mode: log the share of this epoch's prompt slots skipped before rollout."""
+        self._record("prompts_skipped", fraction)
+
+    def _correct_trl_share(self, total_rewards: torch.Tensor) -> None:
+        """Replace the ``frac_reward_zero_std`` TRL just logged for a generation round (``isclose(std, 0)``, blind to
+        float32 noise and to all-None groups) by `groups.generated_uniform_fraction` of the same rewards."""
+        logged = self.metrics().get(TRL_METRICS["zero_variance_fraction"])
+        if logged:
+            logged[-1] = generated_uniform_fraction(total_rewards, self.num_generations, self.scale_rewards,
+                                                    self.tolerance)
 
     def _row_stats(self, rewards_per_func: torch.Tensor, completion_ids: list, local: slice) -> dict:
         """Per-row figures of one generation round (local rows), carried through `fill_zero_variance_groups` so that
@@ -193,6 +230,7 @@ class ZeroVarianceFilter:
             self.scale_rewards,
             self.gather(output["zero_variance_completion_lengths"]),
             self.gather(output["zero_variance_truncated"].to(torch.int8)).bool(),
+            tolerance=self.tolerance,
         )
         metrics = self.metrics()
         for name, value in values.items():
@@ -221,12 +259,50 @@ class ZeroVarianceFilter:
         self._record("fraction_after", 1.0 - kept_rows / kept.numel())
 
     # -- the loss and the optimizer step ---------------------------------------------------------------------------
+    def drop_masked_rows(self, inputs: dict) -> dict:
+        """The micro-batch ``inputs`` without its masked rows, so that they cost no loss forward or backward.
+
+        Every tensor whose first dimension is the micro-batch's rows (B) is indexed with the kept rows, in their
+        order; scalars (``num_items_in_batch``, the loss scale) stay. With several processes every process keeps the
+        same number of rows R (the most any process kept, padded with masked rows), because TRL's loss gathers
+        per-row metrics across processes; at least one row stays, so that every process runs a backward pass (DDP's
+        gradient all-reduce needs all of them). A masked row contributes exactly 0 to every loss's numerator, so the
+        gradient is unchanged once `scale_loss` multiplies row-normalised losses by R / B
+        (``zero_variance_row_factor``). Multimodal micro-batches (``pixel_values``) are left whole.
+
+        Args:
+            inputs (`dict`): one micro-batch as TRL's ``_compute_loss`` receives it, with ``zero_variance_keep`` (B,).
+
+        Returns:
+            `dict`: the same keys plus ``zero_variance_row_factor`` (`float`, R / B); ``inputs`` itself when the filter
+            is off or the batch is multimodal.
+        """
+        keep = inputs.get("zero_variance_keep")
+        if keep is None or "pixel_values" in inputs:
+            return inputs
+        rows = keep.numel()
+        kept = int(keep.sum())
+        if self.num_processes > 1:
+            kept = int(self.gather(torch.tensor([kept], device=keep.device)).max())
+        target = min(rows, max(kept, 1))
+        order = torch.argsort((keep <= 0).to(torch.int8), stable=True)[:target]  # kept rows first, in their order
+        dropped = {key: value[order] if torch.is_tensor(value) and value.dim() >= 1 and value.size(0) == rows
+                   else value for key, value in inputs.items()}
+        dropped["zero_variance_row_factor"] = target / rows
+        self.window_dropped_rows += rows - target
+        return dropped
+
     def scale_loss(self, loss: torch.Tensor, inputs: dict) -> torch.Tensor:
-        """A micro-batch's loss, rescaled so that masked rows leave row-counting normalisers too; counts kept rows."""
+        """A micro-batch's loss, rescaled so that masked rows leave row-counting normalisers too (and, for a micro-batch
+        whose masked rows were dropped, so that the row-normalised mean over R of its B rows equals the mean over B);
+        counts kept rows."""
         if "zero_variance_keep" not in inputs:
             return loss
         self.window_kept_rows += float(inputs["zero_variance_keep"].sum())
-        return loss * inputs["zero_variance_loss_scale"]
+        scale = inputs["zero_variance_loss_scale"]
+        if self.loss_type in ROW_NORMALISED_LOSSES:
+            scale = scale * inputs.get("zero_variance_row_factor", 1.0)
+        return loss * scale
 
     def end_window(self) -> None:
         """At the end of an accumulation window (on every process): skip the coming optimizer step if no process
@@ -234,13 +310,16 @@ class ZeroVarianceFilter:
         kept = self.reduce(torch.tensor(self.window_kept_rows))
         self.skip_next_step = kept.item() == 0
         self.window_kept_rows = 0.0
+        self._record("completions_dropped", float(self.reduce(torch.tensor(float(self.window_dropped_rows)))))
+        self.window_dropped_rows = 0
 
     def guard_step(self, step: Callable) -> Callable:
         """``step`` (an optimizer's ``step``), skipped when `end_window` found nothing kept: no update, no state
         change; each skip is counted in ``zero_variance/skipped_updates``."""
         def guarded_step(*args, **kwargs):
-            if self.skip_next_step:  # every group of this step had zero variance
-                self.skip_next_step = False
+            skip, self.skip_next_step = self.skip_next_step, False
+            self._record("no_update", float(skip))
+            if skip:  # every group of this step had zero variance
                 self.skipped_updates += 1
                 self._record("skipped_updates", float(self.skipped_updates))
                 return None
@@ -250,24 +329,35 @@ class ZeroVarianceFilter:
 
     # -- checkpoints -----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict | None:
-        """Where resample's extra prompts continue and how its rounds are sized; None without resample."""
-        if self.source is None:
-            return None
-        return {"resample_cursor": self.source.cursor, "uniform_fraction_estimate": self.fraction_estimate.state_dict()}
+        """Where resample's extra prompts continue and how its rounds are sized; skip's prompt history; None with
+        neither."""
+        state = {}
+        if self.source is not None:
+            state.update(resample_cursor=self.source.cursor,
+                         uniform_fraction_estimate=self.fraction_estimate.state_dict())
+        if self.history is not None:
+            state["prompt_history"] = self.history.state_dict()
+        return state or None
 
     def save_state(self, checkpoint: str) -> None:
-        """Write `state_dict` to ``checkpoint/zero_variance_state.json`` (resample only)."""
+        """Write `state_dict` to ``checkpoint/zero_variance_state.json`` (resample and skip only)."""
         state = self.state_dict()
         if state is not None:
             write_json(checkpoint, ZERO_VARIANCE_STATE_FILE, state)
 
     def load_state(self, checkpoint: str | None) -> None:
-        """Restore the state `save_state` wrote in ``checkpoint``, if any (resample only)."""
+        """Restore the state `save_state` wrote in ``checkpoint``, if any (resample and skip only)."""
         path = os.path.join(checkpoint or "", ZERO_VARIANCE_STATE_FILE)
-        if not checkpoint or self.source is None or not os.path.isfile(path):
+        if not checkpoint or (self.source is None and self.history is None) or not os.path.isfile(path):
             return
         with open(path) as f:
             state = json.load(f)
+        if self.history is not None:
+            if "prompt_history" not in state:
+                raise ValueError(f"{path} holds no prompt history: the checkpoint was not written by a "
+                                 "zero_variance_filter: skip run. Fix: resume with the filter the run was started with.")
+            self.history.load_state_dict(state["prompt_history"])
+            return
         self.source.cursor = state["resample_cursor"]
         if "uniform_fraction_estimate" in state:  # absent in checkpoints of earlier versions
             self.fraction_estimate.load_state_dict(state["uniform_fraction_estimate"])

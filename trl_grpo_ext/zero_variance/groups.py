@@ -54,6 +54,30 @@ def zero_variance_group_mask(
     return mask
 
 
+def generated_uniform_fraction(total_rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group",
+                               tolerance: float = 0.0) -> float:
+    """TRL's ``frac_reward_zero_std`` computed right: the share of rows whose std (group, or the whole batch with
+    ``scale_rewards="batch"``) is zero, by `zero_variance_group_mask`'s float32-safe definition.
+
+    TRL 1.16 tests ``torch.isclose(std, 0)`` (``atol=1e-8``): eight float32 rewards of 0.2 have a computed std of
+    1.59e-8, of 0.3 3.19e-8, so such a uniform group counts as informative there; a group whose rewards are all None
+    (NaN std) counts as informative too. Here both are uniform, as the filter and `compute_advantages` see them.
+
+    Args:
+        total_rewards (`Tensor`): (N,) weighted total rewards in group order, NaN where unscorable.
+        num_generations (`int`): G. scale_rewards (`str`): TRL's ``scale_rewards`` (``"batch"`` judges the batch).
+        tolerance (`float`, defaults to `0.0`): ``zero_variance_tolerance`` [reward units].
+
+    Returns:
+        `float` in [0, 1].
+
+    >>> generated_uniform_fraction(torch.tensor([0.2] * 8 + [0.0, 1.0] * 4), 8)
+    0.5
+    """
+    size = total_rewards.numel() if scale_rewards == "batch" else num_generations
+    return zero_variance_group_mask(total_rewards, size, tolerance).float().mean().item()
+
+
 def weighted_total(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Per-completion total reward as TRL forms it: Σ_k w_k r_k over the functions that returned a value.
 

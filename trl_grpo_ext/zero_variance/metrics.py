@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .groups import weighted_total
+from .groups import generated_uniform_fraction, weighted_total
+from .report import NO_UPDATE_KEY, SKIPPED_PROMPTS_KEY
 
 #: Our metrics, by meaning -> the logged name (every value is averaged over the steps of a logging interval).
 METRICS = {
@@ -21,6 +22,9 @@ METRICS = {
     "prompts_drawn": "zero_variance/prompts_drawn",  # extra prompts drawn this step, all processes
     "shortfall_groups": "zero_variance/shortfall_groups",  # zero-variance groups left after the last round
     "fraction_estimate": "zero_variance/uniform_fraction_estimate",  # the estimate p that sizes the rounds
+    "no_update": NO_UPDATE_KEY,  # 1.0 on a step whose optimizer update was skipped, else 0.0
+    "prompts_skipped": SKIPPED_PROMPTS_KEY,  # skip mode: share of the epoch's prompt slots skipped before rollout
+    "completions_dropped": "zero_variance/completions_dropped",  # masked rows dropped before the loss forward
 }
 #: Prefix of TRL's metrics of every generation round of a resampled step (their average over the rounds).
 ROUNDS_PREFIX = "zero_variance/rounds/"
@@ -49,13 +53,15 @@ def trained_batch_metrics(
     scale_rewards: str,
     completion_lengths: torch.Tensor,
     truncated: torch.Tensor,
+    tolerance: float = 0.0,
 ) -> dict[str, float]:
     """TRL's per-batch metrics, computed for the batch that is trained on (resample merges several rounds into it).
 
     The same definitions as TRL 1.16's generation step (pinned in tests/test_trl_contract.py), under TRL's names
     (`TRL_METRICS`): ``rewards/<name>/mean`` and ``/std`` (nan-aware over each function's values), the mean and std
-    of the weighted totals (unscorable rows left out), the fraction of rows whose group std (or batch std with
-    ``scale_rewards="batch"``) is close to 0, and the completion lengths (terminated: rows that ended with EOS or pad;
+    of the weighted totals (unscorable rows left out), the fraction of rows whose group (or batch, with
+    ``scale_rewards="batch"``) is uniform (`groups.generated_uniform_fraction`: TRL's ``isclose(std, 0)`` misses
+    float32 noise), and the completion lengths (terminated: rows that ended with EOS or pad;
     0 when none did).
 
     Args:
@@ -66,6 +72,7 @@ def trained_batch_metrics(
         scale_rewards (`str`): TRL's ``scale_rewards`` (``"group"``, ``"batch"`` or ``"none"``).
         completion_lengths (`Tensor`): (N,) tokens of each completion.
         truncated (`Tensor`): (N,) bool, the completion did not end with EOS / pad.
+        tolerance (`float`, defaults to `0.0`): ``zero_variance_tolerance`` (the uniform-group definition).
 
     Returns:
         ``{TRL's metric name: value}``.
@@ -78,13 +85,10 @@ def trained_batch_metrics(
         metrics[f"rewards/{name}/mean"] = torch.nanmean(rewards_per_func[:, i]).item()
         metrics[f"rewards/{name}/std"] = nanstd(rewards_per_func[:, i]).item()
     rewards = weighted_total(rewards_per_func, weights)
-    if scale_rewards == "batch":
-        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
-    else:
-        std = nanstd(rewards.view(-1, num_generations), dim=1).repeat_interleave(num_generations)
     metrics[name_of["reward_mean"]] = torch.nanmean(rewards).item()
     metrics[name_of["reward_std"]] = nanstd(rewards).item()
-    metrics[name_of["zero_variance_fraction"]] = torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+    metrics[name_of["zero_variance_fraction"]] = generated_uniform_fraction(rewards, num_generations, scale_rewards,
+                                                                            tolerance)
     lengths = completion_lengths.float()
     metrics[name_of["length_mean"]] = lengths.mean().item()
     metrics[name_of["length_min"]] = lengths.min().item()

@@ -159,3 +159,49 @@ def resample_note(plan, max_resample_rounds: int) -> str:
         f"{plan.prompts_per_step}), i.e. up to {extra_prompts * plan.num_generations} extra completions, logged as "
         "zero_variance/prompts_drawn."
     )
+
+
+def check_skip_plan(plan) -> None:
+    """Refuse ``zero_variance_filter: skip`` where it could skip nothing.
+
+    Skip predicts a prompt from its own earlier rollouts, which it has only from its second epoch on; and its sampler
+    replaces rows of a known dataset. Checked on the plan, before any model loads (the recipe, the trainer, ``plan``).
+
+    Args:
+        plan (`RunPlan`): reads ``dataset_size`` [prompts] and ``epochs_covered``.
+
+    Raises:
+        ValueError: no dataset length (an iterable dataset), or at most one epoch covered; naming the fix.
+    """
+    if plan.dataset_size is None:
+        raise ValueError(
+            "zero_variance_filter='skip' replaces prompts of a dataset with a length, but this dataset has none (an "
+            "IterableDataset). Fix: use a map-style dataset, or zero_variance_filter: mask."
+        )
+    if plan.epochs_covered <= 1:
+        raise ValueError(
+            f"zero_variance_filter='skip' predicts a prompt from its rollouts in earlier epochs, so it skips nothing "
+            f"in the first epoch, and this run covers {plan.epochs_covered:.3g} epoch(s) of {plan.dataset_size} "
+            "prompts: it would act as mask. Fix: train for more than one epoch (raise total_epochs and "
+            "total_training_steps, or use fewer prompts), or use zero_variance_filter: mask."
+        )
+
+
+def skip_note(plan, exploration_probability: float) -> str:
+    """How ``zero_variance_filter: skip`` counts in this plan (printed under the plan table).
+
+    Args:
+        plan (`RunPlan`): reads ``steps_per_epoch``, ``prompts_per_step``, ``total_steps``, ``epochs_covered``.
+        exploration_probability (`float`): ``skip_exploration_probability`` p.
+
+    Returns:
+        `str`: one paragraph.
+    """
+    slots = plan.steps_per_epoch * plan.prompts_per_step
+    return (
+        f"zero_variance_filter=skip: an epoch is still {plan.steps_per_epoch} steps × {plan.prompts_per_step} prompt "
+        f"slots ({slots}); from the second epoch on, a prompt uniform at its last k rollouts keeps its slot with "
+        f"probability {exploration_probability:g}^k, and a skipped prompt's slot goes to another prompt of the epoch "
+        f"(some prompts train twice in an epoch). The {plan.total_steps} steps, {plan.epochs_covered:.3g} epochs and "
+        "stop reason above stay exact; skipped slots are logged as zero_variance/frac_prompts_skipped."
+    )

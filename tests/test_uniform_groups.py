@@ -1,0 +1,161 @@
+"""Uniform (σ = 0) groups: reported truthfully, dropped before the loss forward, skipped before rollout.
+
+Every expected value here comes from the prompt text and the reward functions below, worked out by hand: prompts
+whose target is "b" get a constant (uniform) reward, prompts whose target is "a" the completion's position in its
+group (0, 1, 2, 3: never uniform).
+"""
+
+import json
+import re
+
+import pytest
+import torch
+from factories import count_char_mix, tiny_trainer
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+G = 4
+
+
+def _is_b(prompt) -> bool:
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt)
+    return "write b b" in text
+
+
+def saturating_reward(completions, target, trainer_state, **kwargs):
+    """Optimizer step 1: informative everywhere. Step 2: "b" groups 0.3 (uniform), "a" groups positions.
+    Step 3: every group 0.2 (uniform). Step 4: "b" groups None (unscorable), "a" groups 0.2."""
+    step = trainer_state.global_step
+    out = []
+    for i, t in enumerate(target):
+        if step == 0:
+            out.append(float(i % G))
+        elif step == 1:
+            out.append(0.3 if t == "b" else float(i % G))
+        elif step == 2:
+            out.append(0.2)
+        else:
+            out.append(None if t == "b" else 0.2)
+    return out
+
+
+def test_float32_noise_is_what_trl_misses():
+    # the premise of the fix: eight float32 rewards of 0.2 / 0.3 have a computed std above isclose's atol (1e-8)
+    for value in (0.2, 0.3):
+        std = torch.full((8,), value).std()
+        assert 1e-8 < float(std) < 1e-7
+        assert not torch.isclose(std, torch.zeros(()))
+
+
+def test_uniform_share_is_the_same_in_console_metrics_file_and_trainer_state(tmp_path, capsys):
+    # 4 prompts (2 "a", 2 "b"), 4 per step: every step sees all four groups, so the shares are known exactly
+    trainer = tiny_trainer(tmp_path, saturating_reward, count_char_mix(4), prompts_per_step=4, num_generations=G,
+                           micro_batch_size=16, total_training_steps=4, max_completion_length=8, learning_rate=1e-3,
+                           seed=0, zero_variance_filter="mask")
+    trainer.train()
+    trainer.save_state()
+    expected_share = [0.0, 0.5, 1.0, 1.0]  # step 4: None groups and 0.2 groups are both uniform
+    expected_no_update = [0.0, 0.0, 1.0, 1.0]
+
+    state = json.loads((tmp_path / "trainer_state.json").read_text())
+    steps = [h for h in state["log_history"] if "reward" in h]
+    jsonl = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    jsonl = [h for h in jsonl if "reward" in h]
+    for logged in (steps, jsonl):
+        assert [h["step"] for h in logged] == [1, 2, 3, 4]
+        assert [h["frac_reward_zero_std"] for h in logged] == expected_share
+        assert [h["zero_variance/frac_uniform_before"] for h in logged] == expected_share
+        assert [h["zero_variance/no_update"] for h in logged] == expected_no_update
+    assert trainer.zero_variance.skipped_updates == 2
+
+    lines = [line for line in capsys.readouterr().out.splitlines() if re.match(r"step \d+/4 ", line)]
+    assert len(lines) == 4
+    assert "zero-std 0.00" in lines[0] and "no update" not in lines[0]
+    assert "zero-std 0.50" in lines[1] and "no update" not in lines[1]
+    for line in lines[2:]:
+        assert "zero-std 1.00" in line and "no update: 4 of 4 groups uniform" in line, line
+
+
+def test_plot_and_card_show_the_truthful_share(tmp_path):
+    from trl_grpo_ext.zero_variance.report import run_summary
+
+    history = [{"step": 1, "reward": 0.1, "frac_reward_zero_std": 0.0},
+               {"step": 2, "reward": 0.2, "frac_reward_zero_std": 1.0, "zero_variance/frac_uniform_before": 1.0,
+                "zero_variance/no_update": 1.0},
+               {"step": 3, "reward": 0.3, "frac_reward_zero_std": 0.25, "zero_variance/frac_uniform_before": 0.5,
+                "zero_variance/no_update": 0.0}]
+    assert run_summary(history) == {"uniform_share": 0.5, "no_update_steps": 1, "logged_steps": 3}
+
+
+# --- dropped rows: the gradient of masking, without the forward/backward of the masked rows -----------------------------
+def position_reward(completions, target, **kwargs):
+    return [1.0 if t == "b" else float(i % G) for i, t in enumerate(target)]
+
+
+class _Grads(TrainerCallback):
+    def __init__(self, trainer):
+        self.trainer, self.grads = trainer, []
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.grads.append({n: p.grad.clone() for n, p in self.trainer.model.named_parameters() if p.grad is not None})
+
+
+@pytest.mark.parametrize("loss_type, micro_batch_size", [("dapo", 16), ("bnpo", 8), ("grpo", 8), ("dr_grpo", 8),
+                                                         ("grpo", 16)])
+def test_dropped_rows_give_the_masked_gradient(tmp_path, loss_type, micro_batch_size):
+    # 2 "b" (uniform) and 2 "a" groups per step: 8 of 16 rows masked. The reference is today's mask: TRL's loss of
+    # the whole micro-batch (masked rows weighted 0) times the filter's loss scale.
+    trainer = tiny_trainer(tmp_path, position_reward, count_char_mix(4), prompts_per_step=4, num_generations=G,
+                           micro_batch_size=micro_batch_size, total_training_steps=2, max_completion_length=8,
+                           learning_rate=1e-3, seed=0, zero_variance_filter="mask", loss_type=loss_type,
+                           max_grad_norm=0.0)
+    capture = _Grads(trainer)
+    trainer.add_callback(capture)
+    reference, rows_seen = [], []
+    ours = trainer._compute_loss
+    trl_loss = GRPOTrainer._compute_loss
+
+    def spy(self, model, inputs):
+        rows_seen.append(inputs["completion_ids"].size(0))
+        return trl_loss(self, model, inputs)
+
+    def compute_loss(model, inputs):
+        params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        masked = trl_loss(trainer, model, inputs) * inputs["zero_variance_loss_scale"]
+        grads = torch.autograd.grad(masked, [p for _, p in params], allow_unused=True)
+        reference.append({n: g for (n, _), g in zip(params, grads) if g is not None})
+        GRPOTrainer._compute_loss = spy
+        try:
+            return ours(model, inputs)
+        finally:
+            GRPOTrainer._compute_loss = trl_loss
+
+    trainer._compute_loss = compute_loss
+    trainer.train()
+
+    per_step = 16 // micro_batch_size
+    assert len(capture.grads) == 2 and len(reference) == 2 * per_step
+    for step, grads in enumerate(capture.grads):
+        windows = reference[step * per_step:(step + 1) * per_step]
+        for name, grad in grads.items():
+            expected = sum(w[name] for w in windows if name in w)
+            torch.testing.assert_close(grad, expected, rtol=1e-6, atol=1e-6, msg=name)
+    # TRL's loss saw only the kept rows (8 of 16 per step; a micro-batch keeps at least one row)
+    assert sum(rows_seen) < 16 * 2 and sum(rows_seen) >= 8 * 2
+    if micro_batch_size == 16:
+        assert rows_seen == [8, 8]
+    logged = [h["zero_variance/completions_dropped"] for h in trainer.state.log_history if "reward" in h]
+    assert logged == [32 - sum(rows_seen[:per_step]) - 16, 32 - sum(rows_seen[per_step:]) - 16]
+
+
+def test_an_all_uniform_micro_batch_keeps_one_row_and_makes_no_update(tmp_path):
+    trainer = tiny_trainer(tmp_path, lambda completions, **kw: [0.2] * len(completions), count_char_mix(4),
+                           prompts_per_step=4, num_generations=G, micro_batch_size=8, total_training_steps=1,
+                           max_completion_length=8, learning_rate=1e-3, seed=0, zero_variance_filter="mask")
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    (log,) = [h for h in trainer.state.log_history if "reward" in h]
+    assert log["zero_variance/completions_dropped"] == 14  # two micro-batches of 8, each keeps one masked row
+    assert log["zero_variance/no_update"] == 1.0
+    for name, value in trainer.model.named_parameters():
+        assert torch.equal(value, before[name]), name

@@ -1,0 +1,74 @@
+"""The run's uniform-group figures as a reader of its logs sees them: one definition for the console, the plot, the
+card and the benchmarks (pure functions over log dicts; no torch).
+
+A logged step holds TRL's ``frac_reward_zero_std`` (recomputed by the trainer with the float32-safe definition of
+`groups.zero_variance_group_mask`) and, with the filter on, ``zero_variance/frac_uniform_before`` (the filter's own
+judgement of the generated groups) and ``zero_variance/no_update`` (1.0 on a step whose optimizer update was
+skipped because every group was uniform). See docs/zero_variance.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: The filter's share of generated rows in uniform groups (first generation round), when the filter is on.
+FILTER_SHARE_KEY = "zero_variance/frac_uniform_before"
+#: TRL's name for the same share of the generated batch (recomputed right by the trainer).
+TRL_SHARE_KEY = "frac_reward_zero_std"
+#: 1.0 for a step that made no optimizer update (every group uniform), else 0.0; averaged over a logging interval.
+NO_UPDATE_KEY = "zero_variance/no_update"
+#: Share of the epoch's prompt slots whose prompt was skipped before rollout and replaced (skip mode).
+SKIPPED_PROMPTS_KEY = "zero_variance/frac_prompts_skipped"
+
+
+def _finite(value) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def uniform_share(logs: dict) -> float | None:
+    """Share of the generated groups that were uniform (σ = 0) at a logged step, in [0, 1]; None if not logged.
+
+    The filter's judgement when the filter is on (it may judge one chosen reward), else TRL's metric.
+
+    >>> uniform_share({"frac_reward_zero_std": 0.5, "zero_variance/frac_uniform_before": 1.0})
+    1.0
+    >>> uniform_share({"frac_reward_zero_std": 0.25})
+    0.25
+    """
+    share = _finite(logs.get(FILTER_SHARE_KEY))
+    return share if share is not None else _finite(logs.get(TRL_SHARE_KEY))
+
+
+def no_update_steps(logs: dict, steps_in_interval: int = 1) -> int:
+    """Optimizer steps of a logging interval of ``steps_in_interval`` steps that made no update (all groups uniform).
+
+    >>> no_update_steps({"zero_variance/no_update": 0.5}, 4)
+    2
+    """
+    share = _finite(logs.get(NO_UPDATE_KEY))
+    return 0 if share is None else round(share * steps_in_interval)
+
+
+def run_summary(log_history: list[dict]) -> dict[str, float | int]:
+    """The run's uniform-group figures from ``TrainerState.log_history`` (training logs only).
+
+    Returns:
+        ``{"uniform_share": mean of `uniform_share` over the logged steps, "no_update_steps": steps that made no
+        update, "logged_steps": training logs counted}``; ``{}`` when no training log holds a share. Exact when every
+        step is logged (``logging_steps: 1``); with longer intervals each log counts as one of its interval's steps.
+
+    >>> run_summary([{"step": 1, "frac_reward_zero_std": 0.0}, {"step": 2, "frac_reward_zero_std": 1.0,
+    ...               "zero_variance/no_update": 1.0}])
+    {'uniform_share': 0.5, 'no_update_steps': 1, 'logged_steps': 2}
+    """
+    rows = [h for h in log_history if "step" in h and uniform_share(h) is not None]
+    if not rows:
+        return {}
+    previous, skipped = 0, 0
+    for row in rows:
+        skipped += no_update_steps(row, max(1, row["step"] - previous))
+        previous = row["step"]
+    return {"uniform_share": sum(uniform_share(h) for h in rows) / len(rows), "no_update_steps": skipped,
+            "logged_steps": len(rows)}
