@@ -81,10 +81,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs
         weighted_total,
         zero_variance_group_mask,
     )
+    from .history import PromptHistory, skip_substitutes  # noqa: F401
     from .merge import fill_zero_variance_groups  # noqa: F401
     from .metrics import METRICS, TRL_METRICS, trained_batch_metrics  # noqa: F401
     from .resample import ResampleSource, ZeroVarianceFractionEstimate, expected_surplus, resample_round_size  # noqa: F401
-    from .history import PromptHistory, skip_substitutes  # noqa: F401
     from .settings import (  # noqa: F401
         check_skip_plan,
         check_zero_variance_settings,
