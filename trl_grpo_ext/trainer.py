@@ -88,7 +88,7 @@ class GRPOExtTrainer(GRPOTrainer):
                                           args.max_completion_length)
         model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
         if args.zero_variance_filter == "skip":
-            check_skip_plan(self.plan, train_dataset)
+            check_skip_plan(self.plan)
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
             logger.warning(advice)
         _check_vllm_before_loading(model, args, kwargs.get("quantization_config"))

@@ -1,0 +1,155 @@
+"""zero_variance_filter: skip — prompts predicted uniform are skipped before rollout (GRESO, arXiv 2506.02177).
+
+Expected values are worked out by hand: a prompt with streak k is kept with probability p^k; the sampler keeps TRL's
+structure (each row G times in a row, each chunk repeated), only the skipped rows change.
+"""
+
+import json
+
+import pytest
+import torch
+from factories import count_char_mix, tiny_trainer
+from trl.trainer.utils import RepeatSampler
+
+from trl_grpo_ext.sampling import SkippingRepeatSampler
+from trl_grpo_ext.zero_variance.history import PromptHistory, prompt_key, skip_substitutes
+
+G = 4
+
+
+def test_keep_frequency_is_p_to_the_streak():
+    slots = list(range(2000))
+    keys = [1000 + i for i in slots]
+    streaks = {1000 + i: (1 if i < 1000 else 2) for i in slots}  # first half streak 1, second half streak 2
+    kept_1 = kept_2 = 0
+    for epoch in range(10):
+        substitutes = skip_substitutes(slots, keys, streaks, 0.5, seed=3, epoch=epoch)
+        kept_1 += sum(1 for i in range(1000) if i not in substitutes)
+        kept_2 += sum(1 for i in range(1000, 2000) if i not in substitutes)
+        assert set(substitutes.values()).isdisjoint(substitutes)  # a slot is filled by a kept row
+    assert abs(kept_1 / 10000 - 0.5) < 0.02 and abs(kept_2 / 10000 - 0.25) < 0.02
+    # deterministic in (seed, epoch)
+    assert skip_substitutes(slots, keys, streaks, 0.5, 3, 1) == skip_substitutes(slots, keys, streaks, 0.5, 3, 1)
+    assert skip_substitutes(slots, keys, streaks, 0.5, 3, 1) != skip_substitutes(slots, keys, streaks, 0.5, 3, 2)
+
+
+def test_never_skips_without_history_or_when_everything_would_be_skipped():
+    assert skip_substitutes([0, 1, 2], [5, 6, 7], {}, 0.1, 0, 0) == {}
+    assert skip_substitutes([0, 1, 2], [5, 6, 7], {5: 99, 6: 99, 7: 99}, 0.1, 0, 0) == {}
+    with pytest.raises(ValueError, match="skip_exploration_probability"):
+        skip_substitutes([0], [5], {}, 0.0, 0, 0)
+
+
+def test_history_counts_consecutive_uniform_rollouts_and_round_trips():
+    history = PromptHistory()
+    history.observe([1, 2, 1], [True, True, True])
+    assert history.streaks == {1: 2, 2: 1}
+    history.observe([1], [False])
+    assert history.streaks == {1: 0, 2: 1}
+    snapshot = history.begin_epoch(3)
+    history.observe([2], [True])
+    assert snapshot == {1: 0, 2: 1} and history.begin_epoch(3) == {1: 0, 2: 1}  # the epoch keeps its snapshot
+    restored = PromptHistory()
+    restored.load_state_dict(json.loads(json.dumps(history.state_dict())))
+    assert restored.streaks == history.streaks and restored.epoch_start == history.epoch_start
+
+
+def test_sampler_keeps_trl_structure_and_replaces_only_skipped_rows():
+    data = [{"prompt": f"p{i}"} for i in range(8)]
+    keys = [prompt_key(row["prompt"]) for row in data]
+    history = PromptHistory()
+    trl = RepeatSampler(data, mini_repeat_count=G, batch_size=4, repeat_count=2, seed=7)
+    ours = SkippingRepeatSampler(data, mini_repeat_count=G, batch_size=4, repeat_count=2, seed=7, history=history,
+                                 exploration_probability=0.5, prompt_keys=keys)
+    assert list(ours) == list(trl)  # epoch 0: no history, TRL's order
+    history.observe([keys[1], keys[3]], [True, True])
+    history.streaks[keys[1]] = history.streaks[keys[3]] = 200  # p^200: never kept
+    reference = list(trl)  # TRL's epoch 1
+    skipped = list(ours)
+    assert len(skipped) == len(reference) and ours.skipped_fraction == 2 / 8
+    assert 1 not in skipped and 3 not in skipped
+    for a, b in zip(reference, skipped):
+        assert a == b or a in (1, 3)
+    mapping = {a: b for a, b in zip(reference, skipped) if a != b}
+    assert set(mapping) == {1, 3} and all(b not in (1, 3) for b in mapping.values())
+
+
+def test_a_resumed_epoch_takes_the_decisions_of_its_start():
+    # the decisions of epoch 1 come from the history at its start, also after a checkpoint written mid-epoch, when
+    # later rollouts have changed the history (here: every prompt uniform 50 more times)
+    data = [{"prompt": f"p{i}"} for i in range(8)]
+    keys = [prompt_key(row["prompt"]) for row in data]
+
+    def sampler(history):
+        return SkippingRepeatSampler(data, mini_repeat_count=G, batch_size=4, repeat_count=1, seed=7,
+                                     history=history, exploration_probability=0.5, prompt_keys=keys)
+
+    history = PromptHistory()
+    history.streaks = {keys[i]: 3 for i in (0, 2, 4, 6)}
+    original = sampler(history)
+    original.set_epoch(1)
+    epoch_1 = list(original)
+    assert original.skipped_fraction > 0
+    for _ in range(50):
+        history.observe(keys, [True] * 8)
+    restored = PromptHistory()
+    restored.load_state_dict(json.loads(json.dumps(history.state_dict())))  # the checkpoint's state
+    resumed = sampler(restored)
+    resumed.set_epoch(1)
+    assert list(resumed) == epoch_1
+    resumed.set_epoch(2)  # a new epoch decides from the current history: everything would be skipped, so nothing is
+    trl = RepeatSampler(data, mini_repeat_count=G, batch_size=4, repeat_count=1, seed=7)
+    list(trl), list(trl)
+    assert list(resumed) == list(trl)
+
+
+def _b_constant_reward(completions, target, **kwargs):
+    """"b" prompts: 1.0 for every completion (uniform); "a" prompts: the position in the group (informative)."""
+    return [1.0 if t == "b" else float(i % G) for i, t in enumerate(target)]
+
+
+SKIP_RUN = dict(prompts_per_step=4, num_generations=G, micro_batch_size=16, total_epochs=3, max_completion_length=8,
+                learning_rate=1e-3, seed=0, zero_variance_filter="skip", skip_exploration_probability=0.001)
+
+
+def test_skip_stops_rolling_out_uniform_prompts_after_the_first_epoch(tmp_path):
+    # 8 prompts, 4 "b": epoch 0 rolls every prompt out (half the groups uniform over the epoch); from epoch 1 each "b"
+    # prompt has streak >= 1 and is kept with probability 0.001, so its slot goes to an "a" prompt.
+    trainer = tiny_trainer(tmp_path, _b_constant_reward, count_char_mix(8), **SKIP_RUN)
+    assert trainer.plan.steps_per_epoch == 2 and trainer.plan.total_steps == 6
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    shares = [h["zero_variance/frac_uniform_before"] for h in logs]
+    assert len(shares) == 6 and trainer.state.global_step == trainer.plan.total_steps == 6
+    assert sum(shares[:2]) / 2 == 0.5  # epoch 0: all 8 prompts once, 4 of them uniform
+    assert shares[2:] == [0.0] * 4
+    assert [h["zero_variance/frac_prompts_skipped"] for h in logs] == [0.0, 0.0] + [0.5] * 4
+    assert trainer.plan.stop_reason == "epoch_limit"
+
+
+def test_skip_refuses_a_run_of_one_epoch(tmp_path):
+    with pytest.raises(ValueError, match="zero_variance_filter='skip'.*first epoch.*Fix"):
+        tiny_trainer(tmp_path, _b_constant_reward, count_char_mix(8), **{**SKIP_RUN, "total_epochs": 1})
+
+
+def test_skip_resumes_exactly_inside_an_epoch(tmp_path):
+    run = {**SKIP_RUN, "skip_exploration_probability": 0.5, "save_strategy": "steps", "save_steps": 1}
+    full = tiny_trainer(tmp_path / "full", _b_constant_reward, count_char_mix(8), **run)
+    full.train()
+    checkpoint = tmp_path / "full" / "checkpoint-3"  # epoch 1 (0-based), after its first step
+    state = json.loads((checkpoint / "zero_variance_state.json").read_text())
+    assert state["prompt_history"]["epoch_start"]["epoch"] == 1
+    resumed = tiny_trainer(tmp_path / "resumed", _b_constant_reward, count_char_mix(8), **run)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+
+    def steps(trainer):
+        return {h["step"]: (h["reward"], h["zero_variance/frac_uniform_before"],
+                            h["zero_variance/frac_prompts_skipped"])
+                for h in trainer.state.log_history if "reward" in h}
+
+    expected, got = steps(full), steps(resumed)
+    assert sorted(got) == [1, 2, 3, 4, 5, 6]  # 1-3 restored from the checkpoint's trainer state, 4-6 run again
+    assert got == expected
+    assert any(skipped > 0 for _, _, skipped in got.values())  # the resumed epochs did skip
+    for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
