@@ -43,3 +43,20 @@ def test_two_processes_resample_with_identical_decisions(tmp_path):
     assert history[1]["zero_variance/shortfall_groups"] == 4
     assert history[1]["zero_variance/skipped_updates"] == 1
     assert first[1]["kept"] == [0] * 16
+
+
+@pytest.mark.multiproc
+def test_two_processes_skip_with_identical_history_and_dropped_rows(tmp_path):
+    result = run_worker_on_2_processes("skip_worker.py", str(tmp_path), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    assert ranks[0]["streaks"] == ranks[1]["streaks"] and len(ranks[0]["streaks"]) == 8  # one history, every prompt
+    assert ranks[0]["history"] == ranks[1]["history"]
+    assert [r["global_step"] for r in ranks] == [6, 6] == [r["total_steps"] for r in ranks]  # plan == real
+    shares = [h["zero_variance/frac_uniform_before"] for h in ranks[0]["history"]]
+    assert sum(shares[:2]) / 2 == 0.5 and shares[2:] == [0.0] * 4  # epoch 0: 4 of 8 prompts uniform; then skipped
+    # 2 micro-batches per rank per step: 12 each; with the "b" groups of epoch 0 masked, ranks kept different counts
+    assert len(ranks[0]["kept_per_micro_batch"]) == len(ranks[1]["kept_per_micro_batch"]) == 12
+    dropped = [h["zero_variance/completions_dropped"] for h in ranks[0]["history"]]
+    assert dropped[2:] == [0.0] * 4 and sum(dropped[:2]) > 0
