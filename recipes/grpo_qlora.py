@@ -29,6 +29,7 @@ from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
 from trl_grpo_ext.models import load_dtype, lora_config, quantization_config, run_tokenizer
 from trl_grpo_ext.plan import resolve_plan
+from trl_grpo_ext.zero_variance.report import summary_line
 from trl_grpo_ext.plotting import plot_training, reward_trend
 from trl_grpo_ext.validation import check_reward_columns
 
@@ -133,6 +134,9 @@ def main(script_args, training_args, model_args, push_args) -> int:
         if logged:
             first, last = reward_trend(trainer.state.log_history)
             print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
+            uniform = summary_line(trainer.state.log_history, trainer.plan.prompts_per_step)
+            if uniform:
+                print(uniform)
         else:
             print(f"No reward was logged (logging_steps={training_args.logging_steps} > {trainer.state.global_step} "
                   "steps): no reward trend and no reward plot.")

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..checks import check_choice
 from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION
 from .merge import UPLOAD_MODES, read_json
+from ..zero_variance.report import run_summary
 from .secrets import scrub_secrets
 
 #: Tags every card carries (the metadata's ``tags``).
@@ -154,6 +155,11 @@ def _final_metrics(results: dict, state: dict) -> list[tuple]:
         for key in ("reward", "reward_std", "frac_reward_zero_std", "loss"):
             if key in last:
                 rows.append((f"{key} (last logged, step {step})", last[key]))
+    summary = run_summary(state.get("log_history", []))
+    if summary:  # the same figure the console and the plot show (zero_variance.report)
+        rows.append((f"uniform (σ = 0) share of generated groups (mean of {summary['logged_steps']} logged steps)",
+                     round(summary["uniform_share"], 4)))
+        rows.append(("optimizer steps that made no update (every group uniform)", summary["no_update_steps"]))
     return rows
 
 

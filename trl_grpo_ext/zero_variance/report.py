@@ -72,3 +72,23 @@ def run_summary(log_history: list[dict]) -> dict[str, float | int]:
         previous = row["step"]
     return {"uniform_share": sum(uniform_share(h) for h in rows) / len(rows), "no_update_steps": skipped,
             "logged_steps": len(rows)}
+
+
+def summary_line(log_history: list[dict], groups_per_step: int | None = None) -> str | None:
+    """One line for the end of a run: the uniform share of the generated groups and the updates it cost.
+
+    Uniform groups cost their share of the generation (their completions were generated and scored); with the filter
+    on, their rows were dropped before the loss forward and backward, and a step whose groups were all uniform made
+    no update. None when no training step logged a share.
+
+    >>> summary_line([{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 1.0,
+    ...               "zero_variance/frac_uniform_before": 1.0, "zero_variance/no_update": 1.0}], 3)
+    'Uniform groups (σ = 0): 75% of the 6 groups generated (their generation: 75% of the completions); 1 of 2 steps made no update'
+    """
+    summary = run_summary(log_history)
+    if not summary:
+        return None
+    steps, share = summary["logged_steps"], summary["uniform_share"]
+    groups = f"the {steps * groups_per_step} groups" if groups_per_step else "the groups"
+    return (f"Uniform groups (σ = 0): {share:.0%} of {groups} generated (their generation: {share:.0%} of the "
+            f"completions); {summary['no_update_steps']} of {steps} steps made no update")

@@ -1,0 +1,269 @@
+"""The add-on against plain TRL on a real model: SmolLM2-135M-Instruct, arithmetic, equal CPU time per arm.
+
+    python benchmarks/real_model_vs_trl.py                    # make bench-vs-trl: 2 seeds x 3 arms (see --help)
+    python benchmarks/real_model_vs_trl.py --seeds 0 --cpu-minutes 4 --train-prompts 12   # a quicker look
+
+Arms, each trained from the same base for the same budget of CPU time (this process's user + system time, so load
+from other jobs on the machine costs neither arm), run alternately (the order flips with the seed):
+
+- ``trl``: plain ``trl.GRPOTrainer`` + ``trl.GRPOConfig`` set up the way TRL's docs show: ``per_device_train_batch_size``
+  counts completions (prompts per step × G), ``gradient_accumulation_steps`` 1, ``max_steps`` as the stop;
+- ``mask``: this add-on's recipe settings with ``zero_variance_filter: mask`` (uniform groups out of the loss, their
+  rows dropped before the loss forward);
+- ``skip``: ``zero_variance_filter: skip`` (prompts predicted uniform skipped before rollout, then mask).
+
+All arms share the shipped CPU config's model settings (LoRA r 16 on every linear layer of the float32 base), learning
+rate, temperature, G and rewards (`recipes/configs/smollm2_arithmetic_cpu.yaml`), with ``--prompts-per-step`` and
+``--max-completion-length`` (defaults 2 and 48: cheaper steps than the config's 3 × 64, so that several epochs fit
+the budget), on the first
+``--train-prompts`` training problems (several epochs fit the budget, so a prompt's history can act). Every arm's
+reward functions are wrapped by the same recorder, which counts uniform groups from the rewards themselves (TRL's
+own ``frac_reward_zero_std`` misses float32 noise). After training, each adapter answers the same 200 held-out
+problems greedily (the product's `evaluation.evaluate_model`).
+
+Printed per arm (means over seeds, and each seed): optimizer steps, completions generated, share of completions in
+uniform groups (all steps, and after the first epoch), informative groups that reached the loss per CPU minute,
+held-out greedy accuracy with its Wilson interval, and the paired difference against the ``trl`` arm of the same
+seed (Newcombe's interval); ratios are between arms of the same run. Writes ``--output-dir``/results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CONFIG = ROOT / "recipes" / "configs" / "smollm2_arithmetic_cpu.yaml"
+ARMS = ("trl", "mask", "skip")
+
+
+# -- one arm (run in its own process) -----------------------------------------------------------------------------------
+class Recorder:
+    """Wraps the run's reward functions: keeps every call's rewards, to count uniform groups independently of the
+    trainer. ``calls[i]`` is one generation batch: the per-function reward lists (None kept)."""
+
+    def __init__(self, funcs, weights, num_generations):
+        self.funcs, self.weights, self.g = funcs, weights, num_generations
+        self.calls: list[list[list]] = []
+
+    def wrap(self):
+        wrapped = []
+        for index, func in enumerate(self.funcs):
+            def recorded(*args, __func=func, __index=index, **kwargs):
+                values = __func(*args, **kwargs)
+                if __index == 0:
+                    self.calls.append([])
+                self.calls[-1].append(list(values))
+                return values
+            recorded.__name__ = getattr(func, "__name__", f"reward_{index}")
+            wrapped.append(recorded)
+        return wrapped
+
+    def groups(self) -> list[list[bool]]:
+        """Per generation batch: one flag per group, True when the G weighted totals are all equal (all-None
+        counts as uniform)."""
+        out = []
+        for call in self.calls:
+            totals = []
+            for row in zip(*call):
+                present = [w * v for w, v in zip(self.weights, row) if v is not None]
+                totals.append(sum(present) if present else None)
+            flags = []
+            for start in range(0, len(totals), self.g):
+                group = [t for t in totals[start:start + self.g] if t is not None]
+                flags.append(len(group) < 2 or max(group) == min(group))
+            out.append(flags)
+        return out
+
+
+def _budget_callback(cpu_seconds: float):
+    from transformers import TrainerCallback
+
+    class Budget(TrainerCallback):
+        """Stops training once this process has used ``cpu_seconds`` of CPU time since training began."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start, self.wall = time.process_time(), time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.used = time.process_time() - self.start
+            self.wall_used = time.perf_counter() - self.wall
+            if self.used >= cpu_seconds:
+                control.should_training_stop = True
+
+    return Budget()
+
+
+def run_arm(arm: str, seed: int, args) -> dict:
+    import torch
+
+    from trl_grpo_ext import tiny
+    from trl_grpo_ext.data import load_eval_dataset, load_prompt_dataset
+    from trl_grpo_ext.evaluation import evaluate_model
+    from trl_grpo_ext.models import lora_config, run_tokenizer
+    from trl_grpo_ext.launch import parse_recipe_args
+    from trl_grpo_ext.rewards.spec import build_reward_funcs, with_run_defaults
+
+    filter_args = [] if arm == "trl" else ["--zero_variance_filter", arm]
+    script_args, training_args, model_args, _ = parse_recipe_args([
+        "--config", str(CONFIG), "--embedded_num_prompts", str(args.train_prompts), "--seed", str(seed),
+        "--output_dir", str(Path(args.output_dir) / f"{arm}-seed{seed}"), "--overwrite_output_dir", "true",
+        "--total_training_steps", "100000", "--total_epochs", "1000", "--save_strategy", "no", "--final_eval", "none",
+        "--prompts_per_step", str(args.prompts_per_step), "--micro_batch_size", str(args.prompts_per_step * 8),
+        "--max_completion_length", str(args.max_completion_length), *filter_args,
+    ])
+    train_dataset = load_prompt_dataset(script_args, seed=0)  # the same problems for every arm and seed
+    eval_dataset = load_eval_dataset(script_args, 0, "test", args.eval_prompts)  # the same 200 as make demo-real
+    tokenizer = run_tokenizer(model_args, script_args.chat_template)
+    model_path = str(tiny.resolve_model_path(model_args.model_name_or_path))
+    specs = with_run_defaults(list(training_args.resolved.rewards), training_args.max_completion_length)
+    funcs, weights = build_reward_funcs(specs, on_error="raise")
+    g = training_args.num_generations
+    recorder = Recorder(funcs, [float(w) for w in weights], g)
+    budget = _budget_callback(args.cpu_minutes * 60)
+
+    if arm == "trl":
+        from trl import GRPOConfig, GRPOTrainer
+
+        config = GRPOConfig(
+            output_dir=training_args.output_dir, per_device_train_batch_size=training_args.prompts_per_step * g,
+            gradient_accumulation_steps=1, num_generations=g, max_steps=100000, learning_rate=training_args.learning_rate,
+            lr_scheduler_type="constant", beta=training_args.beta, temperature=training_args.temperature,
+            max_completion_length=training_args.max_completion_length, reward_weights=[float(w) for w in weights],
+            use_cpu=True, bf16=False, logging_steps=1, report_to=[], save_strategy="no", seed=seed,
+            gradient_checkpointing=False, model_init_kwargs={"dtype": torch.float32},
+        )
+        trainer = GRPOTrainer(model_path, reward_funcs=recorder.wrap(), args=config, train_dataset=train_dataset,
+                              processing_class=tokenizer, peft_config=lora_config(model_args))
+    else:
+        from trl_grpo_ext import GRPOExtTrainer
+
+        training_args.model_init_kwargs = {"dtype": torch.float32}
+        trainer = GRPOExtTrainer(model_path, args=training_args, train_dataset=train_dataset,
+                                 processing_class=tokenizer, peft_config=lora_config(model_args))
+        trainer.reward_funcs = recorder.wrap()  # the guarded registry rewards, recorded (names unchanged)
+    trainer.add_callback(budget)
+    trainer.train()
+
+    steps = trainer.state.global_step
+    groups = recorder.groups()
+    prompts_per_step = training_args.prompts_per_step
+    steps_per_epoch = len(train_dataset) // prompts_per_step
+    completions = sum(len(flags) for flags in groups) * g
+    uniform = sum(sum(flags) for flags in groups) * g
+    later = [flags for flags in groups[steps_per_epoch:]]
+    later_completions = sum(len(flags) for flags in later) * g
+    informative = sum(len(flags) - sum(flags) for flags in groups)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    eval_start = time.perf_counter()
+    result = evaluate_model(model, tokenizer, eval_dataset, funcs, max_new_tokens=training_args.max_completion_length,
+                            batch_size=50)
+    return {
+        "arm": arm, "seed": seed, "optimizer_steps": steps, "steps_per_epoch": steps_per_epoch,
+        "epochs": steps / steps_per_epoch, "completions": completions,
+        "uniform_share": uniform / completions if completions else None,
+        "uniform_share_after_epoch_1": (sum(sum(f) for f in later) * g / later_completions) if later_completions
+        else None,
+        "informative_groups": informative, "cpu_minutes": budget.used / 60, "wall_minutes": budget.wall_used / 60,
+        "informative_groups_per_cpu_minute": informative / (budget.used / 60),
+        "accuracy": result.accuracy, "accuracy_ci": result.accuracy_ci, "correct": result.correct,
+        "eval_minutes": (time.perf_counter() - eval_start) / 60,
+    }
+
+
+# -- the comparison -----------------------------------------------------------------------------------------------------
+def _format(results: list[dict], arms: list[str]) -> str:
+    from trl_grpo_ext.eval_stats import paired_difference_interval
+
+    lines = []
+    by = {(r["arm"], r["seed"]): r for r in results}
+    seeds = sorted({r["seed"] for r in results})
+    header = f"{'arm':5s} {'seed':>4s} {'steps':>5s} {'epochs':>6s} {'compl.':>6s} {'uniform':>7s} {'unif>e1':>7s} " \
+             f"{'inf/cpu-min':>11s} {'cpu-min':>7s} {'accuracy [95% CI]':>22s} {'vs trl (paired) [95% CI]':>28s}"
+    lines.append(header)
+    for seed in seeds:
+        reference = by.get(("trl", seed))
+        for arm in arms:
+            r = by.get((arm, seed))
+            if r is None:
+                continue
+            versus = ""
+            if reference is not None and arm != "trl":
+                diff, (low, high) = paired_difference_interval(reference["correct"], r["correct"])
+                versus = f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]"
+            later = "-" if r["uniform_share_after_epoch_1"] is None else f"{r['uniform_share_after_epoch_1']:.2f}"
+            lines.append(
+                f"{arm:5s} {seed:4d} {r['optimizer_steps']:5d} {r['epochs']:6.2f} {r['completions']:6d} "
+                f"{r['uniform_share']:7.2f} {later:>7s} {r['informative_groups_per_cpu_minute']:11.2f} "
+                f"{r['cpu_minutes']:7.1f} {r['accuracy']:.3f} [{r['accuracy_ci'][0]:.3f}, {r['accuracy_ci'][1]:.3f}]"
+                f"{versus:>30s}")
+    lines.append("")
+    for arm in arms:
+        runs = [by[(arm, s)] for s in seeds if (arm, s) in by]
+        trl = [by[("trl", s)] for s in seeds if ("trl", s) in by and (arm, s) in by]
+        if not runs:
+            continue
+        rate = sum(r["informative_groups_per_cpu_minute"] for r in runs) / len(runs)
+        text = f"{arm:5s} mean over {len(runs)} seed(s): accuracy {sum(r['accuracy'] for r in runs) / len(runs):.3f}, " \
+               f"informative groups per CPU minute {rate:.2f}"
+        if arm != "trl" and trl:
+            trl_rate = sum(r["informative_groups_per_cpu_minute"] for r in trl) / len(trl)
+            text += f" ({rate / trl_rate:.2f}x trl's)"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    parser.add_argument("--cpu-minutes", type=float, default=10.0, help="training budget per arm [CPU minutes]")
+    parser.add_argument("--train-prompts", type=int, default=8, help="training problems (several epochs fit)")
+    parser.add_argument("--eval-prompts", type=int, default=200, help="held-out problems")
+    parser.add_argument("--prompts-per-step", type=int, default=2, help="prompts per optimizer step (G is 8)")
+    parser.add_argument("--max-completion-length", type=int, default=48, help="new tokens per completion")
+    parser.add_argument("--output-dir", default="outputs/bench-vs-trl")
+    parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # internal: run one arm in this process
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    out = Path(args.output_dir)
+    if args.arm:
+        result = run_arm(args.arm, args.seed, args)
+        (out / f"{args.arm}-seed{args.seed}.json").write_text(json.dumps(result))
+        return 0
+
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for seed in args.seeds:
+        order = args.arms if seed % 2 == 0 else list(reversed(args.arms))
+        for arm in order:
+            command = [sys.executable, __file__, "--arm", arm, "--seed", str(seed), "--cpu-minutes",
+                       str(args.cpu_minutes), "--train-prompts", str(args.train_prompts), "--eval-prompts",
+                       str(args.eval_prompts), "--prompts-per-step", str(args.prompts_per_step),
+                       "--max-completion-length", str(args.max_completion_length), "--output-dir", str(out)]
+            start = time.perf_counter()
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+            (out / f"{arm}-seed{seed}.log").write_text(done.stdout + done.stderr)
+            if done.returncode != 0:
+                sys.stderr.write(done.stderr[-3000:])
+                raise SystemExit(f"arm {arm} seed {seed} failed ({done.returncode}); log in {out}")
+            results.append(json.loads((out / f"{arm}-seed{seed}.json").read_text()))
+            r = results[-1]
+            print(f"{arm} seed {seed}: {r['optimizer_steps']} steps, accuracy {r['accuracy']:.3f}, "
+                  f"uniform {r['uniform_share']:.2f}, {(time.perf_counter() - start) / 60:.1f} min", flush=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    print(_format(results, args.arms))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
