@@ -153,3 +153,22 @@ def test_skip_resumes_exactly_inside_an_epoch(tmp_path):
     assert any(skipped > 0 for _, _, skipped in got.values())  # the resumed epochs did skip
     for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
+def test_plan_states_what_an_epoch_is_with_skip_and_refuses_one_epoch(tmp_path, capsys):
+    from factories import tiny_cpu_yaml
+
+    from trl_grpo_ext import plan_cli
+
+    # tiny_cpu.yaml: 240 prompts, 2 per step -> 120 steps per epoch; 3 epochs = 360 steps
+    path = tiny_cpu_yaml(tmp_path, zero_variance_filter="skip", total_epochs=3, total_training_steps=400,
+                         eval_strategy="no", drop=("eval_steps",))
+    assert plan_cli.main(["--config", path]) == 0
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "zero_variance_filter=skip: an epoch is still 120 steps × 2 prompt slots (240)" in out
+    assert "The 360 steps, 3 epochs and stop reason above stay exact" in out
+    one_epoch = tiny_cpu_yaml(tmp_path, name="one.yaml", zero_variance_filter="skip")
+    assert plan_cli.main(["--config", one_epoch]) == 2
+    err = capsys.readouterr().err
+    assert "zero_variance_filter='skip'" in err and "covers 1 epoch(s) of 240 prompts" in err and "Fix:" in err
