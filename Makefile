@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-real demo demo-real test test-slow test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-generation plan clean
+.PHONY: install install-real demo demo-real test test-slow test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-vs-trl bench-dropped-rows bench-generation plan clean
 
 install: $(STAMP)
 
@@ -69,6 +69,17 @@ bench-adapter: install
 
 bench-real: install-real
 	$(PY) benchmarks/real_model.py
+
+# The add-on against plain TRL on SmolLM2-135M-Instruct at equal CPU time per arm (trl, mask, skip), 2 seeds; about an
+# hour on 2 cores. BENCH_VS_TRL_ARGS="--seeds 0 --cpu-minutes 4" for a quicker look.
+BENCH_VS_TRL_ARGS ?=
+bench-vs-trl: install-real
+	$(PY) benchmarks/real_model_vs_trl.py $(BENCH_VS_TRL_ARGS)
+
+# Dropped rows against mask's zero-weighted rows, half the groups uniform: the tiny model, then SmolLM2-135M.
+bench-dropped-rows: install-real
+	$(PY) benchmarks/dropped_rows.py
+	$(PY) benchmarks/dropped_rows.py --model smollm2 --steps 3 --repeats 1 --prompts-per-step 2
 
 # On one GPU (a few minutes): default generation vs continuous batching vs a static cache, Qwen2.5-1.5B-shaped, NF4 + LoRA.
 # On a CPU, a smoke test of the same code path: make bench-generation BENCH_GENERATION_ARGS="--device cpu --smoke"

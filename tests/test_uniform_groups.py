@@ -159,3 +159,16 @@ def test_an_all_uniform_micro_batch_keeps_one_row_and_makes_no_update(tmp_path):
     assert log["zero_variance/no_update"] == 1.0
     for name, value in trainer.model.named_parameters():
         assert torch.equal(value, before[name]), name
+
+
+def test_eval_loop_counts_uniform_groups_truthfully(tmp_path):
+    # TRL's eval loop logs eval_frac_reward_zero_std with the same isclose: every held-out group below scores 0.2
+    # (uniform), half of them through None rewards
+    def reward(completions, target, **kwargs):
+        return [None if t == "b" else 0.2 for t in target]
+
+    trainer = tiny_trainer(tmp_path, reward, count_char_mix(4), prompts_per_step=4, num_generations=G,
+                           micro_batch_size=16, total_training_steps=1, max_completion_length=8, seed=0,
+                           per_device_eval_batch_size=16)
+    metrics = trainer.evaluate(count_char_mix(4))
+    assert metrics["eval_frac_reward_zero_std"] == 1.0

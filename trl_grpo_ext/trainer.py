@@ -40,7 +40,14 @@ from .generation import (
 from .models import keep_4bit_training_layout
 from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings
 from .sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler
-from .zero_variance import ZeroVarianceFilter, check_skip_plan, judged_reward_index, resample_note, skip_note
+from .zero_variance import (
+    ZeroVarianceFilter,
+    check_skip_plan,
+    judged_reward_index,
+    resample_note,
+    skip_note,
+    weighted_total,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +185,11 @@ class GRPOExtTrainer(GRPOTrainer):
         output = self._generate_and_score_keeping_dtypes(inputs)
         if self.base_drift is not None and self.model.training:
             self._record_base_drift()
-        if not self.model.training or self.args.multi_objective_aggregation != "sum_then_normalize":
+        if self.args.multi_objective_aggregation != "sum_then_normalize":
+            return output
+        if not self.model.training:  # TRL's eval loop: its frac_reward_zero_std recomputed, nothing else changes
+            self.zero_variance.correct_trl_share(weighted_total(self._last_rewards_per_func, self.reward_weights),
+                                                 _trl_compat.train_metrics(self, "eval"), self.num_generations_eval)
             return output
         zero_variance = self.zero_variance
         output, rewards, zero_variance_rows = zero_variance.select(

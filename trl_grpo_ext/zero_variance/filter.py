@@ -203,9 +203,18 @@ class ZeroVarianceFilter:
     def _correct_trl_share(self, total_rewards: torch.Tensor) -> None:
         """Replace the ``frac_reward_zero_std`` TRL just logged for a generation round (``isclose(std, 0)``, blind to
         float32 noise and to all-None groups) by `groups.generated_uniform_fraction` of the same rewards."""
-        logged = self.metrics().get(TRL_METRICS["zero_variance_fraction"])
+        self.correct_trl_share(total_rewards, self.metrics(), self.num_generations)
+
+    def correct_trl_share(self, total_rewards: torch.Tensor, metrics: dict, num_generations: int) -> None:
+        """`_correct_trl_share` for any metric dict (TRL's eval metrics too) and group size (``num_generations_eval``).
+
+        Args:
+            total_rewards (`Tensor`): (N,) weighted totals, NaN where unscorable. metrics (`dict`): metric lists.
+            num_generations (`int`): the group size of this batch.
+        """
+        logged = metrics.get(TRL_METRICS["zero_variance_fraction"])
         if logged:
-            logged[-1] = generated_uniform_fraction(total_rewards, self.num_generations, self.scale_rewards,
+            logged[-1] = generated_uniform_fraction(total_rewards, num_generations, self.scale_rewards,
                                                     self.tolerance)
 
     def _row_stats(self, rewards_per_func: torch.Tensor, completion_ids: list, local: slice) -> dict:
