@@ -230,3 +230,15 @@ def test_final_metrics_show_the_uniform_share_and_the_updates_it_cost(card, run,
     text = build_model_card(copy, repo_id=REPO).text
     assert "| uniform (σ = 0) share of generated groups (mean of 2 logged steps) | 0.75 |" in text  # (0.5 + 1) / 2
     assert "| optimizer steps that made no update (every group uniform) | 1 |" in text  # 1/30 of the 30 steps 11-40
+
+
+def test_skip_runs_cite_greso_and_show_their_settings(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run[0], copy)
+    config = json.loads((copy / "run_config.json").read_text())
+    config["training_args"].update(zero_variance_filter="skip", skip_exploration_probability=0.25)
+    (copy / "run_config.json").write_text(json.dumps(config))
+    text = build_model_card(copy, repo_id=REPO).text
+    assert "| skip_exploration_probability | 0.25 |" in text and "| zero_variance_filter | skip |" in text
+    assert "arXiv:2506.02177" in text
+    assert "arXiv:2506.02177" not in build_model_card(run[0], repo_id=REPO).text  # a mask run does not cite it

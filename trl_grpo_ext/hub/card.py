@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..checks import check_choice
-from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION
+from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION, GRESO_CITATION
 from .merge import UPLOAD_MODES, read_json
 from ..zero_variance.report import run_summary
 from .secrets import scrub_secrets
@@ -23,7 +23,8 @@ from .secrets import scrub_secrets
 CARD_TAGS = ("trl", "grpo", "qlora", "trl-grpo-ext")
 #: ``training_args`` keys shown in the "Zero-variance filter and advantages" table: exact names, or name prefixes
 #: ending in ``_``.
-FILTER_ADVANTAGE_KEYS = ("zero_variance_", "advantage_", "scale_rewards", "resample_")
+FILTER_ADVANTAGE_KEYS = ("zero_variance_", "advantage_", "scale_rewards", "max_resample_rounds",
+                         "skip_exploration_probability")
 #: ``training_args`` keys shown in the "Optimisation" table, in this order, when present.
 OPTIMISATION_KEYS = (
     "learning_rate",
@@ -351,7 +352,8 @@ def build_model_card(
         summary=summary,
         load_section=_load_section(mode, model_ref, base_model, adapter_config, _has_chat_template(path)),
         license=license_id,
-        citations="\n\n".join(CITATIONS + ((DAPO_CITATION,) if _uses_dapo(training_args) else ())),
+        citations="\n\n".join(CITATIONS + ((DAPO_CITATION,) if _uses_dapo(training_args) else ())
+                                + ((GRESO_CITATION,) if training_args.get("zero_variance_filter") == "skip" else ())),
         rewards_table=markdown_table(("reward", "weight", "kwargs"), reward_rows),
         plan_table=_plan_table(path / "run_plan.json", plan),
         filter_table=markdown_table(("setting", "value"), _selected(_with_resolved(training_args), FILTER_ADVANTAGE_KEYS)),

@@ -34,6 +34,14 @@ DAPO_CITATION = """@article{yu2025dapo,
     eprint       = {arXiv:2503.14476},
 }"""
 
+GRESO_CITATION = """@article{zheng2025greso,
+    title        = {{Act Only When It Pays: Efficient Reinforcement Learning for LLM Reasoning via Selective Rollouts}},
+    author       = {Haizhong Zheng and Yang Zhou and Brian R. Bartoldson and Bhavya Kailkhura and Fan Lai and Jiawei Zhao
+                    and Beidi Chen},
+    year         = 2025,
+    eprint       = {arXiv:2506.02177},
+}"""
+
 CARD_TEMPLATE = """---
 {{ card_data }}
 ---
