@@ -30,7 +30,6 @@ sys.path.insert(0, str(ROOT))
 
 from transformers import TrainerCallback  # noqa: E402
 
-
 GROUP_SIZE = [8]  # G of the run (set by main)
 
 

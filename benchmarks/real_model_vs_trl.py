@@ -109,8 +109,8 @@ def run_arm(arm: str, seed: int, args) -> dict:
     from trl_grpo_ext import tiny
     from trl_grpo_ext.data import load_eval_dataset, load_prompt_dataset
     from trl_grpo_ext.evaluation import evaluate_model
-    from trl_grpo_ext.models import lora_config, run_tokenizer
     from trl_grpo_ext.launch import parse_recipe_args
+    from trl_grpo_ext.models import lora_config, run_tokenizer
     from trl_grpo_ext.rewards.spec import build_reward_funcs, with_run_defaults
 
     filter_args = [] if arm == "trl" else ["--zero_variance_filter", arm]

@@ -29,9 +29,9 @@ from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
 from trl_grpo_ext.models import load_dtype, lora_config, quantization_config, run_tokenizer
 from trl_grpo_ext.plan import resolve_plan
-from trl_grpo_ext.zero_variance.report import summary_line
 from trl_grpo_ext.plotting import plot_training, reward_trend
 from trl_grpo_ext.validation import check_reward_columns
+from trl_grpo_ext.zero_variance.report import summary_line
 
 
 def main(script_args, training_args, model_args, push_args) -> int:

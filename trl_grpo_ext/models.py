@@ -162,3 +162,15 @@ def keep_4bit_training_layout(model) -> int:
             module.support_avx512bf16_for_cpu = False
             changed += 1
     return changed
+
+
+def is_4bit_model(model) -> bool:
+    """Whether ``model`` (or the base of a PEFT model) was loaded in 4 bits."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(base, "is_loaded_in_4bit", False))
+
+
+def is_quantized_model(model) -> bool:
+    """Whether ``model`` (or the base of a PEFT model) was loaded in 4 or 8 bits."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False))

@@ -27,6 +27,13 @@ from .checks import Range
 RepeatSampler = repeat_sampler_class()
 
 
+def dataset_prompts(dataset) -> list:
+    """The ``prompt`` of every row: the column of a `datasets.Dataset`, else row by row."""
+    if "prompt" in (getattr(dataset, "column_names", None) or ()):
+        return list(dataset["prompt"])
+    return [row["prompt"] for row in dataset]
+
+
 class EpochRepeatSampler(RepeatSampler):
     """TRL's `RepeatSampler` whose permutation depends only on ``(seed, epoch)``.
 

@@ -37,9 +37,9 @@ from .generation import (
     is_8bit,
     preserved_dtypes,
 )
-from .models import keep_4bit_training_layout
+from .models import is_4bit_model, is_quantized_model, keep_4bit_training_layout
 from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings
-from .sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler
+from .sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
 from .zero_variance import (
     ZeroVarianceFilter,
     check_skip_plan,
@@ -100,7 +100,7 @@ class GRPOExtTrainer(GRPOTrainer):
             logger.warning(advice)
         _check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
-        if _is_quantized(self.model):
+        if is_quantized_model(self.model):
             # TRL casts trainable adapter weights of a quantized model to bf16; "float32" undoes it. Either way plain
             # trainable modules (a modules_to_save lm_head) get dtype-consistency hooks, without which TRL's own bf16
             # mode fails in the forward pass ("expected m1 and m2 to have the same dtype"). See adapter_precision.
@@ -112,7 +112,7 @@ class GRPOExtTrainer(GRPOTrainer):
         # use_vllm on a 4-bit base (opted in): measure how far the re-quantized base drifts, once per generation batch
         self.base_drift = (
             BaseDriftMonitor(self.model)
-            if args.use_vllm and _is_4bit_model(self.model) and hasattr(self.model, "merge_adapter") else None
+            if args.use_vllm and is_4bit_model(self.model) and hasattr(self.model, "merge_adapter") else None
         )
         self._drift_warned = False
         self.lost_updates = LostUpdateTracker(
@@ -159,7 +159,7 @@ class GRPOExtTrainer(GRPOTrainer):
             sampler = SkippingRepeatSampler.like(
                 sampler, history=self.zero_variance.history,
                 exploration_probability=self.args.skip_exploration_probability,
-                prompt_keys=[prompt_key(row["prompt"]) for row in sampler.data_source])
+                prompt_keys=[prompt_key(prompt) for prompt in dataset_prompts(sampler.data_source)])
         else:
             sampler = EpochRepeatSampler.like(sampler)
         self._epoch_sampler = sampler
@@ -389,12 +389,3 @@ def _check_vllm_before_loading(model, args: GRPOExtConfig, quantization_config) 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     check_vllm_quantization(args, bool(getattr(base, "is_loaded_in_4bit", False)),
                             bool(getattr(base, "is_loaded_in_8bit", False)), source="the model passed")
-
-
-def _is_4bit_model(model) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return bool(getattr(base, "is_loaded_in_4bit", False))
-
-def _is_quantized(model) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return bool(getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False))

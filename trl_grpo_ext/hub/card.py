@@ -14,9 +14,9 @@ from importlib import metadata
 from pathlib import Path
 
 from ..checks import check_choice
+from ..zero_variance.report import run_summary
 from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION, GRESO_CITATION
 from .merge import UPLOAD_MODES, read_json
-from ..zero_variance.report import run_summary
 from .secrets import scrub_secrets
 
 #: Tags every card carries (the metadata's ``tags``).
