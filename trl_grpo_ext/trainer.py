@@ -87,7 +87,8 @@ class GRPOExtTrainer(GRPOTrainer):
         self.plan: RunPlan = confirm_plan(run_plan, args.resolved.quantity_fields(), dataset_size, args.world_size,
                                           args.max_completion_length)
         model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
-        for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
+        for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None,
+                                    loss_type=args.loss_type):
             logger.warning(advice)
         _check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
