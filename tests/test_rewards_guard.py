@@ -251,3 +251,15 @@ def test_trl_calling_convention_contract():
     assert "prompts=prompts, completions=completions, completion_ids=completion_ids_list, **reward_kwargs" in body
     passed = set(re.findall(r'\breward_kwargs\["(\w+)"\]', body)) | {"prompts", "completions", "completion_ids"}
     assert passed == TRAINER_KWARGS
+
+
+async def async_fails_on_bad(completions, **kwargs):
+    await asyncio.sleep(0)
+    return [1.0 / (0 if "bad" in c else 2) for c in completions]
+
+
+def test_async_none_policy_retries_each_completion_alone_too():
+    lenient = guard_reward(async_fails_on_bad, "judge", on_error="none")
+    assert asyncio.run(lenient(prompts=PROMPTS, completions=COMPLETIONS)) == [0.5, None, 0.5]  # 1/2, raised, 1/2
+    with pytest.raises(RewardFunctionError, match=r"invalid on every one of the 2 completions"):
+        asyncio.run(lenient(prompts=PROMPTS[:2], completions=["bad", "bad too"]))
