@@ -57,7 +57,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         eval_dataset = load_eval_dataset(script_args, training_args.seed, "test", script_args.eval_num_prompts) \
             if evaluating else None
         if eval_dataset is not None:
-            check_reward_columns(eval_dataset.column_names, training_args)  # TRL scores the held-out prompts too
+            check_reward_columns(eval_dataset.column_names, training_args, split="evaluation")  # TRL scores it too
         eval_plan = resolve_eval_plan(
             eval_prompts=len(eval_dataset) if eval_dataset is not None else None,
             eval_strategy=training_args.eval_strategy, eval_steps=training_args.eval_steps,

@@ -140,7 +140,7 @@ LAYERS = {
     1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "resolved", "advantage_settings",
         "checkpoints", "eval_plan", "eval_stats", "rewards", "rewards.registry", "rewards.parameters", "rewards.spec",
         "rewards.guard", "rewards.builtin", "rewards.math", "rewards.text", "rewards.trl_rewards",
-        "zero_variance.settings", "zero_variance.report", "fieldtable", "keymap"],
+        "zero_variance.settings", "zero_variance.report", "fieldtable", "keymap", "loss_settings"],
     2: ["advantages", "zero_variance", "zero_variance.groups", "zero_variance.merge", "zero_variance.resample",
         "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "sampling"],
     3: ["models", "adapter_precision", "generation", "data", "tiny", "smollm2", "arithmetic"],

@@ -120,11 +120,47 @@ def test_failure_no_single_completion_reproduces_says_so(is_async):
     assert "no single completion" not in str(err.value) and err.value.index == 1
 
 
-def test_exception_none_policy_makes_the_call_missing_and_counts(caplog):
+def test_exception_none_policy_keeps_what_each_completion_scores_alone(caplog):
+    # the batch raises (completion 1 divides by zero); retried alone, completions 0 and 2 score 1/1 = 1.0
     out, logged = call(guard_reward(fails_on_bad, "div", on_error="none"))
-    assert out == [None, None, None]
-    assert logged == [("rewards/div/invalid", 3.0)]
-    assert "Reward 'div': raised ZeroDivisionError" in caplog.text
+    assert out == [1.0, None, 1.0]
+    assert logged == [("rewards/div/invalid", 1.0)]
+    assert "Reward 'div' at completion 1: raised ZeroDivisionError" in caplog.text
+    # a failure of the batch alone: each completion scores alone, nothing is invalid
+    out, logged = call(guard_reward(fails_on_batches, "batchy", on_error="none"))
+    assert out == [1.0, 1.0, 1.0] and logged == [("rewards/batchy/invalid", 0.0)]
+    assert "failed on the batch of 3 but on no single completion" in caplog.text
+
+
+def needs_assistant(completions, assistant, **kwargs):  # a reward whose argument is a column the dataset lacks
+    return [float(a in c) for a, c in zip(assistant, completions)]
+
+
+@pytest.mark.parametrize("on_error", ["raise", "none"])
+@pytest.mark.parametrize(
+    ("reward", "reason"),
+    [
+        (needs_assistant, "raised TypeError: needs_assistant() missing 1 required positional argument: 'assistant'"),
+        (returns([float("nan")] * 3), "NaN is not a valid reward"),
+        (returns(["a", "b", "c"]), "str 'a' is not a number"),
+    ],
+)
+def test_a_reward_invalid_on_every_completion_stops_whatever_on_error_says(on_error, reward, reason):
+    with pytest.raises(RewardFunctionError) as err:
+        call(guard_reward(reward, "broken", on_error=on_error))
+    msg = str(err.value)
+    if on_error == "none":
+        assert msg.startswith(f"Reward 'broken': invalid on every one of the 3 completions of this call (completion 0: "
+                              f"{reason})")
+        assert "whatever on_error says (on_error='none')" in msg and "remove it from `rewards`" in msg
+    else:
+        assert reason.split(": ")[-1] in msg  # 'raise' fails at the first invalid value, as before
+
+
+def test_a_reward_that_returns_none_everywhere_is_not_invalid():
+    out, logged = call(guard_reward(returns([None, None, None]), "n_a", on_error="none"))
+    assert out == [None, None, None] and logged == [("rewards/n_a/invalid", 0.0)]
+    assert call(guard_reward(returns([None, None, None]), "n_a"))[0] == [None, None, None]
 
 
 @pytest.mark.parametrize("on_error", ["raise", "none"])
@@ -215,3 +251,15 @@ def test_trl_calling_convention_contract():
     assert "prompts=prompts, completions=completions, completion_ids=completion_ids_list, **reward_kwargs" in body
     passed = set(re.findall(r'\breward_kwargs\["(\w+)"\]', body)) | {"prompts", "completions", "completion_ids"}
     assert passed == TRAINER_KWARGS
+
+
+async def async_fails_on_bad(completions, **kwargs):
+    await asyncio.sleep(0)
+    return [1.0 / (0 if "bad" in c else 2) for c in completions]
+
+
+def test_async_none_policy_retries_each_completion_alone_too():
+    lenient = guard_reward(async_fails_on_bad, "judge", on_error="none")
+    assert asyncio.run(lenient(prompts=PROMPTS, completions=COMPLETIONS)) == [0.5, None, 0.5]  # 1/2, raised, 1/2
+    with pytest.raises(RewardFunctionError, match=r"invalid on every one of the 2 completions"):
+        asyncio.run(lenient(prompts=PROMPTS[:2], completions=["bad", "bad too"]))

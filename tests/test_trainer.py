@@ -38,3 +38,24 @@ def test_an_import_path_reward_from_the_config(tmp_path, tiny_model_dir, tiny_to
     assert trainer.state.global_step == 1
     assert "rewards/ends_with_a/mean" in trainer.state.log_history[0]
     sys.modules.pop("my_rewards", None)
+
+
+def needs_assistant(completions, assistant, **kwargs):  # reads a column the dataset lacks
+    return [1.0] * len(completions)
+
+
+def constant_reward(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def test_a_reward_invalid_on_every_completion_stops_the_run_even_with_on_error_none(tmp_path, tiny_model_dir,
+                                                                                    tiny_tokenizer):
+    """Issue 22: with reward_error_policy none the broken reward was invalid on 8 of 8 completions at every step and
+    the run trained to the end on the other reward alone, after one warning."""
+    args = tiny_config(tmp_path, reward_error_policy="none", **COMMON)
+    trainer = GRPOExtTrainer(str(tiny_model_dir), reward_funcs=[constant_reward, needs_assistant], args=args,
+                             train_dataset=tiny.count_char_dataset(8), processing_class=tiny_tokenizer)
+    with pytest.raises(RewardFunctionError, match=r"Reward 'needs_assistant': invalid on every one of the 8 completions"
+                                                  r" of this call \(completion 0: raised TypeError: .*'assistant'"):
+        trainer.train()
+    assert trainer.state.global_step == 0

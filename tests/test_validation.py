@@ -86,9 +86,10 @@ def test_every_listed_choice_is_a_value_the_code_handles(tmp_path):
     for mode in CHOICES["zero_variance_filter"]:
         assert GRPOExtConfig(**base, zero_variance_filter=mode).zero_variance_filter == mode
     for policy in CHOICES["reward_error_policy"]:
-        guard = RewardGuard(lambda completions, **kwargs: [float("nan")] * len(completions), "r", on_error=policy)
-        if policy == "none":
-            assert guard(prompts=["p"], completions=["c"]) == [None]
+        guard = RewardGuard(lambda completions, **kwargs: [float("nan") if c == "bad" else 1.0 for c in completions],
+                            "r", on_error=policy)
+        if policy == "none":  # (invalid on every completion of a call stops whatever the policy: tested in guard's)
+            assert guard(prompts=["p", "q"], completions=["c", "bad"]) == [1.0, None]
     layer = torch.nn.Linear(2, 2)
     for dtype in CHOICES["adapter_dtype"]:
         cast_trainable_to(layer, dtype)

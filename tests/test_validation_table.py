@@ -172,6 +172,16 @@ INVALID = [
                                                                                   "use_adaptive_entropy"]),
     row("eval_steps without eval_strategy steps", {"eval_steps": 10}, ["eval_steps", "eval_strategy"]),
     row("save_steps with save_strategy no", {"save_strategy": "no"}, ["save_steps", "save_strategy"]),
+    # clip settings with every update on-policy (num_iterations 1, one generation batch per step): ratio 1, trl#3757
+    row("epsilon_high with num_iterations 1", {"epsilon_high": 0.28}, ["epsilon_high", "num_iterations"],
+        "Fix: set num_iterations: 2"),
+    row("epsilon other than 0.2 with num_iterations 1", {"epsilon": 0.1}, ["epsilon", "num_iterations"],
+        "the clip never acts"),
+    row("delta with num_iterations 1", {"delta": 1.5, "epsilon_high": 0.28}, ["epsilon_high", "delta"],
+        "remove epsilon_high and delta"),
+    # a YAML boolean that no choice stands for (an unquoted `on` / `yes` / `true`)
+    row("zero_variance_filter: on", {"zero_variance_filter": True}, ["zero_variance_filter"],
+        "write the value in quotes"),
     row("entropy_coef_min > max", {"use_adaptive_entropy": True, "entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
         ["entropy_coef_min", "entropy_coef_max"]),
     # evaluation without a test split

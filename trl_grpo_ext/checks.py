@@ -120,7 +120,31 @@ def check_choice(name: str, value: Any, choices: Iterable[str], error: type[Valu
     hint = closest_choice(value, choices)
     did_you_mean = f" Did you mean {hint!r}?" if hint else ""
     extra = f" {fix}" if fix else ""
+    if isinstance(value, bool):  # no choice reads as this boolean (see choice_from_yaml)
+        extra += (" (YAML 1.1 reads an unquoted on/off/yes/no/true/false as a boolean: write the value in quotes, "
+                  "e.g. 'off'.)")
     raise error(f"{name}={value!r} is not valid.{did_you_mean} Choose one of {', '.join(map(repr, choices))}.{extra}")
+
+
+#: The choice a YAML 1.1 boolean stands for, in order of preference: an unquoted ``off`` / ``no`` / ``false`` is read
+#: as ``False`` and ``on`` / ``yes`` / ``true`` as ``True`` (PyYAML, like TRL's parser, follows YAML 1.1).
+YAML_BOOLEAN_CHOICES = {False: ("off", "no"), True: ("on", "yes")}
+
+
+def choice_from_yaml(value: Any, choices: Iterable[str]) -> Any:
+    """The choice a YAML 1.1 boolean meant for a string field with ``choices``: ``False`` -> ``"off"`` (else
+    ``"no"``) and ``True`` -> ``"on"`` (else ``"yes"``), only where that word is one of the choices; any other
+    value is returned unchanged (and judged by :func:`check_choice`).
+
+    >>> choice_from_yaml(False, ("off", "mask", "resample")), choice_from_yaml(False, ("no", "steps", "epoch"))
+    ('off', 'no')
+    >>> choice_from_yaml(True, ("off", "mask")), choice_from_yaml("mask", ("off", "mask"))
+    (True, 'mask')
+    """
+    if not isinstance(value, bool):
+        return value
+    choices = tuple(choices)
+    return next((word for word in YAML_BOOLEAN_CHOICES[value] if word in choices), value)
 
 
 def closest_choice(value: Any, choices: Iterable[str]) -> str | None:

@@ -16,9 +16,10 @@ from typing import Annotated, Any, NewType
 from trl import GRPOConfig
 
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
-from .checks import Range
+from .checks import Range, choice_from_yaml
 from .fieldtable import Choices, declared_checks
 from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
+from .loss_settings import CLIP_DEFAULTS, ignored_clipping
 from .plan import QuantityError
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
@@ -54,7 +55,8 @@ class GRPOExtConfig(GRPOConfig):
             `generation_batch_size` / `steps_per_generation` set to non-default values.
         micro_batch_size (`int`, *optional*):
             Completions per forward/backward pass on one device [completions]; written to TRL's
-            `per_device_train_batch_size`.
+            `per_device_train_batch_size`. A memory setting, except with `loss_type="bnpo"`, whose loss changes with
+            it (warned; see `docs/quantifiers.md`).
         total_training_steps (`int`, *optional*):
             Hard stop [optimizer steps]. Written to `max_steps`; conflicts with `max_steps` set directly.
         total_epochs (`float`, *optional*):
@@ -219,6 +221,9 @@ class GRPOExtConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        for name, check in _FIELD_CHECKS.items():  # a YAML 1.1 boolean (`zero_variance_filter: off`) as meant
+            if isinstance(check, Choices):
+                setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
         world_size = _world_size_from_env()
         self._resolve(world_size)
         for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
@@ -237,6 +242,11 @@ class GRPOExtConfig(GRPOConfig):
         self._check_generation()
         self._adopt_activation_checkpointing()
         super().__post_init__()
+        ignored = ignored_clipping({name: getattr(self, name) for name in CLIP_DEFAULTS}, loss_type=self.loss_type,
+                                   gradient_accumulation_steps=self.gradient_accumulation_steps,
+                                   steps_per_generation=self.steps_per_generation, num_iterations=self.num_iterations)
+        if ignored:
+            raise ValueError(ignored)
         if self.world_size != world_size:
             raise QuantityError(
                 f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "

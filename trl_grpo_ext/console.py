@@ -12,7 +12,8 @@ per log,
 when TRL logs it, i.e. ``beta`` ≠ 0 — the learning rate and seconds per optimizer step since the previous log). A
 step that made no optimizer update says so: ``no update: 3 of 3 groups uniform``.
 `MetricsFileCallback` appends every full log to ``output_dir/metrics.jsonl`` (one JSON object per line, with
-``step``), for any run, tracker or not.
+``step``), for any run, tracker or not. `ZeroLossNoteCallback` explains once why a logged loss of 0 is expected
+(``beta`` 0, one policy update per generation batch).
 """
 
 from __future__ import annotations
@@ -133,6 +134,30 @@ class StepLineCallback(ProgressCallback):
             print(line, flush=True)
 
 
+class ZeroLossNoteCallback(TrainerCallback):
+    """Explains, once per run, a logged training loss of 0 when the settings make 0 the expected value (``beta`` 0,
+    every update on-policy: `loss_settings.zero_loss_note`), the most asked GRPO question (trl#2703, trl#3452)."""
+
+    def __init__(self):
+        self.shown = False
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        from .loss_settings import zero_loss_note
+
+        if self.shown or not state.is_world_process_zero or not logs or "loss" not in logs:
+            return
+        entropy = getattr(args, "entropy_coef", 0.0) or float(bool(getattr(args, "use_adaptive_entropy", False)))
+        note = zero_loss_note(logs["loss"], beta=args.beta, loss_type=args.loss_type,
+                              gradient_accumulation_steps=args.gradient_accumulation_steps,
+                              steps_per_generation=args.steps_per_generation or args.gradient_accumulation_steps,
+                              num_iterations=args.num_iterations, entropy_coef=entropy)
+        if note:
+            from tqdm.auto import tqdm
+
+            self.shown = True
+            tqdm.write(note)  # above the progress bar, like the step lines
+
+
 class MetricsFileCallback(TrainerCallback):
     """Appends every log (all metrics) to ``output_dir/metrics.jsonl`` on the main process."""
 
@@ -144,7 +169,8 @@ class MetricsFileCallback(TrainerCallback):
 
 
 def install(trainer) -> None:
-    """Replace ``trainer``'s log printer (bar or dicts) by `StepLineCallback` and add `MetricsFileCallback`."""
+    """Replace ``trainer``'s log printer (bar or dicts) by `StepLineCallback`; add `ZeroLossNoteCallback` and
+    `MetricsFileCallback`."""
     from transformers.trainer_callback import PrinterCallback
 
     trainer.pop_callback(ProgressCallback)
@@ -152,4 +178,5 @@ def install(trainer) -> None:
     plan = getattr(trainer, "plan", None)
     groups = plan.prompts_per_step if plan is not None and isinstance(plan.prompts_per_step, int) else None
     trainer.add_callback(StepLineCallback(bar=not trainer.args.disable_tqdm, groups_per_step=groups))
+    trainer.add_callback(ZeroLossNoteCallback())
     trainer.add_callback(MetricsFileCallback())

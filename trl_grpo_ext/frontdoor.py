@@ -182,6 +182,15 @@ def load_yaml(path: Path) -> dict:
     return data
 
 
+def yaml_choices(config: dict) -> dict:
+    """``config`` with each YAML 1.1 boolean of a choice field read as the word the user wrote
+    (`checks.choice_from_yaml`: ``zero_variance_filter: off`` -> ``"off"``, ``save_strategy: no`` -> ``"no"``)."""
+    from .checks import choice_from_yaml
+    from .validation.tables import CHOICES
+
+    return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
+
+
 def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
     known = {}
     for cls in types_:
@@ -246,6 +255,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     config, args, problems = translate(config, args, notes)
     if problems:
         raise ConfigError("; ".join(problems))
+    config = yaml_choices(config)
     types_ = dataclass_types(light)
     cli_given = _check_unknown(config, args, types_)
     parser = hf_argument_parser(types_)

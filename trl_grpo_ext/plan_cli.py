@@ -99,7 +99,8 @@ def build_plan(args: argparse.Namespace):
     model = model_args.model_name_or_path
     instruct = True if isinstance(model, str) and "instruct" in model.lower() else None
     warns = plan_warnings(plan, instruct_model=instruct, gpu_memory_gib=args.gpu_memory_gib,
-                          model_params=args.model_params)
+                          model_params=args.model_params,
+                          loss_type=resolved.trl_fields().get("loss_type") or training.loss_type)
     rewards = resolved.rewards
     notes = []
     if training.zero_variance_filter == "resample":

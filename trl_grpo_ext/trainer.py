@@ -96,7 +96,8 @@ class GRPOExtTrainer(GRPOTrainer):
         model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
         if args.zero_variance_filter == "skip":
             check_skip_plan(self.plan)
-        for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None):
+        for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None,
+                                    loss_type=args.loss_type):
             logger.warning(advice)
         _check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)

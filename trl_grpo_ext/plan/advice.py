@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from ..loss_settings import bnpo_accumulation_warning
 from .resolve import _divisors, _fmt_num
 from .run_plan import RunPlan
 
@@ -26,7 +27,7 @@ def _estimate_micro_batch_gib(micro_batch_size: int, max_completion_length: int,
 
 
 def plan_warnings(plan: RunPlan, *, instruct_model: bool | None = None, gpu_memory_gib: float | None = None,
-                  model_params: float | None = None) -> list[str]:
+                  model_params: float | None = None, loss_type: str | None = None) -> list[str]:
     """Advice from the tutorial's rules of thumb, each saying how to fix it.
 
     Args:
@@ -35,6 +36,8 @@ def plan_warnings(plan: RunPlan, *, instruct_model: bool | None = None, gpu_memo
             (G 4–5 is enough), None if unknown (only G < 4 is flagged).
         gpu_memory_gib (`float`, *optional*): memory of one device [GiB]; enables the micro-batch memory check.
         model_params (`float`, *optional*): number of model parameters (e.g. ``0.5e9``), used by that check.
+        loss_type (`str`, *optional*): TRL's ``loss_type``; ``"bnpo"`` with several micro-batches per step is warned
+            about (`loss_settings.bnpo_accumulation_warning`: the loss then changes with ``micro_batch_size``).
 
     The memory check is a deliberately rough **lower bound**: 4-bit weights (0.5 byte/parameter) plus the bf16 logits
     of every completion token of one micro-batch over a 151,936-token vocabulary (2 × 151,936 bytes per token ≈ 0.29
@@ -76,6 +79,10 @@ def plan_warnings(plan: RunPlan, *, instruct_model: bool | None = None, gpu_memo
         out.append(f"max_steps={plan.step_limit} overrides num_train_epochs={_fmt_num(plan.epoch_limit)} (TRL's "
                    f"rule; the epoch limit {side} step {limit_steps}): the run covers {plan.epochs_covered:.3g} "
                    "epochs; for whichever-comes-first use total_training_steps and total_epochs instead")
+    bnpo = bnpo_accumulation_warning(loss_type or "", plan.gradient_accumulation_steps, plan.micro_batch_size,
+                                     plan.completions_per_step, plan.world_size)
+    if bnpo:
+        out.append(bnpo)
     if gpu_memory_gib is not None:
         need = _estimate_micro_batch_gib(plan.micro_batch_size, plan.max_completion_length, model_params)
         if need > gpu_memory_gib:

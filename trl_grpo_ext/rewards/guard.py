@@ -13,9 +13,14 @@ With ``on_error="raise"`` (default) a bad value, or an exception inside the rewa
 (at most 200 characters each), what was wrong and how to fix it. To find the index of an exception, each completion
 is retried alone; when none fails alone, the message says the reward "failed on the batch of N but on no single
 completion" (a failure that depends on the batch's size or mix). With ``on_error="none"`` bad values become ``None``
-(TRL then leaves that reward out of the completion's weighted sum), an exception turns the whole call into ``None``,
-and the number of values replaced in each call is logged through TRL's ``log_metric`` as ``rewards/<name>/invalid``
-(logged at every call, so its logged mean is invalid values per call).
+(TRL then leaves that reward out of the completion's weighted sum); after an exception each completion is retried
+alone and those that fail alone become ``None``; the number of values replaced in each call is logged through TRL's
+``log_metric`` as ``rewards/<name>/invalid`` (logged at every call, so its logged mean is invalid values per call).
+
+Whatever the policy, a call in which *every* value is invalid (the reward raised on, or returned no number for, each
+of its completions) raises :class:`RewardFunctionError`: a reward that scores nothing would leave the run training
+on the other rewards alone. A reward that itself returns ``None`` for every completion ("does not apply") is not
+invalid and passes.
 """
 
 from __future__ import annotations
@@ -62,10 +67,19 @@ def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class _Failed:
+    """Stands for the value of a completion whose call alone raised (``on_error="none"``); always invalid."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
 def _scalar(value: Any) -> tuple[float | None, str | None]:
     """(float value, None) for a valid reward value, (None, reason) for an invalid one; None stays None."""
     if value is None:
         return None, None
+    if isinstance(value, _Failed):
+        return None, value.reason
     if not isinstance(value, numbers.Real) and hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
         value = value.item()  # numpy / torch 0-d scalar
     if not isinstance(value, numbers.Real):
@@ -171,6 +185,17 @@ class RewardGuard:
             out.append(result)
             if reason is not None:
                 bad.append((i, reason))
+        if bad and len(bad) == n:
+            index, reason = bad[0]
+            raise self._error(
+                f"invalid on every one of the {n} completions of this call (completion {index}: {reason})",
+                None,
+                prompts,
+                completions,
+                f"A reward that scores no completion would leave the run training on the other rewards alone, so the "
+                f"run stops whatever on_error says (on_error={self.on_error!r}). Fix the reward (for a missing "
+                "argument, add the dataset column it names), or remove it from `rewards`.",
+            )
         if bad:
             index, reason = bad[0]
             err = self._error(
@@ -220,12 +245,6 @@ class RewardGuard:
             where = f" for the batch of {n} completions"
         return self._error(f"raised {type(exc).__name__}: {exc}{where}", index, prompts, completions, fix)
 
-    def _missing(self, exc: BaseException, prompts: Any, completions: Any, kwargs: dict) -> list[None]:
-        n = len(completions)
-        self._report(self._exception_error(exc, None, prompts, completions), n, kwargs)
-        self._log_invalid(n, kwargs)
-        return [None] * n
-
     @staticmethod
     def _one(i: int, n: int, prompts: Any, completions: Any, completion_ids: Any, kwargs: dict) -> dict:
         """The keyword arguments of a call on completion ``i`` alone (every per-completion list sliced)."""
@@ -255,9 +274,20 @@ class RewardGuard:
         try:
             values = yield dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
         except Exception as exc:
-            if self.on_error == "none":
-                return self._missing(exc, prompts, completions, kwargs)
             n = len(completions)
+            if self.on_error == "none":  # keep what each completion scores alone; those that fail alone are invalid
+                values = []
+                for i in range(n):
+                    try:
+                        one = _as_list((yield self._one(i, n, prompts, completions, completion_ids, kwargs)))
+                    except Exception as one_exc:
+                        values.append(_Failed(f"raised {type(one_exc).__name__}: {one_exc}"))
+                    else:
+                        values.append(one[0] if one is not None and len(one) == 1 else _Failed(
+                            f"returned {excerpt(one, 60)} for 1 completion (retried alone after the batch raised)"))
+                if not any(isinstance(v, _Failed) for v in values):
+                    self._report(self._exception_error(exc, None, prompts, completions, retried=True), 0, kwargs)
+                return self._check(values, prompts, completions, kwargs)
             index = None
             for i in range(n):  # find the first completion that fails alone, for the message
                 try:

@@ -16,12 +16,50 @@ from typing import Any
 
 from ..checks import Range
 
-__all__ = ["TRAINER_KWARGS", "RewardParameter", "bind_parameters", "check_kwargs", "check_number", "parameters_of"]
+__all__ = [
+    "TRAINER_KWARGS",
+    "TRL_DROPPED_COLUMNS",
+    "RewardParameter",
+    "bind_parameters",
+    "check_kwargs",
+    "check_number",
+    "column_arguments",
+    "parameters_of",
+]
 
 #: Keyword arguments that TRL's ``GRPOTrainer._calculate_rewards`` passes to every reward besides dataset columns.
 TRAINER_KWARGS = frozenset(
     {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
 )
+#: Dataset columns TRL does not pass to rewards under their own name (it passes ``prompts``, ``completions`` and
+#: ``completion_ids`` instead; ``_calculate_rewards`` in ``trl/trainer/grpo_trainer.py``).
+TRL_DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
+
+
+def column_arguments(reward: Any) -> tuple[str, ...]:
+    """The named arguments of a reward callable that only a dataset column can fill: TRL calls every reward by
+    keyword with :data:`TRAINER_KWARGS` and one keyword per dataset column, so each required argument (no default,
+    not bound by ``functools.partial``, not ``*args``/``**kwargs``) that is not a trainer keyword must be a column.
+
+    Args:
+        reward: a reward function, a ``functools.partial`` of one, or a callable instance (its ``__call__``).
+
+    Returns:
+        `tuple[str, ...]` in signature order; ``()`` when the signature cannot be read (a builtin).
+
+    >>> def f(completions, assistant, *, scale=1.0, **kwargs): ...
+    >>> column_arguments(f), column_arguments(functools.partial(f, assistant="x"))
+    (('assistant',), ())
+    """
+    try:
+        params = inspect.signature(reward).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(
+        p.name for p in params
+        if p.kind in kinds and p.default is inspect.Parameter.empty and p.name not in TRAINER_KWARGS
+    )
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,10 @@ class TrlReward:
     #: checked before the model loads by :mod:`trl_grpo_ext.validation`.
     required_columns: tuple[tuple[str, ...], ...] = ()
     required_packages: tuple[tuple[str, str], ...] = ()
+    #: Whether the ``solution`` column holds math answers, read as :func:`~trl_grpo_ext.rewards.math.gold_latex`
+    #: reads them (bare LaTeX wrapped in ``$...$``; a gold that is not one whole answer passed as ``""``, so TRL
+    #: gives ``None``) before TRL parses them.
+    _math_gold: bool = False
 
     def __init__(self, **params: Any) -> None:
         self.__name__ = getattr(type(self), "__reward_name__", type(self).__name__)
@@ -47,7 +51,22 @@ class TrlReward:
             raise ValueError(f"Reward {self.__name__!r} was called without `completions`.")
         messages = [[{"role": "assistant", "content": c}] if isinstance(c, str) else c for c in completions]
         extra = {} if self._factory else self.params
+        if self._math_gold and kwargs.get("solution") is not None:
+            kwargs["solution"] = self._gold_latex(kwargs["solution"])
         return self._resolve()(completions=messages, **kwargs, **extra)
+
+    def _gold_latex(self, solutions: list) -> list[str]:
+        from .math import _math_verify, gold_latex, quiet_off_main_thread, warn_unscorable  # math-verify on first call
+
+        mv, _ = _math_verify()
+        timeout = quiet_off_main_thread(5)
+        read: dict[str, str] = {}  # each solution read once (a group repeats it G times)
+        for solution in map(str, solutions):
+            if solution not in read:
+                read[solution], reason = gold_latex(mv, solution, timeout=timeout)
+                if reason:
+                    warn_unscorable(self, solution, "solution", reason)
+        return [read[str(solution)] for solution in solutions]
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_fn": None}
@@ -71,12 +90,16 @@ class ThinkFormatReward(TrlReward):
 class AccuracyReward(TrlReward):
     r"""TRL's ``accuracy_reward``: 1.0 if math-verify finds the completion's LaTeX answer (boxed first) equivalent to
     the ``solution`` column, 0.0 otherwise, ``None`` when the solution is unparseable. Range {0, 1}. Needs
-    ``math-verify``. Source: ``trl/rewards/accuracy_rewards.py``. Our ``accuracy`` also reads GSM8K ``####`` answers
-    and plain numbers."""
+    ``math-verify``. Source: ``trl/rewards/accuracy_rewards.py``. The solutions are first read as ``accuracy`` reads
+    a reference (:func:`~trl_grpo_ext.rewards.math.gold_latex`: bare LaTeX such as ``10 - 2\sqrt{5}`` is wrapped in
+    ``$...$``, GSM8K's ``####`` answer kept, a gold that is not one whole answer gives ``None``, warned once); the
+    same holds for ``reasoning_accuracy_reward`` and ``cosine_scaled_reward``. Our ``accuracy`` also reads
+    plain-number and ``<answer>`` completions."""
 
     _function = "accuracy_reward"
     required_columns = (("solution",),)
     required_packages = (("math_verify", "math-verify"),)
+    _math_gold = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,6 +120,7 @@ class ReasoningAccuracyReward(TrlReward):
     _function = "reasoning_accuracy_reward"
     required_columns = (("solution",),)
     required_packages = (("math_verify", "math-verify"),)
+    _math_gold = True
 
     def __init__(self, reasoning_delimiters: list[str] | None = None) -> None:
         super().__init__(
@@ -124,6 +148,7 @@ class CosineScaledReward(TrlReward):
     _function = "get_cosine_scaled_reward"
     required_columns = (("solution",),)
     required_packages = (("math_verify", "math-verify"),)
+    _math_gold = True
     _factory = True
 
     def __init__(

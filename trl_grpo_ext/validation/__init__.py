@@ -20,7 +20,8 @@ line names the field, the value and a fix. The kinds of check, each driven by a 
 - Combinations: evaluation without a test split; `multi_objective_aggregation: normalize_then_sum` (TRL's fixed
   per-reward formula) with advantage settings it would ignore; reward parameters against run settings
   (`soft_overlong`, `length`); the optional packages each selected reward needs (its ``required_packages``); the
-  dataset columns each reward reads (its ``required_columns``, :func:`check_reward_columns`); LoRA target modules
+  dataset columns each reward reads (its ``required_columns`` and the named arguments of its callable that only a
+  column can fill, :func:`check_reward_columns`); LoRA target modules
   against the module names of the model, built on the meta device from its config (:func:`check_lora_targets`).
 
 The package, by concern: :mod:`.tables` (the tables, and reading a run's values), :mod:`.user_values` (what the

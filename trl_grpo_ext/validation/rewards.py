@@ -31,11 +31,12 @@ def reward_specs(values: Mapping[str, Any]) -> list:
     return with_run_defaults(specs, max_len) if isinstance(max_len, int) else specs
 
 
-def _reward_object(spec) -> Any | None:
-    """The reward callable of a registered reward (None for an import path, whose needs are not declared)."""
+def _reward_object(spec, import_paths: bool = False) -> Any | None:
+    """The reward callable of a registered reward; of an import path only with ``import_paths`` (else None: its
+    module is the user's and may import torch, which `plan` does not load unless a dataset check needs it)."""
     from ..rewards.registry import get_reward, is_import_path
 
-    if is_import_path(spec.name):
+    if is_import_path(spec.name) and not import_paths:
         return None
     try:
         return get_reward(spec.name, **spec.kwargs)
@@ -113,31 +114,51 @@ def known_columns(values: Mapping[str, Any]) -> list[str] | None:
     return None
 
 
-def check_reward_columns(columns: Sequence[str], specs_or_values: Any) -> None:
-    """Every dataset column a selected reward reads (its ``required_columns``) must be in ``columns``.
+def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: str = "training") -> None:
+    """Every dataset column a selected reward reads must be in ``columns``: its declared ``required_columns`` and
+    every named argument of the reward callable that only a column can fill
+    (:func:`~trl_grpo_ext.rewards.parameters.column_arguments`), for built-in, decorated, entry-point and
+    import-path rewards alike (an import path is imported here).
 
     Args:
-        columns (`list[str]`): the training dataset's column names.
+        columns (`list[str]`): the dataset's column names.
         specs_or_values: a list of `RewardSpec`, or a `GRPOExtConfig` / mapping holding ``rewards``.
+        split (`str`, defaults to ``"training"``): which dataset, for the message (``"evaluation"``).
 
     Raises:
-        RunArgumentError: naming the reward, the column(s) it reads, the dataset's columns and the fix.
+        RunArgumentError: naming the reward, the column or argument, the dataset's columns and the fix.
     """
+    from ..rewards.parameters import TRAINER_KWARGS, TRL_DROPPED_COLUMNS, column_arguments
+
     if isinstance(specs_or_values, list):
         specs = specs_or_values
     else:
         specs = reward_specs(flatten_values(specs_or_values))
     present = set(columns)
     for i, spec in enumerate(specs):
-        reward = _reward_object(spec)
+        reward = _reward_object(spec, import_paths=True)
         for alternatives in getattr(reward, "required_columns", ()) or ():
             if not present.intersection(alternatives):
                 wanted = " or ".join(map(repr, alternatives))
                 raise RunArgumentError(
-                    f"rewards[{i}] {spec.name!r} reads the dataset column {wanted}, but the dataset has the columns "
-                    f"{sorted(present)}. Fix: add the column to the dataset, or choose one with the reward's column "
-                    f"parameter ({{name: {spec.name}, kwargs: {{column: <name>}}}})."
+                    f"rewards[{i}] {spec.name!r} reads the dataset column {wanted}, but the {split} dataset has the "
+                    f"columns {sorted(present)}. Fix: add the column to the dataset, or choose one with the reward's "
+                    f"column parameter ({{name: {spec.name}, kwargs: {{column: <name>}}}})."
                 )
+        passed = present - TRL_DROPPED_COLUMNS
+        for argument in column_arguments(reward) if reward is not None else ():
+            if argument in passed:
+                continue
+            why = (f"TRL never passes a column named {argument!r} (it passes prompts, completions and "
+                   "completion_ids instead)" if argument in TRL_DROPPED_COLUMNS
+                   else f"the {split} dataset has the columns {sorted(present)}")
+            raise RunArgumentError(
+                f"rewards[{i}] {spec.name!r} takes the argument {argument!r}, which TRL fills only from the dataset "
+                f"column of that name (besides the trainer's {', '.join(sorted(TRAINER_KWARGS - {'environments'}))})"
+                f", but {why}. The run would fail at its first reward call. Fix: add a column {argument!r} to the "
+                f"{split} dataset, rename the argument to a column it has, or give it a default "
+                f"({argument}=None) and accept **kwargs."
+            )
 
 
 # ---------------------------------------------------------------------------------------------------------------------

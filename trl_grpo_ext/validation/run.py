@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..checks import RunArgumentError, as_number, check_choice
+from ..checks import RunArgumentError, as_number, check_choice, choice_from_yaml
 from .lora import check_lora_names, check_lora_targets
 from .rewards import (
     check_reward_columns,
@@ -57,9 +57,11 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
         if name in values and not isinstance(values[name], (list, tuple, dict)):
             rng.check(name, values[name])
     for name, choices in CHOICES.items():
-        value = enum_value(values.get(name))
+        value = choice_from_yaml(enum_value(values.get(name)), choices)  # YAML's `off` (False) is "off"
         if name in values and value is not None:
-            check_choice(name, value, choices)
+            values[name] = check_choice(name, value, choices)
+            if isinstance(user.get(name), bool):
+                user[name] = value
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
     cli_keys = getattr(user_values, "command_line_keys", frozenset())
     for name in user:
@@ -78,6 +80,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
             raise RunArgumentError(f"{low}={values[low]!r} is above {high}={values[high]!r}. Fix: make {low} <= {high}.")
     _check_evaluation(values, user)
     _check_aggregation(values, user)
+    _check_clipping(values, user, world_size)
     specs = reward_specs(values)
     _check_zero_variance(values, user, specs, world_size)
     check_rewards_against_run(specs, values)
@@ -118,6 +121,25 @@ def _check_zero_variance(values: Mapping[str, Any], user: Mapping[str, Any], spe
         raise
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
+
+
+def _check_clipping(values: Mapping[str, Any], user: Mapping[str, Any], world_size: int) -> None:
+    """Clip settings the user set that never act: every update on-policy (`loss_settings.ignored_clipping`), judged on
+    the batch fields the user's quantities resolve to."""
+    from ..loss_settings import CLIP_DEFAULTS, ignored_clipping
+
+    settings = {name: as_number(user.get(name)) for name in CLIP_DEFAULTS if user.get(name) is not None}
+    if not settings:
+        return
+    fields = resolve_user_quantities(user, world_size)
+    ga, mu = fields["gradient_accumulation_steps"], fields["num_iterations"]
+    spg = fields.get("steps_per_generation")
+    if spg is None and fields.get("generation_batch_size"):
+        spg = fields["generation_batch_size"] // (fields["per_device_train_batch_size"] * world_size)
+    message = ignored_clipping(settings, loss_type=enum_value(values.get("loss_type")) or "dapo",
+                               gradient_accumulation_steps=ga, steps_per_generation=spg or ga, num_iterations=mu)
+    if message:
+        raise RunArgumentError(message)
 
 
 def _check_evaluation(values: Mapping[str, Any], user: Mapping[str, Any]) -> None:

@@ -1,0 +1,139 @@
+"""Settings of TRL's policy loss that take effect only under other settings: the clip, and ``bnpo``'s normaliser.
+
+Pure Python (no torch, no TRL import); the rules restate TRL 1.16's ``GRPOTrainer`` (``trl/trainer/grpo_trainer.py``):
+
+* **The clip acts only off-policy.** TRL keeps the log-probabilities of the policy that generated a batch
+  (``old_per_token_logps``) only when ``gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0``
+  (``_generate_and_score_completions``), i.e. when a generation batch is still used after an optimizer step has
+  changed the policy. Otherwise ``_compute_loss`` sets π_old = π.detach(): the ratio π/π_old is exactly 1 at every
+  token, ``clamp(ratio, 1 − epsilon, 1 + epsilon_high)`` and ``clamp(ratio, max=delta)`` never act, and the clip
+  fraction is always 0 (trl#3757, trl#3120). With vLLM importance sampling π_old is computed, but from the same
+  weights, so the ratio is 1 all the same.
+* **``bnpo`` depends on the accumulation.** It divides each micro-batch's summed token loss by that micro-batch's own
+  token count and averages the ``gradient_accumulation_steps`` micro-batches (trl#3021), so the same completions give
+  another loss and gradient when ``micro_batch_size`` changes. ``dapo`` divides by the tokens of the whole
+  accumulation window and does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["CLIP_DEFAULTS", "CLIPPED_LOSSES", "bnpo_accumulation_warning", "clip_takes_effect", "ignored_clipping",
+           "zero_loss_note"]
+
+#: TRL's clip fields and their defaults: a value other than the default is a setting the user made.
+CLIP_DEFAULTS: dict[str, Any] = {"epsilon": 0.2, "epsilon_high": None, "delta": None}
+#: Loss types whose policy term clips the ratio with ``epsilon`` / ``epsilon_high`` / ``delta``.
+CLIPPED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
+
+def clip_takes_effect(gradient_accumulation_steps: int, steps_per_generation: int, num_iterations: int) -> bool:
+    """Whether some update of the run is off-policy, so that the clip can act (TRL's own test, see the module).
+
+    >>> clip_takes_effect(4, 4, 1), clip_takes_effect(4, 4, 2), clip_takes_effect(1, 4, 1), clip_takes_effect(4, 2, 2)
+    (False, True, True, False)
+    """
+    return gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0
+
+
+def ignored_clipping(settings: Mapping[str, Any], *, loss_type: str, gradient_accumulation_steps: int,
+                     steps_per_generation: int, num_iterations: int) -> str | None:
+    """The message refusing clip settings that would change nothing, or ``None`` when they take effect.
+
+    Args:
+        settings (`Mapping[str, Any]`): the clip fields the user set (``epsilon``, ``epsilon_high``, ``delta``);
+            ``epsilon`` at TRL's default 0.2 and ``None`` values count as not set.
+        loss_type (`str`): TRL's ``loss_type``; only :data:`CLIPPED_LOSSES` clip. A value that is not a number >= 0
+            is left to the range checks (``None`` here).
+        gradient_accumulation_steps, steps_per_generation, num_iterations (`int`): TRL's fields, as the run
+            resolves them.
+
+    Returns:
+        `str | None`: one line naming the fields, the numbers and the fix.
+    """
+    given = {name: value for name, value in settings.items()
+             if name in CLIP_DEFAULTS and value is not None and value != CLIP_DEFAULTS[name]}
+    if not given or loss_type not in CLIPPED_LOSSES:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in given.values()):
+        return None  # out of range: the range check names it (validation.RANGES)
+    if clip_takes_effect(gradient_accumulation_steps, steps_per_generation, num_iterations):
+        return None
+    names = " and ".join(given)
+    listed = ", ".join(f"{name}={value!r}" for name, value in given.items())
+    return (
+        f"{listed} only take{'s' if len(given) == 1 else ''} effect when an update is off-policy, but with "
+        f"num_iterations={num_iterations}, steps_per_generation={steps_per_generation} and "
+        f"gradient_accumulation_steps={gradient_accumulation_steps} every generation batch is used up within one "
+        "optimizer step: the ratio π/π_old is exactly 1 at every token and the clip never acts (TRL keeps no π_old; "
+        f"trl#3757), so {'it' if len(given) == 1 else 'they'} would be ignored. Fix: set num_iterations: 2 (or more) "
+        f"to reuse each generation batch for several updates, or remove {names}."
+    )
+
+
+def bnpo_accumulation_warning(loss_type: str, gradient_accumulation_steps: int, micro_batch_size: int,
+                              completions_per_step: int, world_size: int = 1) -> str | None:
+    """A warning that ``loss_type: bnpo`` changes with ``micro_batch_size``, with the run's numbers; ``None`` for
+    another loss type or a single micro-batch per step (one normaliser, the whole step's tokens).
+
+    >>> bnpo_accumulation_warning("dapo", 4, 8, 32) is None, bnpo_accumulation_warning("bnpo", 1, 32, 32) is None
+    (True, True)
+    """
+    if loss_type != "bnpo" or gradient_accumulation_steps <= 1:
+        return None
+    per_process = completions_per_step // max(1, world_size)
+    return (
+        f"loss_type='bnpo' divides each micro-batch's token loss by that micro-batch's own token count and averages "
+        f"the {gradient_accumulation_steps} micro-batches of a step (micro_batch_size={micro_batch_size} of "
+        f"{per_process} completions per process), so the loss and its gradient change with micro_batch_size: two "
+        "completions of 1 and 3 tokens with token losses 1 and 0 give 0.25 in one micro-batch and 0.5 in two "
+        "(trl#3021). micro_batch_size is then not a pure memory setting. Fix: use loss_type: dapo (normalised over "
+        f"the whole step, the same for any micro_batch_size), or micro_batch_size: {per_process} (one micro-batch "
+        "per step)"
+    )
+
+
+#: Loss types whose policy term is ``−clip(ratio) × advantage``: on-policy (ratio 1) their value is a weighted sum
+#: of the advantages. (``sapo``'s gate weighs positive and negative advantages differently; ``cispo`` and ``vespo``
+#: multiply by log π: their loss is not 0.)
+ADVANTAGE_WEIGHTED_LOSSES = CLIPPED_LOSSES
+#: A logged loss at most this far from 0 counts as "a loss of 0" for :func:`zero_loss_note`.
+ZERO_LOSS_ATOL = 1e-3
+
+
+def zero_loss_note(loss: float, *, beta: float, loss_type: str, gradient_accumulation_steps: int,
+                   steps_per_generation: int, num_iterations: int, entropy_coef: float = 0.0) -> str | None:
+    """The console's one-time explanation of a logged loss of 0, when 0 is what the settings give; else ``None``.
+
+    With ``beta = 0`` (no KL term), no entropy bonus and every update on-policy (:func:`clip_takes_effect` false:
+    π/π_old = 1), the per-token loss of :data:`ADVANTAGE_WEIGHTED_LOSSES` is ``−A_i`` for each token of completion
+    i, so the loss is ``−Σ_i w_i A_i`` with weights from the normaliser (``1/G`` per completion for ``grpo``, its
+    share of the tokens for ``dapo``, ``bnpo``, ``dr_grpo``, ``luspo``). The advantages of a group sum to 0 (group-mean
+    baseline), so the loss is 0: exactly for ``grpo``, and for the others when a group's completions are equally
+    long. Its gradient, ``−Σ_i w_i A_i ∇log π(o_i)``, is not 0.
+
+    Args:
+        loss (`float`): the logged loss. beta (`float`): the KL coefficient. loss_type (`str`): TRL's loss type.
+        gradient_accumulation_steps, steps_per_generation, num_iterations (`int`): TRL's fields.
+        entropy_coef (`float`, defaults to `0.0`): the entropy bonus (non-zero: the loss is not 0).
+
+    >>> zero_loss_note(0.0, beta=0.04, loss_type="grpo", gradient_accumulation_steps=1, steps_per_generation=1,
+    ...                num_iterations=1) is None
+    True
+    """
+    if not isinstance(loss, (int, float)) or abs(loss) > ZERO_LOSS_ATOL or beta != 0 or entropy_coef != 0:
+        return None
+    if loss_type not in ADVANTAGE_WEIGHTED_LOSSES:
+        return None
+    if clip_takes_effect(gradient_accumulation_steps, steps_per_generation, num_iterations):
+        return None
+    return (
+        f"note: a loss of {loss:.4g} is expected here, and training still works. With beta=0 (no KL term) and one "
+        f"policy update per generation batch (num_iterations={num_iterations}), π/π_old = 1 and the {loss_type} loss "
+        "is minus a weighted mean of the advantages, which sum to 0 in each group: its value is "
+        f"{'exactly 0' if loss_type == 'grpo' else '0 when the completions of a group are equally long, else small'}"
+        ", while its gradient, the advantage-weighted mean of ∇log π, is not. Watch the reward, not the loss "
+        "(docs/quantifiers.md, \"Why is my loss 0?\"). Shown once."
+    )
