@@ -32,6 +32,7 @@ from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.plotting import plot_training, reward_trend
 from trl_grpo_ext.validation import check_reward_columns
 from trl_grpo_ext.zero_variance.report import summary_line
+from trl_grpo_ext.zero_variance.settings import check_skip_plan
 
 
 def main(script_args, training_args, model_args, push_args) -> int:
@@ -53,6 +54,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
                                               script_args.max_prompt_length)
         plan = resolve_plan(training_args.resolved.quantity_fields(), len(train_dataset), training_args.world_size,
                             training_args.max_completion_length)  # the run's plan, resolved once: the trainer gets it
+        if training_args.zero_variance_filter == "skip":
+            check_skip_plan(plan)  # skip acts from the second epoch on
         evaluating = training_args.eval_strategy != "no" or script_args.final_eval != "none"
         eval_dataset = load_eval_dataset(script_args, training_args.seed, "test", script_args.eval_num_prompts) \
             if evaluating else None

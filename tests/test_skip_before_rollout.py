@@ -172,3 +172,21 @@ def test_plan_states_what_an_epoch_is_with_skip_and_refuses_one_epoch(tmp_path, 
     assert plan_cli.main(["--config", one_epoch]) == 2
     err = capsys.readouterr().err
     assert "zero_variance_filter='skip'" in err and "covers 1 epoch(s) of 240 prompts" in err and "Fix:" in err
+
+
+def test_recipe_refuses_a_one_epoch_skip_run_before_loading(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "recipes/grpo_qlora.py"), "--config",
+                           str(root / "recipes/configs/tiny_cpu.yaml"), "--zero_variance_filter", "skip",
+                           "--output_dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, cwd=root, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                          timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().startswith("error: zero_variance_filter='skip'") and "Fix:" in done.stderr
+    assert not (tmp_path / "run").exists()  # nothing was written: refused before anything ran
