@@ -114,7 +114,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # Train (Ctrl-C / SIGTERM saves a checkpoint and prints the resume command)
     ################
     with GracefulInterrupt(trainer) as interrupt:
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint,
+                                     overwrite_output_dir=script_args.overwrite_output_dir)
     if interrupt.stopped:
         trainer.end()
         return interrupt.report()
