@@ -38,7 +38,7 @@ def test_metadata_tags_library_and_pipeline(card):
 def test_base_model_and_dataset_named_in_text_but_local_ones_kept_out_of_metadata(run, card):
     _, base_path = run
     assert card.data.base_model is None and card.data.datasets is None
-    assert f"`{base_path}` (not on the Hub)" in card.text
+    assert f"`{base_path}` (a local folder, not on the Hub)" in card.text
     assert "`embedded:count-char` (not on the Hub)" in card.text
 
 

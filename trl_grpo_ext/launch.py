@@ -19,6 +19,7 @@ import yaml
 
 from .frontdoor import read_run_args
 from .hub.secrets import scrub_secrets
+from .model_source import resolve_model_source
 from .models import check_model_path
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
 from .rewards.spec import build_reward_funcs, with_run_defaults
@@ -66,18 +67,27 @@ def _fail(message: str) -> RecipeArgumentError:
     return RecipeArgumentError(message)
 
 
-def write_run_config(output_dir: str, script_args, training_args, model_args, push_args) -> Path:
+def write_run_config(output_dir: str, script_args, training_args, model_args, push_args, model_source=None) -> Path:
     """Write ``run_config.json``: every argument of the run, secrets redacted (`hub.secrets.scrub_secrets`). Returns its path.
 
     ``training_args`` is `GRPOExtConfig.to_dict()`: the user's fields as given, TRL's fields as written, the resolved
     values under ``"resolved"`` (`ResolvedConfig.to_dict`) and the plan under ``"run_plan"`` once training started.
+    ``model_source`` (`model_source.ModelSource`, defaults to resolving ``model_args.model_name_or_path`` now) is
+    recorded under ``"model_source"``: the base as an absolute folder when it was local, and the adapter continued
+    from, so that the model card reads them from any directory.
     """
+    if model_source is None:
+        try:
+            model_source = resolve_model_source(model_args.model_name_or_path)
+        except (ValueError, TypeError, AttributeError):
+            model_source = None
     record = scrub_secrets(
         {
             "script_args": vars(script_args),
             "model_args": vars(model_args),
             "training_args": training_args.to_dict(),
             "push_args": vars(push_args),
+            **({"model_source": model_source.to_dict()} if model_source is not None else {}),
         },
         token=getattr(training_args, "hub_token", None),
     )
