@@ -27,7 +27,15 @@ from trl_grpo_ext.generation import check_vllm_quantization
 from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
-from trl_grpo_ext.models import load_dtype, lora_config, quantization_config, run_tokenizer
+from trl_grpo_ext.model_source import resolve_model_source
+from trl_grpo_ext.models import (
+    continued_lora_differences,
+    load_continued_model,
+    load_dtype,
+    lora_config,
+    quantization_config,
+    run_tokenizer,
+)
 from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.plotting import plot_training, reward_trend
 from trl_grpo_ext.validation import check_reward_columns
@@ -78,8 +86,9 @@ def main(script_args, training_args, model_args, push_args) -> int:
         return 2
 
     ################
-    # Tokenizer
+    # Tokenizer (an earlier run's adapter as model_name_or_path is continued: its base loads, the adapter trains on)
     ################
+    source = resolve_model_source(model_args.model_name_or_path)
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)
     tokenizer = run_tokenizer(model_args, script_args.chat_template)
 
@@ -93,6 +102,14 @@ def main(script_args, training_args, model_args, push_args) -> int:
         **(training_args.model_init_kwargs or {}),
     }
 
+    peft_config, quantization = lora_config(model_args), quantization_config(model_args, training_args)
+    if source.continued:
+        print(source.describe())
+        for difference in continued_lora_differences(model_args, source.adapter):
+            print(f"warning: the adapter keeps its own LoRA settings; not used: {difference}", file=sys.stderr)
+        model_path = load_continued_model(source, training_args, quantization)  # trainable PeftModel
+        peft_config = quantization = training_args.model_init_kwargs = None  # used above, not again by TRL
+
     ################
     # Trainer (rewards come from `rewards:` in the config, through the registry; TRL's eval loop scores the held-out
     # split with the same rewards every `eval_steps`)
@@ -104,8 +121,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
         run_plan=plan,
         eval_dataset=eval_dataset if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
-        quantization_config=quantization_config(model_args, training_args),
-        peft_config=lora_config(model_args),
+        quantization_config=quantization,
+        peft_config=peft_config,
     )
 
     trainer.eval_plan = eval_plan  # printed with the plan table when training starts
@@ -129,7 +146,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     trainer.save_state()
     exit_code = 0
     if trainer.accelerator.is_main_process:
-        write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args)
+        write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args, source)
         logged = any("reward" in entry for entry in trainer.state.log_history)
         if logged:
             first, last = reward_trend(trainer.state.log_history)

@@ -52,6 +52,7 @@ def parse_recipe_args(argv: list[str] | None = None):
         run = read_run_args(argv)
         script_args, training_args, model_args, push_args = run
         check_model_path(model_args.model_name_or_path)
+        check_continued_model(resolve_model_source(model_args.model_name_or_path), model_args, training_args)
         push_args.resolve(copy.copy(training_args))  # a push without a repository id fails here, not after training
         if not training_args.rewards:
             raise ValueError("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
@@ -60,6 +61,25 @@ def parse_recipe_args(argv: list[str] | None = None):
     except (ValueError, OSError, yaml.YAMLError) as err:
         raise _fail(" ".join(str(err).split())) from err
     return run
+
+
+def check_continued_model(source, model_args, training_args) -> None:
+    """Refuse, before any model loads, a continued adapter (`model_source.ModelSource`) the run cannot train.
+
+    Raises:
+        ValueError: ``use_peft: false`` (the adapter would be dropped), an ``output_dir`` that is the adapter's own
+            folder (the new adapter would overwrite it), or a base that cannot be found (`check_model_path`).
+    """
+    if not source.continued:
+        return
+    name = model_args.model_name_or_path
+    if not model_args.use_peft:
+        raise ValueError(f"model_name_or_path={name!r} is an adapter of an earlier run, which this run would continue, "
+                         "but use_peft is false. Set use_peft: true to train the adapter further.")
+    if Path(training_args.output_dir).resolve() == Path(source.adapter):
+        raise ValueError(f"output_dir={training_args.output_dir!r} is the adapter folder being continued "
+                         f"(model_name_or_path={name!r}); the new adapter would overwrite it. Choose another output_dir.")
+    check_model_path(source.base)
 
 
 def _fail(message: str) -> RecipeArgumentError:

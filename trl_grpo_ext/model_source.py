@@ -16,6 +16,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .model_cache import embedded_name_of
+
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 MODEL_CONFIG_FILE = "config.json"
 #: The kinds of `ModelSource`.
@@ -104,11 +106,14 @@ def resolve_model_source(name: str, cwd: str | Path | None = None) -> ModelSourc
             raise ValueError(f"model_name_or_path={name!r} is an adapter folder, but its {ADAPTER_CONFIG_FILE} names no "
                              "base model (base_model_name_or_path). Set it there to the base model's Hub id or folder.")
         earlier = _earlier_run_source(path)
-        if earlier is not None and earlier.name == base:  # the earlier run recorded where its relative base was
-            resolved = ModelSource(base, "local" if earlier.base_is_local else earlier.kind, earlier.base,
+        if earlier is not None:  # the earlier run recorded its original base (resolved when it started)
+            resolved = ModelSource(base, "local" if earlier.base_is_local else "hub", earlier.base,
                                    earlier.base_is_local)
         else:
             resolved = resolve_model_source(base, cwd)
+            embedded = embedded_name_of(resolved.base) if resolved.base_is_local else None
+            if embedded is not None:  # PEFT wrote the embedded model's cached folder
+                resolved = ModelSource(base, "embedded", embedded, False)
         if resolved.kind == "adapter":
             raise ValueError(f"model_name_or_path={name!r}: the base of this adapter ({base}) is itself an adapter "
                              "folder. Point base_model_name_or_path in its adapter_config.json at the base model.")
