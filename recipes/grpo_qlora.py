@@ -21,6 +21,7 @@ from accelerate.utils import set_seed
 from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
 from trl_grpo_ext.data import drop_long_prompts, load_eval_dataset, load_prompt_dataset
+from trl_grpo_ext.data_checks import check_reward_values, describe, reward_columns
 from trl_grpo_ext.eval_plan import resolve_eval_plan
 from trl_grpo_ext.evaluation import final_evaluation
 from trl_grpo_ext.generation import check_vllm_quantization
@@ -55,6 +56,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
     try:
         train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
         check_reward_columns(train_dataset.column_names, training_args)  # a reward's missing column, before the model
+        answer_columns = reward_columns(training_args.resolved.rewards)  # and one that is empty in every row
+        check_reward_values(train_dataset, describe(script_args.dataset_name, "train"), answer_columns)
         if script_args.max_prompt_length is not None:  # counted in tokens of the run's tokenizer and chat template
             train_dataset = drop_long_prompts(train_dataset, run_tokenizer(model_args, script_args.chat_template),
                                               script_args.max_prompt_length)
@@ -65,6 +68,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
             if evaluating else None
         if eval_dataset is not None:
             check_reward_columns(eval_dataset.column_names, training_args)  # TRL scores the held-out prompts too
+            check_reward_values(eval_dataset, describe(script_args.dataset_name, "test"), answer_columns)
         eval_plan = resolve_eval_plan(
             eval_prompts=len(eval_dataset) if eval_dataset is not None else None,
             eval_strategy=training_args.eval_strategy, eval_steps=training_args.eval_steps,

@@ -143,7 +143,7 @@ LAYERS = {
         "zero_variance.settings", "fieldtable", "keymap", "model_source"],
     2: ["advantages", "zero_variance", "zero_variance.groups", "zero_variance.merge", "zero_variance.resample",
         "zero_variance.metrics", "zero_variance.filter", "sampling"],
-    3: ["models", "adapter_precision", "generation", "data", "tiny", "smollm2", "arithmetic"],
+    3: ["models", "adapter_precision", "generation", "data", "data_checks", "tiny", "smollm2", "arithmetic"],
     4: ["evaluation", "eval_generation", "plotting", "hub", "hub.card", "hub.card_facts", "hub.merge", "hub.push"],
     5: ["config", "recipe_args", "frontdoor", "validation", "validation.tables", "validation.user_values",
         "validation.run", "validation.rewards", "validation.lora", "launch"],
