@@ -21,13 +21,22 @@ from accelerate.utils import set_seed
 from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
 from trl_grpo_ext.data import drop_long_prompts, load_eval_dataset, load_prompt_dataset
+from trl_grpo_ext.data_checks import check_reward_values, describe, reward_columns
 from trl_grpo_ext.eval_plan import resolve_eval_plan
 from trl_grpo_ext.evaluation import final_evaluation
 from trl_grpo_ext.generation import check_vllm_quantization
 from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
-from trl_grpo_ext.models import load_dtype, lora_config, quantization_config, run_tokenizer
+from trl_grpo_ext.model_source import resolve_model_source
+from trl_grpo_ext.models import (
+    continued_lora_differences,
+    load_continued_model,
+    load_dtype,
+    lora_config,
+    quantization_config,
+    run_tokenizer,
+)
 from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.plotting import plot_training, reward_trend
 from trl_grpo_ext.validation import check_reward_columns
@@ -49,6 +58,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
     try:
         train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
         check_reward_columns(train_dataset.column_names, training_args)  # a reward's missing column, before the model
+        answer_columns = reward_columns(training_args.resolved.rewards)  # and one that is empty in every row
+        check_reward_values(train_dataset, describe(script_args.dataset_name, "train"), answer_columns)
         if script_args.max_prompt_length is not None:  # counted in tokens of the run's tokenizer and chat template
             train_dataset = drop_long_prompts(train_dataset, run_tokenizer(model_args, script_args.chat_template),
                                               script_args.max_prompt_length)
@@ -61,6 +72,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
             if evaluating else None
         if eval_dataset is not None:
             check_reward_columns(eval_dataset.column_names, training_args, split="evaluation")  # TRL scores it too
+            check_reward_values(eval_dataset, describe(script_args.dataset_name, "test"), answer_columns)
         eval_plan = resolve_eval_plan(
             eval_prompts=len(eval_dataset) if eval_dataset is not None else None,
             eval_strategy=training_args.eval_strategy, eval_steps=training_args.eval_steps,
@@ -82,8 +94,9 @@ def main(script_args, training_args, model_args, push_args) -> int:
         return 2
 
     ################
-    # Tokenizer
+    # Tokenizer (an earlier run's adapter as model_name_or_path is continued: its base loads, the adapter trains on)
     ################
+    source = resolve_model_source(model_args.model_name_or_path)
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)
     tokenizer = run_tokenizer(model_args, script_args.chat_template)
 
@@ -97,6 +110,14 @@ def main(script_args, training_args, model_args, push_args) -> int:
         **(training_args.model_init_kwargs or {}),
     }
 
+    peft_config, quantization = lora_config(model_args), quantization_config(model_args, training_args)
+    if source.continued:
+        print(source.describe())
+        for difference in continued_lora_differences(model_args, source.adapter):
+            print(f"warning: the adapter keeps its own LoRA settings; not used: {difference}", file=sys.stderr)
+        model_path = load_continued_model(source, training_args, quantization)  # trainable PeftModel
+        peft_config = quantization = training_args.model_init_kwargs = None  # used above, not again by TRL
+
     ################
     # Trainer (rewards come from `rewards:` in the config, through the registry; TRL's eval loop scores the held-out
     # split with the same rewards every `eval_steps`)
@@ -108,8 +129,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
         run_plan=plan,
         eval_dataset=eval_dataset if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
-        quantization_config=quantization_config(model_args, training_args),
-        peft_config=lora_config(model_args),
+        quantization_config=quantization,
+        peft_config=peft_config,
     )
 
     trainer.eval_plan = eval_plan  # printed with the plan table when training starts
@@ -118,7 +139,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # Train (Ctrl-C / SIGTERM saves a checkpoint and prints the resume command)
     ################
     with GracefulInterrupt(trainer) as interrupt:
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint,
+                                     overwrite_output_dir=script_args.overwrite_output_dir)
     if interrupt.stopped:
         trainer.end()
         return interrupt.report()
@@ -132,7 +154,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     trainer.save_state()
     exit_code = 0
     if trainer.accelerator.is_main_process:
-        write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args)
+        write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args, source)
         logged = any("reward" in entry for entry in trainer.state.log_history)
         if logged:
             first, last = reward_trend(trainer.state.log_history)

@@ -27,6 +27,18 @@ TINY_CPU = dict(use_cpu=True, bf16=False, report_to=[], save_strategy="no", logg
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def unset_env(monkeypatch, *names: str) -> None:
+    """Unset the environment variables ``names`` for one test, and unset them again when it ends, whatever it set.
+
+    ``monkeypatch.delenv`` of a variable that is not set records nothing, so a value the code under test sets later
+    (``read_run_args`` turns ``wandb_project`` into ``WANDB_PROJECT``) would outlive the test. Setting each first
+    makes monkeypatch record "unset" as the state to restore.
+    """
+    for name in names:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
 def tiny_config(output_dir, **fields):
     """A `GRPOExtConfig` for a CPU run: `TINY_CPU` updated with `fields`, writing to `output_dir`.
 

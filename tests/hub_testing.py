@@ -18,22 +18,23 @@ from pathlib import Path
 #: A recognisable fake token: it must never show up in any output, log, message or file.
 FAKE_TOKEN = "hf_FAKEtok3nTRLgrpoExtNeverPrintMe0123456789"
 
-RUN_PLAN = {
-    "dataset_size": 64,
-    "world_size": 1,
-    "prompts_per_step": 4,
-    "num_generations": 8,
-    "completions_per_step": 32,
-    "micro_batch_size": 8,
-    "gradient_accumulation_steps": 4,
-    "num_iterations": 1,
-    "steps_per_epoch": 16,
-    "total_steps": 40,
-    "epochs_covered": 2.5,
-    "stop_reason": "total_training_steps",
-    "max_completion_length": 24,
-    "token_budget": 768,
-}
+#: The quantities of the finished run: 64 prompts, 4 per step, G 8, micro-batch 8, a 40-step limit. Its
+#: ``run_plan.json`` is the one a run writes (:func:`real_run_plan_json`), not a hand-written dict.
+RUN_QUANTITIES = dict(prompts_per_step=4, num_generations=8, micro_batch_size=8, total_training_steps=40,
+                      max_completion_length=24)
+RUN_DATASET_SIZE = 64
+
+
+def real_run_plan_json(output_dir: Path) -> str:
+    """``run_plan.json`` as a run on :data:`RUN_QUANTITIES` writes it: the recipe's `resolve_plan` of
+    ``GRPOExtConfig(...).resolved``, then `RunPlan.to_json` (what `GRPOExtTrainer` saves at the start of training)."""
+    from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.plan import resolve_plan
+
+    args = GRPOExtConfig(output_dir=str(output_dir), use_cpu=True, bf16=False, report_to=[], **RUN_QUANTITIES)
+    return resolve_plan(args.resolved.quantity_fields(), RUN_DATASET_SIZE, 1, args.max_completion_length).to_json()
+
+
 REWARDS = [
     {"name": "char_fraction", "weight": 1.0, "kwargs": {}},
     {"name": "format_bonus", "weight": 0.5, "kwargs": {"pattern": "^a+$"}},
@@ -162,8 +163,8 @@ def make_finished_run(output_dir: Path, token: str = FAKE_TOKEN, dtype: str = "f
         {"step": 40, "reward": 0.625, "reward_std": 0.25, "frac_reward_zero_std": 0.125, "loss": 0.0125},
         {"step": 40, "train_runtime": 123.4, "train_loss": 0.0123},
     ]
+    (output_dir / "run_plan.json").write_text(real_run_plan_json(output_dir), encoding="utf-8")
     files = {
-        "run_plan.json": RUN_PLAN,
         "run_config.json": run_config,
         "trainer_state.json": {"global_step": 40, "log_history": log_history},
         "train_results.json": TRAIN_RESULTS,

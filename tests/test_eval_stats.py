@@ -77,16 +77,35 @@ def test_newcombe_square_and_add_matches_published_unpaired_example():
     assert (round(low, 4), round(high, 4)) == (0.0524, 0.3339)
 
 
+def test_paired_difference_interval_matches_newcombes_published_paired_example():
+    # Newcombe (1998b), Stat. Med. 17:2635, worked example with a = 36 (both), b = 12, c = 2, d = 0 (n = 50):
+    # difference (b - c) / n = +0.2, method 10: 0.0569 to 0.3404. Re-derived by hand: p1 = 48/50, p2 = 38/50,
+    # phi = (36*0 - 12*2) / sqrt(48*2*38*12) = -0.1147, and the square-and-add below give the same four digits.
+    # Here "after" plays Newcombe's first proportion: after-only pairs are his b, before-only his c.
+    before = [1] * 36 + [0] * 12 + [1] * 2
+    after = [1] * 36 + [1] * 12 + [0] * 2
+    diff, (low, high) = paired_difference_interval(before, after)
+    assert diff == pytest.approx(0.2)
+    assert (round(low, 4), round(high, 4)) == (0.0569, 0.3404)
+    # without the correlation term (phi = 0) the same margins give 0.0645 to 0.3372, with it halved 0.0607 to 0.3388
+    assert (round(low, 4), round(high, 4)) not in ((0.0645, 0.3372), (0.0607, 0.3388))
+
+
 def test_paired_difference_interval_uses_the_pairs_correlation():
-    # 20 prompts: a = 5 both right, b = 1 only before, c = 6 only after, d = 8 neither
+    # 20 prompts: a = 5 both right, b = 1 only before, c = 6 only after, d = 8 neither; worked out here from
+    # Newcombe 1998b's method 10 formulas, not with newcombe_interval
     before = [1] * 5 + [1] * 1 + [0] * 6 + [0] * 8
     after = [1] * 5 + [0] * 1 + [1] * 6 + [0] * 8
     diff, (low, high) = paired_difference_interval(before, after)
     assert diff == pytest.approx((6 - 1) / 20)
-    phi = (5 * 8 - 1 * 6) / math.sqrt(6 * 14 * 11 * 9)
-    expected = newcombe_interval(11 / 20, wilson_interval(11, 20), 6 / 20, wilson_interval(6, 20), phi)
-    assert (low, high) == pytest.approx(expected)
-    unpaired = newcombe_interval(11 / 20, wilson_interval(11, 20), 6 / 20, wilson_interval(6, 20), 0.0)
+    phi = (5 * 8 - 1 * 6) / math.sqrt(6 * 14 * 11 * 9)  # (ad - bc) / sqrt of the four margins = 0.3728
+    (l1, u1), (l2, u2) = wilson_interval(11, 20), wilson_interval(6, 20)  # after 11/20, before 6/20
+    p1, p2 = 11 / 20, 6 / 20
+    expected_low = p1 - p2 - math.sqrt((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2)
+    expected_high = p1 - p2 + math.sqrt((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2)
+    assert (low, high) == pytest.approx((expected_low, expected_high), abs=1e-12)
+    assert (round(low, 4), round(high, 4)) == (0.0108, 0.4464)  # also with Wilson's closed form written out by hand
+    unpaired = newcombe_interval(p1, (l1, u1), p2, (l2, u2), 0.0)
     assert high - low < unpaired[1] - unpaired[0]  # positive correlation narrows the interval
     assert low < diff < high
 

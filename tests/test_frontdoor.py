@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from factories import tiny_cpu_yaml
+from factories import tiny_cpu_yaml, unset_env
 
 from trl_grpo_ext.frontdoor import ConfigError, read_run_args, resolve_config, shipped_configs
 
@@ -188,7 +188,7 @@ def test_old_name_on_the_command_line_overrides_the_new_name_in_the_yaml(tmp_pat
 
 
 def test_wandb_keys_on_the_command_line_set_the_environment(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    unset_env(monkeypatch, "WANDB_PROJECT")
     read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--wandb_project", "grpo-runs"], light=True)
     import os
 
@@ -212,7 +212,7 @@ def test_trl_batch_fields_with_the_zero_variance_filter_are_accepted(tmp_path, l
 def test_wandb_keys_need_a_value_the_last_wins_and_the_environment_wins(tmp_path, monkeypatch, capsys):
     import os
 
-    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    unset_env(monkeypatch, "WANDB_PROJECT")
     with pytest.raises(ConfigError, match="--wandb_project needs a value"):
         read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--wandb_project", "--learning_rate", "1e-3"], light=True)
     read_run_args(["--config", tiny_cpu_yaml(tmp_path, wandb_project="from-yaml"), "--wandb_project", "a",

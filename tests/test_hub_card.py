@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-from hub_testing import FAKE_TOKEN, RUN_PLAN, make_finished_run  # noqa: E402
+from hub_testing import FAKE_TOKEN, make_finished_run  # noqa: E402
 
 from trl_grpo_ext.hub.card import build_model_card, format_value, is_hub_id  # noqa: E402
 
@@ -38,7 +38,7 @@ def test_metadata_tags_library_and_pipeline(card):
 def test_base_model_and_dataset_named_in_text_but_local_ones_kept_out_of_metadata(run, card):
     _, base_path = run
     assert card.data.base_model is None and card.data.datasets is None
-    assert f"`{base_path}` (not on the Hub)" in card.text
+    assert f"`{base_path}` (a local folder, not on the Hub)" in card.text
     assert "`embedded:count-char` (not on the Hub)" in card.text
 
 
@@ -60,23 +60,28 @@ def test_reward_functions_and_weights(card):
     assert '| format_bonus | 0.5 | `{"pattern": "^a+$"}` |' in card.text
 
 
-def test_full_quantity_plan(card):
-    expected_rows = [
-        "| prompts_per_step | 4 |",
-        "| num_generations | 8 |",
-        "| completions_per_step | 32 |",
-        "| gradient_accumulation_steps | 4 |",
-        "| steps_per_epoch | 16 |",
-        "| total_steps | 40 |",
-        "| epochs_covered | 2.5 |",
-        "| stop_reason | total_training_steps |",
-        "| token_budget | 768 |",
-    ]
-    for row in expected_rows:
-        assert row in card.text
-    plan_section = card.text.split("### Quantity plan")[1].split("###")[0]
-    rows = [line for line in plan_section.splitlines() if line.startswith("| ")]
-    assert len(rows) == len(RUN_PLAN) + 1  # every key of run_plan.json, plus the header row
+def test_full_quantity_plan(run, card):
+    """The plan a run wrote (tests/hub_testing.real_run_plan_json) is read back as a `RunPlan` and shown as the run
+    printed it, with units and arithmetic; the values worked out by hand from 64 prompts, 4 per step, G 8,
+    micro-batch 8 and a 40-step limit."""
+    from trl_grpo_ext.plan import RunPlan
+
+    plan = RunPlan.read(run[0] / "run_plan.json")  # a valid plan: the card does not take its fallback branch
+    section = card.text.split("### Quantity plan")[1].split("###")[0]
+    assert "```text\n" + plan.format_table() + "\n```" in section
+    assert "| quantity | value |" not in section  # the fallback table of an unreadable plan
+    lines = {line.split("  ")[0]: " ".join(line.split()) for line in section.splitlines() if "  " in line}
+    for label, shown in [
+        ("prompts / step", "prompts / step 4 prompts = 32 / 8"),  # 4 prompts x G 8 = 32 completions
+        ("gradient accumulation", "gradient accumulation 4 micro-batches = 32 / (8 × 1 process)"),
+        ("steps / epoch", "steps / epoch 16 steps = floor(64 / 4) × 1 = 16"),
+        ("total steps", "total steps 40 steps stopped by the step limit (whichever limit is reached first)"),
+        ("epochs covered", "epochs covered 2.5 epochs = 40 / 16"),
+        ("token budget / step", "token budget / step 768 tokens = 32 × 24 (max_completion_length)"),
+        ("token budget total", "token budget total 30,720 tokens = 768 × 40"),
+    ]:
+        assert lines[label] == shown, (label, lines.get(label))
+    assert (plan.total_steps, plan.stop_reason, plan.epochs_covered) == (40, "step_limit", 2.5)
 
 
 def test_filter_advantage_and_optimisation_settings(card):

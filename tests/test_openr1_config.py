@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from factories import unset_env
 
 from trl_grpo_ext.frontdoor import read_run_args
 from trl_grpo_ext.rewards.spec import RewardSpec
@@ -29,8 +30,7 @@ CPU_OVERRIDES = ["--bf16", "false", "--use_cpu", "true", "--torch_dtype", "float
 @pytest.fixture
 def swapped(tmp_path, monkeypatch):
     """The open-r1 config with model_name_or_path and dataset_name swapped for local ones; nothing else changes."""
-    for env in ("WANDB_ENTITY", "WANDB_PROJECT", "WORLD_SIZE"):
-        monkeypatch.delenv(env, raising=False)
+    unset_env(monkeypatch, "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_RUN_GROUP", "WORLD_SIZE")
     data = tmp_path / "openr1-math"
     data.mkdir()
     (data / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS))

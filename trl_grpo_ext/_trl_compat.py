@@ -77,6 +77,9 @@ SURFACE: tuple[TouchPoint, ...] = (
     TouchPoint("trl.trainer.utils", "RepeatSampler", "class",
                ("self", "data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed"),
                "_trl_compat.repeat_sampler_class -> sampling.py EpochRepeatSampler, trainer.py _get_train_sampler"),
+    TouchPoint("trl.trainer.utils", "create_model_from_path", "function", ("model_id", "architecture", "kwargs"),
+               "_trl_compat.create_model -> models.load_continued_model (the base of a continued adapter, loaded as "
+               "TRL loads a model id)"),
     TouchPoint("trl.scripts", "_hf_argparser", "module", None,
                "_trl_compat.hf_argparser_path; frontdoor.hf_argument_parser (plan's torch-free parsing)"),
 )
@@ -141,6 +144,13 @@ def repeat_sampler_class() -> type:
     from trl.trainer.utils import RepeatSampler
 
     return RepeatSampler
+
+
+def create_model(model_id: str, **kwargs):
+    """TRL's ``create_model_from_path``: the model class from the config, dtype names, the CPU/GPU device map."""
+    from trl.trainer.utils import create_model_from_path
+
+    return create_model_from_path(model_id, **kwargs)
 
 
 # -- trl.scripts._hf_argparser ------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import logging
 import torch
 from torch import nn
 
-from .models import torch_dtype
+from .models import EXACT_VALUES_ATTRIBUTE, torch_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -45,14 +45,18 @@ def cast_trainable_to(model: nn.Module, dtype: str | torch.dtype = "float32", ex
     """
     if isinstance(dtype, str):
         dtype = torch_dtype(dtype, field="adapter dtype")
+    exact = model.__dict__.pop(EXACT_VALUES_ATTRIBUTE, {})
     changed = 0
     for name, module in model.named_modules():
-        own = [(f"{name}.{pname}", p) for pname, p in module.named_parameters(recurse=False) if p.requires_grad]
+        own = [(name, pname, p) for pname, p in module.named_parameters(recurse=False) if p.requires_grad]
         if not own:
             continue
-        for qualified, param in own:
+        for prefix, pname, param in own:
+            qualified = f"{prefix}.{pname}" if prefix else pname
             if param.dtype != dtype and not any(part in qualified for part in exclude):
-                param.data = param.data.to(dtype)
+                original = exact.get(qualified)
+                same = original is not None and original.dtype == dtype and original.shape == param.shape
+                param.data = original if same else param.data.to(dtype)  # a remembered value comes back exact
                 changed += 1
         if "lora_" in name:
             continue

@@ -62,8 +62,22 @@ def resolve_resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | 
     return str(path)
 
 
-def check_output_dir(output_dir: str | os.PathLike, resuming: bool) -> None:
+#: The fixes :func:`check_output_dir` offers, in the words of the command line (the recipe) and of Python.
+OUTPUT_DIR_FIXES = {
+    "command line": "Resume it with --resume_from_checkpoint last, choose another --output_dir, or delete the folder.",
+    "python": "Resume it with trainer.train(resume_from_checkpoint=True) (or resume_from_checkpoint=True in the "
+              "config), choose another output_dir, pass trainer.train(overwrite_output_dir=True) to start over in it, "
+              "or delete the folder.",
+}
+
+
+def check_output_dir(output_dir: str | os.PathLike, resuming: bool, fixes: str = "command line") -> None:
     """Refuse to start a new run in an ``output_dir`` that holds checkpoints of another: they would be overwritten.
+
+    Args:
+        output_dir (`str` or `os.PathLike`): the run's output folder (may not exist yet).
+        resuming (`bool`): the run resumes (or was told to overwrite): nothing is refused but a file.
+        fixes (`str`, defaults to ``"command line"``): a key of :data:`OUTPUT_DIR_FIXES`, the wording of the fix.
 
     Raises:
         ValueError: ``output_dir`` is a file, or holds a complete ``checkpoint-*`` folder and ``resuming`` is False;
@@ -76,7 +90,7 @@ def check_output_dir(output_dir: str | os.PathLike, resuming: bool) -> None:
     if newest is not None and not resuming:
         raise ValueError(
             f"output_dir={str(root)!r} already holds a run ({Path(newest).name}); starting a new one would overwrite "
-            "it. Resume it with --resume_from_checkpoint last, choose another --output_dir, or delete the folder."
+            f"it. {OUTPUT_DIR_FIXES[fixes]}"
         )
 
 

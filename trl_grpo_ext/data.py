@@ -7,6 +7,7 @@ import re
 from . import tiny
 from .arithmetic import ARITHMETIC_DATASET_ID, arithmetic_rows
 from .checks import Range, check_choice
+from .data_checks import DatasetError, check_not_empty, check_prompt_rows, describe, read_dataset
 from .data_sizes import EMBEDDED_TEST_SIZES
 
 GSM8K_SYSTEM_PROMPT = (
@@ -127,18 +128,39 @@ def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
 
         rows = arithmetic_rows(split, num, seed=seed)
         return Dataset.from_list([gsm8k_to_prompt(row, system_prompt or ARITHMETIC_SYSTEM_PROMPT) for row in rows])
-    from datasets import load_dataset
-
-    split_name = script_args.dataset_train_split if split == "train" else script_args.dataset_test_split
-    dataset = load_dataset(name, name=script_args.dataset_config, split=split_name)
+    split_field = "dataset_train_split" if split == "train" else "dataset_test_split"
+    split_name = getattr(script_args, split_field)
+    dataset = read_dataset(name, script_args.dataset_config, split_name, split_field)
+    where = describe(name, split_name)
+    check_not_empty(dataset, where)
     if script_args.dataset_format == "gsm8k":
+        check_gsm8k_rows(dataset, where)
         gsm8k_system = system_prompt or GSM8K_SYSTEM_PROMPT
         return dataset.map(lambda row: gsm8k_to_prompt(row, gsm8k_system), remove_columns=dataset.column_names)
     if column == "prompt" and "prompt" not in dataset.column_names:
         raise ValueError(
             f"dataset {name!r} has no 'prompt' column (columns: {dataset.column_names}). Set dataset_prompt_column "
             "to the column holding the prompts, or dataset_format: gsm8k for question/answer rows.")
+    if column in dataset.column_names:
+        check_prompt_rows(dataset, where, column)
     return apply_prompt_settings(dataset, column, system_prompt)
+
+
+def check_gsm8k_rows(dataset, where: str) -> None:
+    """Refuse GSM8K-format rows without ``question`` / ``answer`` columns, with empty questions, or with answers that
+    have no ``#### <number>`` line (`data_checks.DatasetError` naming the split, the column and the rows)."""
+    missing = [c for c in ("question", "answer") if c not in dataset.column_names]
+    if missing:
+        raise DatasetError(f"{where} has no {' or '.join(map(repr, missing))} column (columns: {dataset.column_names}); "
+                           "dataset_format: gsm8k reads question and answer rows. Fix: set dataset_format: prompt "
+                           "with dataset_prompt_column, or rename the columns.")
+    check_prompt_rows(dataset, where, "question")
+    bad = [i for i, answer in enumerate(dataset["answer"]) if not isinstance(answer, str) or not _GSM8K_ANSWER.search(answer)]
+    if bad:
+        rows = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        raise DatasetError(f"{where}: {len(bad)} of {len(dataset)} answers have no '#### <number>' line (rows {rows}, "
+                           "counted from 0), so no reward could score them. Fix: end each answer with '#### N', or "
+                           "use dataset_format: prompt with an answer column the rewards read.")
 
 
 def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_prompts: int | None = None):
@@ -150,7 +172,7 @@ def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_promp
     try:
         dataset = load_prompt_dataset(script_args, seed=seed, split=split)
     except ValueError as err:
-        if "split" not in str(err).lower() or tiny.is_embedded(script_args.dataset_name):
+        if isinstance(err, DatasetError) or "split" not in str(err).lower() or tiny.is_embedded(script_args.dataset_name):
             raise
         field_name = "dataset_test_split" if split == "test" else "dataset_train_split"
         raise ValueError(f"{field_name}={getattr(script_args, field_name)!r}: {' '.join(str(err).split())} Fix: name "

@@ -19,6 +19,7 @@ import yaml
 
 from .frontdoor import read_run_args
 from .hub.secrets import scrub_secrets
+from .model_source import resolve_model_source
 from .models import check_model_path
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
 from .rewards.spec import build_reward_funcs, with_run_defaults
@@ -51,6 +52,7 @@ def parse_recipe_args(argv: list[str] | None = None):
         run = read_run_args(argv)
         script_args, training_args, model_args, push_args = run
         check_model_path(model_args.model_name_or_path)
+        check_continued_model(resolve_model_source(model_args.model_name_or_path), model_args, training_args)
         push_args.resolve(copy.copy(training_args))  # a push without a repository id fails here, not after training
         if not training_args.rewards:
             raise ValueError("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
@@ -61,23 +63,51 @@ def parse_recipe_args(argv: list[str] | None = None):
     return run
 
 
+def check_continued_model(source, model_args, training_args) -> None:
+    """Refuse, before any model loads, a continued adapter (`model_source.ModelSource`) the run cannot train.
+
+    Raises:
+        ValueError: ``use_peft: false`` (the adapter would be dropped), an ``output_dir`` that is the adapter's own
+            folder (the new adapter would overwrite it), or a base that cannot be found (`check_model_path`).
+    """
+    if not source.continued:
+        return
+    name = model_args.model_name_or_path
+    if not model_args.use_peft:
+        raise ValueError(f"model_name_or_path={name!r} is an adapter of an earlier run, which this run would continue, "
+                         "but use_peft is false. Set use_peft: true to train the adapter further.")
+    if Path(training_args.output_dir).resolve() == Path(source.adapter):
+        raise ValueError(f"output_dir={training_args.output_dir!r} is the adapter folder being continued "
+                         f"(model_name_or_path={name!r}); the new adapter would overwrite it. Choose another output_dir.")
+    check_model_path(source.base)
+
+
 def _fail(message: str) -> RecipeArgumentError:
     print(f"error: {message}", file=sys.stderr)
     return RecipeArgumentError(message)
 
 
-def write_run_config(output_dir: str, script_args, training_args, model_args, push_args) -> Path:
+def write_run_config(output_dir: str, script_args, training_args, model_args, push_args, model_source=None) -> Path:
     """Write ``run_config.json``: every argument of the run, secrets redacted (`hub.secrets.scrub_secrets`). Returns its path.
 
     ``training_args`` is `GRPOExtConfig.to_dict()`: the user's fields as given, TRL's fields as written, the resolved
     values under ``"resolved"`` (`ResolvedConfig.to_dict`) and the plan under ``"run_plan"`` once training started.
+    ``model_source`` (`model_source.ModelSource`, defaults to resolving ``model_args.model_name_or_path`` now) is
+    recorded under ``"model_source"``: the base as an absolute folder when it was local, and the adapter continued
+    from, so that the model card reads them from any directory.
     """
+    if model_source is None:
+        try:
+            model_source = resolve_model_source(model_args.model_name_or_path)
+        except (ValueError, TypeError, AttributeError):
+            model_source = None
     record = scrub_secrets(
         {
             "script_args": vars(script_args),
             "model_args": vars(model_args),
             "training_args": training_args.to_dict(),
             "push_args": vars(push_args),
+            **({"model_source": model_source.to_dict()} if model_source is not None else {}),
         },
         token=getattr(training_args, "hub_token", None),
     )

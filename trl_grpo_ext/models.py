@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import smollm2, tiny
 from .checks import check_choice
+from .model_source import ModelSource, read_json, resolve_model_source
 
 #: The floating-point dtypes a run may name (model ``dtype``, ``adapter_dtype``), as torch attribute names.
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -88,9 +89,17 @@ def load_tokenizer(name: str, path: str, revision: str | None = None):
 
 def run_tokenizer(model_args, chat_template: str | None = None):
     """The tokenizer of a run: :func:`load_tokenizer` of ``model_args.model_name_or_path`` (resolved with
-    `tiny.resolve_model_path`), with ``chat_template`` (open-r1's key, a Jinja template) replacing its own when given."""
+    `tiny.resolve_model_path`), with ``chat_template`` (open-r1's key, a Jinja template) replacing its own when given.
+    For an adapter being continued (`model_source`), the tokenizer the earlier run saved next to it, else its base's.
+    """
     name = model_args.model_name_or_path
-    tokenizer = load_tokenizer(name, tiny.resolve_model_path(name), revision=model_args.model_revision)
+    source = resolve_model_source(name)
+    if source.continued:
+        saved = Path(source.adapter, "tokenizer_config.json").is_file()
+        folder = source.adapter if saved else tiny.resolve_model_path(source.base)
+        tokenizer = load_tokenizer(source.base, folder, revision=None if saved else model_args.model_revision)
+    else:
+        tokenizer = load_tokenizer(name, tiny.resolve_model_path(name), revision=model_args.model_revision)
     if chat_template is not None:
         tokenizer.chat_template = chat_template
     return tokenizer
@@ -162,6 +171,73 @@ def keep_4bit_training_layout(model) -> int:
             module.support_avx512bf16_for_cpu = False
             changed += 1
     return changed
+
+
+#: ``ModelConfig`` LoRA fields and the ``adapter_config.json`` keys they set.
+LORA_FIELDS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
+               "lora_target_modules": "target_modules", "lora_modules_to_save": "modules_to_save",
+               "use_rslora": "use_rslora", "use_dora": "use_dora"}
+
+
+def continued_lora_differences(model_args, adapter_dir: str) -> list[str]:
+    """The config's LoRA fields that differ from the adapter being continued (whose own settings apply), as
+    ``"lora_r: 16 in the config, 8 in the adapter"``; empty when they agree."""
+    adapter = read_json(Path(adapter_dir) / "adapter_config.json")
+    differences = []
+    for field, key in LORA_FIELDS.items():
+        mine, theirs = getattr(model_args, field, None), adapter.get(key)
+        if isinstance(mine, (list, tuple)) and isinstance(theirs, (list, tuple)):
+            mine, theirs = sorted(mine), sorted(theirs)
+        if mine is not None and mine != theirs and not (field == "lora_target_modules" and mine == "all-linear"):
+            differences.append(f"{field}: {mine} in the config, {theirs} in the adapter")
+    return differences
+
+
+#: Where :func:`remember_trainable_values` keeps the values that `adapter_precision.cast_trainable_to` restores.
+EXACT_VALUES_ATTRIBUTE = "_trl_grpo_ext_exact_trainable_values"
+
+
+def remember_trainable_values(model) -> int:
+    """Keep the trainable parameters' values of ``model`` (a loaded `torch.nn.Module` adapter), so that after TRL's
+    bf16 cast of a quantized model's adapter `adapter_precision.cast_trainable_to` restores them exactly, instead of
+    up-casting bf16-rounded values (which would move each weight of a trained adapter by up to 2^-9 of itself).
+
+    Returns:
+        `int`: the number of tensors remembered (released by the next `adapter_precision.cast_trainable_to`).
+    """
+    values = {name: param.data for name, param in model.named_parameters() if param.requires_grad}
+    model.__dict__[EXACT_VALUES_ATTRIBUTE] = values
+    return len(values)
+
+
+def load_continued_model(source: ModelSource, training_args, quantization_config=None):
+    """The base of ``source`` loaded as the run configures it, with the earlier run's adapter on top, trainable.
+
+    Args:
+        source (`ModelSource`): a continued source (``source.adapter`` set).
+        training_args (`GRPOExtConfig`): ``model_init_kwargs`` (dtype, revision, attention) and ``trust_remote_code``,
+            used as TRL uses them for a model id (`trl_grpo_ext._trl_compat.create_model`: the same device placement).
+        quantization_config (`BitsAndBytesConfig`, *optional*): the run's 4-bit (or 8-bit) settings; None loads the
+            base unquantized.
+
+    Returns:
+        `peft.PeftModel` with the adapter ``"default"`` trainable (``is_trainable=True``): the trainer gets it with
+        no ``peft_config``, and TRL adds its frozen reference copy when ``beta`` > 0.
+    """
+    from peft import PeftModel
+
+    from ._trl_compat import create_model
+
+    kwargs = dict(training_args.model_init_kwargs or {})
+    if quantization_config is not None:
+        kwargs["quantization_config"] = quantization_config
+    if training_args.distributed_state.distributed_type in ("MULTI_GPU", "DEEPSPEED"):
+        kwargs["device_map"] = None  # as TRL does for a model id: each process holds its own copy
+    kwargs.setdefault("trust_remote_code", training_args.trust_remote_code)
+    base = create_model(tiny.resolve_model_path(source.base), **kwargs)
+    model = PeftModel.from_pretrained(base, source.adapter, is_trainable=True)
+    remember_trainable_values(model)  # TRL rounds a quantized model's adapter to bf16; the trainer restores it
+    return model
 
 
 def is_4bit_model(model) -> bool:

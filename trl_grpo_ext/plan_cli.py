@@ -103,6 +103,12 @@ def build_plan(args: argparse.Namespace):
                           loss_type=resolved.trl_fields().get("loss_type") or training.loss_type)
     rewards = resolved.rewards
     notes = []
+    if isinstance(model, str):
+        from trl_grpo_ext.model_source import resolve_model_source
+
+        source = resolve_model_source(model)  # a folder that is neither a model nor an adapter: refused here
+        if source.continued:
+            notes.append(source.describe())
     if training.zero_variance_filter == "resample":
         notes.append(resample_note(plan, training.max_resample_rounds))
     if training.zero_variance_filter == "skip":

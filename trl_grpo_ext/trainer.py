@@ -26,7 +26,13 @@ from trl import GRPOTrainer
 from . import _trl_compat, console
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages
-from .checkpoints import PLAN_FILE, CheckedCheckpoint, check_checkpoint_plan, resolve_resume_checkpoint
+from .checkpoints import (
+    PLAN_FILE,
+    CheckedCheckpoint,
+    check_checkpoint_plan,
+    check_output_dir,
+    resolve_resume_checkpoint,
+)
 from .config import GRPOExtConfig
 from .generation import (
     DRIFT_METRIC,
@@ -268,15 +274,20 @@ class GRPOExtTrainer(GRPOTrainer):
         stop.max_steps = self.plan.total_steps
         return super().set_initial_training_values(stop, dataloader)
 
-    def train(self, resume_from_checkpoint=None, **kwargs):
-        """`Trainer.train`; ``True``/``"last"`` resumes from the newest *complete* checkpoint, and a checkpoint whose
-        saved plan differs from this run's plan is refused (`QuantityError`) before anything runs. A
-        `CheckedCheckpoint` of this run's plan (the recipe's, checked before the model loaded) is not checked again."""
+    def train(self, resume_from_checkpoint=None, overwrite_output_dir: bool = False, **kwargs):
+        """`Trainer.train`. ``resume_from_checkpoint`` (`str`/`bool`, defaults to ``args.resume_from_checkpoint``,
+        which transformers ignores): ``True``/``"last"`` is the newest *complete* checkpoint, ``False`` a new run; a
+        checkpoint whose saved plan differs from this run's is refused (`QuantityError`), a `CheckedCheckpoint` of this
+        plan (the recipe's) is not checked again. ``overwrite_output_dir`` (`bool`, defaults to False): a new run may
+        overwrite an ``output_dir`` holding a complete checkpoint, else `ValueError` (`check_output_dir`)."""
+        if resume_from_checkpoint is None:
+            resume_from_checkpoint = self.args.resume_from_checkpoint
         if isinstance(resume_from_checkpoint, CheckedCheckpoint) and resume_from_checkpoint.plan == self.plan:
             checkpoint = resume_from_checkpoint
         else:
             checkpoint = check_checkpoint_plan(
                 resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan)
+        check_output_dir(self.args.output_dir, resuming=checkpoint is not None or overwrite_output_dir, fixes="python")
         if checkpoint and not os.path.isfile(os.path.join(checkpoint, "optimizer.pt")):
             logger.warning(
                 "%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh optimizer "

@@ -15,12 +15,14 @@ from pathlib import Path
 
 from ..checks import check_choice
 from ..zero_variance.report import run_summary
+from . import card_facts
 from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION, GRESO_CITATION
 from .merge import UPLOAD_MODES, read_json
 from .secrets import scrub_secrets
 
-#: Tags every card carries (the metadata's ``tags``).
-CARD_TAGS = ("trl", "grpo", "qlora", "trl-grpo-ext")
+#: Tags every card carries (the metadata's ``tags``); ``qlora`` is added for a 4-bit run, ``lora`` or ``merged`` by mode
+#: (`card_facts.tags`).
+CARD_TAGS = ("trl", "grpo", "trl-grpo-ext")
 #: ``training_args`` keys shown in the "Zero-variance filter and advantages" table: exact names, or name prefixes
 #: ending in ``_``.
 FILTER_ADVANTAGE_KEYS = ("zero_variance_", "advantage_", "scale_rewards", "max_resample_rounds",
@@ -89,9 +91,11 @@ def markdown_table(header: tuple[str, ...], rows: list[tuple], empty: str = "Not
     return "\n".join(lines)
 
 
-def _name_link(name: str | None, kind: str) -> str:
+def _name_link(name: str | None, kind: str, local: bool = False) -> str:
     if not name:
         return "an unrecorded " + kind
+    if local:
+        return f"`{name}` (a local folder, not on the Hub)"
     if is_hub_id(name):
         prefix = "datasets/" if kind == "dataset" else ""
         return f"[{name}](https://huggingface.co/{prefix}{name})"
@@ -146,7 +150,7 @@ def _plan_table(plan_file: Path, plan: dict) -> str:
 
 
 def _final_metrics(results: dict, state: dict) -> list[tuple]:
-    rows = [(key, value) for key, value in results.items()]
+    rows = card_facts.measured(results)
     if "global_step" in state:
         rows.append(("global_step (optimizer steps run)", state["global_step"]))
     logged = [entry for entry in state.get("log_history", []) if "reward" in entry]
@@ -174,8 +178,10 @@ def _generate_lines(chat: bool) -> str:
     return 'inputs = tokenizer("What is 7 + 5?", return_tensors="pt").to(model.device)\n'
 
 
-def _load_section(mode: str, model_ref: str, base_model: str | None, adapter_config: dict, chat: bool = True) -> str:
-    """How to load and run the model: ``model_ref`` is the Hub repo id once pushed, else the local folder."""
+def _load_section(mode: str, model_ref: str, base_model: str | None, adapter_config: dict, chat: bool = True,
+                  loading: card_facts.BaseLoading | None = None) -> str:
+    """How to load and run the model: ``model_ref`` is the Hub repo id once pushed, else the local folder; the
+    second snippet loads the quantized base the run trained on (none for a run on an unquantized base)."""
     generate = (
         _generate_lines(chat)
         + "output = model.generate(**inputs, max_new_tokens=64)\n"
@@ -199,13 +205,7 @@ def _load_section(mode: str, model_ref: str, base_model: str | None, adapter_con
         "model = AutoPeftModelForCausalLM.from_pretrained(model_id)\n"
         "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
         + generate
-        + "\n\nTo run it on the 4-bit NF4 base it was trained on:\n\n"
-        "```python\nimport torch\nfrom peft import PeftModel\n"
-        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n\n"
-        'bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,\n'
-        "                         bnb_4bit_compute_dtype=torch.bfloat16)\n"
-        f'base = AutoModelForCausalLM.from_pretrained("{base}", quantization_config=bnb)\n'
-        f'model = PeftModel.from_pretrained(base, "{model_ref}")\n```'
+        + card_facts.quantized_snippet(loading, base_model or base, model_ref)
     )
 
 
@@ -301,10 +301,10 @@ def build_model_card(
     results = read_json(path / "train_results.json")
     adapter_config = read_json(path / "adapter_config.json")
     script_args = config.get("script_args") or {}
-    model_args = config.get("model_args") or {}
     training_args = config.get("training_args") or {}
-    base_model = model_args.get("model_name_or_path") or script_args.get("model_name_or_path")
-    base_model = base_model or adapter_config.get("base_model_name_or_path")
+    source = card_facts.model_source(config, path, adapter_config)  # the original base, even when continued
+    base_model = source.base if source is not None else None
+    loading = card_facts.base_loading(config)
     dataset = script_args.get("dataset_name")
     model_ref = repo_id or str(path.resolve())  # the snippet must load: a pushed repo, else this very folder
     model_name = (repo_id or path.resolve().name).split("/")[-1]
@@ -313,11 +313,11 @@ def build_model_card(
     evaluation = read_json(path / "eval_results.json")
     card_data = ModelCardData(
         eval_results=_eval_results_metadata(evaluation, dataset, script_args) or None,
-        base_model=base_model if is_hub_id(base_model) else None,
+        base_model=source.hub_id if source is not None and is_hub_id(source.hub_id) else None,
         datasets=[dataset] if is_hub_id(dataset) else None,
         library_name="transformers" if mode == "merged" else "peft",
         pipeline_tag="text-generation",
-        tags=list(CARD_TAGS) + (["lora"] if mode == "adapter" else ["merged"]),
+        tags=card_facts.tags(loading, mode),
         model_name=model_name,
         license=license_id,
     )
@@ -329,16 +329,21 @@ def build_model_card(
         if adapter_config.get("modules_to_save"):
             lora += ", with trained copies of " + ", ".join(adapter_config["modules_to_save"])
         lora += ")"
+    base_link = _name_link(base_model, "model", local=source is not None and source.base_is_local)
+    continued = f", continued from the adapter in `{source.adapter}`," if source is not None and source.continued else ""
+    on_base = f" on {loading.phrase()}" if loading is not None else ""
     if mode == "merged":
+        into = ("the de-quantized base (the weights training saw)" if loading is not None and loading.bits
+                else "the base")
         summary = (
-            f"{_name_link(base_model, 'model')} with a GRPO-trained LoRA adapter{lora} merged in, trained on "
-            f"{_name_link(dataset, 'dataset')} with trl-grpo-ext. The adapter was merged into the de-quantized NF4 "
-            "base (the weights training saw); see `merge_info.json` for the method and dtype."
+            f"{base_link} with a GRPO-trained LoRA adapter{lora}{continued} merged in, trained on "
+            f"{_name_link(dataset, 'dataset')} with trl-grpo-ext{on_base}. The adapter was merged into {into}; see "
+            "`merge_info.json` for the method and dtype."
         )
     else:
         summary = (
-            f"A LoRA adapter{lora} for {_name_link(base_model, 'model')}, trained with GRPO on "
-            f"{_name_link(dataset, 'dataset')} with trl-grpo-ext on a 4-bit NF4 base (QLoRA)."
+            f"A LoRA adapter{lora} for {base_link}{continued} trained with GRPO on "
+            f"{_name_link(dataset, 'dataset')} with trl-grpo-ext{on_base}."
         )
     resolved = training_args.get("resolved") or {}  # `GRPOExtConfig.resolved`: what the user's fields resolved to
     rewards = resolved.get("rewards") or training_args.get("rewards") or []
@@ -350,10 +355,12 @@ def build_model_card(
         template_str=CARD_TEMPLATE,
         model_name=model_name,
         summary=summary,
-        load_section=_load_section(mode, model_ref, base_model, adapter_config, _has_chat_template(path)),
+        load_section=_load_section(mode, model_ref, base_model, adapter_config, _has_chat_template(path), loading),
+        training_sentence=card_facts.training_sentence(loading),
         license=license_id,
-        citations="\n\n".join(CITATIONS + ((DAPO_CITATION,) if _uses_dapo(training_args) else ())
-                                + ((GRESO_CITATION,) if training_args.get("zero_variance_filter") == "skip" else ())),
+        citations="\n\n".join((CITATIONS[0], card_facts.method_citation(loading), *CITATIONS[1:])
+                              + ((DAPO_CITATION,) if _uses_dapo(training_args) else ())
+                              + ((GRESO_CITATION,) if training_args.get("zero_variance_filter") == "skip" else ())),
         rewards_table=markdown_table(("reward", "weight", "kwargs"), reward_rows),
         plan_table=_plan_table(path / "run_plan.json", plan),
         filter_table=markdown_table(("setting", "value"), _selected(_with_resolved(training_args), FILTER_ADVANTAGE_KEYS)),

@@ -4,19 +4,14 @@
 is computed.
 """
 
-#: BibTeX of the methods every run uses: GRPO (as TRL's GRPOTrainer cites it), QLoRA and TRL (as TRL's cards do).
+#: BibTeX of the methods every run uses: GRPO (as TRL's GRPOTrainer cites it) and TRL (as TRL's cards do). The
+#: adapter method is cited by the card according to the run: QLoRA for a 4-bit base, else LoRA (`card_facts`).
 CITATIONS = (
     """@article{shao2024deepseekmath,
     title        = {{DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models}},
     author       = {Zhihong Shao and Peiyi Wang and Qihao Zhu and Runxin Xu and Junxiao Song and Mingchuan Zhang and Y. K. Li and Y. Wu and Daya Guo},
     year         = 2024,
     eprint       = {arXiv:2402.03300},
-}""",
-    """@article{dettmers2023qlora,
-    title        = {{QLoRA: Efficient Finetuning of Quantized LLMs}},
-    author       = {Tim Dettmers and Artidoro Pagnoni and Ari Holtzman and Luke Zettlemoyer},
-    year         = 2023,
-    eprint       = {arXiv:2305.14314},
 }""",
     """@software{vonwerra2020trl,
     title        = {{TRL: Transformers Reinforcement Learning}},
@@ -26,6 +21,21 @@ CITATIONS = (
     year         = {2020}
 }""",
 )
+#: Cited for a run on a 4-bit base.
+QLORA_CITATION = """@article{dettmers2023qlora,
+    title        = {{QLoRA: Efficient Finetuning of Quantized LLMs}},
+    author       = {Tim Dettmers and Artidoro Pagnoni and Ari Holtzman and Luke Zettlemoyer},
+    year         = 2023,
+    eprint       = {arXiv:2305.14314},
+}"""
+#: Cited for a LoRA run whose base was not 4-bit.
+LORA_CITATION = """@inproceedings{hu2022lora,
+    title        = {{LoRA: Low-Rank Adaptation of Large Language Models}},
+    author       = {Edward J. Hu and Yelong Shen and Phillip Wallis and Zeyuan Allen-Zhu and Yuanzhi Li and Shean Wang and Lu Wang and Weizhu Chen},
+    booktitle    = {International Conference on Learning Representations},
+    year         = 2022,
+    eprint       = {arXiv:2106.09685},
+}"""
 #: Added when the run filters zero-variance groups (DAPO's dynamic sampling).
 DAPO_CITATION = """@article{yu2025dapo,
     title        = {{DAPO: An Open-Source LLM Reinforcement Learning System at Scale}},
@@ -57,8 +67,7 @@ CARD_TEMPLATE = """---
 ## Training procedure
 
 Trained with trl-grpo-ext, an add-on to [TRL](https://github.com/huggingface/trl)'s `GRPOTrainer`: Group Relative
-Policy Optimization ([Shao et al., 2024](https://huggingface.co/papers/2402.03300)) with a LoRA adapter on a 4-bit
-NF4 base ([QLoRA, Dettmers et al., 2023](https://huggingface.co/papers/2305.14314)).
+Policy Optimization ([Shao et al., 2024](https://huggingface.co/papers/2402.03300)) {{ training_sentence }}
 
 ### Reward functions
 

@@ -1,0 +1,152 @@
+"""Bad datasets get the treatment of bad configs: refused before any model loads, in one line naming the dataset,
+its file or column, and a fix; never a traceback from `datasets`.
+
+`data.load_prompt_dataset` reads every non-embedded dataset through :func:`read_dataset` and checks the rows it
+will train on with :func:`check_prompt_rows`; the recipe checks the columns its rewards score against with
+:func:`check_reward_values`. Each raises :class:`DatasetError` (a `ValueError`, which the recipe and ``plan`` answer
+with one line and exit status 2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot serve the run; the message names the dataset, the file or column, and a fix."""
+
+
+def _split_files(name: str, split: str) -> list[str]:
+    """The files of a local folder that `datasets` reads as ``split`` (named ``split*``, as its default patterns)."""
+    root = Path(name).expanduser()
+    if not root.is_dir():
+        return []
+    return sorted(str(p.relative_to(root)) for p in root.rglob(f"{split}*") if p.is_file())
+
+
+def describe(name: str, split: str) -> str:
+    """``dataset_name='data' ('train' split: train.jsonl)``: how the messages name a dataset split."""
+    files = _split_files(name, split)
+    shown = f": {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}" if files else ""
+    return f"dataset_name={name!r} ({split!r} split{shown})"
+
+
+def _reason(err: BaseException) -> str:
+    """The innermost message of an exception chain (pyarrow's "JSON parse error: ... in row 1" under datasets'
+    "An error occurred while generating the dataset"), on one line."""
+    while err.__cause__ is not None or (err.__context__ is not None and not err.__suppress_context__):
+        err = err.__cause__ or err.__context__
+    return " ".join(f"{type(err).__name__}: {err}".split())[:300]
+
+
+def read_dataset(name: str, config: str | None, split: str, split_field: str):
+    """``datasets.load_dataset(name, name=config, split=split)``, every failure answered in one line.
+
+    Args:
+        name (`str`): ``dataset_name``: a Hub id or a local folder.
+        config (`str` or `None`): ``dataset_config``.
+        split (`str`): the split to read.
+        split_field (`str`): the field that named the split (``"dataset_train_split"``), for the message.
+
+    Raises:
+        DatasetError: ``name`` is a file (datasets reads folders), a missing path, a folder without data files, a
+            split that does not exist, or files that cannot be parsed (empty, not JSON, ...): naming the folder, the
+            split's files and what to do.
+    """
+    from datasets import load_dataset
+
+    path = Path(name).expanduser()
+    if path.is_file():
+        raise DatasetError(f"dataset_name={name!r} is a file; datasets reads a folder, one file per split. Fix: put it in "
+                           f"a folder as {split}{path.suffix} and set dataset_name to the folder.")
+    local = path.is_dir() or name.startswith((".", "/", "~"))
+    if local and not path.exists():
+        raise DatasetError(f"dataset_name={name!r} does not exist. Fix: point it at the folder holding the split files "
+                           f"({split}.jsonl, ...), or at a Hub dataset id.")
+    files = _split_files(name, split)
+    if files and all((path / f).stat().st_size == 0 for f in files):
+        raise DatasetError(f"{describe(name, split)} is empty (0 bytes). Fix: add prompts to it, one JSON object a line.")
+    try:
+        return load_dataset(name, name=config, split=split)
+    except Exception as err:  # datasets raises its own errors, pyarrow's, StopIteration on an empty file, ...
+        reason = _reason(err)
+        if "split" in reason.lower() and ("unknown" in reason.lower() or "should be one of" in reason.lower()):
+            other = ", or set eval_strategy: no and final_eval: none" if split_field == "dataset_test_split" else ""
+            raise DatasetError(f"{split_field}={split!r}: {reason}. Fix: name a split that exists{other}.") from None
+        if local and not files:
+            raise DatasetError(f"dataset_name={name!r} holds no file for the {split!r} split ({reason}). Fix: name "
+                               f"its file {split}.jsonl (or .csv, .parquet), or set {split_field} to the split's "
+                               "name.") from None
+        where = describe(name, split) if local else f"dataset_name={name!r} ({split!r} split)"
+        fix = ("make each line of the split's file one JSON object (JSON lines), or use another supported format "
+               "(csv, parquet)") if local else "check the id, dataset_config and your network or cache"
+        raise DatasetError(f"{where} cannot be read ({reason}). Fix: {fix}.") from None
+
+
+def _empty_prompt(prompt) -> bool:
+    if prompt is None:
+        return True
+    if isinstance(prompt, str):
+        return not prompt.strip()
+    if isinstance(prompt, list):
+        return not prompt or all(not str((m or {}).get("content") or "").strip() for m in prompt if isinstance(m, dict))
+    return False
+
+
+def check_not_empty(dataset, where: str) -> None:
+    """Refuse a split with no rows (`DatasetError` naming ``where``, see :func:`describe`)."""
+    if len(dataset) == 0:
+        raise DatasetError(f"{where} has no rows. Fix: add prompts to it, or point dataset_name at a dataset with rows.")
+
+
+def check_prompt_rows(dataset, where: str, column: str = "prompt") -> None:
+    """Refuse a split with no rows, or with rows whose prompt (``column``, text or chat messages) is missing or empty.
+
+    Raises:
+        DatasetError: ``where`` (see :func:`describe`) has no rows, or N of its rows have an empty prompt (the
+            first few row numbers are named).
+    """
+    check_not_empty(dataset, where)
+    empty = [i for i, prompt in enumerate(dataset[column]) if _empty_prompt(prompt)]
+    if empty:
+        rows = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")
+        raise DatasetError(f"{where}: {len(empty)} of {len(dataset)} rows have an empty {column!r} (rows {rows}, "
+                           "counted from 0). Fix: remove those rows or give them a prompt.")
+
+
+def reward_columns(specs) -> list[str]:
+    """The dataset columns the registered rewards of ``specs`` (`RewardSpec`) read (``required_columns``)."""
+    from .rewards.registry import get_reward, is_import_path
+
+    columns = []
+    for spec in specs:
+        if is_import_path(spec.name):
+            continue
+        try:
+            reward = get_reward(spec.name, **spec.kwargs)
+        except (TypeError, ValueError):  # refused with its own message by the config checks
+            continue
+        for alternatives in getattr(reward, "required_columns", ()) or ():
+            columns += [c for c in alternatives if c not in columns]
+    return columns
+
+
+def check_reward_values(dataset, where: str, columns) -> None:
+    """Refuse a split in which a column the rewards score against (an answer) is empty in every row.
+
+    Args:
+        dataset (`datasets.Dataset`): the split.
+        where (`str`): how to name it (:func:`describe`).
+        columns (iterable of `str`): the columns the rewards read (:func:`reward_columns`); absent ones are skipped
+            (the reward-column check names those).
+
+    Raises:
+        DatasetError: every value of such a column is None or blank: no reward could score a completion.
+    """
+    for column in columns:
+        if column not in dataset.column_names or len(dataset) == 0:
+            continue
+        if all(value is None or not str(value).strip() for value in dataset[column]):
+            raise DatasetError(f"{where}: the column {column!r} that the rewards score against is empty in all "
+                               f"{len(dataset)} rows, so no completion could be scored. Fix: fill it with the answers, "
+                               "or point the reward's column parameter at the column that holds them.")
