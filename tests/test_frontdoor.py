@@ -140,14 +140,17 @@ def test_validation_runs_for_plan_and_recipe_on_the_keys_the_user_set(tmp_path, 
     seen = []
 
     def record(*args, **kwargs):
-        seen.append((type(args[1]).__name__, "prompts_per_step" in kwargs["user_values"],
+        seen.append((type(args[1]).__name__, hasattr(args[1], "resolved"), "prompts_per_step" in kwargs["user_values"],
                      "weight_decay" in kwargs["user_values"]))
 
     monkeypatch.setattr(validation, "validate_run_args", record)
     read_run_args(["--config", tiny_cpu_yaml(tmp_path)], light=True)
     read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--weight_decay", "0.01"])
-    # the twin carries the real class's name; the YAML's keys and the command line's are what the user set
-    assert seen == [("GRPOExtConfig", True, False), ("GRPOExtConfig", True, True)]
+    # the twin carries the real class's name (but no resolved values); the YAML's keys and the command line's are
+    # what the user set. The recipe checks the values as given first (what plan checks: every problem at once), then
+    # the real dataclasses' resolved values.
+    assert seen == [("GRPOExtConfig", False, True, False),
+                    ("GRPOExtConfig", False, True, True), ("GRPOExtConfig", True, True, True)]
 
 
 def test_plan_takes_overrides_and_refuses_what_the_recipe_refuses(tmp_path):
