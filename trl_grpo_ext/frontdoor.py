@@ -12,13 +12,16 @@ Steps, identical for both:
    ``torch_dtype`` → ``dtype``, ``warmup_ratio`` → ``warmup_steps``, open-r1's ``wandb_*`` → environment variables),
    each announced once on stderr; removed or unsupported keys (``keymap.REMOVED``) are refused with what to do instead.
 3. Unknown keys — from the file and from ``--key value`` overrides — are found by comparing them with the fields of
-   the four dataclasses; all are named in one error, each once, with a did-you-mean.
-4. TRL's ``HfArgumentParser`` over ``RecipeArguments``, ``GRPOExtConfig``, ``trl.ModelConfig``,
-   ``HubPushArguments`` (or their torch-free twins from :mod:`trl_grpo_ext.fieldtable`): the YAML values become the
-   parser's defaults and the command line overrides them — ``TrlParser.parse_args_and_config``'s semantics.
-5. :func:`validate` — the hook where the checks of every value run, for every command, before any model loads.
+   the four dataclasses; all are named in one line, each once, with a did-you-mean, and left out of what follows.
+4. TRL's ``HfArgumentParser`` over the torch-free twins of ``RecipeArguments``, ``GRPOExtConfig``,
+   ``trl.ModelConfig``, ``HubPushArguments`` (:mod:`trl_grpo_ext.fieldtable`): the YAML values become the parser's
+   defaults and the command line overrides them — ``TrlParser.parse_args_and_config``'s semantics.
+5. :func:`validate` — the hook where the checks of every value run, for every command, before any model loads — on
+   the values as given (exactly what `plan` checks); then, unless ``light``, the real dataclasses are built (their
+   ``__post_init__`` resolves the values and checks what only they can, e.g. bf16 on this machine) and checked again.
 
-Errors raise :class:`ConfigError` (a ``ValueError``) with one line naming the key, the value and a fix.
+Every problem is reported at once (`validation.problems.Problems`), each in one line naming the key, the value and a
+fix (see :func:`read_run_args` for what stops the collection).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ CONFIG_SUFFIXES = (".yaml", ".yml")
 
 
 class ConfigError(ValueError):
-    """A config the front door refuses; the message is one line naming the key(s) and the fix."""
+    """A config the front door refuses: one line per problem, each naming the key(s), the value and the fix (with
+    several problems, ``problems`` lists the lines; see `validation.problems.problem_lines`)."""
 
 
 @dataclass
@@ -66,7 +70,6 @@ class RunArgs:
     def __iter__(self):
         """``script_args, training_args, model_args, push_args = run`` (the recipe's ``main`` signature)."""
         return iter((self.script_args, self.training_args, self.model_args, self.push_args))
-
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -249,12 +252,12 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
                   world_size: int | None = None, checks=()) -> RunArgs:
     """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (see the module docstring).
 
-    Every problem is reported at once: refused and unknown keys, then the values of the known keys, checked on the
-    torch-free twins (values as given, exactly what `plan` checks) whatever ``light`` says, then, for the real
-    dataclasses, what only they check (``GRPOExtConfig.__post_init__``: bf16 on this machine, ...) and
-    :func:`validate` on the resolved values. Two stages stop the collection, as later checks need their answer: a
-    missing or unreadable config file, and a command-line value its field's type cannot read
-    (``--num_generations two``); the problems found before them are reported with them.
+    Every problem is reported at once: refused and unknown keys (left out of what follows), values their field's type
+    cannot read (``--num_generations two``, ``use_peft: maybe``: reported and left out), then the values of the
+    known keys on the torch-free twins (as given: what `plan` checks), whatever ``light`` says; a check that reads a
+    field already refused is skipped (it would restate that problem). Two things stop the collection: a missing or
+    unreadable config file, and a refusal of the real dataclasses (``GRPOExtConfig.__post_init__``: bf16 on this
+    machine, ...), which are built, and checked again on their resolved values, only when no problem was found.
 
     Args:
         argv: the arguments (default ``sys.argv[1:]``).

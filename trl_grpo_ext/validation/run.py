@@ -8,6 +8,7 @@ from typing import Any
 from ..checks import RunArgumentError, as_number, check_choice, choice_from_yaml
 from ..loss_settings import CLIP_DEFAULTS
 from .lora import check_lora_names, check_lora_targets
+from .problems import Problems
 from .rewards import (
     check_reward_columns,
     check_reward_packages,
@@ -25,7 +26,6 @@ from .tables import (
     enum_value,
     flatten_values,
 )
-from .problems import Problems
 from .user_values import check_user_values, quantity_keys, resolve_user_quantities
 
 
