@@ -292,6 +292,9 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     config, args, translation_problems = translate(config, args, notes)
     for problem in translation_problems:
         problems.add(problem)
+    if announce:  # before any problem is raised: a refusal may name the new key the user did not write
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     config = yaml_choices(config)
     twins = dataclass_types(True)
     # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
@@ -330,9 +333,6 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
                      light=False, user_values=user_values)
         validate(run, world, problems=problems)
         problems.raise_if_any(ConfigError)
-    if announce:
-        for note in notes:
-            print(f"note: {note}", file=sys.stderr)
     return run
 
 
