@@ -320,7 +320,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     user_values = UserValues(config)
     user_values.update(cli_values)
     user_values.command_line_keys = cli_values.command_line_keys
-    world = world_size if world_size is not None else _env_world_size()
+    world = world_size if world_size is not None else problems.check(_env_world_size, fields=["WORLD_SIZE"]) or 1
     check_user_values(user_values, world_size=world, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
     run = _parse(parser, config, args, problems, given=given, path=path, light=True, user_values=user_values)
