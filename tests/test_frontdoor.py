@@ -140,14 +140,17 @@ def test_validation_runs_for_plan_and_recipe_on_the_keys_the_user_set(tmp_path, 
     seen = []
 
     def record(*args, **kwargs):
-        seen.append((type(args[1]).__name__, "prompts_per_step" in kwargs["user_values"],
+        seen.append((type(args[1]).__name__, hasattr(args[1], "resolved"), "prompts_per_step" in kwargs["user_values"],
                      "weight_decay" in kwargs["user_values"]))
 
     monkeypatch.setattr(validation, "validate_run_args", record)
     read_run_args(["--config", tiny_cpu_yaml(tmp_path)], light=True)
     read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--weight_decay", "0.01"])
-    # the twin carries the real class's name; the YAML's keys and the command line's are what the user set
-    assert seen == [("GRPOExtConfig", True, False), ("GRPOExtConfig", True, True)]
+    # the twin carries the real class's name (but no resolved values); the YAML's keys and the command line's are
+    # what the user set. The recipe checks the values as given first (what plan checks: every problem at once), then
+    # the real dataclasses' resolved values.
+    assert seen == [("GRPOExtConfig", False, True, False),
+                    ("GRPOExtConfig", False, True, True), ("GRPOExtConfig", True, True, True)]
 
 
 def test_plan_takes_overrides_and_refuses_what_the_recipe_refuses(tmp_path):
@@ -222,3 +225,17 @@ def test_wandb_keys_need_a_value_the_last_wins_and_the_environment_wins(tmp_path
     read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--wandb_project", "mine"], light=True)
     assert os.environ["WANDB_PROJECT"] == "preset"
     assert "WANDB_PROJECT is already set to 'preset' in the environment, which wins" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+def test_refused_and_unknown_keys_are_reported_with_the_values_problems(tmp_path, light):
+    """A removed key, a key under both names, an unknown key and a value out of range: four lines in one error."""
+    path = tiny_cpu_yaml(tmp_path, vllm_device="auto", warmup_ratio=0.1, warmup_steps=3, lerning_rate=1e-4, top_k=-1)
+    with pytest.raises(ConfigError) as info:
+        read_run_args(["--config", path, "--reward_modle", "x"], light=light)
+    problems = info.value.problems
+    assert str(info.value).splitlines() == problems and len(problems) == 4, problems
+    assert problems[0].startswith("'warmup_ratio' and 'warmup_steps' are both set in the config")
+    assert problems[1].startswith("'vllm_device': removed from TRL's GRPOConfig")
+    assert problems[2].startswith("unknown key(s): 'lerning_rate' (did you mean 'learning_rate'?), '--reward_modle'")
+    assert problems[3].startswith("top_k=-1 must be an integer >= 0. Fix:")

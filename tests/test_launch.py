@@ -133,7 +133,8 @@ def test_unknown_reward_parameter_fails_before_loading(tmp_path):
 
 
 def test_train_under_accelerate_ends_a_refused_config_with_one_line(tmp_path):
-    """`trl-grpo-ext train --accelerate_config cpu` passes accelerate's --quiet: no CalledProcessError traceback."""
+    """`trl-grpo-ext train --accelerate_config cpu`: a refused config ends with its one line, no CalledProcessError
+    traceback (it is refused before accelerate starts; a failure inside the recipe runs under accelerate's --quiet)."""
     result = subprocess.run(
         [sys.executable, "-m", "trl_grpo_ext.cli", "train", "--config", tiny_cpu_yaml(tmp_path), "--accelerate_config", "cpu",
          "--learnig_rate", "1"],
@@ -145,3 +146,56 @@ def test_train_under_accelerate_ends_a_refused_config_with_one_line(tmp_path):
         "error: unknown key(s): '--learnig_rate' (did you mean 'learning_rate'?). Remove or rename them; valid keys are "
         "the fields of RecipeArguments, GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments "
         "(docs/configuration.md)."]
+
+
+#: three independent problems: an unknown key, a value out of range, a setting that would be ignored
+THREE_PROBLEMS = {"learnig_rate": 1e-5, "temperature": 0, "max_resample_rounds": 2}
+THREE_LINES = [
+    "error: unknown key(s): 'learnig_rate' (did you mean 'learning_rate'?).",
+    "error: temperature=0 must be a number > 0.",
+    "error: max_resample_rounds=2 only takes effect with zero_variance_filter: resample",
+]
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error: ")]
+
+
+def _assert_three(lines: list[str]):
+    assert len(lines) == 3, lines
+    for start in THREE_LINES:
+        assert sum(line.startswith(start) for line in lines) == 1, (start, lines)
+
+
+def test_recipe_lists_every_problem_and_exits_2(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "grpo_qlora.py"), "--config", tiny_cpu_yaml(tmp_path, **THREE_PROBLEMS)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    _assert_three(_error_lines(result.stderr))
+    assert result.stderr.count("\n") == 3
+
+
+def test_accelerate_launch_lists_every_problem_and_shows_the_recipe_s_status(tmp_path):
+    """Under `accelerate launch` the recipe prints the same three lines and exits 2; accelerate's launcher then exits
+    1 whatever its child's status (accelerate/commands/launch.py, simple_launcher), naming the child's 2."""
+    result = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+         str(ROOT / "recipes" / "accelerate_configs" / "cpu.yaml"), str(ROOT / "recipes" / "grpo_qlora.py"),
+         "--config", tiny_cpu_yaml(tmp_path, **THREE_PROBLEMS)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    _assert_three(_error_lines(result.stderr))
+    assert result.returncode == 1  # accelerate's, not the recipe's
+    assert "returned non-zero exit status 2" in result.stderr
+
+
+def test_train_under_accelerate_refuses_every_problem_with_exit_2(tmp_path):
+    """`trl-grpo-ext train --accelerate_config cpu` checks the config before it starts accelerate: exit 2."""
+    result = subprocess.run(
+        [sys.executable, "-m", "trl_grpo_ext.cli", "train", "--config", tiny_cpu_yaml(tmp_path, **THREE_PROBLEMS),
+         "--accelerate_config", "cpu"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2
+    _assert_three([line for line in result.stderr.splitlines() if line.strip()])

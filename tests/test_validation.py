@@ -318,3 +318,31 @@ def test_a_choice_typo_suggests_the_value_it_means_or_none():
     with pytest.raises(RunArgumentError) as refused:
         check_user_values({"dtype": "fp32"})
     assert "Did you mean" not in str(refused.value) and "Fix: dtype: auto" not in str(refused.value)
+
+
+def test_problems_collects_skips_what_follows_and_raises_once():
+    from trl_grpo_ext.plan import QuantityError
+    from trl_grpo_ext.validation.problems import Problems, problem_lines
+
+    def fails(message, error=RunArgumentError):
+        raise error(message)
+
+    one = Problems()
+    assert one.check(fails, "num_generations=1 must be an integer >= 2.", QuantityError,
+                     fields=["num_generations"]) is None
+    assert one.check(lambda: "ran", blocked_by=["num_generations"]) is None  # reads a refused field: skipped
+    assert one.check(lambda: "ran", fields=["beta"]) == "ran"
+    with pytest.raises(QuantityError) as info:  # a single problem: the error its check raised, unchanged
+        one.raise_if_any(ValueError)
+    assert problem_lines(info.value) == ["num_generations=1 must be an integer >= 2."]
+
+    several = Problems()
+    several.check(fails, "beta=-1 must be a number >= 0.", fields=["beta"])
+    several.add("beta=-1 must be a number >= 0.")  # the same line twice is kept once
+    several.add("lora_r=8 only takes effect with use_peft: true,\n  so it would be ignored.", ["lora_r"])
+    with pytest.raises(RunArgumentError) as info:
+        several.raise_if_any(RunArgumentError)
+    assert info.value.problems == ["beta=-1 must be a number >= 0.",
+                                   "lora_r=8 only takes effect with use_peft: true, so it would be ignored."]
+    assert str(info.value).splitlines() == info.value.problems == problem_lines(info.value)
+    Problems().raise_if_any()  # nothing found: nothing raised

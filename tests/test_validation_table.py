@@ -231,8 +231,11 @@ INVALID = [
         ["length", "max_length", "max_completion_length"]),
     row("accuracy without math-verify", {"rewards": [{"name": "accuracy", "kwargs": {"column": "target"}}]},
         ["accuracy", "math-verify"], "pip install math-verify", missing_module="math_verify"),
-    row("accuracy_reward without math-verify", {"rewards": ["accuracy_reward"]}, ["accuracy_reward", "math-verify"],
-        "pip install math-verify", missing_module="math_verify"),
+    # (a Hub dataset, whose columns plan cannot know: on the embedded one, the missing `solution` column would be a
+    # second problem, reported too; see test_every_problem_is_reported_at_once)
+    row("accuracy_reward without math-verify", {"rewards": ["accuracy_reward"], "dataset_name": "AI-MO/NuminaMath-TIR",
+                                                "embedded_num_prompts": DROP},
+        ["accuracy_reward", "math-verify"], "pip install math-verify", missing_module="math_verify"),
     row("accuracy_reward needs solution", {"rewards": ["accuracy_reward"]}, ["accuracy_reward", "solution"]),
     row("exact_match needs an answer column", {"rewards": ["exact_match"]}, ["exact_match", "answer"]),
     row("char_fraction column missing", {"rewards": [{"name": "char_fraction", "kwargs": {"column": "letter"}}]},
@@ -366,3 +369,89 @@ def test_switching_a_feature_off_on_the_command_line_is_not_refused(tmp_path, no
         parse_recipe_args(["--config", _config(tmp_path, {"save_strategy": "no"})])
     with pytest.raises(RecipeArgumentError, match="save_steps=10.0 only takes effect"):
         parse_recipe_args(["--config", path, "--save_strategy", "no", "--save_steps", "10"])
+
+
+#: Three independent problems: an unknown key, a value out of range, a setting that would be ignored.
+THREE_PROBLEMS = {"learnig_rate": 1.0e-5, "temperature": 0, "max_resample_rounds": 2}
+THREE_LINES = [  # (what each line must name, its fix)
+    (["'learnig_rate'", "did you mean 'learning_rate'"], "Remove or rename them"),
+    (["temperature=0", "> 0"], "Fix: GRPO samples G different completions"),
+    (["max_resample_rounds=2", "zero_variance_filter: resample"], "Fix: set zero_variance_filter: resample"),
+]
+
+
+def _check_lines(lines, expected, prefix):
+    """One line per expected problem (in any order), each starting with ``prefix``, naming its fields and fix."""
+    assert len(lines) == len(expected), lines
+    assert all(line.startswith(prefix) and "\n" not in line for line in lines), lines
+    for names, fix in expected:
+        matching = [line for line in lines if all(name in line for name in names) and fix in line]
+        assert len(matching) == 1, (names, fix, lines)
+
+
+def test_every_problem_is_reported_at_once(tmp_path, capsys, no_weights):
+    """A config with three independent problems: plan and the recipe name all three, one line each, exit 2 (before
+    issue 22 only the unknown key was reported, and each fix needed another run to see the next problem)."""
+    path = _config(tmp_path, THREE_PROBLEMS)
+
+    assert plan_cli.main(["--config", path]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    _check_lines(captured.err.strip().splitlines(), THREE_LINES, "trl-grpo-ext plan: error: ")
+
+    with pytest.raises(RecipeArgumentError) as info:
+        parse_recipe_args(["--config", path])
+    assert info.value.code == 2
+    assert info.value.message.splitlines() == info.value.problems and len(info.value.problems) == 3
+    _check_lines(capsys.readouterr().err.strip().splitlines(), THREE_LINES, "error: ")
+
+
+@pytest.mark.parametrize("change, cli, expected", [
+    # a conflict, a choice and a value the parser cannot read (YAML) are independent too
+    ({"per_device_train_batch_size": 4, "loss_type": "dapoo", "lora_dropout": "high"}, [],
+     [(["micro_batch_size", "per_device_train_batch_size"], "Remove per_device_train_batch_size"),
+      (["loss_type='dapoo'"], "Did you mean 'dapo'"),
+      (["lora_dropout='high'"], "Fix: use 0.0 or e.g. 0.05")]),
+    # the command line: a value its type cannot read, next to an unknown key and an exclusive pair in the file
+    ({"load_in_8bit": True, "lora_rr": 8}, ["--num_generations", "two"],
+     [(["'lora_rr'", "did you mean 'lora_r'"], "Remove or rename them"),
+      (["--num_generations", "invalid int value: 'two'"], ""),
+      (["load_in_4bit=True", "load_in_8bit=True"], "Fix: choose one quantisation")]),
+])
+def test_problems_of_every_kind_are_collected(tmp_path, capsys, no_weights, change, cli, expected):
+    path = _config(tmp_path, change)
+    assert plan_cli.main(["--config", path, *cli]) == 2
+    _check_lines(capsys.readouterr().err.strip().splitlines(), expected, "trl-grpo-ext plan: error: ")
+    with pytest.raises(RecipeArgumentError) as info:
+        parse_recipe_args(["--config", path, *cli])
+    _check_lines(info.value.problems, expected, "")
+
+
+@pytest.mark.parametrize("change, names", [
+    # the filter's value is refused: the tolerance is not also reported as ignored (it is set for a filter)
+    ({"zero_variance_filter": "masc", "zero_variance_tolerance": 0.1}, ["zero_variance_filter='masc'"]),
+    # a value out of range is not also reported as ignored
+    ({"use_peft": False, "lora_r": 0, "lora_alpha": DROP, "lora_dropout": DROP, "lora_target_modules": DROP},
+     ["lora_r=0"]),
+    # an invalid quantity is not restated by the checks that resolve the quantities (clipping, zero-variance)
+    ({"num_generations": 1, "epsilon_high": 0.28, "zero_variance_filter": "mask"}, ["num_generations=1"]),
+])
+def test_a_problem_that_follows_from_another_is_not_repeated(tmp_path, capsys, no_weights, change, names):
+    path = _config(tmp_path, change)
+    assert plan_cli.main(["--config", path]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    _check_message(lines[0], names, FIX)
+    with pytest.raises(RecipeArgumentError) as info:
+        parse_recipe_args(["--config", path])
+    assert info.value.problems == [lines[0].removeprefix("trl-grpo-ext plan: error: ")]
+
+
+def test_the_recipe_reports_a_missing_model_with_the_config_s_problems(tmp_path, capsys, no_weights, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = _config(tmp_path, {"model_name_or_path": "./no/such/model", "temperature": 0})
+    with pytest.raises(RecipeArgumentError) as info:
+        parse_recipe_args(["--config", path])
+    assert len(info.value.problems) == 2
+    assert info.value.problems[0].startswith("temperature=0 must be a number > 0")
+    assert "model_name_or_path='./no/such/model' is not an existing directory" in info.value.problems[1]

@@ -169,3 +169,9 @@ def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan) -> CheckedCheck
 def write_json(directory: str | os.PathLike, name: str, values: dict) -> None:
     """Write ``values`` as ``directory/name`` (JSON, indented)."""
     Path(directory, name).write_text(json.dumps(values, indent=2))
+
+
+def write_plan(plan: RunPlan, directory: str) -> None:
+    """Save ``plan`` as ``directory/run_plan.json`` (`RunPlan.to_json`; `RunPlan.read` rebuilds it)."""
+    with open(os.path.join(directory, PLAN_FILE), "w") as f:
+        f.write(plan.to_json())

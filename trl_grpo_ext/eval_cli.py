@@ -91,7 +91,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
             ["--config", resolve_config_path(args.config), *(overrides or [])]
         )
     except RecipeArgumentError:
-        return 2  # the parser printed the one-line error
+        return 2  # the parser printed the error lines (one per problem)
     names = [spec.name for spec in training_args.resolved.rewards]
     if args.correctness_reward is not None:
         try:

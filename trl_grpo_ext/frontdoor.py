@@ -12,13 +12,16 @@ Steps, identical for both:
    ``torch_dtype`` → ``dtype``, ``warmup_ratio`` → ``warmup_steps``, open-r1's ``wandb_*`` → environment variables),
    each announced once on stderr; removed or unsupported keys (``keymap.REMOVED``) are refused with what to do instead.
 3. Unknown keys — from the file and from ``--key value`` overrides — are found by comparing them with the fields of
-   the four dataclasses; all are named in one error, each once, with a did-you-mean.
-4. TRL's ``HfArgumentParser`` over ``RecipeArguments``, ``GRPOExtConfig``, ``trl.ModelConfig``,
-   ``HubPushArguments`` (or their torch-free twins from :mod:`trl_grpo_ext.fieldtable`): the YAML values become the
-   parser's defaults and the command line overrides them — ``TrlParser.parse_args_and_config``'s semantics.
-5. :func:`validate` — the hook where the checks of every value run, for every command, before any model loads.
+   the four dataclasses; all are named in one line, each once, with a did-you-mean, and left out of what follows.
+4. TRL's ``HfArgumentParser`` over the torch-free twins of ``RecipeArguments``, ``GRPOExtConfig``,
+   ``trl.ModelConfig``, ``HubPushArguments`` (:mod:`trl_grpo_ext.fieldtable`): the YAML values become the parser's
+   defaults and the command line overrides them — ``TrlParser.parse_args_and_config``'s semantics.
+5. :func:`validate` — the hook where the checks of every value run, for every command, before any model loads — on
+   the values as given (exactly what `plan` checks); then, unless ``light``, the real dataclasses are built (their
+   ``__post_init__`` resolves the values and checks what only they can, e.g. bf16 on this machine) and checked again.
 
-Errors raise :class:`ConfigError` (a ``ValueError``) with one line naming the key, the value and a fix.
+Every problem is reported at once (`validation.problems.Problems`), each in one line naming the key, the value and a
+fix (see :func:`read_run_args` for what stops the collection).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ CONFIG_SUFFIXES = (".yaml", ".yml")
 
 
 class ConfigError(ValueError):
-    """A config the front door refuses; the message is one line naming the key(s) and the fix."""
+    """A config the front door refuses: one line per problem, each naming the key(s), the value and the fix (with
+    several problems, ``problems`` lists the lines; see `validation.problems.problem_lines`)."""
 
 
 @dataclass
@@ -66,7 +70,6 @@ class RunArgs:
     def __iter__(self):
         """``script_args, training_args, model_args, push_args = run`` (the recipe's ``main`` signature)."""
         return iter((self.script_args, self.training_args, self.model_args, self.push_args))
-
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -199,8 +202,9 @@ def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
     return known
 
 
-def _check_unknown(config: dict, args: list[str], types_: tuple[type, ...]) -> set[str]:
-    """Refuse keys that are no field of ``types_``; returns the keys given on the command line."""
+def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tuple[list[str], set[str]]:
+    """The keys of ``config`` and ``args`` that are no field of ``types_`` (command-line ones as ``--key``), and the
+    fields the command line sets."""
     known = _known_keys(types_)
     unknown = [key for key in config if key not in known]
     cli = set()
@@ -210,36 +214,68 @@ def _check_unknown(config: dict, args: list[str], types_: tuple[type, ...]) -> s
             cli.add(canon)
         elif canon.startswith("no_") and canon[3:] in known:
             cli.add(canon[3:])
-        elif canon not in unknown:
+        elif canon not in unknown and f"--{key}" not in unknown:
             unknown.append(f"--{key}")
-    if not unknown:
-        return cli
+    return unknown, cli
+
+
+def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
     import difflib
 
+    known = list(_known_keys(types_))
     parts = []
     for key in unknown:
         bare = key.lstrip("-")
-        close = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.75)
+        close = difflib.get_close_matches(bare, known, n=1, cutoff=0.75)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise ConfigError(
-        f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "
-        "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md).")
+    return (f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "
+            "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md).")
+
+
+def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, list[str]]:
+    """``config`` and ``args`` without the keys ``keys`` (canonical names; a command-line key with its values)."""
+    config = {k: v for k, v in config.items() if k not in keys}
+    out, skipping = [], False
+    for token in args:
+        if token.startswith("--") and len(token) > 2:
+            canon = token[2:].split("=", 1)[0].replace("-", "_")
+            skipping = canon in keys or (canon.startswith("no_") and canon[3:] in keys)
+            if skipping:
+                continue
+        elif skipping:
+            continue
+        out.append(token)
+    return config, out
 
 
 def read_run_args(argv: list[str] | None = None, *, light: bool = False, announce: bool = True,
-                  world_size: int | None = None) -> RunArgs:
+                  world_size: int | None = None, checks=()) -> RunArgs:
     """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (see the module docstring).
+
+    Every problem is reported at once: refused and unknown keys (left out of what follows), values their field's type
+    cannot read (``--num_generations two``, ``use_peft: maybe``: reported and left out), then the values of the
+    known keys on the torch-free twins (as given: what `plan` checks), whatever ``light`` says; a check that reads a
+    field already refused is skipped (it would restate that problem). Two things stop the collection: a missing or
+    unreadable config file, and a refusal of the real dataclasses (``GRPOExtConfig.__post_init__``: bf16 on this
+    machine, ...), which are built, and checked again on their resolved values, only when no problem was found.
 
     Args:
         argv: the arguments (default ``sys.argv[1:]``).
         light: use the torch-free twins (values as given, not resolved by ``GRPOExtConfig.__post_init__``).
         announce: print the translation notes (``note: torch_dtype read as dtype ...``) on stderr.
         world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
+        checks: more checks of the values as given, collected with the others: callables taking the twins'
+            `RunArgs` and raising `ValueError` (the recipe passes its model-path check).
 
     Raises:
         ConfigError: a missing config, a removed or unknown key, a value the parser or a dataclass refuses; nothing
-            has been loaded.
+            has been loaded. Several problems: one ``ConfigError`` with one line per problem (its ``problems``); a
+            single one: the error its check raised (a ``ConfigError`` or ``RunArgumentError``, both ValueErrors).
     """
+    from .keymap import ALIASES, REMOVED, RENAMED
+    from .validation import UserValues, check_user_values, user_values_from_argv
+    from .validation.problems import Problems
+
     argv = list(sys.argv[1:] if argv is None else argv)
     name, args = _split_config(argv)
     config, path = {}, None
@@ -251,39 +287,94 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
             raise ConfigError(f"--config {path}: `env` must be a mapping of environment variables to values.")
         for key, value in env.items():
             os.environ[key] = str(value)
+    problems = Problems()
     notes: list[str] = []
-    config, args, problems = translate(config, args, notes)
-    if problems:
-        raise ConfigError("; ".join(problems))
+    config, args, translation_problems = translate(config, args, notes)
+    for problem in translation_problems:
+        problems.add(problem)
+    if announce:  # before any problem is raised: a refusal may name the new key the user did not write
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     config = yaml_choices(config)
-    types_ = dataclass_types(light)
-    cli_given = _check_unknown(config, args, types_)
-    parser = hf_argument_parser(types_)
+    twins = dataclass_types(True)
+    # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
+    config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
+    unknown, cli_given = _unknown_keys(config, args, twins)
+    if unknown:
+        problems.add(ConfigError(_unknown_message(unknown, twins)), [key.lstrip("-") for key in unknown])
+        config, args = _without_keys(config, args, {key.lstrip("-").replace("-", "_") for key in unknown})
     # What the user set (the file after translation, then the command line), checked before the dataclasses run
     # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
-    from .validation import UserValues, check_user_values, user_values_from_argv
-
-    try:
-        cli_values = user_values_from_argv(args, parser)
-    except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
-        raise ConfigError(f"{err}.") from None
+    parser = hf_argument_parser(twins)
+    while True:
+        try:
+            cli_values = user_values_from_argv(args, parser)
+            break
+        except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
+            field_ = _argument_field(err)
+            problems.add(_argument_problem(err), [field_] if field_ else [])
+            _, shorter = _without_keys({}, args, {field_} if field_ else set())
+            if shorter == args:  # nothing left out: the parse cannot go on
+                problems.raise_if_any(ConfigError)
+            args = shorter
     user_values = UserValues(config)
     user_values.update(cli_values)
     user_values.command_line_keys = cli_values.command_line_keys
-    world = world_size if world_size is not None else _env_world_size()
-    check_user_values(user_values, world_size=world)
-    parser.set_defaults(**config)  # TrlParser's semantics: the file's values are the defaults, the CLI wins
-    try:
-        outputs = parser.parse_args_into_dataclasses(args=args)
-    except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
-        raise ConfigError(f"{err}.") from None
-    if announce:
-        for note in notes:
-            print(f"note: {note}", file=sys.stderr)
-    run = RunArgs(*outputs, given=frozenset(config) | frozenset(cli_given),
-                  config_path=None if path is None else str(path), light=light, user_values=user_values)
-    validate(run, world)
+    world = world_size if world_size is not None else problems.check(_env_world_size, fields=["WORLD_SIZE"]) or 1
+    check_user_values(user_values, world_size=world, problems=problems)
+    given = frozenset(config) | frozenset(cli_given)
+    run = _parse(parser, config, args, problems, given=given, path=path, light=True, user_values=user_values)
+    validate(run, world, problems=problems)
+    for check in checks:
+        problems.check(check, run)
+    problems.raise_if_any(ConfigError)
+    if not light:  # the real dataclasses: what only they check, then the checks on their resolved values
+        run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
+                     light=False, user_values=user_values)
+        validate(run, world, problems=problems)
+        problems.raise_if_any(ConfigError)
     return run
+
+
+def _argument_field(err: argparse.ArgumentError) -> str | None:
+    """The field an argparse error is about (``--learning_rate/--learning-rate`` -> ``learning_rate``)."""
+    name = (err.argument_name or "").split("/")[0]
+    return name.lstrip("-").replace("-", "_") if name.startswith("--") else None
+
+
+def _argument_problem(err: argparse.ArgumentError) -> ConfigError:
+    return ConfigError(f"{str(err).rstrip('.')}.")
+
+
+def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None, light: bool,
+           user_values) -> RunArgs:
+    """TrlParser's semantics (the file's values are the parser's defaults, the command line wins) into `RunArgs`.
+
+    A YAML value its field's type cannot read (``learning_rate: fast``, ``use_peft: maybe``) is recorded in
+    ``problems`` (unless its field already has a problem) and left out, and the rest parsed again, so that the
+    checks of the other values still run; a dataclass's own refusal (``GRPOExtConfig.__post_init__``) is recorded
+    and raised with the others.
+    """
+    config = dict(config)
+    original = {key: parser.get_default(key) for key in config}
+    while True:
+        parser.set_defaults(**config)
+        try:
+            outputs = parser.parse_args_into_dataclasses(args=args)
+            break
+        except argparse.ArgumentError as err:  # e.g. `learning_rate: fast`: argparse types a string default
+            field_ = _argument_field(err)
+            if not problems.blocked([field_] if field_ else []):
+                problems.add(_argument_problem(err), [field_] if field_ else [])
+            if field_ not in config:  # not from the file (the command line was read before): nothing to leave out
+                problems.raise_if_any(ConfigError)
+            config.pop(field_)
+            parser.set_defaults(**{field_: original[field_]})
+        except ValueError as err:  # a dataclass's own check (GRPOExtConfig.__post_init__)
+            problems.add(err)
+            problems.raise_if_any(ConfigError)
+    return RunArgs(*outputs, given=given, config_path=None if path is None else str(path), light=light,
+                   user_values=user_values)
 
 
 def _env_world_size() -> int:
@@ -294,14 +385,15 @@ def _env_world_size() -> int:
         raise ConfigError(f"WORLD_SIZE={raw!r} in the environment is not an integer; unset it.") from None
 
 
-def validate(run: RunArgs, world_size: int = 1) -> None:
+def validate(run: RunArgs, world_size: int = 1, problems=None) -> None:
     """The hook where every value of a run is checked before any model loads, for `plan`, `train` and the recipe.
 
     Calls ``trl_grpo_ext.validation.validate_run_args(script_args, training_args, model_args, push_args)`` when that
     module exists (issue 13, "every bad input refused"). With ``run.light`` the arguments are the torch-free twins
     holding the values as given; otherwise the resolved dataclasses. ``run.given`` holds the keys the user set.
+    With ``problems`` (a `validation.problems.Problems`) each problem is recorded there instead of raised.
     """
     from .validation import validate_run_args
 
     validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,
-                      user_values=run.user_values, world_size=world_size)
+                      user_values=run.user_values, world_size=world_size, problems=problems)

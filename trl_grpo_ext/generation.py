@@ -104,6 +104,18 @@ def check_vllm_quantization(args, load_in_4bit: bool, load_in_8bit: bool = False
         raise ValueError(vllm_4bit_refusal(f"{where}load_in_4bit=True"))
 
 
+
+def check_vllm_before_loading(model, args, quantization_config) -> None:
+    """`check_vllm_quantization` on what a trainer was given, before TRL loads anything: a model id with the
+    ``quantization_config=`` argument, or an already loaded (possibly 4-bit) model."""
+    if isinstance(model, str):
+        check_vllm_quantization(args, is_4bit(quantization_config), is_8bit(quantization_config),
+                                source="quantization_config")
+        return
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    check_vllm_quantization(args, bool(getattr(base, "is_loaded_in_4bit", False)),
+                            bool(getattr(base, "is_loaded_in_8bit", False)), source="the model passed")
+
 def check_generation_settings(args, on_cpu: bool) -> None:
     """Refuse generation settings that TRL 1.16 would silently ignore or that cannot work.
 

@@ -1,10 +1,9 @@
 """What the recipes need around the trainer: their arguments, parsing with clear errors, and the run record.
 
 `parse_recipe_args` reads the config through the front door (`frontdoor.read_run_args`: YAML + CLI, unknown keys
-fatal) so that every mistake a user can make in
-a config — a missing file, an unknown key, an invalid quantity, bf16 on a CPU, a model that cannot be found offline,
-any value `validation.validate_run_args` refuses — ends with one line naming the field, the value and the fix, before
-any model is loaded.
+fatal) so that every mistake a user can make in a config — a missing file, an unknown key, an invalid quantity, bf16
+on a CPU, a model that cannot be found offline, any value `validation.validate_run_args` refuses — is answered before
+any model is loaded, all at once: one ``error:`` line per problem naming the field, the value and the fix, exit 2.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from .model_source import resolve_model_source
 from .models import check_model_path
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
 from .rewards.spec import build_reward_funcs, with_run_defaults
+from .validation.problems import Problems, problem_lines
 
 RUN_CONFIG_FILE = "run_config.json"
 
@@ -30,36 +30,54 @@ RUN_CONFIG_FILE = "run_config.json"
 
 
 class RecipeArgumentError(SystemExit):
-    """Raised (exit code 2) with a one-line message when a recipe's arguments are wrong."""
+    """Raised (exit code 2) when a recipe's arguments are wrong: ``message`` holds one line per problem (one line for
+    a single problem), ``problems`` lists them."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, problems: list[str] | None = None):
         super().__init__(2)
         self.message = message
+        self.problems = list(problems) if problems else [message]
 
     def __str__(self) -> str:
         return self.message
 
 
+def _recipe_checks(run) -> None:
+    """What the recipe needs besides valid values, checked with them on the values as given: a model it can find
+    (`models.check_model_path`) and at least one reward."""
+    model_args, training_args = run.model_args, run.training_args
+    problems = Problems()
+    problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
+    if not training_args.rewards:
+        problems.add("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
+    problems.raise_if_any(ValueError)
+
+
 def parse_recipe_args(argv: list[str] | None = None):
     """Parse ``--config NAME_OR_PATH`` plus CLI overrides through the front door (`trl_grpo_ext.frontdoor`).
+
+    Every problem of the config is reported at once, one ``error:`` line each on stderr (see
+    `frontdoor.read_run_args` for the two stages that stop the collection).
 
     Returns the front door's ``RunArgs``, which unpacks as ``(script_args, training_args, model_args, push_args)``.
 
     Raises:
-        RecipeArgumentError: with the message printed to stderr; nothing has been loaded.
+        RecipeArgumentError: with the problems printed to stderr; nothing has been loaded.
     """
     try:
-        run = read_run_args(argv)
+        run = read_run_args(argv, checks=(_recipe_checks,))
         script_args, training_args, model_args, push_args = run
-        check_model_path(model_args.model_name_or_path)
-        check_continued_model(resolve_model_source(model_args.model_name_or_path), model_args, training_args)
-        push_args.resolve(copy.copy(training_args))  # a push without a repository id fails here, not after training
-        if not training_args.rewards:
-            raise ValueError("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
+        problems = Problems()
+        problems.check(check_continued_model, resolve_model_source(model_args.model_name_or_path), model_args,
+                       training_args, fields=["model_name_or_path"])
+        # a push without a repository id fails here, not after training
+        problems.check(push_args.resolve, copy.copy(training_args))
         # unknown reward parameters fail here, not when the trainer builds the rewards after loading the model
-        build_reward_funcs(with_run_defaults(list(training_args.resolved.rewards), training_args.max_completion_length))
+        problems.check(build_reward_funcs, with_run_defaults(list(training_args.resolved.rewards),
+                                                             training_args.max_completion_length))
+        problems.raise_if_any(ValueError)
     except (ValueError, OSError, yaml.YAMLError) as err:
-        raise _fail(" ".join(str(err).split())) from err
+        raise _fail(problem_lines(err)) from err
     return run
 
 
@@ -82,9 +100,10 @@ def check_continued_model(source, model_args, training_args) -> None:
     check_model_path(source.base)
 
 
-def _fail(message: str) -> RecipeArgumentError:
-    print(f"error: {message}", file=sys.stderr)
-    return RecipeArgumentError(message)
+def _fail(problems: list[str]) -> RecipeArgumentError:
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return RecipeArgumentError("\n".join(problems), problems)
 
 
 def write_run_config(output_dir: str, script_args, training_args, model_args, push_args, model_source=None) -> Path:

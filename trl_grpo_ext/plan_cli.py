@@ -17,7 +17,8 @@ and the plan counts steps only (a step limit is then required). Processes: ``--n
 instruct-model advice on ``num_generations``.
 
 Output: the table (or ``RunPlan.to_json()`` with ``--json``) on stdout, warnings on stderr as ``warning: ...`` lines.
-Errors print one line on stderr and exit with status 2.
+Errors exit with status 2 after one ``trl-grpo-ext plan: error: ...`` line on stderr per problem: every problem of
+the config at once (see `frontdoor.read_run_args`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from trl_grpo_ext.eval_plan import zero_variance_forecast_warning
 from trl_grpo_ext.frontdoor import read_run_args
 from trl_grpo_ext.plan import QuantityError, format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.resolved import USER_FIELDS, resolve_config
+from trl_grpo_ext.validation.problems import problem_lines
 from trl_grpo_ext.zero_variance.settings import check_skip_plan, resample_note, skip_note
 
 EMBEDDED_PREFIX = "embedded:"
@@ -177,13 +179,10 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``plan``: print the table (or JSON) and warnings; 0 on success, 2 on an error (one line, stderr)."""
     try:
         plan, warns, notes, rewards = build_plan(args)
-    except (ValueError, OSError) as err:  # QuantityError and ConfigError are ValueErrors
-        print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-    try:
         evaluation = eval_plan_from(args.run_args, plan)
-    except (ValueError, OSError) as err:
-        print(f"trl-grpo-ext plan: error: {' '.join(str(err).split())}", file=sys.stderr)
+    except (ValueError, OSError) as err:  # QuantityError and ConfigError are ValueErrors
+        for problem in problem_lines(err):  # every problem of the config, one line each
+            print(f"trl-grpo-ext plan: error: {problem}", file=sys.stderr)
         return 2
     print(plan.to_json() if args.json else format_plan_report(plan, rewards, (), evaluation))
     for note in notes:

@@ -6,10 +6,13 @@
 
 The recipe is the readable script ``recipes/grpo_qlora.py``; an installed wheel carries it, the shipped configs and
 the accelerate configs as package data (`frontdoor.recipes_dir`), so ``--config`` and ``--accelerate_config`` take a
-path or a shipped name. The exit status is the recipe's: 0 on success, 2 for a refused config, 1 for a failed push.
-Under accelerate, ``--quiet`` is passed so that a failure ends with the recipe's one-line error rather than
-accelerate's ``CalledProcessError`` traceback (accelerate offers that for single-process and DeepSpeed launches only;
-a multi-process launch still prints torch's error summary).
+path or a shipped name. The exit status is the recipe's: 0 on success, 2 for a refused config (every problem, one
+``error:`` line each), 1 for a failed push. Under accelerate, the config is first checked in this process as `plan`
+checks it (:func:`check_before_launch`): accelerate turns any failure of its child into status 1, so a refused config
+is answered here, with 2, before accelerate starts. ``--quiet`` is passed so that a failure inside the recipe (what
+only it checks, or a failed push) ends with the recipe's error lines rather than accelerate's ``CalledProcessError``
+traceback (accelerate offers that for single-process and DeepSpeed launches only; a multi-process launch still prints
+torch's error summary), with status 1.
 """
 
 from __future__ import annotations
@@ -65,6 +68,28 @@ def _uses_cpu(config_file) -> bool:
     return bool(load_yaml(config_file).get("use_cpu")) and hasattr(os, "sched_getaffinity")
 
 
+def check_before_launch(argv: list[str], config_file) -> list[str]:
+    """The problems of the run's config (``argv``: ``--config`` and overrides) as `plan` finds them, with the
+    accelerate config's ``num_processes`` as the world size; ``[]`` when there are none.
+
+    accelerate's launcher ends with status 1 whenever its child fails (``simple_launcher``: ``sys.exit(1)`` or a
+    ``CalledProcessError``; torch's elastic agent: ``ChildFailedError``), so a config refused inside the launched
+    recipe cannot end with the recipe's 2. Checked here first, in this process (torch-free), a refused config ends
+    with every problem and status 2 without starting accelerate. What only the recipe checks (the model path, bf16
+    on the machine) is still refused by the recipe, then with accelerate's 1.
+    """
+    from .frontdoor import load_yaml, read_run_args
+    from .validation.problems import problem_lines
+
+    processes = load_yaml(config_file).get("num_processes")
+    world = processes if isinstance(processes, int) and processes > 0 else 1
+    try:
+        read_run_args(argv, light=True, announce=False, world_size=world)
+    except (ValueError, OSError) as err:  # ConfigError, RunArgumentError, QuantityError are ValueErrors
+        return problem_lines(err)
+    return []
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute ``train``: in this process, or under ``accelerate launch`` with ``args.accelerate_config``."""
     argv = ["--config", args.config, *getattr(args, "overrides", [])]
@@ -74,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
         config_file = resolve_config(args.accelerate_config, kind="accelerate_configs")
     except ConfigError as err:
         print(f"trl-grpo-ext train: error: {err}", file=sys.stderr)
+        return 2
+    problems = check_before_launch(argv, config_file)
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
         return 2
     command = [sys.executable, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(config_file)]
     if _uses_cpu(config_file):  # accelerate's own choice, given explicitly so that it prints no notice about it

@@ -27,20 +27,18 @@ from . import _trl_compat, console
 from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages
 from .checkpoints import (
-    PLAN_FILE,
     CheckedCheckpoint,
     check_checkpoint_plan,
     check_output_dir,
     resolve_resume_checkpoint,
+    write_plan,
 )
 from .config import GRPOExtConfig
 from .generation import (
     DRIFT_METRIC,
     DRIFT_WARNING_THRESHOLD,
     BaseDriftMonitor,
-    check_vllm_quantization,
-    is_4bit,
-    is_8bit,
+    check_vllm_before_loading,
     preserved_dtypes,
 )
 from .models import is_4bit_model, is_quantized_model, keep_4bit_training_layout
@@ -105,7 +103,7 @@ class GRPOExtTrainer(GRPOTrainer):
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None,
                                     loss_type=args.loss_type):
             logger.warning(advice)
-        _check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
+        check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if is_quantized_model(self.model):
             # TRL casts trainable adapter weights of a quantized model to bf16; "float32" undoes it. Either way plain
@@ -318,13 +316,13 @@ class _PlanCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             os.makedirs(args.output_dir, exist_ok=True)
-            _write_plan(self.trainer.plan, args.output_dir)
+            write_plan(self.trainer.plan, args.output_dir)
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             if os.path.isdir(checkpoint):
-                _write_plan(self.trainer.plan, checkpoint)
+                write_plan(self.trainer.plan, checkpoint)
                 self.trainer.zero_variance.save_state(checkpoint)  # where resample's extra prompts continue
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -356,12 +354,6 @@ class _SamplerEpochCallback(TrainerCallback):
             sampler.set_epoch(state.global_step // steps_per_epoch)
 
 
-def _write_plan(plan: RunPlan, directory: str) -> None:
-    """Save ``plan`` as ``directory/run_plan.json`` (`RunPlan.to_json`; `RunPlan.read` rebuilds it)."""
-    with open(os.path.join(directory, PLAN_FILE), "w") as f:
-        f.write(plan.to_json())
-
-
 def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
     """The reward functions TRL receives, every Python callable wrapped by `guard_reward` (args.reward_error_policy).
 
@@ -389,15 +381,3 @@ def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
     specs = with_run_defaults(list(args.resolved.rewards), args.max_completion_length)
     funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
     return funcs
-
-
-def _check_vllm_before_loading(model, args: GRPOExtConfig, quantization_config) -> None:
-    """`generation.check_vllm_quantization` on what the trainer was given: a model id loaded with the
-    ``quantization_config=`` argument, or an already loaded (possibly 4-bit) model; before TRL loads anything."""
-    if isinstance(model, str):
-        check_vllm_quantization(args, is_4bit(quantization_config), is_8bit(quantization_config),
-                                source="quantization_config")
-        return
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    check_vllm_quantization(args, bool(getattr(base, "is_loaded_in_4bit", False)),
-                            bool(getattr(base, "is_loaded_in_8bit", False)), source="the model passed")

@@ -3,7 +3,10 @@
 `validate_run_args` is called by the recipe's argument stage (`launch.parse_recipe_args`) and by `trl-grpo-ext plan`
 on the same four argument objects (`RecipeArguments`, `GRPOExtConfig`, `trl.ModelConfig`, `HubPushArguments`, or
 namespaces holding the keys a YAML file sets). Each refusal is a :class:`RunArgumentError` (a `ValueError`) whose one
-line names the field, the value and a fix. The kinds of check, each driven by a table below:
+line names the field, the value and a fix. Every check runs and every problem is reported at once (the collector
+:class:`~.problems.Problems`: several problems are one error with one line each in its ``problems``); a check that
+reads a field already refused is skipped, as it would restate that problem. The kinds of check, each driven by a
+table below:
 
 - :data:`RANGES` and :data:`CHOICES`: the range of every numeric field that this package, TRL 1.16, PEFT or
   transformers 5 reads, and the allowed values of the string fields that would otherwise fail after the model loads
@@ -27,7 +30,7 @@ line names the field, the value and a fix. The kinds of check, each driven by a 
 The package, by concern: :mod:`.tables` (the tables, and reading a run's values), :mod:`.user_values` (what the
 user set, from argv and YAML, and the checks on those keys), :mod:`.run` (:func:`validate_run_args` and the run-level
 combinations), :mod:`.rewards` (reward parameters, packages and dataset columns), :mod:`.lora` (LoRA targets against
-the model's module names).
+the model's module names), :mod:`.problems` (the collector).
 
 Importing this package imports neither torch nor TRL (`plan` stays fast). Only :func:`model_modules` imports torch
 and transformers, the first time it meets a model config: the module names are then cached on disk.

@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..checks import RunArgumentError, as_number, check_choice, choice_from_yaml
+from ..loss_settings import CLIP_DEFAULTS
 from .lora import check_lora_names, check_lora_targets
+from .problems import Problems
 from .rewards import (
     check_reward_columns,
     check_reward_packages,
@@ -24,13 +26,14 @@ from .tables import (
     enum_value,
     flatten_values,
 )
-from .user_values import check_user_values, resolve_user_quantities
+from .user_values import check_user_values, quantity_keys, resolve_user_quantities
 
 
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
                       user_values: Mapping[str, Any] | None = None, world_size: int = 1,
-                      dataset_columns: Sequence[str] | None = None, check_model: bool = True) -> None:
-    """Refuse every bad combination of a run's arguments before any weight loads.
+                      dataset_columns: Sequence[str] | None = None, check_model: bool = True,
+                      problems: Problems | None = None) -> None:
+    """Refuse every bad combination of a run's arguments before any weight loads, all problems at once.
 
     Args:
         script_args, training_args, model_args, push_args: the recipe's four argument objects (`RecipeArguments`,
@@ -45,52 +48,93 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
             loading the dataset, before the model).
         check_model (`bool`, defaults to `True`): check LoRA target modules against the model's module names
             (:func:`model_modules`: the model built on the meta device once per config, then cached; no weights).
+        problems (`Problems`, *optional*): record each problem there and return (the front door's collector);
+            without it, raise.
+
+    Every check runs; a check that reads a field already refused is skipped (it would restate that problem, see
+    `validation.problems`).
 
     Raises:
-        RunArgumentError: one line naming the field(s), the value(s) and a fix.
+        RunArgumentError: without ``problems``: one line per problem, each naming the field(s), the value(s) and a
+            fix (a single problem as the error its check raised).
     """
+    own = problems is None
+    problems = Problems() if own else problems
     user = dict(user_values or {})
-    check_user_values(user, world_size)
+    check_user_values(user, world_size, problems)
     values = flatten_values(script_args, training_args, model_args, push_args)
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
     for name, rng in RANGES.items():
         if name in values and not isinstance(values[name], (list, tuple, dict)):
-            rng.check(name, values[name])
+            problems.check(rng.check, name, values[name], fields=[name])
     for name, choices in CHOICES.items():
         value = choice_from_yaml(enum_value(values.get(name)), choices)  # YAML's `off` (False) is "off"
         if name in values and value is not None:
-            values[name] = check_choice(name, value, choices)
-            if isinstance(user.get(name), bool):
-                user[name] = value
+            checked = problems.check(check_choice, name, value, choices, fields=[name])
+            if checked is not None:
+                values[name] = checked
+                if isinstance(user.get(name), bool):
+                    user[name] = checked
+    _check_ignored(values, user, getattr(user_values, "command_line_keys", frozenset()), problems)
+    for low, high in ORDERED:
+        lo, hi = as_number(values.get(low)), as_number(values.get(high))
+        if lo is not None and hi is not None and lo > hi and not problems.blocked((low, high)):
+            problems.add(f"{low}={values[low]!r} is above {high}={values[high]!r}. Fix: make {low} <= {high}.",
+                         (low, high))
+    problems.check(_check_evaluation, values, user, fields=_EVALUATION_FIELDS)
+    problems.check(_check_aggregation, values, user, fields=("multi_objective_aggregation", "zero_variance_filter",
+                                                             *NORMALIZE_THEN_SUM_IGNORES))
+    quantities = quantity_keys(user)
+    clip = [name for name in CLIP_DEFAULTS if user.get(name) is not None]
+    problems.check(_check_clipping, values, user, world_size, fields=(*clip, "num_iterations"),
+                   blocked_by=(*clip, *quantities, "loss_type"))
+    specs = problems.check(reward_specs, values, fields=("rewards", "reward_weights"))
+    if specs is not None:
+        problems.check(_check_zero_variance, values, user, specs, world_size,
+                       fields=("zero_variance_filter", "zero_variance_reward"),
+                       blocked_by=("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation",
+                                   *quantities))
+        # the reward checks are independent of one another (a line found twice is kept once)
+        problems.check(check_rewards_against_run, specs, values, blocked_by=("max_completion_length",))
+        problems.check(check_reward_packages, specs)
+        columns = problems.check(_columns, values, dataset_columns, fields=("embedded_target",),
+                                 blocked_by=("embedded_target", "dataset_name", "dataset_format"))
+        if columns is not None:
+            problems.check(check_reward_columns, columns, specs)
+    lora = ("lora_target_modules", "lora_modules_to_save")
+    problems.check(check_lora_names, values, fields=lora, blocked_by=(*lora, "use_peft"))
+    if check_model and values.get("use_peft"):
+        problems.check(check_lora_targets, values, fields=lora,
+                       blocked_by=(*lora, "use_peft", "model_name_or_path", "model_revision"))
+    if own:
+        problems.raise_if_any(RunArgumentError)
+
+
+_EVALUATION_FIELDS = ("eval_strategy", "do_eval", "final_eval", "dataset_test_split")
+
+
+def _columns(values: Mapping[str, Any], dataset_columns: Sequence[str] | None) -> list[str] | None:
+    return list(dataset_columns) if dataset_columns is not None else known_columns(values)
+
+
+def _check_ignored(values: Mapping[str, Any], user: Mapping[str, Any], cli_keys: frozenset,
+                   problems: Problems) -> None:
+    """`REQUIRES`: fields the user set that only take effect under a setting that is off, one line per setting
+    (fields whose own value, or whose setting, was already refused are left out: the first problem says it)."""
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
-    cli_keys = getattr(user_values, "command_line_keys", frozenset())
     for name in user:
         if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values):
             if name not in cli_keys and cli_keys.intersection(GOVERNED_BY[name]):
                 continue  # switched off on the command line over a YAML that configures it
+            if problems.blocked((name, *GOVERNED_BY[name])):
+                continue
             ignored.setdefault(REQUIRES[name][0], []).append(name)
     for setting, names in ignored.items():
         fix = REQUIRES[names[0]][2].format(field=" and ".join(names))
         given = ", ".join(f"{n}={user[n]!r}" for n in names)
-        raise RunArgumentError(f"{given} only take{'s' if len(names) == 1 else ''} effect with {setting}, so "
-                               f"{'it' if len(names) == 1 else 'they'} would be ignored. Fix: {fix}")
-    for low, high in ORDERED:
-        lo, hi = as_number(values.get(low)), as_number(values.get(high))
-        if lo is not None and hi is not None and lo > hi:
-            raise RunArgumentError(f"{low}={values[low]!r} is above {high}={values[high]!r}. Fix: make {low} <= {high}.")
-    _check_evaluation(values, user)
-    _check_aggregation(values, user)
-    _check_clipping(values, user, world_size)
-    specs = reward_specs(values)
-    _check_zero_variance(values, user, specs, world_size)
-    check_rewards_against_run(specs, values)
-    check_reward_packages(specs)
-    columns = dataset_columns if dataset_columns is not None else known_columns(values)
-    if columns is not None:
-        check_reward_columns(columns, specs)
-    check_lora_names(values)
-    if check_model and values.get("use_peft"):
-        check_lora_targets(values)
+        problems.add(f"{given} only take{'s' if len(names) == 1 else ''} effect with {setting}, so "
+                     f"{'it' if len(names) == 1 else 'they'} would be ignored. Fix: {fix}",
+                     (*names, *GOVERNED_BY[names[0]]))
 
 
 def _check_zero_variance(values: Mapping[str, Any], user: Mapping[str, Any], specs: Sequence,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import RunArgumentError, as_number, check_choice, closest_choice
+from .problems import Problems
 from .tables import CHOICES, EXCLUSIVE, RANGES, enum_value, is_on, typed_value
 
 
@@ -69,28 +70,49 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser |
     return values
 
 
-def check_user_values(user_values: Mapping[str, Any], world_size: int = 1) -> None:
+def check_user_values(user_values: Mapping[str, Any], world_size: int = 1, problems: Problems | None = None) -> None:
     """Check what the user set, before any dataclass is built: ranges, choices, exclusive pairs, conflicts.
 
     Args:
         user_values (`Mapping[str, Any]`): field -> value for the keys the user set (see
             :func:`user_values_from_argv`).
         world_size (`int`, defaults to `1`): processes, for the quantity conflicts.
+        problems (`Problems`, *optional*): record each problem there and return; without it, raise.
 
     Raises:
-        RunArgumentError: the first problem found, in one line naming the field(s), the value(s) and a fix.
+        RunArgumentError: without ``problems``: every problem found (one line each, naming the field(s), the
+            value(s) and a fix; a single problem as the error its check raised).
     """
+    own = problems is None
+    problems = Problems() if own else problems
     for name, value in user_values.items():
         if name in RANGES:
-            RANGES[name].check(name, value)
+            problems.check(RANGES[name].check, name, value, fields=[name])
         if name in CHOICES and value is not None and enum_value(value) not in CHOICES[name]:
             close = closest_choice(value, CHOICES[name])
-            check_choice(name, enum_value(value), CHOICES[name], fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
+            problems.check(check_choice, name, enum_value(value), CHOICES[name], fields=[name],
+                           fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
     for a, b, fix in EXCLUSIVE:
-        if is_on(user_values.get(a)) and is_on(user_values.get(b)):
-            raise RunArgumentError(f"{a}={user_values[a]!r} and {b}={user_values[b]!r} cannot both be set. Fix: {fix}")
-    _check_quantity_conflicts(user_values, world_size)
-    _check_advantage_conflicts(user_values)
+        if is_on(user_values.get(a)) and is_on(user_values.get(b)) and not problems.blocked((a, b)):
+            problems.add(f"{a}={user_values[a]!r} and {b}={user_values[b]!r} cannot both be set. Fix: {fix}", (a, b))
+    quantities = quantity_keys(user_values)
+    problems.check(_check_quantity_conflicts, user_values, world_size, fields=quantities)
+    advantages = [n for n in ADVANTAGE_FIELDS if user_values.get(n) is not None]
+    problems.check(_check_advantage_conflicts, user_values, fields=advantages)
+    if own:
+        problems.raise_if_any(RunArgumentError)
+
+
+#: The fields the advantage settings resolve from (their conflicts are judged together).
+ADVANTAGE_FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
+                    "advantage_std_kind", "scale_rewards", "loss_type")
+
+
+def quantity_keys(user_values: Mapping[str, Any]) -> list[str]:
+    """The batch and stop fields (`plan.resolve`'s inputs) the user set: what the quantity conflicts are judged on."""
+    from ..plan.resolve import _INPUT_FIELDS
+
+    return [k for k in user_values if k in _INPUT_FIELDS and user_values[k] is not None]
 
 
 def resolve_user_quantities(user_values: Mapping[str, Any], world_size: int) -> dict:
@@ -118,9 +140,7 @@ def _check_advantage_conflicts(user_values: Mapping[str, Any]) -> None:
     """The advantage preset, `scale_rewards`, `loss_type` and our advantage fields: conflicts between set keys."""
     from ..advantage_settings import AdvantageConfigError, resolve_advantage_settings
 
-    names = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
-             "advantage_std_kind", "scale_rewards", "loss_type")
-    if not any(user_values.get(n) is not None for n in names):
+    if not any(user_values.get(n) is not None for n in ADVANTAGE_FIELDS):
         return
     scale_set = user_values.get("scale_rewards") is not None
     import warnings
