@@ -28,6 +28,7 @@ from .adapter_precision import LostUpdateTracker, cast_trainable_to
 from .advantages import advantage_metrics, compute_advantages
 from .checkpoints import PLAN_FILE, CheckedCheckpoint, check_checkpoint_plan, resolve_resume_checkpoint
 from .config import GRPOExtConfig
+from .engine_step import EngineStepGuard
 from .generation import (
     DRIFT_METRIC,
     DRIFT_WARNING_THRESHOLD,
@@ -133,9 +134,14 @@ class GRPOExtTrainer(GRPOTrainer):
     def create_optimizer(self, *args, **kwargs):
         """`Trainer.create_optimizer`, then attach the lost-update measurement (if `lost_update_steps` > 0)."""
         optimizer = super().create_optimizer(*args, **kwargs)
+        if optimizer is self.__dict__.get("extended_optimizer"):  # asked again (DeepSpeed's init does): hooked once
+            return optimizer
+        self.extended_optimizer = optimizer
         self.lost_updates.attach(optimizer)
-        if self.zero_variance.enabled:
-            optimizer.step = self.zero_variance.guard_step(optimizer.step)
+        if self.zero_variance.enabled:  # under DeepSpeed the engine steps inside backward: see engine_step
+            guard = EngineStepGuard(self.zero_variance, lambda: self.state.global_step).wrap \
+                if self.is_deepspeed_enabled else self.zero_variance.guard_step
+            optimizer.step = guard(optimizer.step)
         return optimizer
 
     def _get_train_sampler(self, dataset=None):
@@ -221,8 +227,8 @@ class GRPOExtTrainer(GRPOTrainer):
         loss = super().training_step(model, inputs, num_items_in_batch)
         # sync_gradients is set by transformers on the last micro-batch of each accumulation window (also a partial
         # last window of an epoch)
-        if self.zero_variance.enabled and self.accelerator.sync_gradients:
-            self.zero_variance.end_window()
+        if self.zero_variance.enabled and self.accelerator.sync_gradients and not self.is_deepspeed_enabled:
+            self.zero_variance.end_window()  # (DeepSpeed: closed at its step, engine_step.EngineStepGuard)
         return loss
 
     # -- stop rule -------------------------------------------------------------------------------------------------
