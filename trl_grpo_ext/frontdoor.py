@@ -218,7 +218,7 @@ def _check_unknown(config: dict, args: list[str], types_: tuple[type, ...]) -> s
 
 
 def read_run_args(argv: list[str] | None = None, *, light: bool = False, announce: bool = True,
-                  world_size: int | None = None) -> RunArgs:
+                  world_size: int | None = None, engine=None) -> RunArgs:
     """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (see the module docstring).
 
     Args:
@@ -226,6 +226,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         light: use the torch-free twins (values as given, not resolved by ``GRPOExtConfig.__post_init__``).
         announce: print the translation notes (``note: torch_dtype read as dtype ...``) on stderr.
         world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
+        engine: the `engines.Engine` of an accelerate config, for the engine checks (``plan --accelerate-config``).
 
     Raises:
         ConfigError: a missing config, a removed or unknown key, a value the parser or a dataclass refuses; nothing
@@ -272,7 +273,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
             print(f"note: {note}", file=sys.stderr)
     run = RunArgs(*outputs, given=frozenset(config) | frozenset(cli_given),
                   config_path=None if path is None else str(path), light=light, user_values=user_values)
-    validate(run, world)
+    validate(run, world, engine)
     return run
 
 
@@ -284,7 +285,7 @@ def _env_world_size() -> int:
         raise ConfigError(f"WORLD_SIZE={raw!r} in the environment is not an integer; unset it.") from None
 
 
-def validate(run: RunArgs, world_size: int = 1) -> None:
+def validate(run: RunArgs, world_size: int = 1, engine=None) -> None:
     """The hook where every value of a run is checked before any model loads, for `plan`, `train` and the recipe.
 
     Calls ``trl_grpo_ext.validation.validate_run_args(script_args, training_args, model_args, push_args)`` when that
@@ -294,4 +295,4 @@ def validate(run: RunArgs, world_size: int = 1) -> None:
     from .validation import validate_run_args
 
     validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,
-                      user_values=run.user_values, world_size=world_size)
+                      user_values=run.user_values, world_size=world_size, engine=engine)

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..checks import RunArgumentError, as_number, check_choice
+from ..engines import Engine, resolve_engine
+from .engines import check_engine_settings
 from .lora import check_lora_names, check_lora_targets
 from .rewards import (
     check_reward_columns,
@@ -29,7 +31,8 @@ from .user_values import check_user_values, resolve_user_quantities
 
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
                       user_values: Mapping[str, Any] | None = None, world_size: int = 1,
-                      dataset_columns: Sequence[str] | None = None, check_model: bool = True) -> None:
+                      dataset_columns: Sequence[str] | None = None, check_model: bool = True,
+                      engine: Engine | None = None) -> None:
     """Refuse every bad combination of a run's arguments before any weight loads.
 
     Args:
@@ -45,6 +48,8 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
             loading the dataset, before the model).
         check_model (`bool`, defaults to `True`): check LoRA target modules against the model's module names
             (:func:`model_modules`: the model built on the meta device once per config, then cached; no weights).
+        engine (`engines.Engine`, *optional*): the engine of an accelerate config (``plan --accelerate-config``);
+            the run's ``deepspeed`` / ``fsdp`` fields and the launch environment come first (`engines.resolve_engine`).
 
     Raises:
         RunArgumentError: one line naming the field(s), the value(s) and a fix.
@@ -86,6 +91,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     if columns is not None:
         check_reward_columns(columns, specs)
     check_lora_names(values)
+    check_engine_settings(resolve_engine(values, accelerate_config=engine), values)
     if check_model and values.get("use_peft"):
         check_lora_targets(values)
 
