@@ -108,9 +108,12 @@ def main(out_dir: str, mode: str) -> None:
         "rank": rank, "engine": str(trainer.accelerator.distributed_type), "world_size": trainer.accelerator.num_processes,
         "batches": batches, "steps": steps, "global_step": trainer.state.global_step,
         "plan": {"total_steps": trainer.plan.total_steps, "stop_reason": trainer.plan.stop_reason},
+        "plan_json": json.loads(trainer.plan.to_json()), "node_rank": int(os.environ.get("GROUP_RANK", 0)),
+        "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]),
         "skipped_updates": trainer.zero_variance.skipped_updates, "train_seconds": seconds,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+    os.makedirs(out_dir, exist_ok=True)  # a second machine has no directory of rank 0
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
     trainer.end()  # destroy the process group: a gloo group left alive can abort the process at exit
