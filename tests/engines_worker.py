@@ -2,7 +2,7 @@
 the launcher set up (torchrun for DDP; `accelerate launch --config_file recipes/accelerate_configs/zero{2,3}_cpu.yaml`
 for DeepSpeed), with ``zero_variance_filter`` = MODE; each rank writes what it saw to JSON.
 
-    worker OUT_DIR MODE
+    worker OUT_DIR MODE [STEPS]      (STEPS: optimizer steps, default 3; benchmarks/engines.py runs more)
 
 Rewards: every completion gets 1.0 at optimizer step 2 (an all-uniform step), prompts asking for "b" always get 1.0
 (zero-variance groups), the others the sum of the completion's character codes mod 5 (so the rewards follow what the
@@ -62,7 +62,7 @@ class Recorder(TrainerCallback):
                            "optimizer": optimizer_values(self.trainer)})
 
 
-def main(out_dir: str, mode: str) -> None:
+def main(out_dir: str, mode: str, total_steps: int = 3) -> None:
     rank = int(os.environ["RANK"])
     engine_fields = {}
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
@@ -70,7 +70,7 @@ def main(out_dir: str, mode: str) -> None:
     trainer = tiny_trainer(
         os.path.join(out_dir, "run"), reward, count_char_mix(32), peft_config=lora(), prompts_per_step=4,
         num_generations=G, micro_batch_size=4,  # 16 completions per step over 2 processes: 2 micro-batches each
-        total_training_steps=3, max_completion_length=8, learning_rate=1e-2, zero_variance_filter=mode,
+        total_training_steps=total_steps, max_completion_length=8, learning_rate=1e-2, zero_variance_filter=mode,
         **({"max_resample_rounds": 1} if mode == "resample" else {}), seed=0, **engine_fields,
     )
     create_optimizer = trainer.create_optimizer
@@ -120,4 +120,4 @@ def main(out_dir: str, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], *(int(a) for a in sys.argv[3:4]))
