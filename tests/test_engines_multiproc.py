@@ -5,7 +5,8 @@ The worker (tests/engines_worker.py) trains 3 optimizer steps; step 2 is all-uni
 per test session; the tests compare each engine with DDP (rewards, advantages, kept rows, learning rates and the saved
 adapter), the advantages with the GRPO formula worked out from the recorded rewards, and the optimizer's values across
 the all-uniform step. FSDP2 is not here: accelerate 1.15 runs FSDP only on GPUs (docs/scaling.md); a CPU run is refused
-(tests/test_engines.py). `make test-dist` runs this module (`slow`, `multiproc`).
+(tests/test_engines.py). `make test-dist` runs this module (`slow`, `multiproc`) after installing the deepspeed extra;
+the default `make test` deselects it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import math
 
 import pytest
 from factories import run_worker_on_2_processes, run_worker_under_accelerate
-
-pytest.importorskip("deepspeed", reason="pip install 'trl-grpo-ext[deepspeed]' (make test-dist installs it)")
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
 
