@@ -62,17 +62,21 @@ class Recorder(TrainerCallback):
                            "optimizer": optimizer_values(self.trainer)})
 
 
-def main(out_dir: str, mode: str, total_steps: int = 3) -> None:
-    rank = int(os.environ["RANK"])
-    engine_fields = {}
+def build_trainer(run_dir: str, mode: str, total_steps: int, **fields):
+    """The run's trainer (the launch environment chooses the engine); `fields` are further config fields."""
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
-        engine_fields = dict(use_cpu=False, ddp_backend="gloo")  # accelerate drops DeepSpeed under use_cpu=True
-    trainer = tiny_trainer(
-        os.path.join(out_dir, "run"), reward, count_char_mix(32), peft_config=lora(), prompts_per_step=4,
+        fields.update(use_cpu=False, ddp_backend="gloo")  # accelerate drops DeepSpeed under use_cpu=True
+    return tiny_trainer(
+        run_dir, reward, count_char_mix(32), peft_config=lora(), prompts_per_step=4,
         num_generations=G, micro_batch_size=4,  # 16 completions per step over 2 processes: 2 micro-batches each
         total_training_steps=total_steps, max_completion_length=8, learning_rate=1e-2, zero_variance_filter=mode,
-        **({"max_resample_rounds": 1} if mode == "resample" else {}), seed=0, **engine_fields,
+        **({"max_resample_rounds": 1} if mode == "resample" else {}), seed=0, **fields,
     )
+
+
+def main(out_dir: str, mode: str, total_steps: int = 3) -> None:
+    rank = int(os.environ["RANK"])
+    trainer = build_trainer(os.path.join(out_dir, "run"), mode, total_steps)
     create_optimizer = trainer.create_optimizer
 
     def keep_torch_optimizer(*args, **kwargs):  # the torch optimizer whose step the filter guards

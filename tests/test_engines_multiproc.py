@@ -113,3 +113,28 @@ def test_all_uniform_step_leaves_the_optimizer_untouched(engine, mode, tmp_path_
         else:
             assert after[1] != after[0]  # off: AdamW still moves the weights on zero advantages (momentum)
             assert result["skipped_updates"] == 0
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_resume_from_the_checkpoint_an_interrupt_leaves_gives_the_uninterrupted_adapter(engine, tmp_path):
+    """checkpoint-1 (after step 1, before the all-uniform step 2) resumed under the same engine: steps 2 and 3 again,
+    with resample's state (its prompt cursor and fraction estimate) restored from the checkpoint."""
+    from safetensors.torch import load_file
+
+    config = ENGINES[engine]
+    args = ("engines_resume_worker.py", str(tmp_path), "resample")
+    result = (run_worker_on_2_processes(*args, timeout=300) if config is None
+              else run_worker_under_accelerate(config, *args, timeout=300))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "no optimizer.pt" not in result.stderr + result.stdout  # DeepSpeed's checkpoint holds its optimizer
+    for rank in (0, 1):
+        runs = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert runs["resumed"] == runs["uninterrupted"]  # global step 3, the same learning rates, one skipped update
+        assert runs["resumed"]["global_step"] == STEPS and runs["resumed"]["skipped_updates"] == 1
+    final = load_file(tmp_path / "uninterrupted" / "adapter" / "adapter_model.safetensors")
+    resumed = load_file(tmp_path / "resumed" / "adapter" / "adapter_model.safetensors")
+    at_checkpoint = load_file(tmp_path / "uninterrupted" / "checkpoint-1" / "adapter_model.safetensors")
+    assert sorted(final) == sorted(resumed)
+    for name, tensor in final.items():
+        assert resumed[name].equal(tensor), name  # bit-identical
+    assert any(not at_checkpoint[name].equal(tensor) for name, tensor in final.items())  # step 3 trained after it

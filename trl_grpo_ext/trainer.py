@@ -250,7 +250,8 @@ class GRPOExtTrainer(GRPOTrainer):
         else:
             checkpoint = check_checkpoint_plan(
                 resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan)
-        if checkpoint and not os.path.isfile(os.path.join(checkpoint, "optimizer.pt")):
+        # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt
+        if checkpoint and not any(os.path.isfile(os.path.join(checkpoint, f)) for f in ("optimizer.pt", "latest")):
             logger.warning(
                 "%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh optimizer "
                 "and scheduler state, so it will not match an uninterrupted run.", checkpoint
