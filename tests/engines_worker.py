@@ -2,7 +2,8 @@
 the launcher set up (torchrun for DDP; `accelerate launch --config_file recipes/accelerate_configs/zero{2,3}_cpu.yaml`
 for DeepSpeed), with ``zero_variance_filter`` = MODE; each rank writes what it saw to JSON.
 
-    worker OUT_DIR MODE [STEPS]      (STEPS: optimizer steps, default 3; benchmarks/engines.py runs more)
+    worker OUT_DIR MODE [STEPS [BASE]]  (STEPS: optimizer steps, default 3; BASE: float32 (default) or nf4, a 4-bit
+                                         NF4 base computing in float32 with float32 adapters)
 
 Rewards: every completion gets 1.0 at optimizer step 2 (an all-uniform step), prompts asking for "b" always get 1.0
 (zero-variance groups), the others the sum of the completion's character codes mod 5 (so the rewards follow what the
@@ -23,7 +24,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
-from factories import count_char_mix, lora, tiny_trainer  # noqa: E402
+from factories import count_char_mix, lora, nf4, tiny_trainer  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 G = 4
@@ -74,9 +75,10 @@ def build_trainer(run_dir: str, mode: str, total_steps: int, **fields):
     )
 
 
-def main(out_dir: str, mode: str, total_steps: int = 3) -> None:
+def main(out_dir: str, mode: str, total_steps: int = 3, base: str = "float32") -> None:
     rank = int(os.environ["RANK"])
-    trainer = build_trainer(os.path.join(out_dir, "run"), mode, total_steps)
+    quantized = {"quantization_config": nf4()} if base == "nf4" else {}
+    trainer = build_trainer(os.path.join(out_dir, "run"), mode, total_steps, **quantized)
     create_optimizer = trainer.create_optimizer
 
     def keep_torch_optimizer(*args, **kwargs):  # the torch optimizer whose step the filter guards
@@ -124,4 +126,4 @@ def main(out_dir: str, mode: str, total_steps: int = 3) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], *(int(a) for a in sys.argv[3:4]))
+    main(sys.argv[1], sys.argv[2], *(int(a) for a in sys.argv[3:4]), *sys.argv[4:5])

@@ -1,4 +1,5 @@
-"""Every zero-variance mode on every engine that runs on a CPU, 2 processes, LoRA on the float32 tiny model: DDP
+"""Every zero-variance mode on every engine that runs on a CPU, 2 processes, LoRA on the float32 tiny model (and mask
+on its 4-bit NF4 version): DDP
 (torchrun, gloo), DeepSpeed ZeRO-2 and ZeRO-3 (`accelerate launch` with recipes/accelerate_configs/zero{2,3}_cpu.yaml).
 
 The worker (tests/engines_worker.py) trains 3 optimizer steps; step 2 is all-uniform. Each (engine, mode) runs once
@@ -25,24 +26,27 @@ MODES = ("off", "mask", "resample")
 KEEPS_UNIFORM_ROWS = {"off"}
 #: engine -> CPU twin accelerate config (None: torchrun, DDP)
 ENGINES = {"ddp": None, "zero2": "zero2_cpu.yaml", "zero3": "zero3_cpu.yaml"}
+#: (mode, base) pairs run on every engine: every mode on the float32 base, and mask on a 4-bit NF4 base (float32
+#: compute and adapters), which bitsandbytes runs on a CPU under each of these engines
+RUNS = [(mode, "float32") for mode in MODES] + [("mask", "nf4")]
 G, LEARNING_RATE, STEPS = 4, 1e-2, 3
 
-_runs: dict[tuple[str, str], dict] = {}
+_runs: dict[tuple[str, str, str], dict] = {}
 
 
-def run(engine: str, mode: str, tmp_path_factory) -> dict:
-    """The worker's results of (engine, mode), run once per session: {"ranks": [rank0, rank1], "adapter": path}."""
-    if (engine, mode) not in _runs:
-        out = tmp_path_factory.mktemp(f"{engine}-{mode}")
-        config = ENGINES[engine]
+def run(engine: str, mode: str, tmp_path_factory, base: str = "float32") -> dict:
+    """The worker's results of (engine, mode, base), run once per session: {"ranks": [rank0, rank1], "adapter": path}."""
+    if (engine, mode, base) not in _runs:
+        out = tmp_path_factory.mktemp(f"{engine}-{mode}-{base}")
+        config, args = ENGINES[engine], ("engines_worker.py", str(out), mode, str(STEPS), base)
         if config is None:
-            result = run_worker_on_2_processes("engines_worker.py", str(out), mode, timeout=300)
+            result = run_worker_on_2_processes(*args, timeout=300)
         else:
-            result = run_worker_under_accelerate(config, "engines_worker.py", str(out), mode, timeout=300)
+            result = run_worker_under_accelerate(config, *args, timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
         ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
-        _runs[engine, mode] = {"ranks": ranks, "adapter": out / "adapter" / "adapter_model.safetensors"}
-    return _runs[engine, mode]
+        _runs[engine, mode, base] = {"ranks": ranks, "adapter": out / "adapter" / "adapter_model.safetensors"}
+    return _runs[engine, mode, base]
 
 
 def grpo_advantages(rewards: list[float]) -> list[float]:
@@ -56,10 +60,10 @@ def grpo_advantages(rewards: list[float]) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("mode", "base"), RUNS)
 @pytest.mark.parametrize("engine", list(ENGINES))
-def test_engine_runs_the_plan_with_grpo_advantages(engine, mode, tmp_path_factory):
-    ranks = run(engine, mode, tmp_path_factory)["ranks"]
+def test_engine_runs_the_plan_with_grpo_advantages(engine, mode, base, tmp_path_factory):
+    ranks = run(engine, mode, tmp_path_factory, base)["ranks"]
     expected_engine = "DistributedType.MULTI_CPU" if engine == "ddp" else "DistributedType.DEEPSPEED"
     for rank, result in enumerate(ranks):
         assert (result["engine"], result["world_size"]) == (expected_engine, 2)
@@ -81,12 +85,12 @@ def test_engine_runs_the_plan_with_grpo_advantages(engine, mode, tmp_path_factor
     assert [(b["rewards"], b["kept"]) for b in ranks[0]["batches"]] == [(b["rewards"], b["kept"]) for b in ranks[1]["batches"]]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("mode", "base"), RUNS)
 @pytest.mark.parametrize("engine", [e for e in ENGINES if e != "ddp"])
-def test_engine_equals_ddp(engine, mode, tmp_path_factory):
+def test_engine_equals_ddp(engine, mode, base, tmp_path_factory):
     from safetensors.torch import load_file
 
-    ours, ddp = run(engine, mode, tmp_path_factory), run("ddp", mode, tmp_path_factory)
+    ours, ddp = run(engine, mode, tmp_path_factory, base), run("ddp", mode, tmp_path_factory, base)
     for rank in (0, 1):
         assert ours["ranks"][rank]["batches"] == ddp["ranks"][rank]["batches"]  # rewards, advantages, kept rows
         assert [s["lr"] for s in ours["ranks"][rank]["steps"]] == [s["lr"] for s in ddp["ranks"][rank]["steps"]]
@@ -101,10 +105,10 @@ def test_engine_equals_ddp(engine, mode, tmp_path_factory):
     assert moved > 1e-3  # the adapter trained (lora_B starts at 0), so equality is not that of two zero tensors
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("mode", "base"), RUNS)
 @pytest.mark.parametrize("engine", list(ENGINES))
-def test_all_uniform_step_leaves_the_optimizer_untouched(engine, mode, tmp_path_factory):
-    for result in run(engine, mode, tmp_path_factory)["ranks"]:
+def test_all_uniform_step_leaves_the_optimizer_untouched(engine, mode, base, tmp_path_factory):
+    for result in run(engine, mode, tmp_path_factory, base)["ranks"]:
         after = [s["optimizer"] for s in result["steps"]]  # parameters and optimizer state after steps 1, 2, 3
         assert after[2] != after[1]  # step 3 has informative groups: an update
         if mode not in KEEPS_UNIFORM_ROWS:

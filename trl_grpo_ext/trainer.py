@@ -132,7 +132,8 @@ class GRPOExtTrainer(GRPOTrainer):
         self.eval_plan = None
 
     def create_optimizer(self, *args, **kwargs):
-        """`Trainer.create_optimizer`, then attach the lost-update measurement (if `lost_update_steps` > 0)."""
+        """`Trainer.create_optimizer`, then attach the lost-update measurement (if `lost_update_steps` > 0) and the
+        zero-variance guard of ``step`` (`engine_step.EngineStepGuard` under DeepSpeed), once per optimizer."""
         optimizer = super().create_optimizer(*args, **kwargs)
         if optimizer is self.__dict__.get("extended_optimizer"):  # asked again (DeepSpeed's init does): hooked once
             return optimizer
