@@ -142,3 +142,18 @@ def test_resume_from_the_checkpoint_an_interrupt_leaves_gives_the_uninterrupted_
     for name, tensor in final.items():
         assert resumed[name].equal(tensor), name  # bit-identical
     assert any(not at_checkpoint[name].equal(tensor) for name, tensor in final.items())  # step 3 trained after it
+
+
+@pytest.mark.parametrize("engine", [e for e in ENGINES if e != "ddp"])
+def test_the_recipe_runs_under_the_cpu_twin(engine, tmp_path):
+    """The documented command: the recipe on the embedded default (NF4 + LoRA with lm_head in modules_to_save),
+    shortened to 3 steps, under `accelerate launch --config_file zero{2,3}_cpu.yaml` (docs/scaling.md)."""
+    out = tmp_path / "run"
+    result = run_worker_under_accelerate(
+        ENGINES[engine], "../recipes/grpo_qlora.py", "--config", "tiny_cpu", "--use_cpu", "false", "--ddp_backend",
+        "gloo", "--micro_batch_size", "8", "--total_training_steps", "3", "--eval_strategy", "no", "--final_eval",
+        "none", "--output_dir", str(out), timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == STEPS
+    assert json.loads((out / "run_plan.json").read_text())["world_size"] == 2
+    assert (out / "adapter_model.safetensors").is_file() and (out / "reward_plot.png").is_file()
