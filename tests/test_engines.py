@@ -126,8 +126,11 @@ def test_plan_counts_the_accelerate_configs_processes(capsys, monkeypatch, tmp_p
     code, out, err = _plan(capsys, "--config", config, "--accelerate-config", "zero2", "--json")
     assert code == 0, err
     assert json.loads(out)["world_size"] == 2 and json.loads(out)["gradient_accumulation_steps"] == 1
-    code, _, err = _plan(capsys, "--config", config, "--accelerate-config", "zero2", "--num-processes", "4")
-    assert code == 2 and "--num-processes 4" in err and "num_processes: 2" in err
+    # --num-processes overrides the file's count, as accelerate launch --num_processes does (e.g. 2 machines × 2)
+    code, out, err = _plan(capsys, "--config", config, "--accelerate-config", "zero2", "--num-processes", "4", "--json",
+                           "--micro_batch_size", "4")
+    assert code == 0, err
+    assert json.loads(out)["world_size"] == 4 and json.loads(out)["completions_per_step"] == 16
 
 
 @pytest.mark.parametrize(("argv", "named"), [

@@ -13,7 +13,8 @@ resolved by the function `GRPOExtConfig` resolves with (`trl_grpo_ext.resolved.r
 
 Dataset size: ``--dataset-size``; else, for ``dataset_name: "embedded:..."``, ``embedded_num_prompts``; else unknown,
 and the plan counts steps only (a step limit is then required). Processes: ``--num-processes``, else the
-``num_processes`` of ``--accelerate-config`` (accelerate's count: all processes on all machines), else the
+``num_processes`` of ``--accelerate-config`` (accelerate's count: all processes on all machines; ``--num-processes``
+overrides it as ``accelerate launch --num_processes`` does), else the
 ``WORLD_SIZE`` environment variable, else 1; ``--accelerate-config`` also names the engine (DeepSpeed, FSDP) whose
 combinations with the run's settings are checked (`validation.engines`). A ``model_name_or_path`` containing "instruct" (any case) enables the
 instruct-model advice on ``num_generations``.
@@ -86,16 +87,13 @@ def accelerate_engine(name_or_path: str | None):
 
 
 def world_size_from(num_processes: int | None, engine=None) -> int:
-    """``num_processes`` if given, else the accelerate config's ``num_processes`` (``engine``), else ``$WORLD_SIZE``,
-    else 1. Raises QuantityError on a non-integer value, or when ``num_processes`` and the config disagree."""
-    configured = getattr(engine, "num_processes", None)
-    if num_processes is not None and configured is not None and num_processes != configured:
-        raise QuantityError(f"--num-processes {num_processes} but {engine.source} has num_processes: {configured}; "
-                            "give one of them (accelerate counts all processes on all machines)")
+    """``num_processes`` if given (it overrides the accelerate config's, as ``accelerate launch --num_processes`` does),
+    else the accelerate config's ``num_processes`` (``engine``), else ``$WORLD_SIZE``, else 1. Raises QuantityError on
+    a non-integer value."""
     if num_processes is not None:
         return num_processes
-    if configured is not None:
-        return configured
+    if getattr(engine, "num_processes", None) is not None:
+        return engine.num_processes
     env = os.environ.get("WORLD_SIZE")
     if env is None:
         return 1
