@@ -189,3 +189,33 @@ def test_quant_storage_reaches_bitsandbytes():
     assert config.bnb_4bit_quant_storage == torch.bfloat16 and config.bnb_4bit_compute_dtype == torch.bfloat16
     model_args.bnb_4bit_quant_storage = None
     assert quantization_config(model_args, SimpleNamespace(bf16=True)).bnb_4bit_quant_storage == torch.uint8
+
+
+def test_deepspeed_config_with_its_own_optimizer_refused_with_the_filter_or_the_lost_update_hooks(tmp_path):
+    """transformers' deepspeed_optim_sched builds a DummyOptim for a config with an `optimizer` section and never calls
+    the trainer's create_optimizer, where the guard and the hooks are attached."""
+    ds_json = tmp_path / "ds.json"
+    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW"}}))
+    engine = resolve_engine({"deepspeed": str(ds_json)}, {})
+    assert (engine.zero_stage, engine.optimizer_section) == (2, True)
+    for values, named in (({"zero_variance_filter": "mask"}, "zero_variance_filter='mask'"),
+                          ({"zero_variance_filter": "off", "lost_update_steps": 10}, "lost_update_steps=10")):
+        with pytest.raises(RunArgumentError, match=rf"{named}.*`optimizer` section.*Fix: remove the `optimizer`"):
+            engine_checks.check_engine_settings(engine, values, "0.19.8")
+    engine_checks.check_engine_settings(engine, {"zero_variance_filter": "off", "lost_update_steps": 0}, "0.19.8")
+    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 2}}))  # the trainer's optimizer: allowed
+    engine_checks.check_engine_settings(resolve_engine({"deepspeed": str(ds_json)}, {}), {"zero_variance_filter": "mask"},
+                                        "0.19.8")
+
+
+def test_plan_reads_the_deepspeed_config_file_of_an_accelerate_config(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(engine_checks, "installed_deepspeed", lambda: "0.19.8")
+    ds_json = tmp_path / "ds.json"
+    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW"}}))
+    accelerate = tmp_path / "accelerate.yaml"
+    accelerate.write_text(yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_processes": 2,
+                                          "deepspeed_config": {"deepspeed_config_file": str(ds_json)}}))
+    config = tiny_cpu_yaml(tmp_path, use_cpu=False, micro_batch_size=8, zero_variance_filter="mask")
+    code, _, err = _plan(capsys, "--config", config, "--accelerate-config", str(accelerate))
+    assert code == 2 and "DeepSpeed ZeRO-3" in err and "zero_variance_filter='mask'" in err

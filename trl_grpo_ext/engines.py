@@ -38,6 +38,8 @@ class Engine:
         num_processes (`int` or `None`): all processes over all machines, when the source says (accelerate config).
         num_machines (`int` or `None`): machines, when the source says.
         source (`str`): where it was read, for messages (e.g. ``"ACCELERATE_USE_DEEPSPEED"``).
+        optimizer_section (`bool`): the DeepSpeed config (JSON) has its own ``optimizer`` section, so DeepSpeed builds
+            the optimizer and the trainer's ``create_optimizer`` (with the zero-variance guard) is never called.
     """
 
     kind: str = "single"
@@ -46,6 +48,7 @@ class Engine:
     num_processes: int | None = None
     num_machines: int | None = None
     source: str = "default"
+    optimizer_section: bool = False
 
     def describe(self) -> str:
         """``"DeepSpeed ZeRO-3 (from ACCELERATE_USE_DEEPSPEED)"`` and the like."""
@@ -61,8 +64,8 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def _stage_of_deepspeed_config(config: Any) -> int | None:
-    """``zero_optimization.stage`` of a DeepSpeed config (a dict, a JSON string or a JSON file path), else None."""
+def _deepspeed_json(config: Any) -> Mapping:
+    """A DeepSpeed config (a dict, a JSON string or a JSON file path) as a mapping; {} when unreadable."""
     if isinstance(config, str):
         try:
             if os.path.isfile(config):
@@ -71,17 +74,23 @@ def _stage_of_deepspeed_config(config: Any) -> int | None:
             else:
                 config = json.loads(config)
         except (OSError, ValueError):
-            return None
-    if not isinstance(config, Mapping):
-        return None
-    stage = (config.get("zero_optimization") or {}).get("stage")
-    return int(stage) if isinstance(stage, (int, str)) and str(stage).isdigit() else None
+            return {}
+    return config if isinstance(config, Mapping) else {}
+
+
+def _deepspeed_engine(config: Any, source: str, zero_stage: Any = None, **counts) -> Engine:
+    """The DeepSpeed engine of a DeepSpeed config (its ``zero_optimization.stage`` unless ``zero_stage`` is given)."""
+    ds = _deepspeed_json(config)
+    if zero_stage is None:
+        zero_stage = (ds.get("zero_optimization") or {}).get("stage")
+    stage = int(zero_stage) if str(zero_stage).isdigit() else None
+    return Engine("deepspeed", zero_stage=stage, source=source, optimizer_section="optimizer" in ds, **counts)
 
 
 def engine_from_run_values(values: Mapping[str, Any]) -> Engine | None:
     """The engine the run's ``deepspeed`` / ``fsdp`` fields name, or None."""
     if values.get("deepspeed"):
-        return Engine("deepspeed", zero_stage=_stage_of_deepspeed_config(values["deepspeed"]), source="deepspeed")
+        return _deepspeed_engine(values["deepspeed"], "deepspeed")
     fsdp = values.get("fsdp")
     if fsdp not in (None, "", False, [], ()):
         fsdp_config = values.get("fsdp_config") or {}
@@ -94,10 +103,8 @@ def engine_from_env(environ: Mapping[str, str] | None = None) -> Engine | None:
     """The engine `accelerate launch` set up in ``environ`` (default ``os.environ``), or None."""
     env = os.environ if environ is None else environ
     if _flag(env.get("ACCELERATE_USE_DEEPSPEED", "false")):
-        stage = env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
-        zero_stage = int(stage) if stage and stage.isdigit() else _stage_of_deepspeed_config(
-            env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE"))
-        return Engine("deepspeed", zero_stage=zero_stage, source="ACCELERATE_USE_DEEPSPEED")
+        return _deepspeed_engine(env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE"), "ACCELERATE_USE_DEEPSPEED",
+                                 env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"))
     if _flag(env.get("ACCELERATE_USE_FSDP", "false")):
         version = env.get("FSDP_VERSION", "1")
         return Engine("fsdp", fsdp_version=int(version) if version.isdigit() else 1, source="ACCELERATE_USE_FSDP")
@@ -115,10 +122,7 @@ def engine_from_accelerate_config(config: Mapping[str, Any], source: str = "the 
     counts = {k: int(v) for k, v in counts.items() if v is not None}
     if kind == "DEEPSPEED":
         ds = config.get("deepspeed_config") or {}
-        stage = ds.get("zero_stage")
-        if stage is None and ds.get("deepspeed_config_file"):
-            stage = _stage_of_deepspeed_config(ds["deepspeed_config_file"])
-        return Engine("deepspeed", zero_stage=None if stage is None else int(stage), source=source, **counts)
+        return _deepspeed_engine(ds.get("deepspeed_config_file"), source, ds.get("zero_stage"), **counts)
     if kind == "FSDP":
         version = (config.get("fsdp_config") or {}).get("fsdp_version", 1)
         return Engine("fsdp", fsdp_version=int(version), source=source, **counts)

@@ -64,6 +64,16 @@ def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_v
         version = installed_deepspeed() if deepspeed_version == "installed" else deepspeed_version
         if version is None:
             raise RunArgumentError(f"{where}: deepspeed is not installed. Fix: pip install 'trl-grpo-ext[deepspeed]'.")
+        if engine.optimizer_section:
+            needs = [f"{name}={values[name]!r}" for name, off in (("zero_variance_filter", "off"), ("lost_update_steps", 0))
+                     if values.get(name, off) not in (off, None)]
+            if needs:
+                raise RunArgumentError(
+                    f"{', '.join(needs)} with {where}, whose DeepSpeed config has an `optimizer` section: DeepSpeed then "
+                    "builds the optimizer itself and the trainer never sees it, so the zero-variance filter's skipped "
+                    "step (or the lost-update measurement) would silently not happen. Fix: remove the `optimizer` "
+                    "section (the trainer's AdamW, with learning_rate, weight_decay, adam_beta1/2 and adam_epsilon, is "
+                    "used), or set zero_variance_filter: off and lost_update_steps: 0.")
         if engine.zero_stage == 3:
             _check_zero3(where, values, version)
     if engine.kind == "fsdp" and values.get("load_in_4bit"):
