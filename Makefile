@@ -52,10 +52,11 @@ install-dist: install
 test-dist: install-dist
 	$(PY) -m pytest -q -m "slow and multiproc" -p no:cacheprovider tests/test_engines_multiproc.py tests/test_multinode.py
 
+# the slow multi-process engine tests need the deepspeed extra: make test-dist
 test-slow: install-real
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m "slow and not multiproc"
 
-test-all: install-real
+test-all: install-real install-dist
 	$(PY) -m pytest -q -m "slow or not slow"
 
 lint: install
