@@ -1,6 +1,7 @@
 # trl-grpo-ext — every target creates what it needs (a virtualenv in .venv, the package and its dependencies).
 #   make demo   run the QLoRA recipe on the embedded tiny model (CPU, no network)
 #   make test   run the test suite (CPU, no network, < 10 minutes on 2 cores)
+#   make test-dist   DDP, DeepSpeed ZeRO-2 and ZeRO-3 on 2 CPU processes, every zero-variance mode, 2 "machines" (about 4.5 min, docs/scaling.md)
 #   make demo-real   train and evaluate a real pretrained model (SmolLM2-135M-Instruct) on a CPU (12 min of training + 4.5 min of evaluation, measured)
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-real demo demo-real test test-slow test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-vs-trl bench-dropped-rows bench-generation plan clean
+.PHONY: install install-real install-dist demo demo-real test test-slow test-dist test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-vs-trl bench-dropped-rows bench-generation plan clean
 
 install: $(STAMP)
 
@@ -44,10 +45,18 @@ demo-real: install-real
 test: install
 	$(PY) -m pytest -q
 
-test-slow: install-real
-	$(PY) -m pytest -q -m slow
+# DeepSpeed from the registry (an sdist: about a minute to install); it builds its CPU communication op on first use.
+install-dist: install
+	$(PY) -m pip install --quiet -e ".[deepspeed]"
 
-test-all: install-real
+test-dist: install-dist
+	$(PY) -m pytest -q -m "slow and multiproc" -p no:cacheprovider tests/test_engines_multiproc.py tests/test_multinode.py
+
+# the slow multi-process engine tests need the deepspeed extra: make test-dist
+test-slow: install-real
+	$(PY) -m pytest -q -m "slow and not multiproc"
+
+test-all: install-real install-dist
 	$(PY) -m pytest -q -m "slow or not slow"
 
 lint: install

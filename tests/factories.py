@@ -1,5 +1,5 @@
 """Shared test factories: the tiny CPU run's config and trainer, its datasets, the NF4 + LoRA setup, a recipe YAML,
-and the 2-process torchrun launch.
+the 2-process torchrun launch and the accelerate launch of a CPU twin config.
 
 Plain functions, not fixtures: the torchrun workers (tests/*_worker.py) run in their own processes and cannot import
 conftest. The defaults here are only what every tiny run shares and no result depends on (the CPU, no reporting, no
@@ -181,3 +181,22 @@ def record_generation_outputs(trainer) -> list:
 
     trainer._generate_and_score_completions = generate_and_score
     return recorded
+
+
+def run_worker_under_accelerate(config: str, worker: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    """Run `tests/<worker> *args` with `accelerate launch --config_file recipes/accelerate_configs/<config>` (the
+    user's own command; DeepSpeed's CPU twins start their 2 processes through torchrun) and return the finished process.
+
+    Environment as `run_worker_on_2_processes`, plus ``DS_ACCELERATOR=cpu`` (DeepSpeed's CPU accelerator; it builds its
+    shared-memory communication op with ninja on first use); ``--main_process_port 0`` takes a free port. Raises
+    `subprocess.TimeoutExpired` after `timeout` seconds.
+    """
+    from trl_grpo_ext import tiny
+
+    tiny.ensure_tiny_model()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")
+    env.pop("WORLD_SIZE", None)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(ROOT / "recipes" / "accelerate_configs" / config), "--main_process_port", "0",
+               str(ROOT / "tests" / worker), *args]
+    return subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)

@@ -17,12 +17,14 @@ from trl import GRPOConfig
 
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
 from .checks import Range, choice_from_yaml
+from .engines import resolve_engine
 from .fieldtable import Choices, declared_checks
 from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
 from .loss_settings import CLIP_DEFAULTS, ignored_clipping
 from .plan import QuantityError
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
+from .validation.engines import check_engine_device
 from .zero_variance import ROW_NORMALISED_LOSSES, check_zero_variance_settings
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
@@ -241,6 +243,7 @@ class GRPOExtConfig(GRPOConfig):
         self._check_bf16()
         self._check_generation()
         self._adopt_activation_checkpointing()
+        check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
         super().__post_init__()
         ignored = ignored_clipping({name: getattr(self, name) for name in CLIP_DEFAULTS}, loss_type=self.loss_type,
                                    gradient_accumulation_steps=self.gradient_accumulation_steps,

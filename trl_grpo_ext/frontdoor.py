@@ -249,7 +249,7 @@ def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, 
 
 
 def read_run_args(argv: list[str] | None = None, *, light: bool = False, announce: bool = True,
-                  world_size: int | None = None, checks=()) -> RunArgs:
+                  world_size: int | None = None, checks=(), engine=None) -> RunArgs:
     """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (see the module docstring).
 
     Every problem is reported at once: refused and unknown keys (left out of what follows), values their field's type
@@ -266,6 +266,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
         checks: more checks of the values as given, collected with the others: callables taking the twins'
             `RunArgs` and raising `ValueError` (the recipe passes its model-path check).
+        engine: the `engines.Engine` of an accelerate config, for the engine checks (``plan --accelerate-config``).
 
     Raises:
         ConfigError: a missing config, a removed or unknown key, a value the parser or a dataclass refuses; nothing
@@ -324,14 +325,14 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     check_user_values(user_values, world_size=world, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
     run = _parse(parser, config, args, problems, given=given, path=path, light=True, user_values=user_values)
-    validate(run, world, problems=problems)
+    validate(run, world, problems=problems, engine=engine)
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
     if not light:  # the real dataclasses: what only they check, then the checks on their resolved values
         run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
                      light=False, user_values=user_values)
-        validate(run, world, problems=problems)
+        validate(run, world, problems=problems, engine=engine)
         problems.raise_if_any(ConfigError)
     return run
 
@@ -385,7 +386,7 @@ def _env_world_size() -> int:
         raise ConfigError(f"WORLD_SIZE={raw!r} in the environment is not an integer; unset it.") from None
 
 
-def validate(run: RunArgs, world_size: int = 1, problems=None) -> None:
+def validate(run: RunArgs, world_size: int = 1, problems=None, engine=None) -> None:
     """The hook where every value of a run is checked before any model loads, for `plan`, `train` and the recipe.
 
     Calls ``trl_grpo_ext.validation.validate_run_args(script_args, training_args, model_args, push_args)`` when that
@@ -396,4 +397,4 @@ def validate(run: RunArgs, world_size: int = 1, problems=None) -> None:
     from .validation import validate_run_args
 
     validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,
-                      user_values=run.user_values, world_size=world_size, problems=problems)
+                      user_values=run.user_values, world_size=world_size, problems=problems, engine=engine)

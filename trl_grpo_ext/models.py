@@ -50,7 +50,8 @@ def quantization_config(model_args, training_args):
 
     Args:
         model_args (`trl.ModelConfig`): reads ``load_in_4bit``, ``load_in_8bit``, ``bnb_4bit_quant_type`` (``"nf4"``),
-            ``use_bnb_nested_quant`` (double quantisation) and ``dtype``.
+            ``use_bnb_nested_quant`` (double quantisation), ``bnb_4bit_quant_storage`` (the packed weights' dtype,
+            default bitsandbytes' uint8) and ``dtype``.
         training_args (`GRPOExtConfig`): reads ``bf16`` to choose the compute dtype.
     """
     from transformers import BitsAndBytesConfig
@@ -64,6 +65,9 @@ def quantization_config(model_args, training_args):
         bnb_4bit_quant_type=model_args.bnb_4bit_quant_type,
         bnb_4bit_use_double_quant=model_args.use_bnb_nested_quant,
         bnb_4bit_compute_dtype=torch_dtype(compute_dtype_name(model_args, training_args)),
+        # FSDP needs the packed weights stored in the compute dtype (validation.engines); unset: bitsandbytes' uint8
+        **({"bnb_4bit_quant_storage": model_args.bnb_4bit_quant_storage}
+           if getattr(model_args, "bnb_4bit_quant_storage", None) else {}),
     )
 
 

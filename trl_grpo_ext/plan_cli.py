@@ -2,7 +2,7 @@
 
 Usage::
 
-    trl-grpo-ext plan --config NAME_OR_PATH [--dataset-size N] [--num-processes P] [--json]
+    trl-grpo-ext plan --config NAME_OR_PATH [--dataset-size N] [--num-processes P] [--accelerate-config CFG] [--json]
                       [--gpu-memory-gib 24 --model-params 0.5e9] [--any_config_key value ...]
 
 The config is read through the front door (`trl_grpo_ext.frontdoor`), like the recipe and ``train`` read it: the same
@@ -13,7 +13,10 @@ resolved by the function `GRPOExtConfig` resolves with (`trl_grpo_ext.resolved.r
 
 Dataset size: ``--dataset-size``; else, for ``dataset_name: "embedded:..."``, ``embedded_num_prompts``; else unknown,
 and the plan counts steps only (a step limit is then required). Processes: ``--num-processes``, else the
-``WORLD_SIZE`` environment variable, else 1. A ``model_name_or_path`` containing "instruct" (any case) enables the
+``num_processes`` of ``--accelerate-config`` (accelerate's count: all processes on all machines; ``--num-processes``
+overrides it as ``accelerate launch --num_processes`` does), else the
+``WORLD_SIZE`` environment variable, else 1; ``--accelerate-config`` also names the engine (DeepSpeed, FSDP) whose
+combinations with the run's settings are checked (`validation.engines`). A ``model_name_or_path`` containing "instruct" (any case) enables the
 instruct-model advice on ``num_generations``.
 
 Output: the table (or ``RunPlan.to_json()`` with ``--json``) on stdout, warnings on stderr as ``warning: ...`` lines.
@@ -50,6 +53,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--dataset-size", type=int, default=None, help="prompts in the training set")
     parser.add_argument("--num-processes", type=int, default=None,
                         help="training processes (default: $WORLD_SIZE, else 1)")
+    parser.add_argument("--accelerate-config", "--accelerate_config", dest="accelerate_config", default=None,
+                        help="the accelerate config of the launch (a path or zero3, fsdp2, ...): its num_processes "
+                             "and engine")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
     parser.add_argument("--gpu-memory-gib", type=float, default=None,
                         help="memory of one device in GiB, to check that a micro-batch can fit")
@@ -71,10 +77,25 @@ def dataset_size_from(script_args, dataset_size: int | None) -> int | None:
     return None
 
 
-def world_size_from(num_processes: int | None) -> int:
-    """``num_processes`` if given, else ``$WORLD_SIZE``, else 1 (raises QuantityError on a non-integer value)."""
+def accelerate_engine(name_or_path: str | None):
+    """The `engines.Engine` of an accelerate config file (a path or a shipped name), or None when not given."""
+    if name_or_path is None:
+        return None
+    from trl_grpo_ext.engines import engine_from_accelerate_config
+    from trl_grpo_ext.frontdoor import load_yaml, resolve_config
+
+    path = resolve_config(name_or_path, kind="accelerate_configs")
+    return engine_from_accelerate_config(load_yaml(path), source=f"--accelerate-config {path}")
+
+
+def world_size_from(num_processes: int | None, engine=None) -> int:
+    """``num_processes`` if given (it overrides the accelerate config's, as ``accelerate launch --num_processes`` does),
+    else the accelerate config's ``num_processes`` (``engine``), else ``$WORLD_SIZE``, else 1. Raises QuantityError on
+    a non-integer value."""
     if num_processes is not None:
         return num_processes
+    if getattr(engine, "num_processes", None) is not None:
+        return engine.num_processes
     env = os.environ.get("WORLD_SIZE")
     if env is None:
         return 1
@@ -90,10 +111,12 @@ def build_plan(args: argparse.Namespace):
     Returns:
         ``(RunPlan, warnings, notes, rewards)``: lists of str, and the resolved `RewardSpec`s (or None).
     """
-    world = world_size_from(args.num_processes)
+    engine = accelerate_engine(getattr(args, "accelerate_config", None))
+    world = world_size_from(args.num_processes, engine)
     # the same reader and checks as the recipe's argument stage (torch is imported only the first time a model's module
     # names are needed for LoRA targets; they are cached afterwards)
-    run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world)
+    run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world,
+                        engine=engine)
     script_args, training, model_args, _ = run
     resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults())
     plan = resolve_plan(resolved.quantity_fields(), dataset_size_from(script_args, args.dataset_size), world,

@@ -34,6 +34,7 @@ from .checkpoints import (
     write_plan,
 )
 from .config import GRPOExtConfig
+from .engine_step import EngineStepGuard
 from .generation import (
     DRIFT_METRIC,
     DRIFT_WARNING_THRESHOLD,
@@ -145,11 +146,17 @@ class GRPOExtTrainer(GRPOTrainer):
         self.eval_plan = None
 
     def create_optimizer(self, *args, **kwargs):
-        """`Trainer.create_optimizer`, then attach the lost-update measurement (if `lost_update_steps` > 0)."""
+        """`Trainer.create_optimizer`, then attach the lost-update measurement (if `lost_update_steps` > 0) and the
+        zero-variance guard of ``step`` (`engine_step.EngineStepGuard` under DeepSpeed), once per optimizer."""
         optimizer = super().create_optimizer(*args, **kwargs)
+        if optimizer is self.__dict__.get("extended_optimizer"):  # asked again (DeepSpeed's init does): hooked once
+            return optimizer
+        self.extended_optimizer = optimizer
         self.lost_updates.attach(optimizer)
-        if self.zero_variance.enabled:
-            optimizer.step = self.zero_variance.guard_step(optimizer.step)
+        if self.zero_variance.enabled:  # under DeepSpeed the engine steps inside backward: see engine_step
+            guard = EngineStepGuard(self.zero_variance, lambda: self.state.global_step).wrap \
+                if self.is_deepspeed_enabled else self.zero_variance.guard_step
+            optimizer.step = guard(optimizer.step)
         return optimizer
 
     def _get_train_sampler(self, dataset=None):
@@ -258,8 +265,8 @@ class GRPOExtTrainer(GRPOTrainer):
         loss = super().training_step(model, inputs, num_items_in_batch)
         # sync_gradients is set by transformers on the last micro-batch of each accumulation window (also a partial
         # last window of an epoch)
-        if self.zero_variance.enabled and self.accelerator.sync_gradients:
-            self.zero_variance.end_window()
+        if self.zero_variance.enabled and self.accelerator.sync_gradients and not self.is_deepspeed_enabled:
+            self.zero_variance.end_window()  # (DeepSpeed: closed at its step, engine_step.EngineStepGuard)
         return loss
 
     # -- stop rule -------------------------------------------------------------------------------------------------
@@ -286,7 +293,8 @@ class GRPOExtTrainer(GRPOTrainer):
             checkpoint = check_checkpoint_plan(
                 resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan)
         check_output_dir(self.args.output_dir, resuming=checkpoint is not None or overwrite_output_dir, fixes="python")
-        if checkpoint and not os.path.isfile(os.path.join(checkpoint, "optimizer.pt")):
+        # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt
+        if checkpoint and not any(os.path.isfile(os.path.join(checkpoint, f)) for f in ("optimizer.pt", "latest")):
             logger.warning(
                 "%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh optimizer "
                 "and scheduler state, so it will not match an uninterrupted run.", checkpoint

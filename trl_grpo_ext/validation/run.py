@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..checks import RunArgumentError, as_number, check_choice, choice_from_yaml
+from ..engines import Engine, resolve_engine
 from ..loss_settings import CLIP_DEFAULTS
+from .engines import check_engine_settings
 from .lora import check_lora_names, check_lora_targets
 from .problems import Problems
 from .rewards import (
@@ -32,7 +34,7 @@ from .user_values import check_user_values, quantity_keys, resolve_user_quantiti
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
                       user_values: Mapping[str, Any] | None = None, world_size: int = 1,
                       dataset_columns: Sequence[str] | None = None, check_model: bool = True,
-                      problems: Problems | None = None) -> None:
+                      problems: Problems | None = None, engine: Engine | None = None) -> None:
     """Refuse every bad combination of a run's arguments before any weight loads, all problems at once.
 
     Args:
@@ -48,6 +50,8 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
             loading the dataset, before the model).
         check_model (`bool`, defaults to `True`): check LoRA target modules against the model's module names
             (:func:`model_modules`: the model built on the meta device once per config, then cached; no weights).
+        engine (`engines.Engine`, *optional*): the engine of an accelerate config (``plan --accelerate-config``);
+            the run's ``deepspeed`` / ``fsdp`` fields and the launch environment come first (`engines.resolve_engine`).
         problems (`Problems`, *optional*): record each problem there and return (the front door's collector);
             without it, raise.
 
@@ -101,6 +105,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
                                  blocked_by=("embedded_target", "dataset_name", "dataset_format"))
         if columns is not None:
             problems.check(check_reward_columns, columns, specs)
+    problems.check(_check_engine, values, engine)
     lora = ("lora_target_modules", "lora_modules_to_save")
     problems.check(check_lora_names, values, fields=lora, blocked_by=(*lora, "use_peft"))
     if check_model and values.get("use_peft"):
@@ -135,6 +140,11 @@ def _check_ignored(values: Mapping[str, Any], user: Mapping[str, Any], cli_keys:
         problems.add(f"{given} only take{'s' if len(names) == 1 else ''} effect with {setting}, so "
                      f"{'it' if len(names) == 1 else 'they'} would be ignored. Fix: {fix}",
                      (*names, *GOVERNED_BY[names[0]]))
+
+
+def _check_engine(values: Mapping[str, Any], engine: Engine | None) -> None:
+    """`validation.engines.check_engine_settings` on the engine the run will use (`engines.resolve_engine`)."""
+    check_engine_settings(resolve_engine(values, accelerate_config=engine), values)
 
 
 def _check_zero_variance(values: Mapping[str, Any], user: Mapping[str, Any], specs: Sequence,

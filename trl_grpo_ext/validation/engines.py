@@ -1,0 +1,120 @@
+"""Engine settings the run cannot honour, refused before any model loads (docs/scaling.md, "Refused combinations").
+
+:func:`check_engine_settings` is called by `validate_run_args` (the recipe, ``train`` and ``plan``) with the engine
+`engines.resolve_engine` found; ``plan --accelerate-config FILE`` passes the engine of that file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import metadata
+from types import SimpleNamespace
+from typing import Any
+
+from ..checks import RunArgumentError
+from ..engines import Engine
+
+#: The first DeepSpeed release with both fixes of DeepSpeed #8072 (ZeRO-3 all-gather buffers sized by the first
+#: parameter's dtype, so float32 adapters beside a bf16 base fail at the first step): PRs #8073 and #8113. Checked in
+#: the released sources: 0.19.2 has neither, 0.19.3 to 0.19.8 have both.
+DEEPSPEED_MIXED_DTYPE_FIX = "0.19.3"
+
+
+def installed_deepspeed() -> str | None:
+    """The installed DeepSpeed version (package metadata; nothing is imported), or None."""
+    try:
+        return metadata.version("deepspeed")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    numbers = []
+    for part in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        numbers.append(int(digits or 0))
+    return tuple(numbers)
+
+
+def _compute_dtype(values: Mapping[str, Any]) -> str:
+    from ..models import compute_dtype_name
+
+    return compute_dtype_name(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=values.get("bf16")))
+
+
+def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_version: str | None = "installed") -> None:
+    """Refuse the combinations of ``engine`` and the run's ``values`` that fail after loading or are silently changed.
+
+    Args:
+        engine (`Engine`): the run's engine.
+        values (`Mapping[str, Any]`): the run's fields (`tables.flatten_values`).
+        deepspeed_version (`str` or `None`): the DeepSpeed that will run; ``"installed"`` (the default) reads the
+            installed package's version, None means not installed.
+
+    Raises:
+        RunArgumentError: one line naming the engine, the field(s), the value(s) and a fix.
+    """
+    where = engine.describe()
+    if engine.kind == "deepspeed":
+        if values.get("use_cpu"):
+            raise RunArgumentError(
+                f"use_cpu=True with {where}: accelerate drops DeepSpeed when use_cpu is set and trains with plain DDP. "
+                "Fix: set use_cpu: false (on a CPU-only machine also ddp_backend: gloo, bf16: false and DS_ACCELERATOR=cpu "
+                "in the environment), or launch without DeepSpeed.")
+        version = installed_deepspeed() if deepspeed_version == "installed" else deepspeed_version
+        if version is None:
+            raise RunArgumentError(f"{where}: deepspeed is not installed. Fix: pip install 'trl-grpo-ext[deepspeed]'.")
+        if engine.optimizer_section:
+            needs = [f"{name}={values[name]!r}" for name, off in (("zero_variance_filter", "off"), ("lost_update_steps", 0))
+                     if values.get(name, off) not in (off, None)]
+            if needs:
+                raise RunArgumentError(
+                    f"{', '.join(needs)} with {where}, whose DeepSpeed config has an `optimizer` section: DeepSpeed then "
+                    "builds the optimizer itself and the trainer never sees it, so the zero-variance filter's skipped "
+                    "step (or the lost-update measurement) would silently not happen. Fix: remove the `optimizer` "
+                    "section (the trainer's AdamW, with learning_rate, weight_decay, adam_beta1/2 and adam_epsilon, is "
+                    "used), or set zero_variance_filter: off and lost_update_steps: 0.")
+        if engine.zero_stage == 3:
+            _check_zero3(where, values, version)
+    if engine.kind == "fsdp" and values.get("load_in_4bit"):
+        compute = _compute_dtype(values)
+        storage = values.get("bnb_4bit_quant_storage") or "uint8"
+        if storage != compute:
+            raise RunArgumentError(
+                f"load_in_4bit with {where}: bnb_4bit_quant_storage={storage!r} differs from the compute dtype "
+                f"{compute!r}: FSDP shards the packed 4-bit weights as tensors of that dtype beside the other parameters, "
+                "which must share one dtype (the FSDP-QLoRA rule of bitsandbytes and PEFT). Fix: set "
+                f"bnb_4bit_quant_storage: {compute}.")
+
+
+def _check_zero3(where: str, values: Mapping[str, Any], version: str) -> None:
+    if values.get("load_in_4bit") and values.get("use_peft") and values.get("adapter_dtype", "float32") == "float32":
+        compute = _compute_dtype(values)
+        if compute != "float32" and _release(version) < _release(DEEPSPEED_MIXED_DTYPE_FIX):
+            raise RunArgumentError(
+                f"adapter_dtype='float32' with {where} and a {compute} base: deepspeed {version} sizes ZeRO-3's "
+                "all-gather buffers by the first parameter's dtype and fails at the first step with mixed dtypes "
+                f"(DeepSpeed #8072, fixed in {DEEPSPEED_MIXED_DTYPE_FIX} by PRs #8073 and #8113). Fix: pip install "
+                f"'deepspeed>={DEEPSPEED_MIXED_DTYPE_FIX}', or set adapter_dtype: bfloat16.")
+    kwargs = values.get("gradient_checkpointing_kwargs") or values.get("activation_checkpointing_kwargs") or {}
+    if values.get("use_peft") and isinstance(kwargs, Mapping) and kwargs.get("use_reentrant") is False:
+        raise RunArgumentError(
+            f"gradient_checkpointing_kwargs={{'use_reentrant': False}} with {where} and use_peft: TRL forces "
+            "use_reentrant=True there (ZeRO-3 + PEFT needs reentrant checkpointing), so the setting would be "
+            "ignored. Fix: remove use_reentrant from gradient_checkpointing_kwargs (or set it to true).")
+
+
+def check_engine_device(engine: Engine, accelerator_available: bool) -> None:
+    """Refuse FSDP where accelerate cannot run it: accelerate 1.15 enables FSDP only for GPU-like devices (its
+    ``AcceleratorState``); on a CPU-only machine two processes start with ``DistributedType.NO``, neither sharded nor
+    synchronised (measured: the first gather of the zero-variance filter then fails; without it each process would
+    train its own copy). Called by `GRPOExtConfig` (which knows the machine) before TRL's own setup.
+
+    Raises:
+        RunArgumentError: ``engine`` is FSDP and ``accelerator_available`` is False.
+    """
+    if engine.kind == "fsdp" and not accelerator_available:
+        raise RunArgumentError(
+            f"{engine.describe()} on a machine without a GPU: accelerate runs FSDP only on GPUs; here its processes "
+            "would train unsharded and unsynchronised. Fix: on a CPU launch DDP (torchrun) or DeepSpeed "
+            "(recipes/accelerate_configs/zero2_cpu.yaml, zero3_cpu.yaml); run FSDP on GPUs (fsdp2.yaml).")
