@@ -155,7 +155,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     exit_code = 0
     if trainer.accelerator.is_main_process:
         write_run_config(training_args.output_dir, script_args, training_args, model_args, push_args, source)
-        logged = any("reward" in entry for entry in trainer.state.log_history)
+        logged = any(isinstance(entry.get("reward"), (int, float)) for entry in trainer.state.log_history)
         if logged:
             first, last = reward_trend(trainer.state.log_history)
             print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
@@ -163,8 +163,9 @@ def main(script_args, training_args, model_args, push_args) -> int:
             if uniform:
                 print(uniform)
         else:
-            print(f"No reward was logged (logging_steps={training_args.logging_steps} > {trainer.state.global_step} "
-                  "steps): no reward trend and no reward plot.")
+            print(f"No reward was logged with a value (logging_steps={training_args.logging_steps} for "
+                  f"{trainer.state.global_step} steps, or every completion unscored): no reward trend and no reward "
+                  "plot.")
 
         ################
         # Final evaluation: greedy accuracy on the held-out prompts (and the base's, on the same prompts)

@@ -224,8 +224,9 @@ def test_card_has_license_and_citations(run, card, tmp_path):
 
 
 def test_final_metrics_show_the_uniform_share_and_the_updates_it_cost(card, run, tmp_path):
-    # the fixture logged frac_reward_zero_std 0.5 (step 10) and 0.125 (step 40): mean 0.3125, no skipped update
-    assert "| uniform (σ = 0) share of generated groups (mean of 2 logged steps) | 0.3125 |" in card.text
+    # the fixture logged frac_reward_zero_std 0.5 at step 10 (a mean over steps 1-10) and 0.125 at step 40 (steps
+    # 11-40): (0.5 × 10 + 0.125 × 30) / 40 = 0.21875 of the groups, no skipped update
+    assert "| uniform (σ = 0) share of generated groups (40 steps, 2 logs) | 0.2188 |" in card.text
     assert "| optimizer steps that made no update (every group uniform) | 0 |" in card.text
     copy = tmp_path / "run"
     shutil.copytree(run[0], copy)
@@ -233,7 +234,7 @@ def test_final_metrics_show_the_uniform_share_and_the_updates_it_cost(card, run,
     state["log_history"][1].update({"zero_variance/frac_uniform_before": 1.0, "zero_variance/no_update": 1 / 30})
     (copy / "trainer_state.json").write_text(json.dumps(state))
     text = build_model_card(copy, repo_id=REPO).text
-    assert "| uniform (σ = 0) share of generated groups (mean of 2 logged steps) | 0.75 |" in text  # (0.5 + 1) / 2
+    assert "| uniform (σ = 0) share of generated groups (40 steps, 2 logs) | 0.875 |" in text  # (5 + 30) / 40
     assert "| optimizer steps that made no update (every group uniform) | 1 |" in text  # 1/30 of the 30 steps 11-40
 
 

@@ -25,7 +25,7 @@ from .plan import QuantityError
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
 from .validation.engines import check_engine_device
-from .zero_variance import ROW_NORMALISED_LOSSES, check_zero_variance_settings
+from .zero_variance import check_zero_variance_settings
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
@@ -231,14 +231,6 @@ class GRPOExtConfig(GRPOConfig):
         for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
             if getattr(self, name) is not None or name not in _UNSET_BY_NONE:
                 check.check(name, getattr(self, name))
-        entropy_bonus = getattr(self, "entropy_coef", 0.0) != 0.0 or getattr(self, "use_adaptive_entropy", False)
-        if self.zero_variance_filter != "off" and entropy_bonus and self.loss_type in ROW_NORMALISED_LOSSES:
-            raise ValueError(
-                f"zero_variance_filter={self.zero_variance_filter!r} with loss_type={self.loss_type!r} rescales the "
-                "whole loss by rows / kept rows, which would also rescale the entropy bonus (entropy_coef="
-                f"{getattr(self, 'entropy_coef', 0.0)}). Use a token-normalised loss_type (dapo, bnpo, cispo, vespo), "
-                "or set entropy_coef: 0, or zero_variance_filter: off."
-            )
         self._check_zero_variance_filter(world_size)
         self._check_bf16()
         self._check_generation()
@@ -297,6 +289,8 @@ class GRPOExtConfig(GRPOConfig):
             zero_variance_reward=self.zero_variance_reward,
             reward_names=[spec.name for spec in self.resolved.rewards] if self.resolved.rewards else None,
             multi_objective_aggregation=self.multi_objective_aggregation,
+            loss_type=self.loss_type, entropy_coef=getattr(self, "entropy_coef", 0.0),
+            use_adaptive_entropy=getattr(self, "use_adaptive_entropy", False),
             num_generations=self.num_generations,
             world_size=world_size,
             generation_batch_size=self.generation_batch_size,

@@ -30,12 +30,12 @@ def plot_training(log_history: list[dict], path: str | Path, title: str | None =
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [h for h in log_history if "reward" in h and "step" in h]
+    rows = [h for h in log_history if isinstance(h.get("reward"), (int, float)) and "step" in h]
     if not rows:
         raise ValueError("log_history has no 'reward' entry to plot; set logging_steps to 1 or a small number.")
     steps = [h["step"] for h in rows]
     mean = [h["reward"] for h in rows]
-    std = [h.get("reward_std", 0.0) for h in rows]
+    std = [h.get("reward_std") or 0.0 for h in rows]
     zero = [uniform_share(h) for h in rows]
     zero = [float("nan") if z is None else z for z in zero]
     no_update = [(h["step"], z) for h, z in zip(rows, zero) if no_update_steps(h)]
@@ -73,8 +73,9 @@ def reward_trend(log_history: list[dict], fraction: float = 0.1) -> tuple[float,
     Returns:
         ``(first, last)``; raises ValueError when nothing was logged.
     """
-    rewards = [h["reward"] for h in log_history if "reward" in h]
+    rewards = [h["reward"] for h in log_history if isinstance(h.get("reward"), (int, float))]  # None: no reward
     if not rewards:
-        raise ValueError("log_history has no 'reward' entry; set logging_steps to 1 or a small number.")
+        raise ValueError("log_history has no 'reward' entry with a value; set logging_steps to 1 or a small number, "
+                         "and check that the rewards score some completions.")
     n = max(1, round(len(rewards) * fraction))
     return sum(rewards[:n]) / n, sum(rewards[-n:]) / n

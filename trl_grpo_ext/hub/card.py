@@ -162,8 +162,8 @@ def _final_metrics(results: dict, state: dict) -> list[tuple]:
                 rows.append((f"{key} (last logged, step {step})", last[key]))
     summary = run_summary(state.get("log_history", []))
     if summary:  # the same figure the console and the plot show (zero_variance.report)
-        rows.append((f"uniform (σ = 0) share of generated groups (mean of {summary['logged_steps']} logged steps)",
-                     round(summary["uniform_share"], 4)))
+        rows.append((f"uniform (σ = 0) share of generated groups ({summary['steps']} steps, {summary['logged_steps']} "
+                     "logs)", round(summary["uniform_share"], 4)))
         rows.append(("optimizer steps that made no update (every group uniform)", summary["no_update_steps"]))
     return rows
 

@@ -142,6 +142,14 @@ def _check_ignored(values: Mapping[str, Any], user: Mapping[str, Any], cli_keys:
                      (*names, *GOVERNED_BY[names[0]]))
 
 
+def _resolved_loss_type(values: Mapping[str, Any]) -> str:
+    """TRL's ``loss_type`` as the run resolves it: an ``advantage_preset``'s (it sets one), else the field's."""
+    from ..advantage_settings import PRESETS
+
+    preset = PRESETS.get(enum_value(values.get("advantage_preset")) or "", {})
+    return preset.get("loss_type") or enum_value(values.get("loss_type")) or "dapo"
+
+
 def _check_engine(values: Mapping[str, Any], engine: Engine | None) -> None:
     """`validation.engines.check_engine_settings` on the engine the run will use (`engines.resolve_engine`)."""
     check_engine_settings(resolve_engine(values, accelerate_config=engine), values)
@@ -165,6 +173,8 @@ def _check_zero_variance(values: Mapping[str, Any], user: Mapping[str, Any], spe
             mode=mode, zero_variance_reward=values.get("zero_variance_reward"),
             reward_names=[spec.name for spec in specs] if specs else None,
             multi_objective_aggregation=values.get("multi_objective_aggregation") or "sum_then_normalize",
+            loss_type=_resolved_loss_type(values), entropy_coef=as_number(values.get("entropy_coef")) or 0.0,
+            use_adaptive_entropy=bool(values.get("use_adaptive_entropy")),
             num_generations=fields["num_generations"], world_size=world_size,
             generation_batch_size=fields.get("generation_batch_size"),
             steps_per_generation=fields.get("steps_per_generation"),

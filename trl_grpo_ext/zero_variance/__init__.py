@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 #: public name -> the module of this package that defines it (imported on first access, see `__getattr__`)
 _WHERE = {
     "METRICS": "metrics",
-    "ROW_NORMALISED_LOSSES": "groups",
+    "ROW_NORMALISED_LOSSES": "settings",
     "ResampleSource": "resample",
-    "TOKEN_NORMALISED_LOSSES": "groups",
+    "TOKEN_NORMALISED_LOSSES": "settings",
     "TRL_METRICS": "metrics",
     "ZeroVarianceFilter": "filter",
     "ZeroVarianceFractionEstimate": "resample",

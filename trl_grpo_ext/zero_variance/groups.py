@@ -12,13 +12,7 @@ import torch
 from ..advantage_settings import STD_KINDS
 from ..advantages import equal_reward_groups, reward_std
 from ..checks import Range, check_choice
-
-#: Loss types whose normaliser counts rows (sequences) or a constant per row, so masking rows needs a rescale by
-#: rows / kept rows to exclude them from the normaliser (see `masked_loss_scale`). The token-count normalisers of
-#: dapo / cispo / vespo use `num_items_in_batch`, recomputed from kept tokens; bnpo divides by the micro-batch's own
-#: kept tokens.
-ROW_NORMALISED_LOSSES = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
-TOKEN_NORMALISED_LOSSES = frozenset({"dapo", "bnpo", "cispo", "vespo"})
+from .settings import ROW_NORMALISED_LOSSES, TOKEN_NORMALISED_LOSSES  # noqa: F401 (re-exported)
 
 _TOLERANCE = Range(low=0, fix="a std in reward units; 0 = exactly equal rewards.")
 

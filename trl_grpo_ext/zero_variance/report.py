@@ -54,24 +54,31 @@ def no_update_steps(logs: dict, steps_in_interval: int = 1) -> int:
 def run_summary(log_history: list[dict]) -> dict[str, float | int]:
     """The run's uniform-group figures from ``TrainerState.log_history`` (training logs only).
 
-    Returns:
-        ``{"uniform_share": mean of `uniform_share` over the logged steps, "no_update_steps": steps that made no
-        update, "logged_steps": training logs counted}``; ``{}`` when no training log holds a share. Exact when every
-        step is logged (``logging_steps: 1``); with longer intervals each log counts as one of its interval's steps.
+    Each training log covers the optimizer steps since the previous one (``logging_steps``); its figures are means
+    over them, so they are weighted by that count.
 
-    >>> run_summary([{"step": 1, "frac_reward_zero_std": 0.0}, {"step": 2, "frac_reward_zero_std": 1.0,
-    ...               "zero_variance/no_update": 1.0}])
-    {'uniform_share': 0.5, 'no_update_steps': 1, 'logged_steps': 2}
+    Returns:
+        ``{"uniform_share": the share of generated groups that were uniform over the logged steps, "no_update_steps":
+        steps that made no update, "steps": optimizer steps the logs cover, "logged_steps": training logs counted}``;
+        ``{}`` when no training log holds a share.
+
+    >>> run_summary([{"step": 1, "frac_reward_zero_std": 0.0}, {"step": 3, "frac_reward_zero_std": 0.75,
+    ...               "zero_variance/no_update": 0.5}])
+    {'uniform_share': 0.5, 'no_update_steps': 1, 'steps': 3, 'logged_steps': 2}
     """
-    rows = [h for h in log_history if "step" in h and uniform_share(h) is not None]
-    if not rows:
+    previous, skipped, covered, weighted, logs = 0, 0, 0, 0.0, 0
+    for row in log_history:
+        share = uniform_share(row) if "step" in row else None
+        if share is None:
+            continue
+        interval = max(1, row["step"] - previous)
+        skipped += no_update_steps(row, interval)
+        weighted += share * interval
+        covered += interval
+        previous, logs = row["step"], logs + 1
+    if not logs:
         return {}
-    previous, skipped = 0, 0
-    for row in rows:
-        skipped += no_update_steps(row, max(1, row["step"] - previous))
-        previous = row["step"]
-    return {"uniform_share": sum(uniform_share(h) for h in rows) / len(rows), "no_update_steps": skipped,
-            "logged_steps": len(rows)}
+    return {"uniform_share": weighted / covered, "no_update_steps": skipped, "steps": covered, "logged_steps": logs}
 
 
 def summary_line(log_history: list[dict], groups_per_step: int | None = None) -> str | None:
@@ -88,7 +95,7 @@ def summary_line(log_history: list[dict], groups_per_step: int | None = None) ->
     summary = run_summary(log_history)
     if not summary:
         return None
-    steps, share = summary["logged_steps"], summary["uniform_share"]
+    steps, share = summary["steps"], summary["uniform_share"]
     groups = f"the {steps * groups_per_step} groups" if groups_per_step else "the groups"
     return (f"Uniform groups (σ = 0): {share:.0%} of {groups} generated (their generation: {share:.0%} of the "
             f"completions); {summary['no_update_steps']} of {steps} steps made no update")

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import math
 
+#: Loss types whose normaliser counts rows (sequences) or a constant per row, so masking rows needs a rescale by
+#: rows / kept rows to exclude them from the normaliser (see `groups.masked_loss_scale`). The token-count normalisers of
+#: dapo / cispo / vespo use `num_items_in_batch`, recomputed from kept tokens; bnpo divides by the micro-batch's own
+#: kept tokens.
+ROW_NORMALISED_LOSSES = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
+TOKEN_NORMALISED_LOSSES = frozenset({"dapo", "bnpo", "cispo", "vespo"})
+
 
 def check_zero_variance_settings(
     *,
@@ -22,12 +29,17 @@ def check_zero_variance_settings(
     steps_per_generation: int | None,
     gradient_accumulation_steps: int,
     per_device_train_batch_size: int,
+    loss_type: str = "dapo",
+    entropy_coef: float = 0.0,
+    use_adaptive_entropy: bool = False,
 ) -> str | None:
     """Settings the zero-variance filter cannot honour, refused instead of silently ignored.
 
     - ``zero_variance_reward`` with the filter off has no effect. With registry ``rewards`` it must name one of them
       (an alias gives the canonical name, the one TRL logs); reward functions passed to the trainer are checked
       there (`judged_reward_index`).
+    - With a row-normalised ``loss_type`` (grpo, sapo, luspo, dr_grpo) the filter rescales the whole loss by rows /
+      kept rows, which would also rescale an entropy bonus (``entropy_coef`` ≠ 0 or ``use_adaptive_entropy``).
     - The filter judges groups on the weighted total reward (``multi_objective_aggregation="sum_then_normalize"``,
       TRL's default); with ``"normalize_then_sum"`` the trainer keeps TRL's advantages and would apply no filter.
     - Resample swaps whole groups inside each process's share of the generation batch, so every share must hold
@@ -45,6 +57,8 @@ def check_zero_variance_settings(
         generation_batch_size (`int`, *optional*), steps_per_generation (`int`, *optional*),
             gradient_accumulation_steps (`int`), per_device_train_batch_size (`int`): TRL's batch fields [completions,
             micro-batches].
+        loss_type (`str`, defaults to `"dapo"`): TRL's ``loss_type`` as the run resolves it (a preset's included).
+        entropy_coef (`float`), use_adaptive_entropy (`bool`): TRL's entropy bonus fields.
 
     Returns:
         `str | None`: ``zero_variance_reward`` as TRL will log it (the canonical registry name), or None.
@@ -59,6 +73,13 @@ def check_zero_variance_settings(
                 "filter on. Fix: set zero_variance_filter: mask (or resample), or remove zero_variance_reward."
             )
         return None
+    if (entropy_coef or use_adaptive_entropy) and loss_type in ROW_NORMALISED_LOSSES:
+        raise ValueError(
+            f"zero_variance_filter={mode!r} with loss_type={loss_type!r} rescales the whole loss by rows / kept rows, "
+            f"which would also rescale the entropy bonus (entropy_coef={entropy_coef}"
+            f"{', use_adaptive_entropy=True' if use_adaptive_entropy else ''}). Fix: use a token-normalised loss_type "
+            "(dapo, bnpo, cispo, vespo), or set entropy_coef: 0, or zero_variance_filter: off."
+        )
     zero_variance_reward = _canonical_reward_name(zero_variance_reward, reward_names)
     if multi_objective_aggregation != "sum_then_normalize":
         raise ValueError(
