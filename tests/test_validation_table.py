@@ -461,3 +461,16 @@ def test_the_recipe_reports_a_missing_model_with_the_config_s_problems(tmp_path,
     assert len(info.value.problems) == 2
     assert info.value.problems[0].startswith("temperature=0 must be a number > 0")
     assert "model_name_or_path='./no/such/model' is not an existing directory" in info.value.problems[1]
+
+
+@pytest.mark.parametrize("name", ["skip_exploration_probability", "zero_variance_tolerance", "max_resample_rounds"])
+def test_null_for_a_number_is_refused_by_plan_and_recipe(name, tmp_path, capsys, no_weights):
+    # YAML's `null` for a field that needs a number passed every check and failed deep in the run (or in plan)
+    change = {"zero_variance_filter": {"skip_exploration_probability": "skip", "max_resample_rounds": "resample"}
+              .get(name, "mask"), "total_training_steps": 80, name: None}
+    path = _config(tmp_path, change)
+    assert plan_cli.main(["--config", path]) == 2
+    _check_message(capsys.readouterr().err.strip(), [f"{name}=None"], "Fix:")
+    with pytest.raises(RecipeArgumentError) as info:
+        parse_recipe_args(["--config", path])
+    _check_message(info.value.message, [f"{name}=None"], "Fix:")

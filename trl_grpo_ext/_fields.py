@@ -232,7 +232,7 @@ TABLES = {
         ('zero_variance_tolerance', 'float', 0.0, {}, {'range': Range(low=0, high=None, low_open=False, high_open=False, integer=False, fix='use 0 (exactly equal rewards) or a small spread such as 1e-6.', source='zero_variance')}),
         ('zero_variance_reward', 'str | None', None, {}, {}),
         ('max_resample_rounds', 'int', 3, {}, {'range': Range(low=0, high=None, low_open=False, high_open=False, integer=True, fix='use e.g. 3.', source='zero_variance resample')}),
-        ('skip_exploration_probability', 'float', 0.25, {}, {'range': Range(low=0, high=1, low_open=True, high_open=False, integer=False, fix='use a probability in (0, 1], e.g. 0.25 (1 skips nothing).', source='zero_variance skip')}),
+        ('skip_exploration_probability', 'float', 0.25, {}, {'range': Range(low=0, high=1, low_open=True, high_open=True, integer=False, fix='use a probability in (0, 1), e.g. 0.25 (1 would skip nothing: use zero_variance_filter: mask).', source='zero_variance skip')}),
         ('rewards', 'list[str] | None', None, {}, {}),
         ('reward_error_policy', 'str', 'raise', {}, {'choices': ('raise', 'none')}),
         ('adapter_dtype', 'str', 'float32', {}, {'choices': ('float32', 'bfloat16')}),

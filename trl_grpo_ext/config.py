@@ -86,7 +86,8 @@ class GRPOExtConfig(GRPOConfig):
             `"resample"` (DAPO dynamic sampling, arXiv 2503.14476) or `"skip"` (skip prompts predicted uniform
             before rollout from their reward history, GRESO arXiv 2506.02177, then mask).
         zero_variance_tolerance (`float`, *optional*, defaults to `0.0`):
-            A group is uniform when the spread of its judged rewards (see `zero_variance_reward`) is at most this.
+            A group is uniform when its judged rewards (see `zero_variance_reward`) are all equal, or their sample
+            std is at most this [reward units].
         zero_variance_reward (`str`, *optional*):
             The reward function whose values the filter judges (its name, as logged under `rewards/<name>/mean`,
             e.g. `"accuracy"`); unset judges the weighted total reward. Needs the filter on.
@@ -94,7 +95,7 @@ class GRPOExtConfig(GRPOConfig):
             Extra generation rounds per step in `"resample"` mode; a shortfall after them is masked and logged.
         skip_exploration_probability (`float`, *optional*, defaults to `0.25`):
             `"skip"` mode: a prompt uniform at its last k rollouts is still rolled out with probability p^k (else its
-            slot goes to another prompt of the epoch); in (0, 1], 1 skips nothing.
+            slot goes to another prompt of the epoch); in (0, 1) (1 would skip nothing: that is `"mask"`).
 
     Rewards (see `docs/rewards.md`):
 
@@ -180,7 +181,7 @@ class GRPOExtConfig(GRPOConfig):
     )
     zero_variance_tolerance: Annotated[float, Range(
         low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = field(
-        default=0.0, metadata={"help": "A group is uniform when its reward spread is at most this."}
+        default=0.0, metadata={"help": "A group is uniform when its rewards are equal or their std is at most this."}
     )
     zero_variance_reward: str | None = field(
         default=None,
@@ -191,7 +192,8 @@ class GRPOExtConfig(GRPOConfig):
         default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
     )
     skip_exploration_probability: Annotated[float, Range(
-        low=0, high=1, low_open=True, fix="use a probability in (0, 1], e.g. 0.25 (1 skips nothing).",
+        low=0, high=1, low_open=True, high_open=True, fix="use a probability in (0, 1), e.g. 0.25 (1 would skip "
+        "nothing: use zero_variance_filter: mask).",
         source="zero_variance skip")] = field(
         default=0.25,
         metadata={"help": "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k."}
@@ -229,7 +231,10 @@ class GRPOExtConfig(GRPOConfig):
         world_size = _world_size_from_env()
         self._resolve(world_size)
         for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
-            if getattr(self, name) is not None or name not in _UNSET_BY_NONE:
+            if getattr(self, name) is None and name not in _UNSET_BY_NONE:
+                raise ValueError(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
+                                 f"{_DEFAULTS[name]!r}) or give a value.")
+            if getattr(self, name) is not None:
                 check.check(name, getattr(self, name))
         self._check_zero_variance_filter(world_size)
         self._check_bf16()
@@ -363,6 +368,7 @@ _FIELD_CHECKS: dict[str, Any] = {
 
 #: our fields whose default ``None`` means "unset" (a declared check applies to a value, not to None)
 _UNSET_BY_NONE = frozenset(f.name for f in fields(GRPOExtConfig) if f.default is None)
+_DEFAULTS = {f.name: f.default for f in fields(GRPOExtConfig)}
 
 
 def _world_size_from_env() -> int:

@@ -19,6 +19,7 @@ from .rewards import (
     reward_specs,
 )
 from .tables import (
+    _TABLE_DEFAULTS,
     CHOICES,
     GOVERNED_BY,
     NORMALIZE_THEN_SUM_IGNORES,
@@ -69,6 +70,10 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     values = flatten_values(script_args, training_args, model_args, push_args)
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
     for name, rng in RANGES.items():
+        if user.get(name, 0) is None and _TABLE_DEFAULTS.get(name) is not None:  # YAML's null for a number
+            problems.add(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
+                         f"{_TABLE_DEFAULTS[name]!r}) or give a value.", (name,))
+            continue
         if name in values and not isinstance(values[name], (list, tuple, dict)):
             problems.check(rng.check, name, values[name], fields=[name])
     for name, choices in CHOICES.items():

@@ -1,7 +1,7 @@
 """The zero-variance group filter: "mask", "resample" (DAPO dynamic sampling) then mask, or "skip" (GRESO) then mask.
 
-A group of G completions has *zero variance* when the rewards the filter judges are all equal (or spread at most
-``zero_variance_tolerance``): every advantage in it is 0, so it carries no policy-gradient signal, yet TRL still
+A group of G completions has *zero variance* when the rewards the filter judges are all equal (or their std is at
+most ``zero_variance_tolerance``): every advantage in it is 0, so it carries no policy-gradient signal, yet TRL still
 counts its tokens in the loss normaliser and applies KL / entropy terms to it. "mask" removes its completions from
 the loss and the normaliser; "resample" (Yu et al. 2025, DAPO, arXiv 2503.14476) first replaces such groups with
 informative groups generated for further prompts. Groups are judged on the weighted total reward, the quantity TRL

@@ -1,7 +1,7 @@
 """Which groups have zero variance, and what masking them does to each loss normaliser (pure tensor functions).
 
 A group of G completions has *zero variance* when the rewards the filter judges (the weighted total, or one reward
-function chosen with ``zero_variance_reward``) are all equal, or spread at most ``zero_variance_tolerance``: every
+function chosen with ``zero_variance_reward``) are all equal, or their std is at most ``zero_variance_tolerance``: every
 advantage in it is 0, so it carries no policy-gradient signal.
 """
 

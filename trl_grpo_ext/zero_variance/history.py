@@ -16,7 +16,7 @@ import torch
 
 from ..checks import Range
 
-_PROBABILITY = Range(low=0, high=1, low_open=True, fix="use a probability in (0, 1], e.g. 0.25 (1 skips nothing).")
+_PROBABILITY = Range(low=0, high=1, low_open=True, fix="use a probability in (0, 1], e.g. 0.25.")
 
 
 def prompt_key(prompt) -> int:
