@@ -177,7 +177,15 @@ def run_arm(arm: str, seed: int, args) -> dict:
         "informative_groups_per_cpu_minute": informative / (budget.used / 60),
         "accuracy": result.accuracy, "accuracy_ci": result.accuracy_ci, "correct": result.correct,
         "eval_minutes": (time.perf_counter() - eval_start) / 60,
+        "skipped_prompt_share": _mean([h.get("zero_variance/frac_prompts_skipped")
+                                       for h in trainer.state.log_history]),
     }
+
+
+def _mean(values: list) -> float | None:
+    """Mean of the numbers in ``values`` (None when there are none)."""
+    numbers = [v for v in values if isinstance(v, (int, float))]
+    return sum(numbers) / len(numbers) if numbers else None
 
 
 # -- the comparison -----------------------------------------------------------------------------------------------------
