@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from factories import end_worker  # noqa: E402
 from resume_epochs_common import RecordingReward, step_log, trainer  # noqa: E402
 
 SETTINGS = dict(total_epochs=2, micro_batch_size=4)  # 2 prompts × G 4 = 8 completions per step over 2 processes
@@ -31,7 +32,7 @@ def main(out_dir: str, mode: str) -> None:
         last = run
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
-    last.end()  # destroy the process group: a gloo group left alive can abort the process at exit
+    end_worker(last)  # destroy the process group and leave without the interpreter's teardown
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from factories import count_char_mix, record_loss_batches, tiny_trainer  # noqa: E402
+from factories import count_char_mix, end_worker, record_loss_batches, tiny_trainer  # noqa: E402
 
 G = 4
 
@@ -39,7 +39,7 @@ def main(out_dir: str) -> None:
               "global_step": trainer.state.global_step, "total_steps": trainer.plan.total_steps}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
-    trainer.end()
+    end_worker(trainer)
 
 
 if __name__ == "__main__":

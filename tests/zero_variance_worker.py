@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from factories import count_char_mix, tiny_trainer  # noqa: E402
+from factories import count_char_mix, end_worker, tiny_trainer  # noqa: E402
 
 G = 4
 
@@ -68,7 +68,7 @@ def main(out_dir: str) -> None:
     result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "batches": batches, "history": history}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
-    trainer.end()  # destroy the process group: a gloo group left alive can abort the process at exit
+    end_worker(trainer)  # destroy the process group and leave without the interpreter's teardown
 
 
 if __name__ == "__main__":
