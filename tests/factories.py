@@ -215,3 +215,24 @@ def end_worker(trainer) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def recipe_without_models(monkeypatch):
+    """recipes/grpo_qlora.py loaded as a module, with every way to load a model or tokenizer made to fail the test
+    (an `AssertionError`, which the recipe never turns into an exit status): for checks that must refuse before any
+    model loads."""
+    import importlib.machinery
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_grpo_ext import tiny
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fail)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", fail)
+    monkeypatch.setattr(tiny, "ensure_tiny_model", fail)
+    recipe = importlib.machinery.SourceFileLoader("grpo_qlora_recipe", str(ROOT / "recipes/grpo_qlora.py")).load_module()
+    monkeypatch.setattr(recipe.tiny, "ensure_tiny_model", fail)
+    return recipe

@@ -2,12 +2,11 @@
 is refused by the recipe before any model or tokenizer loads, with exit status 2 and one `error:` line naming the
 dataset, its file or column, and a fix; never a traceback from `datasets`."""
 
-import importlib.machinery
 import json
 
 import pytest
 import yaml
-from factories import ROOT
+from factories import ROOT, recipe_without_models
 
 
 def _rows(rows):
@@ -49,9 +48,6 @@ CASES = {
 def test_a_bad_local_dataset_is_refused_in_one_line_before_the_model(case, tmp_path, monkeypatch, capsys):
     import logging
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from trl_grpo_ext import tiny
     from trl_grpo_ext.launch import parse_recipe_args
 
     # datasets' log handler may hold an earlier test's closed capture stream: no "--- Logging error ---" about that
@@ -78,14 +74,7 @@ def test_a_bad_local_dataset_is_refused_in_one_line_before_the_model(case, tmp_p
     }))
     args = parse_recipe_args(["--config", str(config)])
 
-    def fail(*a, **k):
-        raise AssertionError("the model was loaded")
-
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fail)
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained", fail)
-    monkeypatch.setattr(tiny, "ensure_tiny_model", fail)
-    recipe = importlib.machinery.SourceFileLoader("grpo_qlora_recipe", str(ROOT / "recipes/grpo_qlora.py")).load_module()
-    monkeypatch.setattr(recipe.tiny, "ensure_tiny_model", fail)
+    recipe = recipe_without_models(monkeypatch)
     assert recipe.main(*args) == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
-import importlib.machinery
 import json
 import sys
 from pathlib import Path
@@ -140,9 +139,8 @@ def test_plan_refuses_it_for_a_dataset_whose_columns_it_knows(user_rewards):
 @pytest.mark.parametrize("broken_split", ["train", "test"])
 def test_the_recipe_refuses_it_on_either_split_before_the_model_loads(user_rewards, tmp_path, monkeypatch, capsys,
                                                                       broken_split):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from factories import recipe_without_models
 
-    from trl_grpo_ext import tiny
     from trl_grpo_ext.launch import parse_recipe_args
 
     data = tmp_path / "data"
@@ -160,15 +158,7 @@ def test_the_recipe_refuses_it_on_either_split_before_the_model_loads(user_rewar
     }))
     args = parse_recipe_args(["--config", str(config)])
 
-    def fail(*a, **k):
-        raise AssertionError("the model was loaded")
-
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fail)
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained", fail)
-    monkeypatch.setattr(tiny, "ensure_tiny_model", fail)
-    loader = importlib.machinery.SourceFileLoader("grpo_qlora_recipe", str(ROOT / "recipes/grpo_qlora.py"))
-    recipe = loader.load_module()
-    monkeypatch.setattr(recipe.tiny, "ensure_tiny_model", fail)
+    recipe = recipe_without_models(monkeypatch)
     if broken_split == "test":  # held-out prompts from elsewhere, without the column (the recipe's check is the same)
         from datasets import Dataset
 

@@ -207,12 +207,10 @@ def test_every_shipped_config_passes(monkeypatch):
 
 def test_recipe_refuses_a_missing_column_after_loading_the_dataset_before_the_model(tmp_path, monkeypatch, capsys):
     """A local prompt dataset (columns unknown to `plan`) without the reward's column: exit 2 before any weight."""
-    import importlib.machinery
     import json
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from factories import recipe_without_models
 
-    from trl_grpo_ext import tiny
     from trl_grpo_ext.launch import parse_recipe_args
 
     data = tmp_path / "data"
@@ -227,15 +225,7 @@ def test_recipe_refuses_a_missing_column_after_loading_the_dataset_before_the_mo
     }))
     args = parse_recipe_args(["--config", str(config)])
 
-    def fail(*a, **k):
-        raise AssertionError("the model was loaded")
-
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fail)
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained", fail)
-    monkeypatch.setattr(tiny, "ensure_tiny_model", fail)
-    loader = importlib.machinery.SourceFileLoader("grpo_qlora_recipe", str(ROOT / "recipes/grpo_qlora.py"))
-    recipe = loader.load_module()
-    monkeypatch.setattr(recipe.tiny, "ensure_tiny_model", fail)
+    recipe = recipe_without_models(monkeypatch)
     assert recipe.main(*args) == 2
     err = capsys.readouterr().err
     assert "'exact_match' reads the dataset column 'solution' or 'answer'" in err and "['label', 'prompt']" in err
