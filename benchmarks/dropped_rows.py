@@ -101,13 +101,18 @@ def _arm(model: str, drop: bool, args, seed: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         trainer = _trainer(model, out, args, seed)
         rows = []
-        if not drop:
-            trainer.zero_variance.drop_masked_rows = lambda inputs: inputs
+        select = trainer.zero_variance.drop_masked_rows if drop else (lambda inputs: inputs)
+
+        def recorded_rows(inputs):  # the rows TRL's loss forward gets (one call per micro-batch, as the trainer makes)
+            kept = select(inputs)
+            rows.append(int(kept["completion_ids"].size(0)))
+            return kept
+
+        trainer.zero_variance.drop_masked_rows = recorded_rows
         ours, step, generate = trainer._compute_loss, trainer.training_step, trainer._generate_and_score_completions
         phases = {"generation": 0.0, "loss forward": 0.0, "step": 0.0}
 
         def counting(model_, inputs):
-            rows.append(int(trainer.zero_variance.drop_masked_rows(inputs)["completion_ids"].size(0)))
             start = time.perf_counter()
             loss = ours(model_, inputs)
             phases["loss forward"] += time.perf_counter() - start
