@@ -56,9 +56,9 @@ class EpochRepeatSampler(RepeatSampler):
         self.epoch = 0
 
     @classmethod
-    def like(cls, sampler: RepeatSampler) -> EpochRepeatSampler:
-        """The `EpochRepeatSampler` with the settings of TRL's ``sampler`` (as `GRPOTrainer._get_train_sampler`
-        built it)."""
+    def like(cls, sampler: RepeatSampler, **kwargs) -> EpochRepeatSampler:
+        """A sampler of this class with the settings of TRL's ``sampler`` (as `GRPOTrainer._get_train_sampler` built
+        it); ``kwargs``: a subclass's own arguments."""
         return cls(
             data_source=sampler.data_source,
             mini_repeat_count=sampler.mini_repeat_count,
@@ -66,6 +66,7 @@ class EpochRepeatSampler(RepeatSampler):
             repeat_count=sampler.repeat_count,
             shuffle=sampler.shuffle,
             seed=sampler.seed,
+            **kwargs,
         )
 
     def set_epoch(self, epoch: int) -> None:
@@ -106,13 +107,6 @@ class SkippingRepeatSampler(EpochRepeatSampler):
         super().__init__(*args, **kwargs)
         self.history, self.exploration_probability, self.prompt_keys = history, exploration_probability, prompt_keys
         self.skipped_fraction = 0.0
-
-    @classmethod
-    def like(cls, sampler: RepeatSampler, **kwargs) -> SkippingRepeatSampler:
-        """The `SkippingRepeatSampler` with the settings of TRL's ``sampler`` (keyword arguments: as ``__init__``)."""
-        return cls(data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
-                   batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
-                   seed=sampler.seed, **kwargs)
 
     def __iter__(self):
         from .zero_variance.history import skip_substitutes
