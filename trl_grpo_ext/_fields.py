@@ -221,7 +221,7 @@ TABLES = {
         ('vllm_importance_sampling_cap', 'float | None', None, {}, {}),
         ('prompts_per_step', 'int | None', None, {}, {'range': Range(low=1, high=None, low_open=False, high_open=False, integer=True, fix='use e.g. prompts_per_step: 4.', source='quantifiers')}),
         ('micro_batch_size', 'int | None', None, {}, {'range': Range(low=1, high=None, low_open=False, high_open=False, integer=True, fix='use e.g. micro_batch_size: 8.', source='quantifiers')}),
-        ('total_training_steps', 'int | None', None, {}, {'range': Range(low=1, high=None, low_open=False, high_open=False, integer=True, fix='use a positive number of steps, or remove it to stop by total_epochs.', source='quantifiers')}),
+        ('total_training_steps', 'int | None', None, {}, {'range': Range(low=1, high=None, low_open=False, high_open=False, integer=True, fix="use a positive number of optimizer steps; for no step limit (TRL's max_steps: -1) leave it out, and the run stops by total_epochs (or num_train_epochs).", source='quantifiers')}),
         ('total_epochs', 'float | None', None, {}, {'range': Range(low=0, high=None, low_open=True, high_open=False, integer=False, fix='use a positive number of passes (e.g. 1, 2.5), or remove it.', source='quantifiers')}),
         ('advantage_preset', 'str | None', None, {}, {'choices': ('grpo', 'dr_grpo', 'rloo', 'dapo')}),
         ('advantage_baseline', 'str | None', None, {}, {'choices': ('group_mean', 'leave_one_out')}),

@@ -22,6 +22,7 @@ from .fieldtable import Choices, declared_checks
 from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
 from .loss_settings import CLIP_DEFAULTS, ignored_clipping
 from .plan import QuantityError
+from .plan.resolve import NO_STEP_LIMIT_FIX
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
 from .validation.engines import check_engine_device
@@ -148,7 +149,7 @@ class GRPOExtConfig(GRPOConfig):
         default=None, metadata={"help": "Completions per forward/backward pass on one device [completions]."}
     )
     total_training_steps: Annotated[int | None, Range(
-        low=1, integer=True, fix="use a positive number of steps, or remove it to stop by total_epochs.",
+        low=1, integer=True, fix=NO_STEP_LIMIT_FIX,
         source="quantifiers")] = field(
         default=None, metadata={"help": "Hard stop [optimizer steps]; with total_epochs, the first reached stops."}
     )

@@ -49,6 +49,9 @@ TRL_DEFAULTS: dict = {
 #: Our fields, by the group of raw TRL fields they replace.
 OUR_BATCH_FIELDS = ("prompts_per_step", "micro_batch_size")
 OUR_STOP_FIELDS = ("total_training_steps", "total_epochs")
+#: The fix for a ``total_training_steps`` below 1 (``-1``, TRL's ``max_steps`` for "no step limit", included).
+NO_STEP_LIMIT_FIX = ("use a positive number of optimizer steps; for no step limit (TRL's max_steps: -1) leave it out, "
+                     "and the run stops by total_epochs (or num_train_epochs).")
 RAW_BATCH_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
                     "steps_per_generation")
 RAW_STOP_FIELDS = ("max_steps", "num_train_epochs")
@@ -254,7 +257,7 @@ def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
     opt = {
         "prompts_per_step": "set the number of distinct prompts per optimizer step, e.g. prompts_per_step=4",
         "micro_batch_size": "set the completions per forward/backward on one device, e.g. micro_batch_size=8",
-        "total_training_steps": "set a positive number of optimizer steps, or remove it to stop by total_epochs",
+        "total_training_steps": NO_STEP_LIMIT_FIX,
     }
     ours = {k: (None if v[k] is None else _as_int(k, v[k], 1, fix)) for k, fix in opt.items()}
     ours["total_epochs"] = (None if v["total_epochs"] is None else _as_float(
@@ -305,7 +308,10 @@ def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
         given = {k: ours[k] for k in OUR_STOP_FIELDS if ours[k] is not None}
         expected = {"max_steps": steps if steps is not None else -1,
                     "num_train_epochs": epochs if epochs is not None else float(steps)}
-        fixes = {"max_steps": f"Remove max_steps, or use total_training_steps={raw['max_steps']} in its place",
+        fixes = {"max_steps": (f"Remove max_steps: {raw['max_steps']} is TRL's 'no step limit', which is what "
+                               "leaving it out means; total_training_steps / total_epochs set the stop"
+                               if raw["max_steps"] < 0 else
+                               f"Remove max_steps, or use total_training_steps={raw['max_steps']} in its place"),
                  "num_train_epochs": f"Remove num_train_epochs, or use total_epochs="
                                      f"{_fmt_num(raw['num_train_epochs'])} in its place"}
         for name, exp in expected.items():
