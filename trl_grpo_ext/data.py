@@ -154,7 +154,7 @@ def check_gsm8k_rows(dataset, where: str) -> None:
         raise DatasetError(f"{where} has no {' or '.join(map(repr, missing))} column (columns: {dataset.column_names}); "
                            "dataset_format: gsm8k reads question and answer rows. Fix: set dataset_format: prompt "
                            "with dataset_prompt_column, or rename the columns.")
-    check_prompt_rows(dataset, where, "question")
+    check_prompt_rows(dataset, where, "question", chat=False)
     bad = [i for i, answer in enumerate(dataset["answer"]) if not isinstance(answer, str) or not _GSM8K_ANSWER.search(answer)]
     if bad:
         rows = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")

@@ -93,20 +93,54 @@ def _empty_prompt(prompt) -> bool:
     return False
 
 
+def prompt_kind_problem(prompt, chat: bool = True) -> str:
+    """Why ``prompt`` is neither text nor (with ``chat``) a list of chat messages (dicts with a ``role`` and a text
+    ``content``, or a list of content parts), or ``""`` when it is one of those."""
+    if prompt is None or isinstance(prompt, str):
+        return ""
+    if not chat or not isinstance(prompt, list):
+        return f"{type(prompt).__name__} {str(prompt)[:40]!r}"
+    for message in prompt:
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            return f"a list whose item {str(message)[:40]!r} is not a chat message {{'role': ..., 'content': ...}}"
+        content = message["content"]
+        if content is not None and not isinstance(content, (str, list)):
+            return f"a message whose content is {type(content).__name__} {str(content)[:40]!r}"
+    return ""
+
+
+def check_prompt_kinds(dataset, where: str, column: str = "prompt", chat: bool = True) -> None:
+    """Refuse a split whose ``column`` holds values other than text or (with ``chat``) chat messages.
+
+    Raises:
+        DatasetError: naming ``where``, the column, how many rows, the first rows and what the first one holds.
+    """
+    bad = [(i, kind) for i, prompt in enumerate(dataset[column]) if (kind := prompt_kind_problem(prompt, chat))]
+    if bad:
+        rows = ", ".join(str(i) for i, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        wanted = "text or a list of chat messages [{'role': 'user', 'content': '...'}]" if chat else "text"
+        raise DatasetError(f"{where}: {len(bad)} of {len(dataset)} rows have a {column!r} that is not {wanted} (rows "
+                           f"{rows}, counted from 0; row {bad[0][0]}: {bad[0][1]}). Fix: write each prompt as "
+                           f"{'text or chat messages' if chat else 'text'}, or set dataset_prompt_column to the "
+                           "column that holds them.")
+
+
 def check_not_empty(dataset, where: str) -> None:
     """Refuse a split with no rows (`DatasetError` naming ``where``, see :func:`describe`)."""
     if len(dataset) == 0:
         raise DatasetError(f"{where} has no rows. Fix: add prompts to it, or point dataset_name at a dataset with rows.")
 
 
-def check_prompt_rows(dataset, where: str, column: str = "prompt") -> None:
-    """Refuse a split with no rows, or with rows whose prompt (``column``, text or chat messages) is missing or empty.
+def check_prompt_rows(dataset, where: str, column: str = "prompt", chat: bool = True) -> None:
+    """Refuse a split with no rows, with rows whose prompt (``column``: text, or chat messages when ``chat``) is of
+    another kind (:func:`check_prompt_kinds`), or missing or empty.
 
     Raises:
         DatasetError: ``where`` (see :func:`describe`) has no rows, or N of its rows have an empty prompt (the
             first few row numbers are named).
     """
     check_not_empty(dataset, where)
+    check_prompt_kinds(dataset, where, column, chat=chat)
     empty = [i for i, prompt in enumerate(dataset[column]) if _empty_prompt(prompt)]
     if empty:
         rows = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")

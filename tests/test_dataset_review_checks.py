@@ -1,0 +1,72 @@
+"""Bad datasets the first round of issue 22 let through (an adversarial review): prompts that are neither text nor
+chat messages, gold answers math-verify cannot score, load errors answered with advice for another format. Each is
+refused by the recipe before any model or tokenizer loads, exit status 2, one `error:` line naming the dataset, its
+file or column, the value and a fix."""
+
+import json
+
+import pytest
+import yaml
+from factories import recipe_without_models
+
+
+def _rows(rows):
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def _config(tmp_path, dataset_name, **changes):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_name_or_path": "embedded:tiny-qwen2", "dataset_train_split": "train", "rewards": ["exact_match"],
+        "prompts_per_step": 2, "num_generations": 4, "total_training_steps": 1, "use_cpu": True, "bf16": False,
+        "report_to": "none", "output_dir": str(tmp_path / "out"), "max_completion_length": 8,
+        "dataset_name": str(dataset_name), **changes}))
+    return config
+
+
+def _recipe_errors(tmp_path, monkeypatch, capsys, files, **changes):
+    """Run the recipe (models forbidden) on a dataset folder holding ``files``; its exit status and error lines."""
+    import logging
+
+    from trl_grpo_ext.launch import parse_recipe_args
+
+    monkeypatch.setattr(logging, "raiseExceptions", False)  # datasets' handler may hold a closed capture stream
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    for name, content in files.items():
+        (data / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    args = parse_recipe_args(["--config", str(_config(tmp_path, data, **changes))])
+    code = recipe_without_models(monkeypatch).main(*args)
+    err = capsys.readouterr().err
+    return code, [line for line in err.splitlines() if line.startswith("error:")], err
+
+
+PROMPT_KINDS = {
+    "int prompts": ([{"prompt": i, "answer": str(i)} for i in range(8)], {},
+                    "8 of 8 rows have a 'prompt' that is not text or a list of chat messages [{'role': 'user', "
+                    "'content': '...'}] (rows 0, 1, 2, 3, 4, ..., counted from 0; row 0: int '0')"),
+    "lists of strings": ([{"prompt": ["say", str(i)], "answer": str(i)} for i in range(8)], {},
+                         "8 of 8 rows have a 'prompt' that is not text or a list of chat messages"),
+    "one dict prompt among text": ([{"prompt": {"text": "say 3"} if i == 3 else f"say {i}", "answer": str(i)}
+                                    for i in range(8)], {}, "1 of 8 rows have a 'prompt' that is not text or a list "
+                                                            "of chat messages [{'role': 'user', 'content': '...'}] "
+                                                            "(rows 3, counted from 0; row 3: dict \"{'text': 'say 3'}\")"),
+    "messages with a number as content": ([{"prompt": [{"role": "user", "content": i}], "answer": str(i)}
+                                           for i in range(8)], {}, "a message whose content is int '0'"),
+    "int prompts in another column": ([{"problem": i, "answer": str(i)} for i in range(8)],
+                                      {"dataset_prompt_column": "problem"},
+                                      "8 of 8 rows have a 'problem' that is not text"),
+    "gsm8k questions as lists": ([{"question": [f"What is {i} + 1?"], "answer": f"#### {i + 1}"} for i in range(8)],
+                                 {"dataset_format": "gsm8k"}, "8 of 8 rows have a 'question' that is not text (rows"),
+}
+
+
+@pytest.mark.parametrize("case", list(PROMPT_KINDS))
+def test_a_prompt_that_is_not_text_or_chat_messages_is_refused(case, tmp_path, monkeypatch, capsys):
+    rows, changes, expected = PROMPT_KINDS[case]
+    code, errors, err = _recipe_errors(tmp_path, monkeypatch, capsys, {"train.jsonl": _rows(rows)}, **changes)
+    assert code == 2, err
+    assert len(errors) == 1, err
+    assert expected in errors[0], errors[0]
+    assert errors[0].startswith(f"error: dataset_name='{tmp_path / 'data'}' ('train' split: train.jsonl)")
+    assert "Traceback" not in err
