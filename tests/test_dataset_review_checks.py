@@ -70,3 +70,67 @@ def test_a_prompt_that_is_not_text_or_chat_messages_is_refused(case, tmp_path, m
     assert expected in errors[0], errors[0]
     assert errors[0].startswith(f"error: dataset_name='{tmp_path / 'data'}' ('train' split: train.jsonl)")
     assert "Traceback" not in err
+
+
+JSONL_ADVICE = "one JSON object (JSON lines)"
+LOAD_ERRORS = {
+    "a CSV with a row of too many fields": ({"train.csv": "prompt,answer\nsay 1,1\nsay 2,2,3,4\n"},
+                                            "('train' split: train.csv) cannot be read (ParserError: Error tokenizing "
+                                            "data. C error: Expected 2 fields in line 3, saw 4). Fix: make train.csv "
+                                            "a CSV with one header row"),
+    "a parquet file that is not parquet": ({"train.parquet": "prompt,answer\n"},
+                                           "('train' split: train.parquet) cannot be read (ArrowInvalid: Parquet magic "
+                                           "bytes not found in footer. Either the file is corrupted or this is not a "
+                                           "parquet file.). Fix: train.parquet is not a valid Parquet file: write it "
+                                           "again"),
+    "an empty parquet file": ({"train.parquet": ""},
+                              "('train' split: train.parquet) is empty (0 bytes). Fix: add prompts to it."),
+    "an empty CSV file": ({"train.csv": ""}, "('train' split: train.csv) is empty (0 bytes). Fix: add prompts to it, "
+                                             "a header row (e.g. prompt,answer) then one row per prompt."),
+    "JSON and CSV files for one split": ({"train.jsonl": '{"prompt": "say 1", "answer": "1"}\n',
+                                          "train.csv": "prompt,answer\nsay 2,2\n"},
+                                         "('train' split: train.csv, train.jsonl) mixes file formats (.csv, .jsonl); "
+                                         "datasets would read the files of one format and silently drop the others"),
+    "a broken JSON line (the advice that fits)": ({"train.jsonl": '{"prompt": "say 1"\n'},
+                                                  "Fix: make each line of train.jsonl one JSON object (JSON lines)"),
+}
+
+
+@pytest.mark.parametrize("case", list(LOAD_ERRORS))
+def test_a_load_error_gets_the_advice_of_its_format(case, tmp_path, monkeypatch, capsys):
+    files, expected = LOAD_ERRORS[case]
+    code, errors, err = _recipe_errors(tmp_path, monkeypatch, capsys, files)
+    assert code == 2, err
+    assert len(errors) == 1, err
+    assert expected in errors[0], errors[0]
+    if not any(name.endswith(".jsonl") for name in files):
+        assert JSONL_ADVICE not in errors[0]
+    assert "Traceback" not in err
+
+
+def test_a_missing_relative_folder_is_named_as_a_missing_folder(tmp_path, monkeypatch, capsys):
+    """`data/gsm8k` (no leading ./) is a Hub id in datasets' eyes; when no such folder exists the line says so too."""
+    import logging
+
+    from trl_grpo_ext.launch import parse_recipe_args
+
+    monkeypatch.setattr(logging, "raiseExceptions", False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = parse_recipe_args(["--config", str(_config(tmp_path, "data/gsm8k"))])
+    assert recipe_without_models(monkeypatch).main(*args) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: dataset_name='data/gsm8k' ('train' split) cannot be read (ConnectionError: Couldn't "
+                      "reach 'data/gsm8k' on the Hub (OfflineModeIsEnabled)). Fix: no local folder 'data/gsm8k' exists "
+                      f"(relative to {tmp_path}) either: point dataset_name at the folder holding the split files, or "
+                      "check the Hub id, dataset_config and your network or cache."]
+
+
+def test_a_config_name_a_local_folder_lacks_names_dataset_config(tmp_path, monkeypatch, capsys):
+    code, errors, err = _recipe_errors(tmp_path, monkeypatch, capsys,
+                                       {"train.jsonl": '{"prompt": "say 1", "answer": "1"}\n' * 8},
+                                       dataset_config="main")
+    assert code == 2, err
+    assert errors == ["error: dataset_config='main': ValueError: BuilderConfig 'main' not found. Available: "
+                      "['default']. Fix: name a configuration the dataset has, or remove dataset_config (a local "
+                      "folder has only 'default')."]

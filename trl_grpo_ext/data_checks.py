@@ -39,6 +39,46 @@ def _reason(err: BaseException) -> str:
     return " ".join(f"{type(err).__name__}: {err}".split())[:300]
 
 
+_COMPRESSION = {".gz", ".bz2", ".xz", ".zst", ".zip", ".lz4"}
+#: What to do about a split file of each format that datasets cannot read (``{file}``: its name).
+_FORMAT_FIXES = {
+    ".jsonl": "make each line of {file} one JSON object (JSON lines), e.g. {{\"prompt\": \"...\", \"answer\": \"...\"}}",
+    ".json": "make {file} JSON lines (one object a line) or one JSON list of objects",
+    ".csv": "make {file} a CSV with one header row (e.g. prompt,answer) and that many fields on every line; quote a "
+            "field that holds a comma",
+    ".tsv": "make {file} tab-separated with one header row and that many fields on every line",
+    ".parquet": "{file} is not a valid Parquet file: write it again (datasets' Dataset.to_parquet or pandas' "
+                "DataFrame.to_parquet), or give the split as JSON lines",
+    ".arrow": "{file} is not an Arrow stream datasets can read: write the split as .jsonl or .parquet instead "
+              "(Dataset.to_json / Dataset.to_parquet)",
+}
+_FORMATS = ".jsonl, .json, .csv, .parquet"
+
+
+def file_format(file: str) -> str:
+    """The data format suffix of ``file`` (``train.jsonl.gz`` -> ``.jsonl``), lower case; ``""`` without one."""
+    suffixes = [x.lower() for x in Path(file).suffixes]
+    while suffixes and suffixes[-1] in _COMPRESSION:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
+def format_fix(files: list[str]) -> str:
+    """The fix for split ``files`` that datasets could not read, for their format (:data:`_FORMAT_FIXES`)."""
+    file = files[0] if files else "the split's file"
+    fix = _FORMAT_FIXES.get(file_format(file))
+    return fix.format(file=file) if fix else f"give {file} in a format datasets reads ({_FORMATS})"
+
+
+def check_one_format(name: str, split: str, files: list[str]) -> None:
+    """Refuse a split whose files are of several formats: datasets reads those of one format and drops the rest."""
+    formats = sorted({file_format(f) for f in files})
+    if len(formats) > 1:
+        raise DatasetError(f"{describe(name, split)} mixes file formats ({', '.join(f or 'none' for f in formats)}); "
+                           "datasets would read the files of one format and silently drop the others. Fix: keep one "
+                           "format per split (convert or remove the other files).")
+
+
 def read_dataset(name: str, config: str | None, split: str, split_field: str):
     """``datasets.load_dataset(name, name=config, split=split)``, every failure answered in one line.
 
@@ -64,8 +104,11 @@ def read_dataset(name: str, config: str | None, split: str, split_field: str):
         raise DatasetError(f"dataset_name={name!r} does not exist. Fix: point it at the folder holding the split files "
                            f"({split}.jsonl, ...), or at a Hub dataset id.")
     files = _split_files(name, split)
+    check_one_format(name, split, files)
     if files and all((path / f).stat().st_size == 0 for f in files):
-        raise DatasetError(f"{describe(name, split)} is empty (0 bytes). Fix: add prompts to it, one JSON object a line.")
+        how = {".jsonl": ", one JSON object a line", ".json": ", one JSON object a line",
+               ".csv": ", a header row (e.g. prompt,answer) then one row per prompt"}.get(file_format(files[0]), "")
+        raise DatasetError(f"{describe(name, split)} is empty (0 bytes). Fix: add prompts to it{how}.")
     try:
         return load_dataset(name, name=config, split=split)
     except Exception as err:  # datasets raises its own errors, pyarrow's, StopIteration on an empty file, ...
@@ -77,9 +120,17 @@ def read_dataset(name: str, config: str | None, split: str, split_field: str):
             raise DatasetError(f"dataset_name={name!r} holds no file for the {split!r} split ({reason}). Fix: name "
                                f"its file {split}.jsonl (or .csv, .parquet), or set {split_field} to the split's "
                                "name.") from None
+        if config is not None and "BuilderConfig" in reason:
+            raise DatasetError(f"dataset_config={config!r}: {reason}. Fix: name a configuration the dataset has, or "
+                               "remove dataset_config (a local folder has only 'default').") from None
         where = describe(name, split) if local else f"dataset_name={name!r} ({split!r} split)"
-        fix = ("make each line of the split's file one JSON object (JSON lines), or use another supported format "
-               "(csv, parquet)") if local else "check the id, dataset_config and your network or cache"
+        if local:
+            fix = format_fix(files)
+        elif not path.exists():
+            fix = (f"no local folder {name!r} exists (relative to {Path.cwd()}) either: point dataset_name at the "
+                   "folder holding the split files, or check the Hub id, dataset_config and your network or cache")
+        else:
+            fix = "check the id, dataset_config and your network or cache"
         raise DatasetError(f"{where} cannot be read ({reason}). Fix: {fix}.") from None
 
 
