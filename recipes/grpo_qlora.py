@@ -21,7 +21,7 @@ from accelerate.utils import set_seed
 from trl_grpo_ext import GRPOExtTrainer, tiny
 from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
 from trl_grpo_ext.data import drop_long_prompts, load_eval_dataset, load_prompt_dataset
-from trl_grpo_ext.data_checks import check_reward_values, describe, reward_columns
+from trl_grpo_ext.data_checks import check_math_golds, check_reward_values, describe, reward_columns
 from trl_grpo_ext.eval_plan import resolve_eval_plan
 from trl_grpo_ext.evaluation import final_evaluation
 from trl_grpo_ext.generation import check_vllm_quantization
@@ -60,6 +60,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
         check_reward_columns(train_dataset.column_names, training_args)  # a reward's missing column, before the model
         answer_columns = reward_columns(training_args.resolved.rewards)  # and one that is empty in every row
         check_reward_values(train_dataset, describe(script_args.dataset_name, "train"), answer_columns)
+        gold_warnings = check_math_golds(train_dataset, describe(script_args.dataset_name, "train"),
+                                         training_args.resolved.rewards)  # math-verify can score some golds
         if script_args.max_prompt_length is not None:  # counted in tokens of the run's tokenizer and chat template
             train_dataset = drop_long_prompts(train_dataset, run_tokenizer(model_args, script_args.chat_template),
                                               script_args.max_prompt_length)
@@ -73,6 +75,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
         if eval_dataset is not None:
             check_reward_columns(eval_dataset.column_names, training_args, split="evaluation")  # TRL scores it too
             check_reward_values(eval_dataset, describe(script_args.dataset_name, "test"), answer_columns)
+            gold_warnings += check_math_golds(eval_dataset, describe(script_args.dataset_name, "test"),
+                                              training_args.resolved.rewards)
         eval_plan = resolve_eval_plan(
             eval_prompts=len(eval_dataset) if eval_dataset is not None else None,
             eval_strategy=training_args.eval_strategy, eval_steps=training_args.eval_steps,
@@ -92,6 +96,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for warning in gold_warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
     ################
     # Tokenizer (an earlier run's adapter as model_name_or_path is continued: its base loads, the adapter trains on)

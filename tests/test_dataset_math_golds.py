@@ -1,0 +1,82 @@
+"""Gold answers math-verify cannot score, found before the model loads (issue 22 review): a split none of whose golds
+a math reward can score is refused (it would train on nothing but the other rewards, that reward None on every
+completion); one with some is warned about, with the count. Unscorable golds, worked out from `gold_latex`'s rules
+(tests/test_rewards_math_golds.py): prose ("72 clips": math-verify would read 72*c*l*i*p*s), a worked solution with
+several $...$ formulas and no \\boxed{}, and blanks."""
+
+import json
+
+import pytest
+import yaml
+from factories import recipe_without_models
+
+PROSE = [f"{n} clips" for n in range(8)]  # all 8 unscorable
+MIXED = ["72", r"10 - 2\sqrt{5}", r"\frac{\pi}{4}", "#### 18", "we have $x = 2$ and so $y = 3$", "6 - 5i",
+         "no answer given", "9\\pi"]  # rows 4 and 6 unscorable: 2 of 8
+
+
+def _run(tmp_path, monkeypatch, capsys, golds, reward="accuracy", column="answer", **changes):
+    import logging
+
+    from trl_grpo_ext.launch import parse_recipe_args
+
+    monkeypatch.setattr(logging, "raiseExceptions", False)
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    (data / "train.jsonl").write_text("".join(json.dumps({"prompt": f"q{i}", column: g}) + "\n"
+                                              for i, g in enumerate(golds)))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_name_or_path": "embedded:tiny-qwen2", "dataset_name": str(data), "dataset_train_split": "train",
+        "rewards": [reward, "format"], "prompts_per_step": 2, "num_generations": 4, "total_training_steps": 1,
+        "use_cpu": True, "bf16": False, "report_to": "none", "output_dir": str(tmp_path / "out"),
+        "max_completion_length": 8, **changes}))
+    args = parse_recipe_args(["--config", str(config)])
+    recipe = recipe_without_models(monkeypatch)
+    try:
+        code = recipe.main(*args)
+    except AssertionError as err:  # the model was loaded: the data checks passed
+        code = str(err)
+    err = capsys.readouterr().err
+    return code, err
+
+
+@pytest.mark.parametrize("reward,column", [("accuracy", "answer"), ("accuracy", "solution"),
+                                           ("accuracy_reward", "solution"), ({"name": "cosine_scaled_reward", "kwargs": {"max_len": 8}}, "solution")])
+def test_a_split_whose_golds_are_all_unscorable_is_refused(reward, column, tmp_path, monkeypatch, capsys):
+    code, err = _run(tmp_path, monkeypatch, capsys, PROSE, reward, column)
+    reward = reward if isinstance(reward, str) else reward["name"]
+    assert code == 2, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert errors[0].startswith(f"error: dataset_name='{tmp_path / 'data'}' ('train' split: train.jsonl): none of the "
+                                f"8 gold answers in column {column!r} can be scored by reward {reward!r} (row 0: "
+                                "'0 clips', its words ['clips'] would be read as symbols")
+    assert "Fix: give each answer as a number" in errors[0]
+
+
+def test_some_unscorable_golds_are_warned_with_the_count(tmp_path, monkeypatch, capsys):
+    code, err = _run(tmp_path, monkeypatch, capsys, MIXED)
+    assert code == "the model was loaded", err  # not refused: the run goes on to load the model
+    warnings = [line for line in err.splitlines() if "gold answers" in line]
+    assert warnings == [
+        f"warning: dataset_name='{tmp_path / 'data'}' ('train' split: train.jsonl): 2 of 8 gold answers in column "
+        "'answer' cannot be scored by reward 'accuracy' (row 4: 'we have $x = 2$ and so $y = 3$', a worked solution "
+        "with several $...$ formulas and no final \\boxed{...} answer); their completions get None (left out of "
+        "that reward)."]
+
+
+def test_blank_golds_count_as_unscorable(tmp_path, monkeypatch, capsys):
+    code, err = _run(tmp_path, monkeypatch, capsys, ["", "3", " ", "4", "5", "6", "7", "8"])
+    assert code == "the model was loaded", err
+    assert "2 of 8 gold answers in column 'answer' cannot be scored by reward 'accuracy' (row 0: '', it is empty)" in err
+
+
+def test_scorable_golds_and_other_rewards_pass_silently(tmp_path, monkeypatch, capsys):
+    code, err = _run(tmp_path, monkeypatch, capsys, [str(n) for n in range(8)])
+    assert code == "the model was loaded", err
+    assert "gold answers" not in err
+    # exact_match is no math-verify reward: its prose golds are text it compares, not refused
+    code, err = _run(tmp_path, monkeypatch, capsys, PROSE, reward="exact_match")
+    assert code == "the model was loaded", err
+    assert "gold answers" not in err
