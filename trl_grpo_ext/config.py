@@ -21,6 +21,8 @@ from .engines import resolve_engine
 from .fieldtable import Choices, declared_checks
 from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
 from .loss_settings import CLIP_DEFAULTS, ignored_clipping
+from .models import bf16_available as _bf16_available
+from .models import check_bf16_machine
 from .plan import QuantityError
 from .plan.resolve import NO_STEP_LIMIT_FIX
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
@@ -319,11 +321,8 @@ class GRPOExtConfig(GRPOConfig):
     def _check_bf16(self) -> None:
         if self.bf16 is None:  # TRL would default to True; choose what this machine supports
             self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
-        elif self.bf16 and not self.use_cpu and not _bf16_available():
-            raise ValueError(
-                "bf16=True, but this machine has no accelerator with bfloat16 support. Fix: set `bf16: false` "
-                "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU."
-            )
+        else:
+            check_bf16_machine(self.bf16, self.use_cpu)
 
     def _check_generation(self) -> None:
         """Generation settings TRL would ignore or that cannot work, and `use_vllm` on a 4-bit
@@ -385,11 +384,3 @@ def _accelerator_available() -> bool:
     import torch
 
     return torch.cuda.is_available() or bool(getattr(torch, "xpu", None) and torch.xpu.is_available())
-
-
-def _bf16_available() -> bool:
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    return bool(getattr(torch, "xpu", None) and torch.xpu.is_available())

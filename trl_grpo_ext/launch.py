@@ -19,14 +19,13 @@ import yaml
 from .frontdoor import read_run_args
 from .hub.secrets import scrub_secrets
 from .model_source import resolve_model_source
-from .models import check_model_path
+from .models import check_bf16_machine, check_model_path
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
 from .rewards.spec import build_reward_funcs, with_run_defaults
+from .validation.collected import check_skip_epochs, check_vllm_base, dataset_size_of
 from .validation.problems import Problems, problem_lines
 
 RUN_CONFIG_FILE = "run_config.json"
-
-
 
 
 class RecipeArgumentError(SystemExit):
@@ -50,7 +49,18 @@ def _recipe_checks(run) -> None:
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
     if not training_args.rewards:
         problems.add("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
+    problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
+    problems.check(check_vllm_base, run, fields=["use_vllm"])
+    problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), _world_size(), fields=["zero_variance_filter"])
     problems.raise_if_any(ValueError)
+
+
+def _world_size() -> int:
+    """The launch's ``WORLD_SIZE`` (1 when unset or not a number: the front door reports that)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 def parse_recipe_args(argv: list[str] | None = None):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from . import smollm2, tiny
 from .checks import check_choice
@@ -254,3 +255,23 @@ def is_quantized_model(model) -> bool:
     """Whether ``model`` (or the base of a PEFT model) was loaded in 4 or 8 bits."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return bool(getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False))
+
+
+def check_bf16_machine(bf16: Any, use_cpu: Any) -> None:
+    """Refuse ``bf16: true`` off the CPU on a machine without a bfloat16 accelerator (`ValueError` with the fix);
+    the recipe runs it with the config's other checks, before `GRPOExtConfig` is built (`launch`), and
+    `GRPOExtConfig` itself."""
+    if bf16 is True and not use_cpu and not bf16_available():
+        raise ValueError(
+            "bf16=True, but this machine has no accelerator with bfloat16 support. Fix: set `bf16: false` "
+            "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU."
+        )
+
+
+def bf16_available() -> bool:
+    """Whether a CUDA or XPU accelerator with bfloat16 support is present (imports torch)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    return bool(getattr(torch, "xpu", None) and torch.xpu.is_available())

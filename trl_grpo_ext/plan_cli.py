@@ -36,7 +36,7 @@ from trl_grpo_ext.frontdoor import read_run_args
 from trl_grpo_ext.plan import QuantityError, format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.validation.problems import problem_lines
-from trl_grpo_ext.zero_variance.settings import check_skip_plan, resample_note, skip_note
+from trl_grpo_ext.zero_variance.settings import resample_note, skip_note
 
 EMBEDDED_PREFIX = "embedded:"
 #: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.
@@ -116,7 +116,7 @@ def build_plan(args: argparse.Namespace):
     # the same reader and checks as the recipe's argument stage (torch is imported only the first time a model's module
     # names are needed for LoRA targets; they are cached afterwards)
     run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world,
-                        engine=engine)
+                        engine=engine, checks=_collected_checks(args.dataset_size, world))
     script_args, training, model_args, _ = run
     resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults())
     plan = resolve_plan(resolved.quantity_fields(), dataset_size_from(script_args, args.dataset_size), world,
@@ -137,7 +137,6 @@ def build_plan(args: argparse.Namespace):
     if training.zero_variance_filter == "resample":
         notes.append(resample_note(plan, training.max_resample_rounds))
     if training.zero_variance_filter == "skip":
-        check_skip_plan(plan)
         notes.append(skip_note(plan, training.skip_exploration_probability))
     if getattr(args, "eval_results", None):
         import json
@@ -160,6 +159,17 @@ def build_plan(args: argparse.Namespace):
                          "samples per prompt (or final_eval_num_samples in the recipe).")
     args.run_args = run  # for eval_plan_from, without reading the config twice
     return plan, warns, notes, rewards
+
+
+def _collected_checks(dataset_size: int | None, world: int) -> tuple:
+    """The checks `read_run_args` lists with the config's other problems (`validation.collected`): skip's one-epoch
+    refusal on the plan of ``dataset_size`` prompts, ``use_vllm`` on a quantized base."""
+    from trl_grpo_ext.validation.collected import check_skip_epochs, check_vllm_base, dataset_size_of
+
+    def skip_epochs(run):
+        check_skip_epochs(run, dataset_size_of(run.script_args, dataset_size), world)
+
+    return (skip_epochs, check_vllm_base)
 
 
 def _trl_defaults() -> dict:

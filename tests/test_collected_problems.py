@@ -1,0 +1,102 @@
+"""Problems that were still reported one run at a time (issue 22 review) are part of the all-at-once list: skip's
+one-epoch refusal (on the plan), use_vllm on a 4-bit base, bf16 on a machine without it, next to the config's other
+problems (a range, a misspelt reward). A config with three problems shows three lines in one go, exit 2, from
+`plan`, the recipe, `trl-grpo-ext train` and the check `trl-grpo-ext train --accelerate_config` runs before it
+starts accelerate."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trl_grpo_ext.launch import parse_recipe_args
+from trl_grpo_ext.plan_cli import main as plan_main
+from trl_grpo_ext.train import check_before_launch, run_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+# 16 prompts / 2 per step = 8 steps = 1 epoch (total_epochs 1): skip would skip nothing
+THREE = {"model_name_or_path": "embedded:tiny-qwen2", "dataset_name": "embedded:count-char",
+         "embedded_num_prompts": 16, "rewards": ["acurracy"], "prompts_per_step": 2, "num_generations": 4,
+         "total_epochs": 1, "zero_variance_filter": "skip", "temperature": 0, "use_cpu": True, "bf16": False,
+         "report_to": "none"}
+STARTS = ["temperature=0 must be a number > 0.", "Unknown reward 'acurracy'. Did you mean 'accuracy'?",
+          "zero_variance_filter='skip' predicts a prompt from its rollouts in earlier epochs, so it skips nothing in "
+          "the first epoch, and this run covers 1 epoch(s) of 16 prompts"]
+
+
+@pytest.fixture
+def three(tmp_path, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    path = tmp_path / "three.yaml"
+    path.write_text(yaml.safe_dump({**THREE, "output_dir": str(tmp_path / "out")}))
+    return path
+
+
+def _errors(err: str, prefix: str) -> list[str]:
+    return [line.removeprefix(prefix) for line in err.splitlines() if line.startswith(prefix)]
+
+
+def _assert_three(lines):
+    assert len(lines) == 3, lines
+    assert [line[:len(start)] for line, start in zip(lines, STARTS)] == STARTS
+
+
+def test_plan_shows_the_three_at_once(three, capsys):
+    assert plan_main(["--config", str(three)]) == 2
+    _assert_three(_errors(capsys.readouterr().err, "trl-grpo-ext plan: error: "))
+
+
+def test_the_recipe_and_train_show_the_three_at_once(three, capsys, monkeypatch):
+    with pytest.raises(SystemExit) as refused:
+        parse_recipe_args(["--config", str(three)])
+    assert refused.value.code == 2
+    _assert_three(_errors(capsys.readouterr().err, "error: "))
+    from trl_grpo_ext import tiny
+
+    monkeypatch.setattr(tiny, "ensure_tiny_model", lambda *a, **k: pytest.fail("the model was built"))
+    assert run_recipe(["--config", str(three)]) == 2
+    _assert_three(_errors(capsys.readouterr().err, "error: "))
+
+
+def test_the_check_before_accelerate_shows_the_three(three):
+    _assert_three(check_before_launch(["--config", str(three)], ROOT / "recipes/accelerate_configs/cpu.yaml"))
+
+
+def test_the_skip_refusal_alone_is_still_one_line_and_more_epochs_pass(three, capsys):
+    three.write_text(yaml.safe_dump({**THREE, "rewards": ["char_fraction"], "temperature": 1.0}))
+    assert plan_main(["--config", str(three)]) == 2
+    lines = _errors(capsys.readouterr().err, "trl-grpo-ext plan: error: ")
+    assert len(lines) == 1 and lines[0].startswith(STARTS[2])
+    # 3 epochs: 24 steps, skip acts from the second
+    assert plan_main(["--config", str(three), "--total_epochs", "3"]) == 0
+
+
+def test_plan_counts_skip_epochs_on_the_given_dataset_size(three, capsys):
+    """--dataset-size 4: 4 / 2 = 2 steps an epoch; total_training_steps 6 covers 3 epochs, so skip passes; with
+    --dataset-size 64 the same 6 steps cover 6 / 32 epochs and skip is refused."""
+    config = {**THREE, "rewards": ["char_fraction"], "temperature": 1.0, "total_training_steps": 6,
+              "dataset_name": "some/hub-dataset"}
+    del config["total_epochs"], config["embedded_num_prompts"]
+    three.write_text(yaml.safe_dump(config))
+    assert plan_main(["--config", str(three), "--dataset-size", "4"]) == 0
+    capsys.readouterr()
+    assert plan_main(["--config", str(three), "--dataset-size", "64"]) == 2
+    (line,) = _errors(capsys.readouterr().err, "trl-grpo-ext plan: error: ")
+    assert "this run covers 0.188 epoch(s) of 64 prompts" in line
+
+
+def test_vllm_on_a_4bit_base_and_bf16_join_the_list(three, capsys, monkeypatch):
+    from trl_grpo_ext import models
+
+    monkeypatch.setattr(models, "bf16_available", lambda: False)  # a machine without bf16 (this one has none)
+    three.write_text(yaml.safe_dump({**THREE, "rewards": ["char_fraction"], "zero_variance_filter": "mask",
+                                     "use_vllm": True, "load_in_4bit": True, "bf16": True, "use_cpu": False}))
+    assert plan_main(["--config", str(three)]) == 2
+    plan_lines = _errors(capsys.readouterr().err, "trl-grpo-ext plan: error: ")
+    assert [line[:28] for line in plan_lines] == ["temperature=0 must be a numb", "use_vllm=True with a 4-bit b"]
+    with pytest.raises(SystemExit):
+        parse_recipe_args(["--config", str(three)])
+    lines = _errors(capsys.readouterr().err, "error: ")
+    # the recipe adds what only it checks: bf16 on this machine (plan imports no torch)
+    assert [line[:28] for line in lines] == ["temperature=0 must be a numb", "bf16=True, but this machine ",
+                                             "use_vllm=True with a 4-bit b"]
