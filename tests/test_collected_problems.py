@@ -87,8 +87,10 @@ def test_plan_counts_skip_epochs_on_the_given_dataset_size(three, capsys):
 
 def test_vllm_on_a_4bit_base_and_bf16_join_the_list(three, capsys, monkeypatch):
     from trl_grpo_ext import models
+    from trl_grpo_ext.validation import packages
 
     monkeypatch.setattr(models, "bf16_available", lambda: False)  # a machine without bf16 (this one has none)
+    monkeypatch.setattr(packages, "installed", lambda module: True)  # vllm "installed": only the 4-bit rule
     three.write_text(yaml.safe_dump({**THREE, "rewards": ["char_fraction"], "zero_variance_filter": "mask",
                                      "use_vllm": True, "load_in_4bit": True, "bf16": True, "use_cpu": False}))
     assert plan_main(["--config", str(three)]) == 2

@@ -185,7 +185,9 @@ def test_recipe_refuses_with_one_line_before_the_tokenizer(tmp_path):
     )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
-    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    # without vllm installed, its missing package is a problem of its own (tests/test_run_packages.py)
+    (line,) = [line for line in result.stderr.splitlines()
+               if line.startswith("error: ") and "needs the vllm package" not in line]
     _assert_vllm_4bit_refusal(line[len("error: "):])
     assert "(load_in_4bit=True)" in line and not (tmp_path / "run").exists()
 

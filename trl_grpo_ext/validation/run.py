@@ -10,6 +10,7 @@ from ..engines import Engine, resolve_engine
 from ..loss_settings import CLIP_DEFAULTS
 from .engines import check_engine_settings
 from .lora import check_lora_names, check_lora_targets
+from .packages import check_run_packages
 from .problems import Problems
 from .rewards import (
     check_reward_columns,
@@ -110,6 +111,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
                                  blocked_by=("embedded_target", "dataset_name", "dataset_format"))
         if columns is not None:
             problems.check(check_reward_columns, columns, specs)
+    check_run_packages(values, problems)  # flash-attn, vLLM, Liger, the trackers: before the model, not after
     problems.check(_check_engine, values, engine)
     lora = ("lora_target_modules", "lora_modules_to_save")
     problems.check(check_lora_names, values, fields=lora, blocked_by=(*lora, "use_peft"))

@@ -1,0 +1,85 @@
+"""The optional packages a run's settings need, checked before any model loads.
+
+An open-r1 config sets ``attn_implementation: flash_attention_2``, ``use_vllm: true``, ``report_to: [wandb]`` and
+sometimes ``use_liger_kernel: true``. Without the package behind each, transformers or TRL fails only after the
+model has loaded (flash-attn, vLLM, Liger) or when the trainer starts (wandb). :func:`package_problems` names each
+missing one, with the pip command and the setting that avoids it. Whether a package is installed is asked of
+`importlib.util.find_spec`, which imports nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from typing import Any
+
+from .tables import enum_value
+
+#: report_to integration -> (import names, any of which will do; pip requirement). transformers' own availability
+#: checks (``transformers.integrations``) look for the same modules.
+TRACKERS = {
+    "wandb": (("wandb",), "wandb"),
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+    "mlflow": (("mlflow",), "mlflow"),
+    "trackio": (("trackio",), "trackio"),
+    "comet_ml": (("comet_ml",), "comet_ml"),
+}
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found on the path; not imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _report_to(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field, problem)`` for each package a setting of ``values`` needs and this environment lacks.
+
+    Args:
+        values (`Mapping[str, Any]`): the run's fields (`tables.flatten_values`): reads ``attn_implementation``,
+            ``use_vllm``, ``use_liger_kernel`` and ``report_to``.
+
+    Returns:
+        `list[tuple[str, str]]`: one line each, naming the field, its value, the missing package, the pip command and
+        the setting that needs no package.
+    """
+    out = []
+    attn = enum_value(values.get("attn_implementation"))
+    if attn == "flash_attention_2" and not installed("flash_attn"):
+        out.append(("attn_implementation", "attn_implementation='flash_attention_2' needs the flash-attn package, "
+                    "which is not installed (transformers would fail when it loads the model). Fix: pip install "
+                    "flash-attn --no-build-isolation (a CUDA GPU), or set attn_implementation: sdpa."))
+    if values.get("use_vllm") is True and not installed("vllm"):
+        out.append(("use_vllm", "use_vllm=True needs the vllm package, which is not installed (TRL would fail after "
+                    "loading the model). Fix: pip install vllm (a CUDA GPU), or set use_vllm: false."))
+    if values.get("use_liger_kernel") is True and not installed("liger_kernel"):
+        out.append(("use_liger_kernel", "use_liger_kernel=True needs the liger-kernel package, which is not installed "
+                    "(the trainer would fail after loading the model). Fix: pip install liger-kernel, or set "
+                    "use_liger_kernel: false."))
+    report_to = _report_to(values.get("report_to"))
+    for tracker in report_to:
+        modules, requirement = TRACKERS.get(tracker, ((), ""))
+        if modules and not any(installed(m) for m in modules):
+            others = [t for t in report_to if t != tracker]
+            keep = f"report_to: {others}" if others else "report_to: none"
+            out.append(("report_to", f"report_to={values.get('report_to')!r} needs the {requirement} package, which "
+                        "is not installed (the trainer would fail when it starts). Fix: pip install "
+                        f"{requirement}, or set {keep}."))
+    return out
+
+
+def check_run_packages(values: Mapping[str, Any], problems) -> None:
+    """Record each of :func:`package_problems` in ``problems`` (`problems.Problems`), under its field."""
+    found = package_problems(values)
+    refused = {name for name, _ in found if problems.blocked((name,))}  # a value already refused: not restated
+    for field_name, problem in found:
+        if field_name not in refused:
+            problems.add(problem, (field_name,))
