@@ -163,7 +163,29 @@ def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan) -> CheckedCheck
     saved = Path(checkpoint) / PLAN_FILE
     if saved.is_file():
         check_resume_compatible(json.loads(saved.read_text()), plan)
+    check_checkpoint_unfinished(checkpoint, plan)
     return CheckedCheckpoint(checkpoint, plan)
+
+
+def check_checkpoint_unfinished(checkpoint: str, plan: RunPlan) -> None:
+    """Refuse (`QuantityError`) resuming a checkpoint that already holds the plan's last step.
+
+    transformers 5.24 does not stop there: resumed at ``global_step == max_steps`` it trains one more step and saves
+    ``checkpoint-<max_steps + 1>`` (measured with plain TRL on the tiny model: a 2-step run resumed with
+    ``resume_from_checkpoint=True`` ends at step 3), past the plan the run was sized for. A checkpoint without
+    ``trainer_state.json`` is not judged.
+    """
+    state = Path(checkpoint) / "trainer_state.json"
+    try:
+        step = json.loads(state.read_text()).get("global_step")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(step, int) and step >= plan.total_steps:
+        raise QuantityError(
+            f"resume_from_checkpoint: {checkpoint} already holds step {step} of the plan's {plan.total_steps}: the run "
+            "is complete, and resuming it would train a step past its plan (transformers runs one more). Fix: use "
+            "the adapter it saved; to train further, start a new output_dir with model_name_or_path set to that "
+            "checkpoint (its adapter is continued), or set overwrite_output_dir: true to start over.")
 
 
 def write_json(directory: str | os.PathLike, name: str, values: dict) -> None:
