@@ -136,7 +136,7 @@ def test_the_cycle_finder_finds_a_known_cycle():
 
 #: The layers of docs/architecture.md: a module may import from its own layer or the layers above (lower numbers).
 LAYERS = {
-    0: ["checks", "model_cache", "data_sizes", "_fields", "hub.secrets", "hub.card_template"],
+    0: ["checks", "model_cache", "data_sizes", "local_columns", "_fields", "hub.secrets", "hub.card_template"],
     1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "resolved", "advantage_settings",
         "checkpoints", "eval_plan", "eval_stats", "rewards", "rewards.registry", "rewards.parameters", "rewards.spec",
         "rewards.guard", "rewards.builtin", "rewards.math", "rewards.text", "rewards.trl_rewards",

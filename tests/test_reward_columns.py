@@ -156,6 +156,14 @@ def test_the_recipe_refuses_it_on_either_split_before_the_model_loads(user_rewar
         "total_training_steps": 1, "use_cpu": True, "bf16": False, "report_to": "none",
         "output_dir": str(tmp_path / "out"), "max_completion_length": 8,
     }))
+    if broken_split == "train":  # a local JSON-lines folder's columns are known from its file: the front door refuses
+        with pytest.raises(SystemExit) as refused:
+            parse_recipe_args(["--config", str(config)])
+        assert refused.value.code == 2
+        assert "takes the argument 'assistant'" in capsys.readouterr().err
+        import trl_grpo_ext.validation.run as run_checks
+
+        monkeypatch.setattr(run_checks, "known_columns", lambda values: None)  # as for a Hub dataset
     args = parse_recipe_args(["--config", str(config)])
 
     recipe = recipe_without_models(monkeypatch)

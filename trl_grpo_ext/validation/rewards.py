@@ -95,8 +95,8 @@ def check_reward_packages(specs: Sequence) -> None:
 
 
 def known_columns(values: Mapping[str, Any]) -> list[str] | None:
-    """The training dataset's columns when known without loading it (the embedded tasks and GSM8K-format data),
-    else ``None``.
+    """The training dataset's columns when known without loading it (the embedded tasks, GSM8K-format data, and a
+    local folder of JSON lines or CSV: `local_columns`), else ``None``.
 
     Raises:
         RunArgumentError: an ``embedded_target`` the embedded count-char task cannot use.
@@ -111,7 +111,12 @@ def known_columns(values: Mapping[str, Any]) -> list[str] | None:
             raise RunArgumentError(f"embedded_target: {err} Fix: embedded_target: a") from None
     if values.get("dataset_format") == "gsm8k" or name == "embedded:arithmetic":
         return ["prompt", "answer"]  # data.gsm8k_to_prompt's row (the arithmetic task is mapped the same way)
-    return None
+    from ..local_columns import local_columns
+
+    columns = local_columns(name, values.get("dataset_train_split"))  # a local JSON-lines or CSV folder
+    if columns is not None and (values.get("dataset_prompt_column") or "prompt") != "prompt":
+        columns.append("prompt")  # data.apply_prompt_settings writes it
+    return columns
 
 
 def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: str = "training") -> None:
