@@ -206,16 +206,16 @@ def test_every_shipped_config_passes(monkeypatch):
 
 
 def test_recipe_refuses_a_missing_column_after_loading_the_dataset_before_the_model(tmp_path, monkeypatch, capsys):
-    """A local prompt dataset (columns unknown to `plan`) without the reward's column: exit 2 before any weight."""
-    import json
-
+    """A local prompt dataset whose columns `plan` cannot read without `datasets` (Parquet; JSON lines and CSV it
+    reads, `local_columns`) without the reward's column: exit 2 before any weight."""
+    from datasets import Dataset
     from factories import recipe_without_models
 
     from trl_grpo_ext.launch import parse_recipe_args
 
     data = tmp_path / "data"
     data.mkdir()
-    (data / "train.jsonl").write_text("\n".join(json.dumps({"prompt": f"say {i}", "label": str(i)}) for i in range(8)))
+    Dataset.from_list([{"prompt": f"say {i}", "label": str(i)} for i in range(8)]).to_parquet(str(data / "train.parquet"))
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({
         "model_name_or_path": "embedded:tiny-qwen2", "dataset_name": str(data), "dataset_train_split": "train",

@@ -102,9 +102,9 @@ INVALID = [
                                                                 "advantage_preset": "dr_grpo", "entropy_coef": 0.01},
         ["zero_variance_filter", "loss_type='dr_grpo'", "entropy_coef"]),
     row("skip_exploration_probability=0", {"zero_variance_filter": "skip", "skip_exploration_probability": 0.0,
-                                           "total_training_steps": 80}, ["skip_exploration_probability"]),
+                                           "total_training_steps": 80, "total_epochs": 3}, ["skip_exploration_probability"]),
     row("skip_exploration_probability>1", {"zero_variance_filter": "skip", "skip_exploration_probability": 1.5,
-                                           "total_training_steps": 80}, ["skip_exploration_probability"]),
+                                           "total_training_steps": 80, "total_epochs": 3}, ["skip_exploration_probability"]),
     row("advantage_epsilon<0", {"advantage_epsilon": -1.0}, ["advantage_epsilon"]),
     row("lost_update_steps<0", {"lost_update_steps": -1}, ["lost_update_steps"]),
     row("lost_update_warning_threshold>1", {"lost_update_warning_threshold": 1.5}, ["lost_update_warning_threshold"]),
@@ -467,7 +467,7 @@ def test_the_recipe_reports_a_missing_model_with_the_config_s_problems(tmp_path,
 def test_null_for_a_number_is_refused_by_plan_and_recipe(name, tmp_path, capsys, no_weights):
     # YAML's `null` for a field that needs a number passed every check and failed deep in the run (or in plan)
     change = {"zero_variance_filter": {"skip_exploration_probability": "skip", "max_resample_rounds": "resample"}
-              .get(name, "mask"), "total_training_steps": 80, name: None}
+              .get(name, "mask"), "total_training_steps": 80, "total_epochs": 3, name: None}  # 2.5 epochs: skip acts
     path = _config(tmp_path, change)
     assert plan_cli.main(["--config", path]) == 2
     _check_message(capsys.readouterr().err.strip(), [f"{name}=None"], "Fix:")
