@@ -1,7 +1,7 @@
 # trl-grpo-ext — every target creates what it needs (a virtualenv in .venv, the package and its dependencies).
 #   make demo   run the QLoRA recipe on the embedded tiny model (CPU, no network)
 #   make test   run the test suite (CPU, no network, < 10 minutes on 2 cores)
-#   make test-dist   DDP, DeepSpeed ZeRO-2 and ZeRO-3 on 2 CPU processes, every zero-variance mode, 2 "machines" (about 3.5 min, docs/scaling.md)
+#   make test-dist   DDP, DeepSpeed ZeRO-2/3 and FSDP2 on 2 CPU processes, every zero-variance mode, SIGINT + resume, 2 "machines" (26 min under load, docs/scaling.md)
 #   make demo-real   train and evaluate a real pretrained model (SmolLM2-135M-Instruct) on a CPU (12 min of training + 4.5 min of evaluation, measured)
 PYTHON ?= python3
 VENV ?= .venv

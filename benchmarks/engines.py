@@ -1,13 +1,14 @@
 """Engines on 2 CPU processes: seconds per optimizer step (ratio to DDP) and peak memory per process.
 
 Runs tests/engines_worker.py (LoRA r 8 on the float32 tiny model, 16 completions of 8 tokens per step, 2 micro-batches
-per process, zero_variance_filter mask) under DDP (torchrun) and DeepSpeed ZeRO-2 / ZeRO-3 (`accelerate launch` with
-recipes/accelerate_configs/zero{2,3}_cpu.yaml), `--repeats` times each, interleaved, and prints a Markdown table:
+per process, zero_variance_filter mask) under DDP (torchrun), DeepSpeed ZeRO-2 / ZeRO-3 (`accelerate launch` with
+recipes/accelerate_configs/zero{2,3}_cpu.yaml) and FSDP2 (fsdp2_cpu.yaml, with the test-only patch that lets accelerate
+take its FSDP path on a CPU, tests/fsdp_cpu.py), `--repeats` times each, interleaved, and prints a Markdown table:
 the median over repeats of the training time per step (the slower process; ``trainer.train()`` only, so launch,
 imports and model loading are excluded) and its ratio to DDP, and the peak resident memory of a process (ru_maxrss,
 the larger of the two). Other jobs on the machine disturb the times; the load average is printed with them.
 
-    python benchmarks/engines.py                       # about 3 minutes on 2 CPU cores
+    python benchmarks/engines.py                       # about 4 minutes on 2 CPU cores
     python benchmarks/engines.py --steps 20 --repeats 3
 """
 
@@ -26,7 +27,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from factories import run_worker_on_2_processes, run_worker_under_accelerate  # noqa: E402
 
-ENGINES = {"DDP (torchrun, gloo)": None, "DeepSpeed ZeRO-2": "zero2_cpu.yaml", "DeepSpeed ZeRO-3": "zero3_cpu.yaml"}
+ENGINES = {"DDP (torchrun, gloo)": None, "DeepSpeed ZeRO-2": "zero2_cpu.yaml", "DeepSpeed ZeRO-3": "zero3_cpu.yaml",
+           "FSDP2 (gloo, test-only patch)": "fsdp2_cpu.yaml"}
 
 
 def run_once(config: str | None, steps: int) -> tuple[float, float]:

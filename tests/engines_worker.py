@@ -1,6 +1,7 @@
 """Worker of tests/test_engines_multiproc.py: 3 optimizer steps of LoRA GRPO on the tiny model, under whichever engine
 the launcher set up (torchrun for DDP; `accelerate launch --config_file recipes/accelerate_configs/zero{2,3}_cpu.yaml`
-for DeepSpeed), with ``zero_variance_filter`` = MODE; each rank writes what it saw to JSON.
+for DeepSpeed; `fsdp2_cpu.yaml` for FSDP2, with the test-only patch of tests/fsdp_cpu.py), with
+``zero_variance_filter`` = MODE; each rank writes what it saw to JSON.
 
     worker OUT_DIR MODE [STEPS [BASE]]  (STEPS: optimizer steps, default 3; BASE: float32 (default) or nf4, a 4-bit
                                          NF4 base computing in float32 with float32 adapters)
@@ -11,7 +12,8 @@ model generated, and vary within a group).
 Writes OUT_DIR/rank{RANK}.json: the engine, the world size, per generation batch the gathered rewards, this rank's
 advantages and the global kept-row count; per optimizer step the learning rate, and a copy of the trainable values the
 optimizer holds (its parameters and state, flattened) after the step; the plan's total steps and stop reason and the
-final global step. Rank 0 saves the adapter in OUT_DIR/adapter (gathered from the ZeRO-3 shards by the engine).
+final global step; how many model parameters are FSDP2 DTensors. Rank 0 saves the adapter in OUT_DIR/adapter
+(gathered from the ZeRO-3 or FSDP2 shards by the engine).
 """
 
 import json
@@ -40,7 +42,8 @@ def optimizer_values(trainer) -> list[float]:
     """The values the optimizer holds, flattened in a fixed order: each parameter it updates and its state.
 
     Under DeepSpeed these are the float32 partitions of this process (ZeRO-3 puts them into the torch optimizer's
-    param_groups only during its step), under DDP the parameters themselves.
+    param_groups only during its step), under FSDP2 this process's shards of the parameters, under DDP the parameters
+    themselves.
     """
     optimizer, zero = trainer.torch_optimizer, getattr(trainer.optimizer, "optimizer", None)
     params = getattr(zero, "fp32_partitioned_groups_flat", None) or getattr(zero, "single_partition_of_fp32_groups", None)
@@ -48,10 +51,16 @@ def optimizer_values(trainer) -> list[float]:
         params = [p for group in optimizer.param_groups for p in group["params"]]
     parts = []
     for p in params:
-        parts.append(p.detach().float().flatten())
+        parts.append(local(p))
         for _key, value in sorted(optimizer.state.get(p, {}).items()):
-            parts.append(torch.as_tensor(value).detach().float().flatten())
+            parts.append(local(torch.as_tensor(value)))
     return torch.cat(parts).tolist()
+
+
+def local(tensor) -> torch.Tensor:
+    """A tensor's values held by this process, flattened: FSDP2's DTensor parameters and states give their shard."""
+    tensor = tensor.detach()
+    return (tensor.to_local() if hasattr(tensor, "to_local") else tensor).float().flatten()
 
 
 class Recorder(TrainerCallback):
@@ -65,6 +74,10 @@ class Recorder(TrainerCallback):
 
 def build_trainer(run_dir: str, mode: str, total_steps: int, **fields):
     """The run's trainer (the launch environment chooses the engine); `fields` are further config fields."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        import fsdp_cpu
+
+        fsdp_cpu.enable()  # accelerate runs FSDP only on GPUs: tests/fsdp_cpu.py lets it take that path on a CPU
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
         fields.update(use_cpu=False, ddp_backend="gloo")  # accelerate drops DeepSpeed under use_cpu=True
     return tiny_trainer(
@@ -78,7 +91,9 @@ def build_trainer(run_dir: str, mode: str, total_steps: int, **fields):
 
 def main(out_dir: str, mode: str, total_steps: int = 3, base: str = "float32") -> None:
     rank = int(os.environ["RANK"])
-    quantized = {"quantization_config": nf4()} if base == "nf4" else {}
+    fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    # FSDP shards the packed 4-bit weights beside the float32 parameters: stored as float32 (docs/scaling.md)
+    quantized = {"quantization_config": nf4(quant_storage=torch.float32 if fsdp else None)} if base == "nf4" else {}
     trainer = build_trainer(os.path.join(out_dir, "run"), mode, total_steps, **quantized)
     create_optimizer = trainer.create_optimizer
 
@@ -118,6 +133,7 @@ def main(out_dir: str, mode: str, total_steps: int = 3, base: str = "float32") -
         "plan_json": json.loads(trainer.plan.to_json()), "node_rank": int(os.environ.get("GROUP_RANK", 0)),
         "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]),
         "skipped_updates": trainer.zero_variance.skipped_updates, "train_seconds": seconds,
+        "sharded_params": sum(hasattr(p, "to_local") for p in trainer.model.parameters()),  # FSDP2's DTensors
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     os.makedirs(out_dir, exist_ok=True)  # a second machine has no directory of rank 0

@@ -100,13 +100,16 @@ def count_char_mix(num_prompts: int, other: str = "b", every: int = 2):
     return Dataset.from_list([other_rows[i] if i % every == every - 1 else row for i, row in enumerate(rows)])
 
 
-def nf4(compute_dtype=None, double_quant: bool = True):
-    """`BitsAndBytesConfig` of a 4-bit NF4 base computing in `compute_dtype` (default `torch.float32`)."""
+def nf4(compute_dtype=None, double_quant: bool = True, quant_storage=None):
+    """`BitsAndBytesConfig` of a 4-bit NF4 base computing in `compute_dtype` (default `torch.float32`), its packed
+    weights stored as `quant_storage` (default bitsandbytes' `torch.uint8`; FSDP needs the compute dtype)."""
     import torch
     from transformers import BitsAndBytesConfig
 
+    storage = {} if quant_storage is None else {"bnb_4bit_quant_storage": quant_storage}
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=double_quant,
-                              bnb_4bit_compute_dtype=torch.float32 if compute_dtype is None else compute_dtype)
+                              bnb_4bit_compute_dtype=torch.float32 if compute_dtype is None else compute_dtype,
+                              **storage)
 
 
 def lora(modules_to_save: list[str] | None = None):
@@ -138,20 +141,34 @@ def tiny_cpu_yaml(tmp_path, drop=(), name: str = "config.yaml", **changes) -> st
 TORCHRUN_2 = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 
 
-def run_worker_on_2_processes(worker: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
-    """Run `tests/<worker> *args` under `TORCHRUN_2` on the CPU (gloo) and return the finished process.
+def worker_launch(config: str | None, worker: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that start `tests/<worker> *args` on 2 CPU processes: `TORCHRUN_2` (DDP, gloo)
+    when `config` is None, else `accelerate launch --config_file recipes/accelerate_configs/<config>` (the user's own
+    command; DeepSpeed's and FSDP's CPU twins start their 2 processes through torchrun's agent too).
 
     The tiny model is built here first, so the ranks only read it (not both build it at once). The workers get
-    PYTHONPATH = the repository root, OMP_NUM_THREADS=1, HF_HUB_OFFLINE=1 and no inherited WORLD_SIZE; stdout and
-    stderr are captured as text. Raises `subprocess.TimeoutExpired` after `timeout` seconds.
+    PYTHONPATH = the repository root, OMP_NUM_THREADS=1, HF_HUB_OFFLINE=1 and no inherited WORLD_SIZE; under accelerate
+    also ``DS_ACCELERATOR=cpu`` (DeepSpeed's CPU accelerator; it builds its shared-memory communication op with ninja
+    on first use), and ``--main_process_port 0`` takes a free port. Run it in the repository root.
     """
     from trl_grpo_ext import tiny
 
     tiny.ensure_tiny_model()
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     env.pop("WORLD_SIZE", None)
-    return subprocess.run([*TORCHRUN_2, str(ROOT / "tests" / worker), *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    if config is None:
+        return [*TORCHRUN_2, str(ROOT / "tests" / worker), *args], env
+    env["DS_ACCELERATOR"] = "cpu"
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+            str(ROOT / "recipes" / "accelerate_configs" / config), "--main_process_port", "0",
+            str(ROOT / "tests" / worker), *args], env
+
+
+def run_worker_on_2_processes(worker: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    """Run `tests/<worker> *args` under `TORCHRUN_2` on the CPU (gloo) and return the finished process (`worker_launch`;
+    stdout and stderr captured as text). Raises `subprocess.TimeoutExpired` after `timeout` seconds."""
+    command, env = worker_launch(None, worker, *args)
+    return subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def record_loss_batches(trainer, record) -> list:
@@ -184,21 +201,10 @@ def record_generation_outputs(trainer) -> list:
 
 
 def run_worker_under_accelerate(config: str, worker: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
-    """Run `tests/<worker> *args` with `accelerate launch --config_file recipes/accelerate_configs/<config>` (the
-    user's own command; DeepSpeed's CPU twins start their 2 processes through torchrun) and return the finished process.
-
-    Environment as `run_worker_on_2_processes`, plus ``DS_ACCELERATOR=cpu`` (DeepSpeed's CPU accelerator; it builds its
-    shared-memory communication op with ninja on first use); ``--main_process_port 0`` takes a free port. Raises
-    `subprocess.TimeoutExpired` after `timeout` seconds.
-    """
-    from trl_grpo_ext import tiny
-
-    tiny.ensure_tiny_model()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")
-    env.pop("WORLD_SIZE", None)
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(ROOT / "recipes" / "accelerate_configs" / config), "--main_process_port", "0",
-               str(ROOT / "tests" / worker), *args]
+    """Run `tests/<worker> *args` with `accelerate launch --config_file recipes/accelerate_configs/<config>` and return
+    the finished process (`worker_launch`; stdout and stderr captured as text). Raises `subprocess.TimeoutExpired`
+    after `timeout` seconds."""
+    command, env = worker_launch(config, worker, *args)
     return subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 

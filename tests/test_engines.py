@@ -24,15 +24,18 @@ QLORA_BF16 = {"load_in_4bit": True, "use_peft": True, "adapter_dtype": "float32"
 @pytest.mark.parametrize(("name", "kind", "stage", "version"), [
     ("multi_gpu.yaml", "ddp", None, None), ("zero2.yaml", "deepspeed", 2, None), ("zero3.yaml", "deepspeed", 3, None),
     ("fsdp2.yaml", "fsdp", None, 2), ("zero2_cpu.yaml", "deepspeed", 2, None), ("zero3_cpu.yaml", "deepspeed", 3, None),
-    ("cpu.yaml", "single", None, None),
+    ("fsdp2_cpu.yaml", "fsdp", None, 2), ("cpu.yaml", "single", None, None),
 ])
 def test_shipped_accelerate_configs(name, kind, stage, version):
     config = yaml.safe_load((CONFIGS / name).read_text())
     engine = engine_from_accelerate_config(config)
     assert (engine.kind, engine.zero_stage, engine.fsdp_version) == (kind, stage, version)
     assert engine.num_processes == (1 if name == "cpu.yaml" else 2) and engine.num_machines == 1
-    if name.endswith("_cpu.yaml") and kind == "deepspeed":
+    if name.endswith("_cpu.yaml") and kind in ("deepspeed", "fsdp"):
         assert config["use_cpu"] is False and config["mixed_precision"] == "no"  # use_cpu would drop DeepSpeed
+    if name == "fsdp2_cpu.yaml":  # the GPU config's sharding, but no rank-0-only loading (not run on a CPU)
+        gpu = yaml.safe_load((CONFIGS / "fsdp2.yaml").read_text())["fsdp_config"]
+        assert config["fsdp_config"] == {**gpu, "fsdp_cpu_ram_efficient_loading": False}
     if name == "zero3.yaml" or name == "zero3_cpu.yaml":
         assert config["deepspeed_config"]["zero3_save_16bit_model"] is True  # save_model gathers the shards
 

@@ -293,8 +293,10 @@ class GRPOExtTrainer(GRPOTrainer):
             checkpoint = check_checkpoint_plan(
                 resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan)
         check_output_dir(self.args.output_dir, resuming=checkpoint is not None or overwrite_output_dir, fixes="python")
-        # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt
-        if checkpoint and not any(os.path.isfile(os.path.join(checkpoint, f)) for f in ("optimizer.pt", "latest")):
+        # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt, FSDP in
+        # optimizer.bin (a full state dict) or optimizer_0/ (sharded)
+        if checkpoint and not any(os.path.exists(os.path.join(checkpoint, f))
+                                  for f in ("optimizer.pt", "latest", "optimizer.bin", "optimizer_0")):
             logger.warning(
                 "%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh optimizer "
                 "and scheduler state, so it will not match an uninterrupted run.", checkpoint
