@@ -29,7 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunArgumentError", "Range", "check_choice", "closest_choice", "as_number", "format_number"]
+__all__ = ["RunArgumentError", "Range", "check_choice", "closest_choice", "as_number", "format_number",
+           "world_size_from_env"]
 
 
 class RunArgumentError(ValueError):
@@ -182,3 +183,20 @@ def as_number(value: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def world_size_from_env(environ=None) -> int:
+    """Training processes as `accelerate launch` / `torchrun` set them (``WORLD_SIZE`` in ``environ``, default
+    ``os.environ``), else 1; at least 1.
+
+    Raises:
+        RunArgumentError: ``WORLD_SIZE`` is not a whole number.
+    """
+    import os
+
+    raw = (os.environ if environ is None else environ).get("WORLD_SIZE", "1")
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        raise RunArgumentError(f"WORLD_SIZE={raw!r} in the environment is not a whole number. Fix: unset it (plan: "
+                               "or pass --num-processes P).") from None

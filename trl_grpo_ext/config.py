@@ -9,23 +9,19 @@ given) -> `super().__post_init__()` -> `GRPOExtTrainer`. The pure resolution liv
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, NewType
 
 from trl import GRPOConfig
 
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
-from .checks import Range, choice_from_yaml
+from .checks import Range, choice_from_yaml, world_size_from_env
 from .engines import resolve_engine
 from .fieldtable import Choices, declared_checks
-from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
-from .loss_settings import CLIP_DEFAULTS, ignored_clipping
 from .plan import QuantityError
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
 from .validation.engines import check_engine_device
-from .zero_variance import check_zero_variance_settings
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
@@ -228,7 +224,7 @@ class GRPOExtConfig(GRPOConfig):
         for name, check in _FIELD_CHECKS.items():  # a YAML 1.1 boolean (`zero_variance_filter: off`) as meant
             if isinstance(check, Choices):
                 setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
-        world_size = _world_size_from_env()
+        world_size = world_size_from_env()
         self._resolve(world_size)
         for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
             if getattr(self, name) is None and name not in _UNSET_BY_NONE:
@@ -236,17 +232,11 @@ class GRPOExtConfig(GRPOConfig):
                                  f"{_DEFAULTS[name]!r}) or give a value.")
             if getattr(self, name) is not None:
                 check.check(name, getattr(self, name))
-        self._check_zero_variance_filter(world_size)
+        self._check_rules(world_size)
         self._check_bf16()
-        self._check_generation()
         self._adopt_activation_checkpointing()
         check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
         super().__post_init__()
-        ignored = ignored_clipping({name: getattr(self, name) for name in CLIP_DEFAULTS}, loss_type=self.loss_type,
-                                   gradient_accumulation_steps=self.gradient_accumulation_steps,
-                                   steps_per_generation=self.steps_per_generation, num_iterations=self.num_iterations)
-        if ignored:
-            raise ValueError(ignored)
         if self.world_size != world_size:
             raise QuantityError(
                 f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "
@@ -257,7 +247,6 @@ class GRPOExtConfig(GRPOConfig):
     # -- resolution (delegates to the pure `resolved` module) -------------------------------------------------------
     def _resolve(self, world_size: int) -> None:
         """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
-        self._check_normalize_then_sum()
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
         values = {name: getattr(self, name) for name in USER_FIELDS}
         self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
@@ -269,41 +258,20 @@ class GRPOExtConfig(GRPOConfig):
         if self.resolved.rewards is None and is_written(self.reward_weights):
             self.reward_weights = None  # written for `rewards` that a replace() removed: not the user's weights
 
-    def _check_normalize_then_sum(self) -> None:
-        if self.multi_objective_aggregation != "normalize_then_sum":
-            return
-        # TRL's fixed formula (per-reward group normalisation, sum, batch normalisation) ignores our settings.
-        # On values, because a dataclass cannot tell set keys apart; `validation` also refuses any such key the
-        # user wrote, whatever its value.
-        neutral = {"advantage_preset": (None,), "advantage_baseline": (None, "group_mean"),
-                   "advantage_std_scaling": (None, "group"), "advantage_epsilon": (None, 1e-4),
-                   "advantage_std_kind": (None, "sample"), "scale_rewards": ("group", True, "true")}
-        for name, allowed in neutral.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} has no effect with multi_objective_aggregation="
-                    "'normalize_then_sum' (TRL normalises each reward over its group, sums them and normalises "
-                    f"over the batch). Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize."
-                )
+    def _check_rules(self, world_size: int) -> None:
+        """The rules of `validation.rules.RULES` whose scope is ``"run"``, on this config's values and resolved batch
+        fields; the canonical name of `zero_variance_reward` goes to ``resolved.zero_variance_reward``."""
+        from .validation.problems import Problems
+        from .validation.rules import RunView, run_rules, zero_variance
 
-    def _check_zero_variance_filter(self, world_size: int) -> None:
-        """`zero_variance.check_zero_variance_settings` on this config; the canonical name of `zero_variance_reward`
-        (an alias gives the name TRL logs) goes to ``resolved.zero_variance_reward``, the field stays as given."""
-        canonical = check_zero_variance_settings(
-            mode=self.zero_variance_filter,
-            zero_variance_reward=self.zero_variance_reward,
-            reward_names=[spec.name for spec in self.resolved.rewards] if self.resolved.rewards else None,
-            multi_objective_aggregation=self.multi_objective_aggregation,
-            loss_type=self.loss_type, entropy_coef=getattr(self, "entropy_coef", 0.0),
-            use_adaptive_entropy=getattr(self, "use_adaptive_entropy", False),
-            num_generations=self.num_generations,
-            world_size=world_size,
-            generation_batch_size=self.generation_batch_size,
-            steps_per_generation=self.steps_per_generation,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
-            per_device_train_batch_size=self.per_device_train_batch_size,
-        )
-        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical)
+        rewards = self.resolved.rewards
+        view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
+                       on_cpu=self.use_cpu or not _accelerator_available(),
+                       reward_names=[spec.name for spec in rewards] if rewards else None)
+        problems = Problems()
+        run_rules(view, problems, scope="run")
+        problems.raise_if_any(ValueError)
+        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=zero_variance(view))
 
     def _adopt_activation_checkpointing(self) -> None:
         """transformers 5.24 renamed `gradient_checkpointing(_kwargs)` `activation_checkpointing(_kwargs)` and warns
@@ -323,15 +291,6 @@ class GRPOExtConfig(GRPOConfig):
                 "bf16=True, but this machine has no accelerator with bfloat16 support. Fix: set `bf16: false` "
                 "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU."
             )
-
-    def _check_generation(self) -> None:
-        """Generation settings TRL would ignore or that cannot work, and `use_vllm` on a 4-bit
-        ``model_init_kwargs["quantization_config"]`` (see `generation.check_generation_settings`)."""
-        check_generation_settings(self, on_cpu=self.use_cpu or not _accelerator_available())
-        init_kwargs = self.model_init_kwargs if isinstance(self.model_init_kwargs, dict) else {}
-        quantization = init_kwargs.get("quantization_config")
-        check_vllm_quantization(self, is_4bit(quantization), is_8bit(quantization),
-                                source="model_init_kwargs.quantization_config")
 
     def quantity_fields(self) -> dict[str, Any]:
         """Deprecated (removed in 0.3.0): ``config.resolved.quantity_fields()``."""
@@ -369,15 +328,6 @@ _FIELD_CHECKS: dict[str, Any] = {
 #: our fields whose default ``None`` means "unset" (a declared check applies to a value, not to None)
 _UNSET_BY_NONE = frozenset(f.name for f in fields(GRPOExtConfig) if f.default is None)
 _DEFAULTS = {f.name: f.default for f in fields(GRPOExtConfig)}
-
-
-def _world_size_from_env() -> int:
-    """Number of processes as set by `accelerate launch` / `torchrun` (``WORLD_SIZE``), else 1."""
-    raw = os.environ.get("WORLD_SIZE", "1")
-    try:
-        return max(1, int(raw))
-    except ValueError as err:
-        raise ValueError(f"WORLD_SIZE={raw!r} in the environment is not an integer.") from err
 
 
 def _accelerator_available() -> bool:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .checks import world_size_from_env
 from .keymap import cli_keys, translate
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -321,8 +322,8 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     user_values = UserValues(config)
     user_values.update(cli_values)
     user_values.command_line_keys = cli_values.command_line_keys
-    world = world_size if world_size is not None else problems.check(_env_world_size, fields=["WORLD_SIZE"]) or 1
-    check_user_values(user_values, world_size=world, problems=problems)
+    world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
+    check_user_values(user_values, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
     run = _parse(parser, config, args, problems, given=given, path=path, light=True, user_values=user_values)
     validate(run, world, problems=problems, engine=engine)
@@ -376,14 +377,6 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
             problems.raise_if_any(ConfigError)
     return RunArgs(*outputs, given=given, config_path=None if path is None else str(path), light=light,
                    user_values=user_values)
-
-
-def _env_world_size() -> int:
-    raw = os.environ.get("WORLD_SIZE", "1")
-    try:
-        return max(1, int(raw))
-    except ValueError:
-        raise ConfigError(f"WORLD_SIZE={raw!r} in the environment is not an integer; unset it.") from None
 
 
 def validate(run: RunArgs, world_size: int = 1, problems=None, engine=None) -> None:

@@ -27,13 +27,13 @@ the config at once (see `frontdoor.read_run_args`).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import fields
 
+from trl_grpo_ext.checks import world_size_from_env
 from trl_grpo_ext.eval_plan import zero_variance_forecast_warning
 from trl_grpo_ext.frontdoor import read_run_args
-from trl_grpo_ext.plan import QuantityError, format_plan_report, plan_warnings, resolve_plan
+from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.validation.problems import problem_lines
 from trl_grpo_ext.zero_variance.settings import check_skip_plan, resample_note, skip_note
@@ -90,19 +90,12 @@ def accelerate_engine(name_or_path: str | None):
 
 def world_size_from(num_processes: int | None, engine=None) -> int:
     """``num_processes`` if given (it overrides the accelerate config's, as ``accelerate launch --num_processes`` does),
-    else the accelerate config's ``num_processes`` (``engine``), else ``$WORLD_SIZE``, else 1. Raises QuantityError on
-    a non-integer value."""
+    else the accelerate config's ``num_processes`` (``engine``), else `checks.world_size_from_env`."""
     if num_processes is not None:
         return num_processes
     if getattr(engine, "num_processes", None) is not None:
         return engine.num_processes
-    env = os.environ.get("WORLD_SIZE")
-    if env is None:
-        return 1
-    try:
-        return int(env)
-    except ValueError:
-        raise QuantityError(f"WORLD_SIZE={env!r} is not a whole number; unset it or pass --num-processes P") from None
+    return world_size_from_env()
 
 
 def build_plan(args: argparse.Namespace):

@@ -50,6 +50,7 @@ class Problems:
         """Record a problem (a message, or the error a check raised; an error carrying several problems adds each)
         naming ``fields``. A line already recorded is not repeated."""
         self.fields.update(fields)
+        self.fields.update(getattr(problem, "fields", ()))
         error = problem if isinstance(problem, BaseException) else None
         for line in problem_lines(problem) if error is not None else [" ".join(str(problem).split())]:
             if line not in self.messages:
