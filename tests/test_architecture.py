@@ -148,7 +148,7 @@ LAYERS = {
     5: ["config", "recipe_args", "frontdoor", "validation", "validation.tables", "validation.user_values",
         "validation.run", "validation.rules", "validation.rewards", "validation.lora", "validation.problems", "validation.engines", "launch"],
     6: ["trainer", "interrupt", "console"],
-    7: ["cli", "plan_cli", "train", "eval_cli", "rewards.cli", "hub.cli", "fieldgen", "fielddocs", "quantifiers"],
+    7: ["cli", "plan_cli", "train", "eval_cli", "rewards.cli", "hub.cli", "quantifiers"],
 }
 
 

@@ -294,7 +294,7 @@ def test_importing_validation_imports_neither_torch_nor_trl():
     """`plan` validates without torch: the package, its tables (read from `_fields.py`) and the checks import none."""
     import subprocess
 
-    code = ("import sys, trl_grpo_ext.validation, trl_grpo_ext.fielddocs\n"
+    code = ("import sys, trl_grpo_ext.validation, trl_grpo_ext.fieldtable, trl_grpo_ext.frontdoor\n"
             "print(sorted(m for m in ('torch', 'trl', 'transformers', 'peft') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -125,10 +125,11 @@ def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 
 def dataclass_types(light: bool) -> tuple[type, ...]:
-    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or their torch-free twins."""
-    if light:
-        from .fieldtable import light_dataclasses
+    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or their torch-free twins when ``light``
+    and ``_fields.py`` was generated on the installed TRL, transformers and PEFT (`fieldtable.tables_current`)."""
+    from .fieldtable import light_dataclasses, tables_current
 
+    if light and tables_current():
         return light_dataclasses()
     from .recipe_args import RECIPE_DATACLASSES
 
@@ -136,27 +137,13 @@ def dataclass_types(light: bool) -> tuple[type, ...]:
 
 
 def hf_argument_parser(types_: tuple[type, ...]):
-    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_``.
+    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_``, loaded without TRL's import-time
+    package scan while TRL is not imported yet (`_trl_compat.hf_argparser_module`)."""
+    from ._trl_compat import hf_argparser_module
 
-    TRL keeps it in ``trl/scripts/_hf_argparser.py``, which imports only the standard library; it is loaded from
-    that file when TRL itself is not imported yet, so that `plan` does not pay for TRL's import-time package scan.
-    """
-    from ._trl_compat import HF_ARGPARSER_MODULE, hf_argparser_path
-
-    module = sys.modules.get(HF_ARGPARSER_MODULE)
+    module = hf_argparser_module()
     if module is None:
-        import importlib.util
-
-        path = hf_argparser_path()
-        if path is None:
-            raise ConfigError("TRL is not installed: pip install trl-grpo-ext (which depends on trl).")
-        name = "trl_grpo_ext._trl_hf_argparser"
-        module = sys.modules.get(name)
-        if module is None:
-            file_spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(file_spec)
-            sys.modules[name] = module
-            file_spec.loader.exec_module(module)
+        raise ConfigError("TRL is not installed: pip install trl-grpo-ext (which depends on trl).")
     return module.HfArgumentParser(types_, exit_on_error=False)
 
 
@@ -298,7 +285,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
     config = yaml_choices(config)
-    twins = dataclass_types(True)
+    twins = dataclass_types(True)  # the real classes when _fields.py is stale for the installed versions
     # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
     unknown, cli_given = _unknown_keys(config, args, twins)
@@ -325,12 +312,13 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
     check_user_values(user_values, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
-    run = _parse(parser, config, args, problems, given=given, path=path, light=True, user_values=user_values)
+    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values,
+                 light=not any(cls.__module__.startswith("trl_grpo_ext.recipe_args") for cls in twins))
     validate(run, world, problems=problems, engine=engine)
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
-    if not light:  # the real dataclasses: what only they check, then the checks on their resolved values
+    if not light and run.light:  # the real dataclasses: what only they check, then the checks on their resolved values
         run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
                      light=False, user_values=user_values)
         validate(run, world, problems=problems, engine=engine)

@@ -111,7 +111,7 @@ def build_plan(args: argparse.Namespace):
     run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world,
                         engine=engine)
     script_args, training, model_args, _ = run
-    resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults())
+    resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults(type(training)))
     plan = resolve_plan(resolved.quantity_fields(), dataset_size_from(script_args, args.dataset_size), world,
                         training.max_completion_length)
     model = model_args.model_name_or_path
@@ -155,11 +155,9 @@ def build_plan(args: argparse.Namespace):
     return plan, warns, notes, rewards
 
 
-def _trl_defaults() -> dict:
+def _trl_defaults(config_class) -> dict:
     """The dataclass defaults of ``scale_rewards`` and ``loss_type``, as `GRPOExtConfig` passes them."""
-    from trl_grpo_ext.fieldtable import light_dataclasses
-
-    return {f.name: f.default for f in fields(light_dataclasses()[1]) if f.name in ("scale_rewards", "loss_type")}
+    return {f.name: f.default for f in fields(config_class) if f.name in ("scale_rewards", "loss_type")}
 
 
 def eval_plan_from(run, plan):
