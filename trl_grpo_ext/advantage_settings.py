@@ -82,6 +82,11 @@ FIELD_DEFAULTS: dict[str, Any] = {
 """Recommended config defaults. TRL's fields keep TRL's defaults; ours default to `None` ("not set"), which makes
 "explicitly set" exact for them (see `resolve_advantage_settings`)."""
 
+#: The config fields of the advantages (ours, then TRL's ``scale_rewards``), in the order the card shows them; TRL's
+#: ``normalize_then_sum`` ignores each of them (`validation.rules.normalize_then_sum`).
+FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
+               "advantage_std_kind", "scale_rewards")
+
 _FALLBACKS = {"baseline": "group_mean", "epsilon": TRL_EPSILON, "std_kind": "sample"}
 
 

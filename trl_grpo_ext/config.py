@@ -22,6 +22,7 @@ from .plan import QuantityError
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
 from .validation.engines import check_engine_device
+from .zero_variance.settings import ZeroVarianceSettings
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
@@ -271,7 +272,9 @@ class GRPOExtConfig(GRPOConfig):
         problems = Problems()
         run_rules(view, problems, scope="run")
         problems.raise_if_any(ValueError)
-        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=zero_variance(view))
+        canonical = zero_variance(view)
+        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical, zero_variance=(
+            ZeroVarianceSettings.from_values(self, zero_variance_reward=canonical)))
 
     def _adopt_activation_checkpointing(self) -> None:
         """transformers 5.24 renamed `gradient_checkpointing(_kwargs)` `activation_checkpointing(_kwargs)` and warns

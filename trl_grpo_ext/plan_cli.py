@@ -36,7 +36,7 @@ from trl_grpo_ext.frontdoor import read_run_args
 from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.validation.problems import problem_lines
-from trl_grpo_ext.zero_variance.settings import check_skip_plan, resample_note, skip_note
+from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings, check_skip_plan, resample_note, skip_note
 
 EMBEDDED_PREFIX = "embedded:"
 #: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.
@@ -127,11 +127,12 @@ def build_plan(args: argparse.Namespace):
         source = resolve_model_source(model)  # a folder that is neither a model nor an adapter: refused here
         if source.continued:
             notes.append(source.describe())
-    if training.zero_variance_filter == "resample":
-        notes.append(resample_note(plan, training.max_resample_rounds))
-    if training.zero_variance_filter == "skip":
+    zv = ZeroVarianceSettings.from_values(training)  # what GRPOExtConfig.resolved.zero_variance holds
+    if zv.zero_variance_filter == "resample":
+        notes.append(resample_note(plan, zv.max_resample_rounds))
+    if zv.zero_variance_filter == "skip":
         check_skip_plan(plan)
-        notes.append(skip_note(plan, training.skip_exploration_probability))
+        notes.append(skip_note(plan, zv.skip_exploration_probability))
     if getattr(args, "eval_results", None):
         import json
 

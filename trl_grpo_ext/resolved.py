@@ -23,6 +23,7 @@ from .advantage_settings import AdvantageSettings, resolve_advantage_settings
 from .checks import Range
 from .plan.resolve import _INPUT_FIELDS, resolve_trl_fields
 from .rewards.spec import RewardSpec, parse_reward_specs
+from .zero_variance.settings import ZeroVarianceSettings
 
 __all__ = ["ResolvedConfig", "resolve_config", "resolve_reward_specs", "USER_FIELDS"]
 
@@ -62,6 +63,8 @@ class ResolvedConfig:
         reward_weights (`tuple[float, ...]` or `None`): TRL's ``reward_weights`` as written (one per reward).
         zero_variance_reward (`str` or `None`): the reward function the zero-variance filter judges, by the name TRL
             logs (an alias in ``zero_variance_reward`` resolved to it); None judges the weighted total.
+        zero_variance (`ZeroVarianceSettings` or `None`): the filter's settings as the run uses them (the judged
+            reward by its canonical name); set by `GRPOExtConfig`.
     """
 
     world_size: int
@@ -84,6 +87,7 @@ class ResolvedConfig:
     rewards: tuple[RewardSpec, ...] | None
     reward_weights: tuple[float, ...] | None
     zero_variance_reward: str | None = None
+    zero_variance: ZeroVarianceSettings | None = None
 
     def quantity_fields(self) -> dict[str, Any]:
         """The resolved quantity fields, as `trl_grpo_ext.plan.resolve_plan` takes them."""

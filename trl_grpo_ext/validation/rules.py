@@ -303,8 +303,7 @@ def lora_targets(v: RunView) -> None:
         check_lora_targets(v.values)
 
 
-_ADVANTAGE_FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
-                     "advantage_std_kind", "scale_rewards", "loss_type")
+_ADVANTAGE_FIELDS = (*NORMALIZE_THEN_SUM_IGNORES, "loss_type")
 _CLIP = ("epsilon", "epsilon_high", "delta")
 _LORA = ("lora_target_modules", "lora_modules_to_save")
 _REWARDS = ("rewards", "reward_weights")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..checks import Range
 from ..fieldtable import table_argparse_choices, table_checks, table_defaults
 
@@ -250,8 +251,7 @@ DEFAULTS: dict[str, Any] = {name: _TABLE_DEFAULTS[name] for name in (
 
 #: Advantage fields that TRL's `normalize_then_sum` formula ignores (it normalises each reward over its group with
 #: the sample std and ε = 1e-4, sums, then normalises over the batch; `GRPOTrainer._generate_and_score_completions`).
-NORMALIZE_THEN_SUM_IGNORES = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
-                              "advantage_std_kind", "scale_rewards")
+NORMALIZE_THEN_SUM_IGNORES = ADVANTAGE_FIELDS
 
 
 # ---------------------------------------------------------------------------------------------------------------------

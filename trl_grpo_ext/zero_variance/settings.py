@@ -1,13 +1,42 @@
-"""The zero-variance filter's settings: what the config refuses, and which reward column the filter judges.
-
-Pure functions over plain values (no config, no trainer): `GRPOExtConfig.__post_init__` calls
-`check_zero_variance_settings` and stores the name it returns; the trainer calls `judged_reward_index` once TRL has
-named the reward functions.
-"""
+"""The zero-variance filter's settings (one frozen `ZeroVarianceSettings`), what the config refuses, and which
+reward column the filter judges. Pure functions over plain values (no config, no trainer, no torch)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: The config fields of the filter, in the order the card and the plan show them.
+FIELDS = ("zero_variance_filter", "zero_variance_tolerance", "zero_variance_reward", "max_resample_rounds",
+          "skip_exploration_probability")
+
+
+@dataclass(frozen=True)
+class ZeroVarianceSettings:
+    """The filter's settings as the run uses them (``GRPOExtConfig.resolved.zero_variance``; ``run_config.json``'s
+    ``resolved.zero_variance``; the card's rows).
+
+    Attributes:
+        zero_variance_filter (`str`): ``"off"``, ``"mask"``, ``"resample"`` or ``"skip"``.
+        zero_variance_tolerance (`float`): largest sample std of a uniform group [reward units].
+        zero_variance_reward (`str` or `None`): the judged reward by the name TRL logs (None: the weighted total).
+        max_resample_rounds (`int`): extra generation rounds per step (resample).
+        skip_exploration_probability (`float`): p of skip mode.
+    """
+
+    zero_variance_filter: str = "off"
+    zero_variance_tolerance: float = 0.0
+    zero_variance_reward: str | None = None
+    max_resample_rounds: int = 3
+    skip_exploration_probability: float = 0.25
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any] | Any, **overrides: Any) -> ZeroVarianceSettings:
+        """The settings of a run's fields (a mapping or an object with the :data:`FIELDS`), then ``overrides``."""
+        get = values.get if isinstance(values, Mapping) else lambda name: getattr(values, name)
+        return cls(**{**{name: get(name) for name in FIELDS}, **overrides})
 
 #: Loss types whose normaliser counts rows (sequences) or a constant per row, so masking rows needs a rescale by
 #: rows / kept rows to exclude them from the normaliser (see `groups.masked_loss_scale`). The token-count normalisers of
