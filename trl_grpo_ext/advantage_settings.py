@@ -1,12 +1,5 @@
-"""Advantage settings: baseline, std scaling, ε and std kind, resolved against TRL's own fields.
-
-Pure module (no torch import), so `trl-grpo-ext plan` can validate a config without loading torch. The tensor maths
-lives in `trl_grpo_ext.advantages`; the formulas and a worked table are in `docs/advantages.md`.
-
-One source of truth: TRL's `scale_rewards` and our `advantage_std_scaling` describe the same thing (what the
-centred rewards are divided by), and a preset sets several fields at once. `resolve_advantage_settings` merges them
-into one `AdvantageSettings`, refuses contradictions, and returns the values TRL's own fields (`scale_rewards`,
-`loss_type`) must be given so that TRL agrees with us.
+"""Advantage settings (baseline, std scaling, ε, std kind) and their presets, resolved against TRL's own
+``scale_rewards`` and ``loss_type`` into one `AdvantageSettings` (pure: no torch). Formulas: docs/advantages.md.
 """
 
 from __future__ import annotations
@@ -194,42 +187,26 @@ def resolve_advantage_settings(
 ) -> tuple[AdvantageSettings, dict[str, Any]]:
     """Merge a preset, TRL's `scale_rewards` and our advantage fields into one `AdvantageSettings`.
 
-    "Explicitly set" means: not `None` and different from the field's default in `defaults` (the config dataclass
-    defaults; `FIELD_DEFAULTS` when `None`). A field left at its default never conflicts with anything: the preset
-    (or, for the std scaling, the other field) decides. Consequence: a value written out that equals its default
-    cannot be told apart from an unset one, e.g. `scale_rewards: group` with the `"dr_grpo"` preset is not an error
-    (the preset wins). Our own fields default to `None`, so for them the detection is exact.
-
-    Resolution, per setting: the preset's value and every explicitly set field must agree (else an error naming both
-    sources); if none of them is set, the field's own value is used, then the built-in fallback (group_mean,
-    ε = 1e-4, sample std). `advantage_std_scaling` and `scale_rewards` both set the std scaling; when neither is
-    explicit, `advantage_std_scaling` (if not `None`) is used, else `scale_rewards`.
+    A field counts as set when it is not `None` and differs from its default in `defaults` (`FIELD_DEFAULTS` when
+    `None`); the preset's value and every set field must agree, else the field's own value, then the fallback
+    (group_mean, ε = 1e-4, sample std) decides. `advantage_std_scaling` and `scale_rewards` both set the std scaling.
 
     Args:
-        preset (`str`, *optional*): one of `PRESETS` (the config field `advantage_preset`).
-        scale_rewards (`bool` or `str`, defaults to `"group"`): TRL's field; see `normalize_scale_rewards`.
-        advantage_baseline (`str`, *optional*): one of `BASELINES`.
-        advantage_std_scaling (`str`, *optional*): one of `STD_SCALINGS`.
-        advantage_epsilon (`float`, *optional*): ε >= 0, in reward units.
-        advantage_std_kind (`str`, *optional*): one of `STD_KINDS`.
-        loss_type (`str`, *optional*, defaults to `"dapo"`): TRL's field; passed through unless a preset sets it
-            (TRL validates its value).
-        defaults (`Mapping[str, Any]`, *optional*): default of each field above, keyed by config field name
-            (`"advantage_preset"`, `"scale_rewards"`, `"advantage_baseline"`, ...). Defaults to `FIELD_DEFAULTS`.
+        preset (`str`, *optional*): one of `PRESETS`. scale_rewards (`bool` or `str`, defaults to `"group"`): TRL's
+            field (`normalize_scale_rewards`). advantage_baseline, advantage_std_scaling, advantage_std_kind (`str`,
+            *optional*): one of `BASELINES`, `STD_SCALINGS`, `STD_KINDS`. advantage_epsilon (`float`, *optional*): ε >= 0
+            [reward units]. loss_type (`str`, *optional*, defaults to `"dapo"`): TRL's field, unless a preset sets it.
+        defaults (`Mapping[str, Any]`, *optional*): each field's default, keyed by config field name.
 
     Returns:
-        `tuple[AdvantageSettings, dict]`: the settings, and the values to write into TRL's own fields,
-        `{"scale_rewards": <"group"|"batch"|"none">, "loss_type": <str>}`.
+        `tuple[AdvantageSettings, dict]`: the settings, and ``{"scale_rewards": ..., "loss_type": ...}`` to write.
 
     Raises:
-        AdvantageConfigError: unknown preset or value (lists the valid ones); `scale_rewards` and
-            `advantage_std_scaling` explicitly set to different scalings; a preset and an explicitly set field that
-            disagree.
+        AdvantageConfigError: an unknown preset or value; two set fields, or a preset and a set field, that disagree.
 
     Warns:
-        UserWarning: `advantage_epsilon` or `advantage_std_kind` explicitly set while the std scaling is `"none"`
-            (they then have no effect).
-    """
+        UserWarning: `advantage_epsilon` or `advantage_std_kind` set while the std scaling is `"none"`.
+"""
     defaults = FIELD_DEFAULTS if defaults is None else defaults
     if preset is not None and preset not in PRESETS:
         _check_choice("advantage_preset", preset, tuple(PRESETS))

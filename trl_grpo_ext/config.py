@@ -42,98 +42,40 @@ RewardEntry = NewType("RewardEntry", str | dict)
 
 @dataclass
 class GRPOExtConfig(GRPOConfig):
-    r"""
-    Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus the fields below.
+    r"""Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus the fields below (types, defaults,
+    units and valid values: docs/configuration.md, generated from these declarations).
 
-    Quantities (see `docs/quantifiers.md`; each may be left unset to use TRL's raw fields instead):
+    Quantities (docs/quantifiers.md; unset: TRL's raw fields decide):
+        prompts_per_step (`int`, *optional*): distinct prompts per optimizer step, all processes [prompts].
+        micro_batch_size (`int`, *optional*): completions per forward/backward on one device [completions].
+        total_training_steps (`int`, *optional*): hard stop [optimizer steps].
+        total_epochs (`float`, *optional*): fallback stop [passes]; with both, the first reached stops the run.
+    Advantages (docs/advantages.md):
+        advantage_preset (`str`, *optional*): `"grpo"`, `"dr_grpo"`, `"rloo"`, `"dapo"`.
+        advantage_baseline (`str`, *optional*, defaults to `"group_mean"`): or `"leave_one_out"`.
+        advantage_std_scaling (`str`, *optional*): `"group"`, `"batch"` or `"none"` (one truth with `scale_rewards`).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-4`): ε in A = (R − b) / (σ + ε) [reward units].
+        advantage_std_kind (`str`, *optional*, defaults to `"sample"`): or `"population"`.
+    Zero-variance groups (docs/zero_variance.md):
+        zero_variance_filter (`str`, defaults to `"off"`): `"mask"`, `"resample"` (DAPO) or `"skip"` (GRESO).
+        zero_variance_tolerance (`float`, defaults to `0.0`): largest std of a uniform group [reward units].
+        zero_variance_reward (`str`, *optional*): the reward the filter judges (unset: the weighted total).
+        max_resample_rounds (`int`, defaults to `3`): extra generation rounds per step in resample mode.
+        skip_exploration_probability (`float`, defaults to `0.25`): p in (0, 1) of skip mode.
+    Rewards (docs/rewards.md):
+        rewards (`list[RewardEntry]`, *optional*): registry names or `{name, weight, kwargs}` (parsed: `resolved.rewards`).
+        reward_error_policy (`str`, defaults to `"raise"`): or `"none"` (a bad value counts as missing).
+    QLoRA adapter precision (docs/adapter_precision.md):
+        adapter_dtype (`str`, defaults to `"float32"`): or `"bfloat16"` (TRL's behaviour).
+        lost_update_steps (`int`, defaults to `0`): measure the lost-update fraction every N steps (0: never).
+        lost_update_warning_threshold (`float`, defaults to `0.2`): warn above this fraction.
+    Generation (docs/generation.md):
+        allow_vllm_4bit_merge (`bool`, defaults to `False`): let `use_vllm` run on a 4-bit base (logs `vllm/base_drift`).
 
-        prompts_per_step (`int`, *optional*):
-            Distinct prompts per optimizer step, across all processes [prompts]. Together with `num_generations` (G)
-            and `micro_batch_size` it derives `gradient_accumulation_steps` = prompts_per_step × G ÷ (micro_batch_size
-            × world_size). Conflicts with `per_device_train_batch_size` / `gradient_accumulation_steps` /
-            `generation_batch_size` / `steps_per_generation` set to non-default values.
-        micro_batch_size (`int`, *optional*):
-            Completions per forward/backward pass on one device [completions]; written to TRL's
-            `per_device_train_batch_size`. A memory setting, except with `loss_type="bnpo"`, whose loss changes with
-            it (warned; see `docs/quantifiers.md`).
-        total_training_steps (`int`, *optional*):
-            Hard stop [optimizer steps]. Written to `max_steps`; conflicts with `max_steps` set directly.
-        total_epochs (`float`, *optional*):
-            Fallback stop [passes over the prompts; fractions allowed]. When both limits are set, whichever is reached
-            first stops the run (TRL alone lets `max_steps` always win). Conflicts with `num_train_epochs` set
-            directly.
-
-    Advantages (see `docs/advantages.md`):
-
-        advantage_preset (`str`, *optional*):
-            A published variant that sets the fields below together: `"grpo"`, `"dr_grpo"`, `"rloo"`, ...
-        advantage_baseline (`str`, *optional*, defaults to `"group_mean"`):
-            `"group_mean"` (GRPO) or `"leave_one_out"` (RLOO).
-        advantage_std_scaling (`str`, *optional*):
-            `"group"`, `"batch"` or `"none"`; one source of truth with TRL's `scale_rewards` (a conflict is an error).
-        advantage_epsilon (`float`, *optional*, defaults to `1e-4`):
-            ε in A = (R − b) / (σ + ε); TRL's fixed value is 1e-4.
-        advantage_std_kind (`str`, *optional*, defaults to `"sample"`):
-            `"sample"` (unbiased, N−1; TRL's) or `"population"` (N) standard deviation.
-
-    Zero-variance groups (see `docs/zero_variance.md`):
-
-        zero_variance_filter (`str`, *optional*, defaults to `"off"`):
-            `"off"` (TRL's behaviour), `"mask"` (drop uniform groups from the loss and its normaliser),
-            `"resample"` (DAPO dynamic sampling, arXiv 2503.14476) or `"skip"` (skip prompts predicted uniform
-            before rollout from their reward history, GRESO arXiv 2506.02177, then mask).
-        zero_variance_tolerance (`float`, *optional*, defaults to `0.0`):
-            A group is uniform when its judged rewards (see `zero_variance_reward`) are all equal, or their sample
-            std is at most this [reward units].
-        zero_variance_reward (`str`, *optional*):
-            The reward function whose values the filter judges (its name, as logged under `rewards/<name>/mean`,
-            e.g. `"accuracy"`); unset judges the weighted total reward. Needs the filter on.
-        max_resample_rounds (`int`, *optional*, defaults to `3`):
-            Extra generation rounds per step in `"resample"` mode; a shortfall after them is masked and logged.
-        skip_exploration_probability (`float`, *optional*, defaults to `0.25`):
-            `"skip"` mode: a prompt uniform at its last k rollouts is still rolled out with probability p^k (else its
-            slot goes to another prompt of the epoch); in (0, 1) (1 would skip nothing: that is `"mask"`).
-
-    Rewards (see `docs/rewards.md`):
-
-        rewards (`list[RewardEntry]`, *optional*):
-            Reward functions by registry name, each a name or `{name, weight, kwargs}` (kept as given; the parsed
-            `RewardSpec`s are `resolved.rewards`); mapped onto TRL's `reward_funcs` / `reward_weights`.
-        reward_error_policy (`str`, *optional*, defaults to `"raise"`):
-            What a reward that raises or returns NaN/inf/non-numbers does: `"raise"` fails the step, `"none"` treats
-            the value as missing and counts it in the metric `rewards/<name>/invalid`.
-
-    QLoRA adapter precision (see `docs/adapter_precision.md`):
-
-        adapter_dtype (`str`, *optional*, defaults to `"float32"`):
-            Storage dtype of trainable adapter weights on a quantized model. `"bfloat16"` is TRL's behaviour, which
-            rounds away optimizer updates smaller than ~1/256 of a weight.
-        lost_update_steps (`int`, *optional*, defaults to `0`):
-            Measure the lost-update fraction every this many optimizer steps (0 = never).
-        lost_update_warning_threshold (`float`, *optional*, defaults to `0.2`):
-            Warn when more than this fraction of trainable weights with a non-zero gradient did not change.
-
-    Generation (see `docs/generation.md`):
-
-        allow_vllm_4bit_merge (`bool`, *optional*, defaults to `False`):
-            Let `use_vllm: true` run on a 4-bit base although TRL's weight sync merges the adapter into the 4-bit
-            weights and unmerges it, re-quantizing the frozen base at every generation batch. The relative drift of a
-            few fixed base layers since the start is then logged as `vllm/base_drift`. Without it the combination is
-            refused before any model loads.
-
-    Resolved values (an attribute, not a field or an argument; set by `__post_init__`):
-
-        resolved (`ResolvedConfig`):
-            What the fields above resolve to, in one frozen object: the quantity fields of the plan and the stop
-            semantics, the `AdvantageSettings` and the parsed reward specs (see `trl_grpo_ext.resolved`). The
-            user's own fields keep their values as given; TRL's own fields (`per_device_train_batch_size`,
-            `gradient_accumulation_steps`, `max_steps`, `num_train_epochs`, `scale_rewards`, `loss_type`,
-            `reward_weights`, ...) are written from it, because TRL reads them. `to_dict()` includes it.
-        run_plan (`RunPlan`, *optional*):
-            The run's plan (`trl_grpo_ext.plan.RunPlan`), set by `GRPOExtTrainer` when training starts (the plan
-            needs the dataset's size, which the config does not know); `to_dict()` includes it, so the trackers
-            (wandb, TensorBoard, ...) log it with the arguments.
-    """
+    Attributes set by `__post_init__`:
+        resolved (`ResolvedConfig`): what the fields resolve to; TRL's own fields are written from it; in `to_dict()`.
+        run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`.
+"""
 
     # Quantities
     prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.",

@@ -1,27 +1,7 @@
-"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way.
-
-    run = read_run_args(["--config", "tiny_cpu", "--learning_rate", "1e-3"])             # the real dataclasses
-    run = read_run_args(["--config", "tiny_cpu", "--learning_rate", "1e-3"], light=True) # torch-free twins (plan)
-
-Steps, identical for both:
-
-1. ``--config NAME_OR_PATH``: a YAML file, or the name of a shipped config (``tiny_cpu`` → ``recipes/configs/
-   tiny_cpu.yaml``, package data in an installed wheel). An ``env:`` mapping sets environment variables (as TRL's
-   ``TrlParser`` does).
-2. The keys other tools use are translated (`trl_grpo_ext.keymap`: ``reward_funcs`` → ``rewards``,
-   ``torch_dtype`` → ``dtype``, ``warmup_ratio`` → ``warmup_steps``, open-r1's ``wandb_*`` → environment variables),
-   each announced once on stderr; removed or unsupported keys (``keymap.REMOVED``) are refused with what to do instead.
-3. Unknown keys — from the file and from ``--key value`` overrides — are found by comparing them with the fields of
-   the four dataclasses; all are named in one line, each once, with a did-you-mean, and left out of what follows.
-4. TRL's ``HfArgumentParser`` over the torch-free twins of ``RecipeArguments``, ``GRPOExtConfig``,
-   ``trl.ModelConfig``, ``HubPushArguments`` (:mod:`trl_grpo_ext.fieldtable`): the YAML values become the parser's
-   defaults and the command line overrides them — ``TrlParser.parse_args_and_config``'s semantics.
-5. :func:`validate` — the hook where the checks of every value run, for every command, before any model loads — on
-   the values as given (exactly what `plan` checks); then, unless ``light``, the real dataclasses are built (their
-   ``__post_init__`` resolves the values and checks what only they can, e.g. bf16 on this machine) and checked again.
-
-Every problem is reported at once (`validation.problems.Problems`), each in one line naming the key, the value and a
-fix (see :func:`read_run_args` for what stops the collection).
+"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way:
+``--config NAME_OR_PATH`` (a YAML file or a shipped name) plus ``--key value`` overrides, other tools' keys translated
+(`keymap`), unknown keys refused, TRL's parser over the torch-free twins (`fieldtable`), then `validate`; every
+problem reported at once, one line each (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -238,29 +218,24 @@ def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, 
 
 def read_run_args(argv: list[str] | None = None, *, light: bool = False, announce: bool = True,
                   world_size: int | None = None, checks=(), engine=None) -> RunArgs:
-    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (see the module docstring).
+    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides.
 
-    Every problem is reported at once: refused and unknown keys (left out of what follows), values their field's type
-    cannot read (``--num_generations two``, ``use_peft: maybe``: reported and left out), then the values of the
-    known keys on the torch-free twins (as given: what `plan` checks), whatever ``light`` says; a check that reads a
-    field already refused is skipped (it would restate that problem). Two things stop the collection: a missing or
-    unreadable config file, and a refusal of the real dataclasses (``GRPOExtConfig.__post_init__``: bf16 on this
-    machine, ...), which are built, and checked again on their resolved values, only when no problem was found.
+    Every problem is reported at once; two things stop the collection: a missing or unreadable config file, and a
+    refusal of the real dataclasses (built, and validated again on their resolved values, only without ``light`` and
+    when no problem was found).
 
     Args:
         argv: the arguments (default ``sys.argv[1:]``).
-        light: use the torch-free twins (values as given, not resolved by ``GRPOExtConfig.__post_init__``).
+        light: parse with the torch-free twins only (values as given; the real classes when the twins are stale).
         announce: print the translation notes (``note: torch_dtype read as dtype ...``) on stderr.
         world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
-        checks: more checks of the values as given, collected with the others: callables taking the twins'
-            `RunArgs` and raising `ValueError` (the recipe passes its model-path check).
-        engine: the `engines.Engine` of an accelerate config, for the engine checks (``plan --accelerate-config``).
+        checks: more checks of the values as given: callables taking the `RunArgs`, raising `ValueError`.
+        engine: the `engines.Engine` of an accelerate config (``plan --accelerate-config``).
 
     Raises:
-        ConfigError: a missing config, a removed or unknown key, a value the parser or a dataclass refuses; nothing
-            has been loaded. Several problems: one ``ConfigError`` with one line per problem (its ``problems``); a
-            single one: the error its check raised (a ``ConfigError`` or ``RunArgumentError``, both ValueErrors).
-    """
+        ConfigError: nothing has been loaded; several problems: one ``ConfigError`` listing them in ``problems``; a
+            single one: the error its check raised (a ``ConfigError`` or ``RunArgumentError``).
+"""
     from .keymap import ALIASES, REMOVED, RENAMED
     from .validation import UserValues, check_user_values, user_values_from_argv
     from .validation.problems import Problems

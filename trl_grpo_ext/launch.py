@@ -1,9 +1,5 @@
-"""What the recipes need around the trainer: their arguments, parsing with clear errors, and the run record.
-
-`parse_recipe_args` reads the config through the front door (`frontdoor.read_run_args`: YAML + CLI, unknown keys
-fatal) so that every mistake a user can make in a config — a missing file, an unknown key, an invalid quantity, bf16
-on a CPU, a model that cannot be found offline, any value `validation.validate_run_args` refuses — is answered before
-any model is loaded, all at once: one ``error:`` line per problem naming the field, the value and the fix, exit 2.
+"""What the recipes need around the trainer: parsing their arguments through the front door (every problem before
+any model loads, one ``error:`` line each, exit 2) and the run record ``run_config.json``.
 """
 
 from __future__ import annotations

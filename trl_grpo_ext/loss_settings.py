@@ -1,18 +1,6 @@
-"""Settings of TRL's policy loss that take effect only under other settings: the clip, and ``bnpo``'s normaliser.
-
-Pure Python (no torch, no TRL import); the rules restate TRL 1.16's ``GRPOTrainer`` (``trl/trainer/grpo_trainer.py``):
-
-* **The clip acts only off-policy.** TRL keeps the log-probabilities of the policy that generated a batch
-  (``old_per_token_logps``) only when ``gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0``
-  (``_generate_and_score_completions``), i.e. when a generation batch is still used after an optimizer step has
-  changed the policy. Otherwise ``_compute_loss`` sets π_old = π.detach(): the ratio π/π_old is exactly 1 at every
-  token, ``clamp(ratio, 1 − epsilon, 1 + epsilon_high)`` and ``clamp(ratio, max=delta)`` never act, and the clip
-  fraction is always 0 (trl#3757, trl#3120). With vLLM importance sampling π_old is computed, but from the same
-  weights, so the ratio is 1 all the same.
-* **``bnpo`` depends on the accumulation.** It divides each micro-batch's summed token loss by that micro-batch's own
-  token count and averages the ``gradient_accumulation_steps`` micro-batches (trl#3021), so the same completions give
-  another loss and gradient when ``micro_batch_size`` changes. ``dapo`` divides by the tokens of the whole
-  accumulation window and does not.
+"""Settings of TRL's policy loss that take effect only under other settings: the clip (acts only off-policy,
+trl#3757) and ``bnpo``'s per-micro-batch normaliser (trl#3021); see docs/quantifiers.md. Pure Python, restating
+TRL 1.16's ``GRPOTrainer``.
 """
 
 from __future__ import annotations

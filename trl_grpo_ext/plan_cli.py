@@ -1,27 +1,7 @@
 """``trl-grpo-ext plan``: print a run's plan from its config without loading a model or importing torch.
 
-Usage::
-
-    trl-grpo-ext plan --config NAME_OR_PATH [--dataset-size N] [--num-processes P] [--accelerate-config CFG] [--json]
-                      [--gpu-memory-gib 24 --model-params 0.5e9] [--any_config_key value ...]
-
-The config is read through the front door (`trl_grpo_ext.frontdoor`), like the recipe and ``train`` read it: the same
-fields, the same parser, ``--key value`` overrides, unknown or removed keys refused — with torch-free twins of the
-dataclasses (`trl_grpo_ext.fieldtable`), so the plan answers faster than ``import trl``. The twins' values are
-resolved by the function `GRPOExtConfig` resolves with (`trl_grpo_ext.resolved.resolve_config`), the plan by
-`resolve_plan`, and the table is printed by the function the run prints it with (`format_plan_report`).
-
-Dataset size: ``--dataset-size``; else, for ``dataset_name: "embedded:..."``, ``embedded_num_prompts``; else unknown,
-and the plan counts steps only (a step limit is then required). Processes: ``--num-processes``, else the
-``num_processes`` of ``--accelerate-config`` (accelerate's count: all processes on all machines; ``--num-processes``
-overrides it as ``accelerate launch --num_processes`` does), else the
-``WORLD_SIZE`` environment variable, else 1; ``--accelerate-config`` also names the engine (DeepSpeed, FSDP) whose
-combinations with the run's settings are checked (`validation.engines`). A ``model_name_or_path`` containing "instruct" (any case) enables the
-instruct-model advice on ``num_generations``.
-
-Output: the table (or ``RunPlan.to_json()`` with ``--json``) on stdout, warnings on stderr as ``warning: ...`` lines.
-Errors exit with status 2 after one ``trl-grpo-ext plan: error: ...`` line on stderr per problem: every problem of
-the config at once (see `frontdoor.read_run_args`).
+The config is read through the front door, as the recipe reads it; the table is the one the run prints. Options,
+dataset size and process count: docs/quantifiers.md. Errors exit 2, one ``trl-grpo-ext plan: error:`` line each.
 """
 
 from __future__ import annotations

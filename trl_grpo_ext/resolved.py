@@ -1,16 +1,6 @@
-"""The resolved values of a run's config, in one frozen object (pure Python: no torch, no TRL import).
-
-`GRPOExtConfig` keeps the user's own fields as given (``prompts_per_step``, ``total_epochs``, ``advantage_*``,
-``rewards``, ...) and holds what they resolve to in ``config.resolved``, a :class:`ResolvedConfig` built by
-:func:`resolve_config`: the quantity fields of the plan (`trl_grpo_ext.plan.resolve_trl_fields`), the stop semantics,
-the `AdvantageSettings` (`trl_grpo_ext.advantage_settings.resolve_advantage_settings`) and the parsed reward specs
-(`trl_grpo_ext.rewards.spec.parse_reward_specs`). The config then writes TRL's own fields from it
-(:meth:`ResolvedConfig.trl_fields`), because TRL reads them. ``trl-grpo-ext plan`` resolves the same way from the
-same function, on the values read from the config file.
-
-Resolving is idempotent: TRL fields that agree with what the user's fields resolve to are accepted, so a
-`dataclasses.replace` of a config (which hands the written TRL fields back to ``__init__``) resolves to the same
-values and warns about nothing.
+"""The resolved values of a run's config, in one frozen `ResolvedConfig` (``GRPOExtConfig.resolved``), built by
+`resolve_config` for `GRPOExtConfig` and `trl-grpo-ext plan` alike (pure Python: no torch, no TRL). Resolving is
+idempotent, so a `dataclasses.replace` of a config resolves to the same values.
 """
 
 from __future__ import annotations
