@@ -18,7 +18,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from trl_grpo_ext.fieldtable import declared_checks, type_text
+from tools.fieldgen import type_text
+from trl_grpo_ext.fieldtable import declared_checks
 from trl_grpo_ext.validation.tables import CHOICES, RANGES
 
 #: The reference this module writes into.

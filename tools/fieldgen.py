@@ -10,16 +10,46 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import sys
+import types
 import typing
 from pathlib import Path
+from typing import Any, Literal
 
 if __package__ in (None, ""):  # run as a script: the repository root holds trl_grpo_ext and tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trl_grpo_ext.fieldtable import TABLE_FILE, declared_checks, installed_versions, plain_value, type_text
+from trl_grpo_ext.fieldtable import TABLE_FILE, declared_checks, installed_versions, plain_value
 
-__all__ = ["table_of", "recipe_tables", "write_table", "main"]
+__all__ = ["type_text", "table_of", "recipe_tables", "write_table", "main"]
+
+
+def type_text(tp: Any) -> str:
+    """A torch-free Python expression for the field type ``tp`` (evaluated with ``Literal`` and ``Any`` in scope).
+
+    >>> type_text(int | None)
+    'int | None'
+    """
+    if tp is type(None) or tp is None:
+        return "None"
+    if tp is Any:
+        return "Any"
+    if isinstance(tp, typing.NewType):  # e.g. config.RewardEntry: the parser calls it on a word and gets the word
+        return "str"
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return " | ".join(type_text(arg) for arg in typing.get_args(tp))
+    if origin is Literal:
+        return f"Literal[{', '.join(repr(v) for v in typing.get_args(tp))}]"
+    if origin in (list, dict, tuple):
+        return f"{origin.__name__}[{', '.join(type_text(arg) for arg in typing.get_args(tp))}]"
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return f"Literal[{', '.join(repr(member.value) for member in tp)}]"
+    if tp in (int, float, str, bool, dict, list):
+        return tp.__name__
+    return "dict"
+
 
 
 def table_of(cls) -> list[tuple]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,32 +78,6 @@ def declared_checks(cls) -> dict[str, dict[str, Any]]:
         if checks and f.init:
             out[f.name] = checks
     return out
-
-
-def type_text(tp: Any) -> str:
-    """A torch-free Python expression for the field type ``tp`` (evaluated with ``Literal`` and ``Any`` in scope).
-
-    >>> type_text(int | None)
-    'int | None'
-    """
-    if tp is type(None) or tp is None:
-        return "None"
-    if tp is Any:
-        return "Any"
-    if isinstance(tp, typing.NewType):  # e.g. config.RewardEntry: the parser calls it on a word and gets the word
-        return "str"
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        return " | ".join(type_text(arg) for arg in typing.get_args(tp))
-    if origin is Literal:
-        return f"Literal[{', '.join(repr(v) for v in typing.get_args(tp))}]"
-    if origin in (list, dict, tuple):
-        return f"{origin.__name__}[{', '.join(type_text(arg) for arg in typing.get_args(tp))}]"
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return f"Literal[{', '.join(repr(member.value) for member in tp)}]"
-    if tp in (int, float, str, bool, dict, list):
-        return tp.__name__
-    return "dict"
 
 
 def installed_versions() -> dict[str, str | None]:

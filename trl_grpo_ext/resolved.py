@@ -29,33 +29,23 @@ USER_FIELDS = (
 
 @dataclass(frozen=True)
 class ResolvedConfig:
-    """What a config's fields resolve to (``GRPOExtConfig.resolved``); one frozen object, included in
-    ``GRPOExtConfig.to_dict()`` and ``run_config.json`` under ``"resolved"``.
+    """What a config's fields resolve to (``GRPOExtConfig.resolved``; ``run_config.json``'s ``"resolved"``).
 
     Attributes:
-        world_size (`int`): training processes the quantities were resolved for (``WORLD_SIZE``).
-        prompts_per_step (`int` or `None`): distinct prompts per optimizer step [prompts], default filled in; None
-            when the batch is given in TRL's fields.
-        micro_batch_size (`int` or `None`): completions per forward/backward on one device [completions]; None as
-            above.
-        total_training_steps (`int` or `None`): the step limit [optimizer steps] of our stop fields, or None.
-        total_epochs (`float` or `None`): the epoch limit [passes] of our stop fields, or None.
+        world_size (`int`): processes the quantities were resolved for.
+        prompts_per_step, micro_batch_size (`int` or `None`): our batch fields [prompts, completions], defaults filled
+            in; None when the batch is given in TRL's fields.
+        total_training_steps (`int` or `None`), total_epochs (`float` or `None`): our stop limits [steps, passes].
         per_device_train_batch_size, gradient_accumulation_steps, steps_per_generation, generation_batch_size,
-        max_steps, num_train_epochs, num_generations, num_iterations: TRL's fields as written (see
-            `trl_grpo_ext.plan.resolve_trl_fields`; ``max_steps`` is the step limit or -1, the run's real stop is
-            the plan's ``total_steps``).
-        stop_semantics (`str`): ``"first_reached"`` (our stop fields: whichever limit is reached first) or ``"trl"``
-            (``max_steps > 0`` wins over ``num_train_epochs``).
-        advantages (`AdvantageSettings`): baseline, std scaling, ε and std kind of the advantages.
-        scale_rewards (`str`), loss_type (`str`): TRL's fields as written (a preset may set them).
-        rewards (`tuple[RewardSpec, ...]` or `None`): the rewards selected by name with their weights and
-            parameters; None when the rewards are passed to the trainer as ``reward_funcs=``.
-        reward_weights (`tuple[float, ...]` or `None`): TRL's ``reward_weights`` as written (one per reward).
-        zero_variance_reward (`str` or `None`): the reward function the zero-variance filter judges, by the name TRL
-            logs (an alias in ``zero_variance_reward`` resolved to it); None judges the weighted total.
-        zero_variance (`ZeroVarianceSettings` or `None`): the filter's settings as the run uses them (the judged
-            reward by its canonical name); set by `GRPOExtConfig`.
-    """
+            max_steps, num_train_epochs, num_generations, num_iterations: TRL's fields as written
+            (`plan.resolve_trl_fields`).
+        stop_semantics (`str`): ``"first_reached"`` (our stop fields) or ``"trl"`` (``max_steps > 0`` wins).
+        advantages (`AdvantageSettings`). scale_rewards, loss_type (`str`): TRL's fields as written.
+        rewards (`tuple[RewardSpec, ...]` or `None`), reward_weights (`tuple[float, ...]` or `None`): the registry
+            rewards and TRL's weights as written; None when the rewards are passed as ``reward_funcs=``.
+        zero_variance_reward (`str` or `None`): the judged reward by the name TRL logs.
+        zero_variance (`ZeroVarianceSettings` or `None`): the filter's settings as the run uses them.
+"""
 
     world_size: int
     prompts_per_step: int | None
