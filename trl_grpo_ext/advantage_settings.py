@@ -206,7 +206,7 @@ def resolve_advantage_settings(
 
     Warns:
         UserWarning: `advantage_epsilon` or `advantage_std_kind` set while the std scaling is `"none"`.
-"""
+    """
     defaults = FIELD_DEFAULTS if defaults is None else defaults
     if preset is not None and preset not in PRESETS:
         _check_choice("advantage_preset", preset, tuple(PRESETS))

@@ -75,7 +75,7 @@ class GRPOExtConfig(GRPOConfig):
     Attributes set by `__post_init__`:
         resolved (`ResolvedConfig`): what the fields resolve to; TRL's own fields are written from it; in `to_dict()`.
         run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`.
-"""
+    """
 
     # Quantities
     prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.",

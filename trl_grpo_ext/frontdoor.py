@@ -235,7 +235,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     Raises:
         ConfigError: nothing has been loaded; several problems: one ``ConfigError`` listing them in ``problems``; a
             single one: the error its check raised (a ``ConfigError`` or ``RunArgumentError``).
-"""
+    """
     from .keymap import ALIASES, REMOVED, RENAMED
     from .validation import UserValues, check_user_values, user_values_from_argv
     from .validation.problems import Problems

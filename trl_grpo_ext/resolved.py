@@ -45,7 +45,7 @@ class ResolvedConfig:
             rewards and TRL's weights as written; None when the rewards are passed as ``reward_funcs=``.
         zero_variance_reward (`str` or `None`): the judged reward by the name TRL logs.
         zero_variance (`ZeroVarianceSettings` or `None`): the filter's settings as the run uses them.
-"""
+    """
 
     world_size: int
     prompts_per_step: int | None

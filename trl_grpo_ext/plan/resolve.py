@@ -203,7 +203,7 @@ def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
 
     Raises:
         QuantityError: an invalid value, a conflict (both fields named), or a divisibility error (nearest valid values).
-"""
+    """
     unknown = sorted(set(values) - set(_INPUT_FIELDS))
     if unknown:
         raise QuantityError(f"unknown quantity field(s) {unknown}; known: {', '.join(_INPUT_FIELDS)}")

@@ -81,7 +81,7 @@ def check_zero_variance_settings(
 
     Raises:
         ValueError: naming the field, its value and the fix.
-"""
+    """
     if mode == "off":
         if zero_variance_reward is not None:
             raise ValueError(
