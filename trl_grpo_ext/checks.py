@@ -154,8 +154,10 @@ def closest_choice(value: Any, choices: Iterable[str]) -> str | None:
     return lowered[close[0]] if close else None
 
 
-def format_number(x: float) -> str:
-    """A bound as a person writes it: ``1`` for 1.0, ``0.0001`` otherwise as `repr`."""
+def format_number(x: Any) -> str:
+    """A number as a person writes it: ``1`` for 1.0, otherwise as `repr` (``0.0001``, ``2.5``); not a number: `str`."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
 
 

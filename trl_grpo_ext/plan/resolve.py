@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ..checks import Range
+from ..checks import Range, format_number
 
 __all__ = ["QuantityError", "TRL_DEFAULTS", "resolve_trl_fields"]
 
@@ -87,12 +87,6 @@ def _near_multiples(value: int, step: int) -> str:
     below, above = (value // step) * step, (value // step + 1) * step
     return f"{below} or {above}" if below > 0 else f"{above}"
 
-
-def _fmt_num(x) -> str:
-    """Numbers as a person writes them: ``3`` for 3.0, ``2.5``, ``None`` for None."""
-    if isinstance(x, float) and x.is_integer():
-        return str(int(x))
-    return str(x)
 
 # --------------------------------------------------------------------------------------------------------------------
 # our fields -> TRL fields
@@ -175,11 +169,11 @@ def _trl_generation_batch(per_device: int, world_size: int, ga: int, spg: int | 
 
 def _conflict(ours: dict, raw_name: str, raw_value, expected, why: str, fix: str | None = None) -> QuantityError:
     """A conflict between our field(s) ``ours`` and a raw TRL field, naming both, what ours write, and the fix."""
-    our_text = ", ".join(f"{k}={_fmt_num(v)}" for k, v in ours.items())
+    our_text = ", ".join(f"{k}={format_number(v)}" for k, v in ours.items())
     fix = fix or f"Remove {raw_name} (our fields write it), or remove {' and '.join(ours)} and use TRL's fields alone"
     return QuantityError(
-        f"{our_text} conflicts with {raw_name}={_fmt_num(raw_value)}: set one of them; {why} writes "
-        f"{raw_name}={_fmt_num(expected)}. {fix}"
+        f"{our_text} conflicts with {raw_name}={format_number(raw_value)}: set one of them; {why} writes "
+        f"{raw_name}={format_number(expected)}. {fix}"
     )
 
 
@@ -270,7 +264,7 @@ def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
                     "num_train_epochs": epochs if epochs is not None else float(steps)}
         fixes = {"max_steps": f"Remove max_steps, or use total_training_steps={raw['max_steps']} in its place",
                  "num_train_epochs": f"Remove num_train_epochs, or use total_epochs="
-                                     f"{_fmt_num(raw['num_train_epochs'])} in its place"}
+                                     f"{format_number(raw['num_train_epochs'])} in its place"}
         for name, exp in expected.items():
             if is_set[name] and raw[name] != exp:
                 cannot_bind = name == "num_train_epochs" and epochs is None
@@ -281,7 +275,7 @@ def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
     else:
         if raw["max_steps"] < 0 and raw["num_train_epochs"] <= 0:
             raise QuantityError(
-                f"num_train_epochs={_fmt_num(raw['num_train_epochs'])} with max_steps={raw['max_steps']} trains "
+                f"num_train_epochs={format_number(raw['num_train_epochs'])} with max_steps={raw['max_steps']} trains "
                 "nothing; set num_train_epochs > 0, or max_steps > 0, or total_epochs/total_training_steps")
         out.update(max_steps=raw["max_steps"], num_train_epochs=raw["num_train_epochs"], stop_semantics="trl")
     return out
