@@ -353,4 +353,5 @@ def validate(run: RunArgs, world_size: int = 1, problems=None, engine=None) -> N
     from .validation import validate_run_args
 
     validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,
-                      user_values=run.user_values, world_size=world_size, problems=problems, engine=engine)
+                      user_values=run.user_values, world_size=world_size, problems=problems, engine=engine,
+                      user_checked=run.user_values is not None)

@@ -16,7 +16,8 @@ from .user_values import UserValues
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
                       user_values: Mapping[str, Any] | None = None, world_size: int = 1,
                       dataset_columns: Sequence[str] | None = None, check_model: bool = True,
-                      problems: Problems | None = None, engine: Engine | None = None) -> None:
+                      problems: Problems | None = None, engine: Engine | None = None,
+                      user_checked: bool = False) -> None:
     """Refuse every bad value and combination of a run's arguments before any weight loads, all problems at once.
 
     Args:
@@ -31,6 +32,8 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
         check_model (`bool`, defaults to `True`): check LoRA target modules against the model's module names.
         problems (`Problems`, *optional*): record each problem there and return; without it, raise.
         engine (`engines.Engine`, *optional*): the engine of an accelerate config (``plan --accelerate-config``).
+        user_checked (`bool`, defaults to `False`): the front door already ran `check_user_values` on ``user_values``:
+            a user's value that reached the arguments unchanged is not range- or choice-checked again.
 
     Raises:
         RunArgumentError: without ``problems``: one line per problem, each naming the field(s), the value(s) and a
@@ -42,7 +45,12 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     user.command_line_keys = getattr(user_values, "command_line_keys", frozenset())
     values = flatten_values(script_args, training_args, model_args, push_args)
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
+    def checked(name: str) -> bool:
+        return user_checked and user.get(name) is not None and user[name] is values.get(name)
+
     for name, rng in RANGES.items():
+        if checked(name):
+            continue
         if user.get(name, 0) is None and _TABLE_DEFAULTS.get(name) is not None:  # YAML's null for a number
             problems.add(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
                          f"{_TABLE_DEFAULTS[name]!r}) or give a value.", (name,))
@@ -51,12 +59,12 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
             problems.check(rng.check, name, values[name], fields=[name])
     for name, choices in CHOICES.items():
         value = choice_from_yaml(enum_value(values.get(name)), choices)  # YAML's `off` (False) is "off"
-        if name in values and value is not None:
-            checked = problems.check(check_choice, name, value, choices, fields=[name])
-            if checked is not None:
-                values[name] = checked
+        if name in values and value is not None and not checked(name):
+            valid = problems.check(check_choice, name, value, choices, fields=[name])
+            if valid is not None:
+                values[name] = valid
                 if isinstance(user.get(name), bool):
-                    user[name] = checked
+                    user[name] = valid
     view = RunView(values, user, world_size, engine=engine, dataset_columns=dataset_columns, check_model=check_model)
     run_rules(view, problems)
     if own:
