@@ -96,18 +96,11 @@ def _check_epsilon(field_name: str, value: Any) -> float:
 
 
 def normalize_scale_rewards(value: Any) -> str:
-    """Map TRL's `scale_rewards` onto one of `STD_SCALINGS`.
-
-    Args:
-        value (`bool` or `str`): `True` or `"true"` -> `"group"`; `False` or `"false"` -> `"none"` (as TRL's
-            `GRPOConfig.__post_init__` does for the booleans; the strings, any case, are what a command line gives);
-            `"group"`, `"batch"` and `"none"` are returned unchanged.
-
-    Returns:
-        `str`: one of `"group"`, `"batch"`, `"none"`.
+    """Map TRL's `scale_rewards` onto one of `STD_SCALINGS`: `True` / `"true"` -> `"group"`, `False` / `"false"` ->
+    `"none"` (as `GRPOConfig.__post_init__` does), `"group"` / `"batch"` / `"none"` unchanged.
 
     Raises:
-        AdvantageConfigError: for any other value, listing the valid ones.
+        AdvantageConfigError: any other value, listing the valid ones.
     """
     if value is True:
         return "group"
@@ -122,20 +115,16 @@ def normalize_scale_rewards(value: Any) -> str:
 
 @dataclass(frozen=True)
 class AdvantageSettings:
-    """How rewards become advantages; the formulas are in `trl_grpo_ext.advantages.compute_advantages`.
+    """How rewards become advantages (formulas: `advantages.compute_advantages`, docs/advantages.md).
 
     Args:
-        baseline (`str`, defaults to `"group_mean"`): what is subtracted from each reward: `"group_mean"` (mean of the
-            group's non-missing rewards, GRPO) or `"leave_one_out"` (mean of the *other* non-missing rewards, RLOO).
-        std_scaling (`str`, defaults to `"group"`): what the centred reward is divided by: `"group"` (std of the
-            group), `"batch"` (std of every non-missing reward in the generation batch) or `"none"`.
-        epsilon (`float`, defaults to `1e-4`): added to the std before dividing, in reward units; >= 0.
-        std_kind (`str`, defaults to `"sample"`): `"sample"` (Bessel-corrected, divides by n - 1; TRL's `nanstd`) or
-            `"population"` (divides by n).
+        baseline (`str`, defaults to `"group_mean"`): or `"leave_one_out"` (RLOO).
+        std_scaling (`str`, defaults to `"group"`): divide by the group's std, the batch's (`"batch"`), or not (`"none"`).
+        epsilon (`float`, defaults to `1e-4`): added to the std [reward units]; >= 0.
+        std_kind (`str`, defaults to `"sample"`): n − 1 (TRL's `nanstd`) or `"population"` (n).
 
     Raises:
-        AdvantageConfigError: an unknown value (the message lists the valid ones) or an ε that is negative, not
-            finite or not a number.
+        AdvantageConfigError: an unknown value, or an ε that is negative, not finite or not a number.
     """
 
     baseline: str = "group_mean"

@@ -315,10 +315,8 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
            user_values) -> RunArgs:
     """TrlParser's semantics (the file's values are the parser's defaults, the command line wins) into `RunArgs`.
 
-    A YAML value its field's type cannot read (``learning_rate: fast``, ``use_peft: maybe``) is recorded in
-    ``problems`` (unless its field already has a problem) and left out, and the rest parsed again, so that the
-    checks of the other values still run; a dataclass's own refusal (``GRPOExtConfig.__post_init__``) is recorded
-    and raised with the others.
+    A YAML value its field's type cannot read is recorded in ``problems`` (unless its field already has one) and left
+    out, and the rest parsed again; a dataclass's own refusal (``GRPOExtConfig.__post_init__``) is recorded and raised.
     """
     config = dict(config)
     original = {key: parser.get_default(key) for key in config}
@@ -343,12 +341,8 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
 
 
 def validate(run: RunArgs, world_size: int = 1, problems=None, engine=None) -> None:
-    """The hook where every value of a run is checked before any model loads, for `plan`, `train` and the recipe.
-
-    Calls ``trl_grpo_ext.validation.validate_run_args(script_args, training_args, model_args, push_args)`` when that
-    module exists (issue 13, "every bad input refused"). With ``run.light`` the arguments are the torch-free twins
-    holding the values as given; otherwise the resolved dataclasses. ``run.given`` holds the keys the user set.
-    With ``problems`` (a `validation.problems.Problems`) each problem is recorded there instead of raised.
+    """`validation.validate_run_args` on ``run`` (the twins with the values as given, or the resolved dataclasses),
+    judging conflicts on ``run.user_values``; with ``problems`` each problem is recorded there instead of raised.
     """
     from .validation import validate_run_args
 

@@ -93,14 +93,8 @@ ZERO_LOSS_ATOL = 1e-3
 
 def zero_loss_note(loss: float, *, beta: float, loss_type: str, gradient_accumulation_steps: int,
                    steps_per_generation: int, num_iterations: int, entropy_coef: float = 0.0) -> str | None:
-    """The console's one-time explanation of a logged loss of 0, when 0 is what the settings give; else ``None``.
-
-    With ``beta = 0`` (no KL term), no entropy bonus and every update on-policy (:func:`clip_takes_effect` false:
-    π/π_old = 1), the per-token loss of :data:`ADVANTAGE_WEIGHTED_LOSSES` is ``−A_i`` for each token of completion
-    i, so the loss is ``−Σ_i w_i A_i`` with weights from the normaliser (``1/G`` per completion for ``grpo``, its
-    share of the tokens for ``dapo``, ``bnpo``, ``dr_grpo``, ``luspo``). The advantages of a group sum to 0 (group-mean
-    baseline), so the loss is 0: exactly for ``grpo``, and for the others when a group's completions are equally
-    long. Its gradient, ``−Σ_i w_i A_i ∇log π(o_i)``, is not 0.
+    """The console's one-time explanation of a logged loss of 0, when 0 is what the settings give (beta 0, no entropy
+    bonus, every update on-policy, an advantage-weighted loss: docs/quantifiers.md, "Why is my loss 0?"); else ``None``.
 
     Args:
         loss (`float`): the logged loss. beta (`float`): the KL coefficient. loss_type (`str`): TRL's loss type.

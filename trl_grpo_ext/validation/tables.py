@@ -1,8 +1,6 @@
-"""The tables that drive the checks of `trl_grpo_ext.validation`, and the helpers that read a run's values.
-
-Our own fields declare their range or choices on the field (``Annotated[int, Range(...)]``, ``Choices(...)``; see
-`trl_grpo_ext.fieldtable`); their entries come from the generated ``_fields.py``, so this module imports neither the
-config nor torch. TRL's, PEFT's and transformers' fields, which we cannot annotate, keep their rows here.
+"""The tables that drive the checks of `trl_grpo_ext.validation` (ranges, choices, exclusive pairs, settings that
+need another) and the helpers that read a run's values. Our own fields' entries come from their declarations
+(``_fields.py``); TRL's, PEFT's and transformers' fields keep their rows here.
 """
 
 from __future__ import annotations
