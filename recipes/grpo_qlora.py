@@ -24,7 +24,6 @@ from trl_grpo_ext.data import drop_long_prompts, load_eval_dataset, load_prompt_
 from trl_grpo_ext.data_checks import check_math_golds, check_reward_values, describe, reward_columns
 from trl_grpo_ext.eval_plan import resolve_eval_plan
 from trl_grpo_ext.evaluation import final_evaluation
-from trl_grpo_ext.generation import check_vllm_quantization
 from trl_grpo_ext.hub import HubPushError, build_model_card
 from trl_grpo_ext.interrupt import GracefulInterrupt
 from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
@@ -89,10 +88,6 @@ def main(script_args, training_args, model_args, push_args) -> int:
         checkpoint = check_checkpoint_plan(  # once per run: the trainer does not check a checked checkpoint again
             resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan)
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
-        if script_args.final_eval == "compare_base" and not model_args.use_peft:
-            raise ValueError("final_eval=compare_base needs an adapter to switch off (use_peft: true); with "
-                             "use_peft: false set final_eval: adapter (the trained model alone) or none.")
-        check_vllm_quantization(training_args, model_args.load_in_4bit, model_args.load_in_8bit)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -146,9 +146,10 @@ LAYERS = {
     3: ["models", "adapter_precision", "generation", "data", "data_checks", "tiny", "smollm2", "arithmetic"],
     4: ["evaluation", "eval_generation", "plotting", "hub", "hub.card", "hub.card_facts", "hub.merge", "hub.push"],
     5: ["config", "recipe_args", "frontdoor", "validation", "validation.tables", "validation.user_values",
-        "validation.run", "validation.rewards", "validation.lora", "validation.problems", "validation.engines", "validation.collected", "validation.packages", "launch"],
+        "validation.run", "validation.rules", "validation.rewards", "validation.lora", "validation.problems",
+        "validation.engines", "validation.collected", "validation.packages", "launch"],
     6: ["trainer", "interrupt", "console"],
-    7: ["cli", "plan_cli", "train", "eval_cli", "rewards.cli", "hub.cli", "fieldgen", "fielddocs", "quantifiers"],
+    7: ["cli", "plan_cli", "train", "eval_cli", "rewards.cli", "hub.cli", "quantifiers"],
 }
 
 

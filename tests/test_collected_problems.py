@@ -100,5 +100,5 @@ def test_vllm_on_a_4bit_base_and_bf16_join_the_list(three, capsys, monkeypatch):
         parse_recipe_args(["--config", str(three)])
     lines = _errors(capsys.readouterr().err, "error: ")
     # the recipe adds what only it checks: bf16 on this machine (plan imports no torch)
-    assert [line[:28] for line in lines] == ["temperature=0 must be a numb", "bf16=True, but this machine ",
-                                             "use_vllm=True with a 4-bit b"]
+    assert [line[:28] for line in lines] == ["temperature=0 must be a numb", "use_vllm=True with a 4-bit b",
+                                             "bf16=True, but this machine "]

@@ -5,14 +5,16 @@ import enum
 
 import pytest
 
-from trl_grpo_ext.fieldgen import recipe_tables
-from trl_grpo_ext.fieldtable import light_dataclasses
+from tools.fieldgen import recipe_tables
+from trl_grpo_ext.fieldtable import installed_versions, light_dataclasses
 from trl_grpo_ext.frontdoor import hf_argument_parser
 
 
 def test_the_generated_table_is_current():
-    """Fails after a TRL/transformers upgrade or a new field: regenerate with `python -m trl_grpo_ext.fieldgen`."""
-    from trl_grpo_ext._fields import TABLES
+    """Fails after a TRL/transformers upgrade or a new field: regenerate with `python tools/fieldgen.py`."""
+    from trl_grpo_ext._fields import TABLES, VERSIONS
+
+    assert VERSIONS == installed_versions()
 
     current = recipe_tables()
     assert list(TABLES) == list(current) == ["RecipeArguments", "GRPOExtConfig", "ModelConfig", "HubPushArguments"]
@@ -69,16 +71,16 @@ def test_twins_parse_values_like_the_real_classes(argv, expected):
 
 
 def test_the_configuration_reference_is_current():
-    """Fails when a field, its help, default or declared check changed: `python -m trl_grpo_ext.fieldgen --docs`."""
-    from trl_grpo_ext.fielddocs import DOCS_FILE, render_docs
+    """Fails when a field, its help, default or declared check changed: `python tools/fieldgen.py --docs`."""
+    from tools.fielddocs import DOCS_FILE, render_docs
 
     committed = DOCS_FILE.read_text(encoding="utf-8")
-    assert render_docs(committed) == committed, "docs/configuration.md is stale: run python -m trl_grpo_ext.fieldgen --docs"
+    assert render_docs(committed) == committed, "docs/configuration.md is stale: run python tools/fieldgen.py --docs"
 
 
 def test_the_reference_shows_what_validation_enforces():
     """The generated rows come from the same declarations the checks use: a declared range and choices, worded."""
-    from trl_grpo_ext.fielddocs import render_tables
+    from tools.fielddocs import render_tables
 
     tables = render_tables()
     assert "| `max_resample_rounds` | `int` | `3` | an integer >= 0 |" in tables
@@ -105,3 +107,39 @@ def test_declared_checks_reach_the_config_and_the_torch_free_table(tmp_path):
         GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_resample_rounds=-1)
     with pytest.raises(ValueError, match=r"adapter_dtype='float16' is not valid\. Did you mean 'bfloat16'\? Choose one of 'float32', 'bfloat16'\."):
         GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], adapter_dtype="float16")
+
+
+def _table_with_a_field_the_installed_classes_lack(monkeypatch, versions):
+    """``_fields.py`` as if generated on ``versions`` by a TRL whose GRPOConfig had a field ``only_in_the_table``."""
+    from trl_grpo_ext import _fields
+
+    rows = [*_fields.TABLES["GRPOExtConfig"], ("only_in_the_table", "int", 0, {}, {})]
+    monkeypatch.setattr(_fields, "TABLES", {**_fields.TABLES, "GRPOExtConfig": rows})
+    monkeypatch.setattr(_fields, "VERSIONS", versions)
+    light_dataclasses.cache_clear()
+
+
+@pytest.fixture
+def fresh_twins():
+    light_dataclasses.cache_clear()
+    yield
+    light_dataclasses.cache_clear()
+
+
+def test_a_table_generated_on_other_versions_is_not_used(monkeypatch, fresh_twins):
+    """The drift check: on other installed versions than `_fields.VERSIONS`, `plan` parses with the real classes, so a
+    field only the table has is an unknown key; on the table's own versions the twins are used (and accept it)."""
+    from trl_grpo_ext.frontdoor import ConfigError, dataclass_types, read_run_args
+    from trl_grpo_ext.recipe_args import RECIPE_DATACLASSES
+
+    argv = ["--config", "tiny_cpu", "--only_in_the_table", "3"]
+    _table_with_a_field_the_installed_classes_lack(monkeypatch, installed_versions())
+    assert dataclass_types(True) is not RECIPE_DATACLASSES
+    assert read_run_args(argv, light=True, announce=False).training_args.only_in_the_table == 3
+
+    _table_with_a_field_the_installed_classes_lack(monkeypatch, {**installed_versions(), "transformers": "5.20.0"})
+    assert dataclass_types(True) is RECIPE_DATACLASSES
+    with pytest.raises(ConfigError, match="unknown key.*only_in_the_table"):
+        read_run_args(argv, light=True, announce=False)
+    run = read_run_args(["--config", "tiny_cpu"], light=True, announce=False)  # a valid config still reads
+    assert not run.light and run.training_args.resolved.prompts_per_step == 2

@@ -248,3 +248,42 @@ def test_skip_runs_cite_greso_and_show_their_settings(run, tmp_path):
     assert "| skip_exploration_probability | 0.25 |" in text and "| zero_variance_filter | skip |" in text
     assert "arXiv:2506.02177" in text
     assert "arXiv:2506.02177" not in build_model_card(run[0], repo_id=REPO).text  # a mask run does not cite it
+
+
+#: Every field of the zero-variance and advantage field lists, set to a value other than its default, over two runs
+#: (resample and skip are exclusive modes), with the value the card must show (the resolved one).
+FEATURE_RUNS = [
+    ({"zero_variance_filter": "resample", "zero_variance_tolerance": 0.01, "zero_variance_reward": "char_fraction",
+      "max_resample_rounds": 2, "advantage_baseline": "leave_one_out", "advantage_std_scaling": "batch",
+      "scale_rewards": "batch", "advantage_epsilon": 0.001, "advantage_std_kind": "population", "warmup_steps": 0.1},
+     {}),
+    ({"zero_variance_filter": "skip", "skip_exploration_probability": 0.5, "advantage_preset": "dr_grpo"},
+     {"advantage_std_scaling": "none", "scale_rewards": "none"}),
+]
+
+
+@pytest.mark.parametrize("fields, resolved", FEATURE_RUNS)
+def test_every_feature_field_a_run_sets_is_on_its_card(run, tmp_path, fields, resolved):
+    """A run's `run_config.json` (written by the recipe's `write_run_config` from a real `GRPOExtConfig`) shows each
+    field of each feature's own list on the card (before: `warmup_ratio` and `max_prompt_length` never matched)."""
+    from types import SimpleNamespace
+
+    from factories import tiny_config
+
+    from trl_grpo_ext.advantage_settings import FIELDS as ADVANTAGE_FIELDS
+    from trl_grpo_ext.launch import write_run_config
+    from trl_grpo_ext.zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
+
+    copy = tmp_path / "run"
+    shutil.copytree(run[0], copy)
+    old = json.loads((copy / "run_config.json").read_text())
+    config = tiny_config(copy, rewards=["char_fraction"], prompts_per_step=2, num_generations=4, micro_batch_size=8,
+                         **fields)
+    write_run_config(str(copy), SimpleNamespace(**old["script_args"], max_prompt_length=64), config,
+                     SimpleNamespace(**old["model_args"]), SimpleNamespace(**old.get("push_args", {})))
+    text = build_model_card(copy, repo_id=REPO).text
+    for name, value in {**fields, **resolved}.items():
+        assert f"| {name} | {format_value(value)} |" in text, name
+    for name in (*ZERO_VARIANCE_FIELDS, *ADVANTAGE_FIELDS):
+        assert f"| {name} | " in text, name
+    assert "| max_prompt_length | 64 |" in text

@@ -193,7 +193,7 @@ def test_plan_lists_the_resolved_rewards(capsys):
 
 def test_plan_prints_the_evaluation_quantities_and_refuses_an_impossible_eval_batch(capsys, write_yaml):
     config = TUTORIAL + "eval_strategy: steps\neval_steps: 100\neval_num_prompts: 256\nnum_generations_eval: 2\n" \
-                        "per_device_eval_batch_size: 32\nfinal_eval: compare_base\n"
+                        "per_device_eval_batch_size: 32\nfinal_eval: compare_base\nuse_peft: true\n"
     code, out, _ = run_plan(capsys, "--config", write_yaml(config), "--dataset-size", "7473")
     assert code == 0
     assert "512 completions = 256 × 2" in out and "16 = 512 / (32" in out and "10 (every 100 steps)" in out

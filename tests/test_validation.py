@@ -25,6 +25,7 @@ from trl_grpo_ext.validation import (
     check_reward_columns,
     check_user_values,
     user_values_from_argv,
+    validate_run_args,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,10 +153,13 @@ def test_conflicts_are_judged_by_set_keys_not_values():
     # without set_fields (the dataclass path) an explicit default looks unset ...
     assert resolve_trl_fields({"micro_batch_size": 4, "per_device_train_batch_size": 8}, 1)["micro_batch_size"] == 4
     # ... with the keys the user set it is a conflict naming both
+    def validate(user):
+        validate_run_args(None, user, None, None, user_values=user, check_model=False)
+
     with pytest.raises(RunArgumentError, match="micro_batch_size=4 conflicts with per_device_train_batch_size=8"):
-        check_user_values({"micro_batch_size": 4, "per_device_train_batch_size": 8})
-    check_user_values({"micro_batch_size": 4, "per_device_train_batch_size": 4})  # the same value is no conflict
-    check_user_values({"micro_batch_size": 4, "num_generations": 8})
+        validate({"micro_batch_size": 4, "per_device_train_batch_size": 8})
+    validate({"micro_batch_size": 4, "per_device_train_batch_size": 4})  # the same value is no conflict
+    validate({"micro_batch_size": 4, "num_generations": 8})
 
 
 def test_required_columns_and_packages_are_declared_by_the_rewards():
@@ -290,7 +294,7 @@ def test_importing_validation_imports_neither_torch_nor_trl():
     """`plan` validates without torch: the package, its tables (read from `_fields.py`) and the checks import none."""
     import subprocess
 
-    code = ("import sys, trl_grpo_ext.validation, trl_grpo_ext.fielddocs\n"
+    code = ("import sys, trl_grpo_ext.validation, trl_grpo_ext.fieldtable, trl_grpo_ext.frontdoor\n"
             "print(sorted(m for m in ('torch', 'trl', 'transformers', 'peft') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -266,9 +266,74 @@ INVALID = [
         "lora_modules_to_save"),
     row("lora modules_to_save typo", {"lora_modules_to_save": ["lm_heads"]}, ["lora_modules_to_save", "lm_heads"],
         "e.g. lm_head"),
+    # generation and engine settings the run would ignore or cannot run (plan used to pass these)
+    row("use_vllm + continuous batching", {"use_vllm": True, "use_transformers_continuous_batching": True,
+                                           "transformers_continuous_batching_config": {"num_blocks": 8}},
+        ["use_vllm", "use_transformers_continuous_batching"], "Fix: keep one of them"),
+    row("use_vllm on a 4-bit base", {"use_vllm": True}, ["use_vllm", "load_in_4bit"], "allow_vllm_4bit_merge: true"),
+    row("compare_base without an adapter", {"final_eval": "compare_base", "use_peft": False, "lora_r": DROP,
+                                            "lora_alpha": DROP, "lora_dropout": DROP, "lora_target_modules": DROP},
+        ["final_eval=compare_base", "use_peft"], "final_eval: adapter"),
+    row("DeepSpeed with use_cpu", {"deepspeed": {"zero_optimization": {"stage": 2}}}, ["use_cpu", "DeepSpeed"],
+        "Fix: set use_cpu: false"),
+    row("report_to wandb without wandb", {"report_to": ["wandb"]}, ["report_to", "wandb"], "pip install wandb",
+        missing_module="wandb"),
     row("lora target on another model's names", {"lora_target_modules": ["c_attn", "c_proj"]},
         ["lora_target_modules", "c_attn"]),
 ]
+
+
+#: Each rule of `validation.rules.RULES` -> the id of a row above that only it refuses.
+RULE_ROWS = {
+    "exclusive": "4bit+8bit",
+    "quantity_conflicts": "per_device_train_batch_size=8 (default) + micro_batch_size",
+    "advantage_conflicts": "loss_type=dapo (default) + rloo preset",
+    "ignored_settings": "lora_r without use_peft",
+    "ordered": "entropy_coef_min > max",
+    "evaluation_split": "eval_strategy steps without a test split",
+    "compare_base_adapter": "compare_base without an adapter",
+    "reward_specs": "reward name typo",
+    "normalize_then_sum": "leave_one_out + normalize_then_sum",
+    "clipping": "epsilon_high with num_iterations 1",
+    "zero_variance": "filter with an entropy bonus on a row-normalised loss",
+    "generation": "use_vllm + continuous batching",
+    "vllm_quantization": "use_vllm on a 4-bit base",
+    "rewards_against_run": "soft_overlong beyond max_completion_length",
+    "reward_packages": "accuracy without math-verify",
+    "reward_columns": "exact_match needs an answer column",
+    "run_packages": "report_to wandb without wandb",
+    "engine_settings": "DeepSpeed with use_cpu",
+    "lora_names": "lora target lm_head",
+    "lora_targets": "lora target typo",
+}
+
+
+def test_every_rule_has_a_row():
+    """A rule added to `RULES` without a row here fails: every rule is shown refused by plan and by the recipe."""
+    from trl_grpo_ext.validation.rules import RULES
+
+    assert set(RULE_ROWS) == {rule.name for rule in RULES}
+    ids = {p.id for p in INVALID}
+    assert {name: id_ for name, id_ in RULE_ROWS.items() if id_ not in ids} == {}
+
+
+@pytest.mark.parametrize("name", sorted(RULE_ROWS))
+def test_each_rule_refuses_its_row(name, monkeypatch):
+    """The row of each rule is refused by that rule (run alone on the row's values), not only by another check."""
+    from trl_grpo_ext.validation.problems import Problems
+    from trl_grpo_ext.validation.rules import RULES, RunView
+    from trl_grpo_ext.validation.tables import flatten_values
+    from trl_grpo_ext.validation.user_values import UserValues
+
+    (param,) = [p for p in INVALID if p.id == RULE_ROWS[name]]
+    if param.values[3]:
+        monkeypatch.setitem(sys.modules, param.values[3], None)
+    user = UserValues({k: v for k, v in {**BASE, **param.values[0]}.items() if v is not DROP})
+    (rule,) = [rule for rule in RULES if rule.name == name]
+    problems = Problems()
+    view = RunView(flatten_values(user), user, problems=problems)
+    problems.check(rule.check, view)
+    assert len(problems) >= 1, name
 
 
 def _config(tmp_path, change) -> str:

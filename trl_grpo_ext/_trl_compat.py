@@ -81,7 +81,7 @@ SURFACE: tuple[TouchPoint, ...] = (
                "_trl_compat.create_model -> models.load_continued_model (the base of a continued adapter, loaded as "
                "TRL loads a model id)"),
     TouchPoint("trl.scripts", "_hf_argparser", "module", None,
-               "_trl_compat.hf_argparser_path; frontdoor.hf_argument_parser (plan's torch-free parsing)"),
+               "_trl_compat.hf_argparser_module; frontdoor.hf_argument_parser (plan's torch-free parsing)"),
 )
 
 #: The private methods `GRPOExtTrainer` defines under TRL's names (TRL calls them; each calls ``super()``).
@@ -166,3 +166,20 @@ def hf_argparser_path() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0]) / "scripts" / "_hf_argparser.py"
+
+
+def hf_argparser_module():
+    """TRL's ``_hf_argparser`` module: TRL's own once TRL is imported, else loaded from :func:`hf_argparser_path`
+    (standard library only), so that `plan` skips TRL's import-time package scan; None when TRL is not installed."""
+    module = sys.modules.get(HF_ARGPARSER_MODULE) or sys.modules.get("trl_grpo_ext._trl_hf_argparser")
+    if module is not None:
+        return module
+    path = hf_argparser_path()
+    if path is None:
+        return None
+    name = "trl_grpo_ext._trl_hf_argparser"
+    file_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(file_spec)
+    sys.modules[name] = module
+    file_spec.loader.exec_module(module)
+    return module

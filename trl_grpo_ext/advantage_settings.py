@@ -1,12 +1,5 @@
-"""Advantage settings: baseline, std scaling, ε and std kind, resolved against TRL's own fields.
-
-Pure module (no torch import), so `trl-grpo-ext plan` can validate a config without loading torch. The tensor maths
-lives in `trl_grpo_ext.advantages`; the formulas and a worked table are in `docs/advantages.md`.
-
-One source of truth: TRL's `scale_rewards` and our `advantage_std_scaling` describe the same thing (what the
-centred rewards are divided by), and a preset sets several fields at once. `resolve_advantage_settings` merges them
-into one `AdvantageSettings`, refuses contradictions, and returns the values TRL's own fields (`scale_rewards`,
-`loss_type`) must be given so that TRL agrees with us.
+"""Advantage settings (baseline, std scaling, ε, std kind) and their presets, resolved against TRL's own
+``scale_rewards`` and ``loss_type`` into one `AdvantageSettings` (pure: no torch). Formulas: docs/advantages.md.
 """
 
 from __future__ import annotations
@@ -82,6 +75,11 @@ FIELD_DEFAULTS: dict[str, Any] = {
 """Recommended config defaults. TRL's fields keep TRL's defaults; ours default to `None` ("not set"), which makes
 "explicitly set" exact for them (see `resolve_advantage_settings`)."""
 
+#: The config fields of the advantages (ours, then TRL's ``scale_rewards``), in the order the card shows them; TRL's
+#: ``normalize_then_sum`` ignores each of them (`validation.rules.normalize_then_sum`).
+FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
+               "advantage_std_kind", "scale_rewards")
+
 _FALLBACKS = {"baseline": "group_mean", "epsilon": TRL_EPSILON, "std_kind": "sample"}
 
 
@@ -98,18 +96,11 @@ def _check_epsilon(field_name: str, value: Any) -> float:
 
 
 def normalize_scale_rewards(value: Any) -> str:
-    """Map TRL's `scale_rewards` onto one of `STD_SCALINGS`.
-
-    Args:
-        value (`bool` or `str`): `True` or `"true"` -> `"group"`; `False` or `"false"` -> `"none"` (as TRL's
-            `GRPOConfig.__post_init__` does for the booleans; the strings, any case, are what a command line gives);
-            `"group"`, `"batch"` and `"none"` are returned unchanged.
-
-    Returns:
-        `str`: one of `"group"`, `"batch"`, `"none"`.
+    """Map TRL's `scale_rewards` onto one of `STD_SCALINGS`: `True` / `"true"` -> `"group"`, `False` / `"false"` ->
+    `"none"` (as `GRPOConfig.__post_init__` does), `"group"` / `"batch"` / `"none"` unchanged.
 
     Raises:
-        AdvantageConfigError: for any other value, listing the valid ones.
+        AdvantageConfigError: any other value, listing the valid ones.
     """
     if value is True:
         return "group"
@@ -124,20 +115,16 @@ def normalize_scale_rewards(value: Any) -> str:
 
 @dataclass(frozen=True)
 class AdvantageSettings:
-    """How rewards become advantages; the formulas are in `trl_grpo_ext.advantages.compute_advantages`.
+    """How rewards become advantages (formulas: `advantages.compute_advantages`, docs/advantages.md).
 
     Args:
-        baseline (`str`, defaults to `"group_mean"`): what is subtracted from each reward: `"group_mean"` (mean of the
-            group's non-missing rewards, GRPO) or `"leave_one_out"` (mean of the *other* non-missing rewards, RLOO).
-        std_scaling (`str`, defaults to `"group"`): what the centred reward is divided by: `"group"` (std of the
-            group), `"batch"` (std of every non-missing reward in the generation batch) or `"none"`.
-        epsilon (`float`, defaults to `1e-4`): added to the std before dividing, in reward units; >= 0.
-        std_kind (`str`, defaults to `"sample"`): `"sample"` (Bessel-corrected, divides by n - 1; TRL's `nanstd`) or
-            `"population"` (divides by n).
+        baseline (`str`, defaults to `"group_mean"`): or `"leave_one_out"` (RLOO).
+        std_scaling (`str`, defaults to `"group"`): divide by the group's std, the batch's (`"batch"`), or not (`"none"`).
+        epsilon (`float`, defaults to `1e-4`): added to the std [reward units]; >= 0.
+        std_kind (`str`, defaults to `"sample"`): n − 1 (TRL's `nanstd`) or `"population"` (n).
 
     Raises:
-        AdvantageConfigError: an unknown value (the message lists the valid ones) or an ε that is negative, not
-            finite or not a number.
+        AdvantageConfigError: an unknown value, or an ε that is negative, not finite or not a number.
     """
 
     baseline: str = "group_mean"
@@ -189,41 +176,25 @@ def resolve_advantage_settings(
 ) -> tuple[AdvantageSettings, dict[str, Any]]:
     """Merge a preset, TRL's `scale_rewards` and our advantage fields into one `AdvantageSettings`.
 
-    "Explicitly set" means: not `None` and different from the field's default in `defaults` (the config dataclass
-    defaults; `FIELD_DEFAULTS` when `None`). A field left at its default never conflicts with anything: the preset
-    (or, for the std scaling, the other field) decides. Consequence: a value written out that equals its default
-    cannot be told apart from an unset one, e.g. `scale_rewards: group` with the `"dr_grpo"` preset is not an error
-    (the preset wins). Our own fields default to `None`, so for them the detection is exact.
-
-    Resolution, per setting: the preset's value and every explicitly set field must agree (else an error naming both
-    sources); if none of them is set, the field's own value is used, then the built-in fallback (group_mean,
-    ε = 1e-4, sample std). `advantage_std_scaling` and `scale_rewards` both set the std scaling; when neither is
-    explicit, `advantage_std_scaling` (if not `None`) is used, else `scale_rewards`.
+    A field counts as set when it is not `None` and differs from its default in `defaults` (`FIELD_DEFAULTS` when
+    `None`); the preset's value and every set field must agree, else the field's own value, then the fallback
+    (group_mean, ε = 1e-4, sample std) decides. `advantage_std_scaling` and `scale_rewards` both set the std scaling.
 
     Args:
-        preset (`str`, *optional*): one of `PRESETS` (the config field `advantage_preset`).
-        scale_rewards (`bool` or `str`, defaults to `"group"`): TRL's field; see `normalize_scale_rewards`.
-        advantage_baseline (`str`, *optional*): one of `BASELINES`.
-        advantage_std_scaling (`str`, *optional*): one of `STD_SCALINGS`.
-        advantage_epsilon (`float`, *optional*): ε >= 0, in reward units.
-        advantage_std_kind (`str`, *optional*): one of `STD_KINDS`.
-        loss_type (`str`, *optional*, defaults to `"dapo"`): TRL's field; passed through unless a preset sets it
-            (TRL validates its value).
-        defaults (`Mapping[str, Any]`, *optional*): default of each field above, keyed by config field name
-            (`"advantage_preset"`, `"scale_rewards"`, `"advantage_baseline"`, ...). Defaults to `FIELD_DEFAULTS`.
+        preset (`str`, *optional*): one of `PRESETS`. scale_rewards (`bool` or `str`, defaults to `"group"`): TRL's
+            field (`normalize_scale_rewards`). advantage_baseline, advantage_std_scaling, advantage_std_kind (`str`,
+            *optional*): one of `BASELINES`, `STD_SCALINGS`, `STD_KINDS`. advantage_epsilon (`float`, *optional*): ε >= 0
+            [reward units]. loss_type (`str`, *optional*, defaults to `"dapo"`): TRL's field, unless a preset sets it.
+        defaults (`Mapping[str, Any]`, *optional*): each field's default, keyed by config field name.
 
     Returns:
-        `tuple[AdvantageSettings, dict]`: the settings, and the values to write into TRL's own fields,
-        `{"scale_rewards": <"group"|"batch"|"none">, "loss_type": <str>}`.
+        `tuple[AdvantageSettings, dict]`: the settings, and ``{"scale_rewards": ..., "loss_type": ...}`` to write.
 
     Raises:
-        AdvantageConfigError: unknown preset or value (lists the valid ones); `scale_rewards` and
-            `advantage_std_scaling` explicitly set to different scalings; a preset and an explicitly set field that
-            disagree.
+        AdvantageConfigError: an unknown preset or value; two set fields, or a preset and a set field, that disagree.
 
     Warns:
-        UserWarning: `advantage_epsilon` or `advantage_std_kind` explicitly set while the std scaling is `"none"`
-            (they then have no effect).
+        UserWarning: `advantage_epsilon` or `advantage_std_kind` set while the std scaling is `"none"`.
     """
     defaults = FIELD_DEFAULTS if defaults is None else defaults
     if preset is not None and preset not in PRESETS:

@@ -1,20 +1,8 @@
 """The one validation helper: numeric ranges and string choices, with one-line messages that name the field, the
-value and a fix.
-
-Every check of a single value in this package goes through :class:`Range` or :func:`check_choice`; the modules that
-own a concept (the plan, advantage settings, rewards, the hub) keep only *which* range or choice applies. Importing
-this module imports nothing heavy (no torch, no TRL).
-
-Example:
+value and a fix (no torch, no TRL).
 
 >>> Range(low=1, integer=True, fix="try 8.").check("num_generations", 4.0)
 4
->>> Range(low=0, low_open=True, fix="try 1.0.").check("temperature", 0)
-Traceback (most recent call last):
-...
-trl_grpo_ext.checks.RunArgumentError: temperature=0 must be a number > 0. Fix: try 1.0.
->>> check_choice("zero_variance_filter", "mask", ("off", "mask", "resample"))
-'mask'
 >>> check_choice("zero_variance_filter", "masc", ("off", "mask", "resample"))
 Traceback (most recent call last):
 ...
@@ -29,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunArgumentError", "Range", "check_choice", "closest_choice", "as_number", "format_number"]
+__all__ = ["RunArgumentError", "Range", "check_choice", "closest_choice", "as_number", "format_number",
+           "world_size_from_env"]
 
 
 class RunArgumentError(ValueError):
@@ -165,8 +154,10 @@ def closest_choice(value: Any, choices: Iterable[str]) -> str | None:
     return lowered[close[0]] if close else None
 
 
-def format_number(x: float) -> str:
-    """A bound as a person writes it: ``1`` for 1.0, ``0.0001`` otherwise as `repr`."""
+def format_number(x: Any) -> str:
+    """A number as a person writes it: ``1`` for 1.0, otherwise as `repr` (``0.0001``, ``2.5``); not a number: `str`."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
 
 
@@ -182,3 +173,20 @@ def as_number(value: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def world_size_from_env(environ=None) -> int:
+    """Training processes as `accelerate launch` / `torchrun` set them (``WORLD_SIZE`` in ``environ``, default
+    ``os.environ``), else 1; at least 1.
+
+    Raises:
+        RunArgumentError: ``WORLD_SIZE`` is not a whole number.
+    """
+    import os
+
+    raw = (os.environ if environ is None else environ).get("WORLD_SIZE", "1")
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        raise RunArgumentError(f"WORLD_SIZE={raw!r} in the environment is not a whole number. Fix: unset it (plan: "
+                               "or pass --num-processes P).") from None

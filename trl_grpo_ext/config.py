@@ -9,18 +9,15 @@ given) -> `super().__post_init__()` -> `GRPOExtTrainer`. The pure resolution liv
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, NewType
 
 from trl import GRPOConfig
 
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
-from .checks import Range, choice_from_yaml
+from .checks import Range, choice_from_yaml, world_size_from_env
 from .engines import resolve_engine
 from .fieldtable import Choices, declared_checks
-from .generation import check_generation_settings, check_vllm_quantization, is_4bit, is_8bit
-from .loss_settings import CLIP_DEFAULTS, ignored_clipping
 from .models import bf16_available as _bf16_available
 from .models import check_bf16_machine
 from .plan import QuantityError
@@ -28,7 +25,7 @@ from .plan.resolve import NO_STEP_LIMIT_FIX
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 from .rewards.guard import REWARD_ERROR_POLICIES
 from .validation.engines import check_engine_device
-from .zero_variance import check_zero_variance_settings
+from .zero_variance.settings import ZeroVarianceSettings
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
@@ -48,97 +45,39 @@ RewardEntry = NewType("RewardEntry", str | dict)
 
 @dataclass
 class GRPOExtConfig(GRPOConfig):
-    r"""
-    Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus the fields below.
+    r"""Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus the fields below (types, defaults,
+    units and valid values: docs/configuration.md, generated from these declarations).
 
-    Quantities (see `docs/quantifiers.md`; each may be left unset to use TRL's raw fields instead):
+    Quantities (docs/quantifiers.md; unset: TRL's raw fields decide):
+        prompts_per_step (`int`, *optional*): distinct prompts per optimizer step, all processes [prompts].
+        micro_batch_size (`int`, *optional*): completions per forward/backward on one device [completions].
+        total_training_steps (`int`, *optional*): hard stop [optimizer steps].
+        total_epochs (`float`, *optional*): fallback stop [passes]; with both, the first reached stops the run.
+    Advantages (docs/advantages.md):
+        advantage_preset (`str`, *optional*): `"grpo"`, `"dr_grpo"`, `"rloo"`, `"dapo"`.
+        advantage_baseline (`str`, *optional*, defaults to `"group_mean"`): or `"leave_one_out"`.
+        advantage_std_scaling (`str`, *optional*): `"group"`, `"batch"` or `"none"` (one truth with `scale_rewards`).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-4`): ε in A = (R − b) / (σ + ε) [reward units].
+        advantage_std_kind (`str`, *optional*, defaults to `"sample"`): or `"population"`.
+    Zero-variance groups (docs/zero_variance.md):
+        zero_variance_filter (`str`, defaults to `"off"`): `"mask"`, `"resample"` (DAPO) or `"skip"` (GRESO).
+        zero_variance_tolerance (`float`, defaults to `0.0`): largest std of a uniform group [reward units].
+        zero_variance_reward (`str`, *optional*): the reward the filter judges (unset: the weighted total).
+        max_resample_rounds (`int`, defaults to `3`): extra generation rounds per step in resample mode.
+        skip_exploration_probability (`float`, defaults to `0.25`): p in (0, 1) of skip mode.
+    Rewards (docs/rewards.md):
+        rewards (`list[RewardEntry]`, *optional*): registry names or `{name, weight, kwargs}` (parsed: `resolved.rewards`).
+        reward_error_policy (`str`, defaults to `"raise"`): or `"none"` (a bad value counts as missing).
+    QLoRA adapter precision (docs/adapter_precision.md):
+        adapter_dtype (`str`, defaults to `"float32"`): or `"bfloat16"` (TRL's behaviour).
+        lost_update_steps (`int`, defaults to `0`): measure the lost-update fraction every N steps (0: never).
+        lost_update_warning_threshold (`float`, defaults to `0.2`): warn above this fraction.
+    Generation (docs/generation.md):
+        allow_vllm_4bit_merge (`bool`, defaults to `False`): let `use_vllm` run on a 4-bit base (logs `vllm/base_drift`).
 
-        prompts_per_step (`int`, *optional*):
-            Distinct prompts per optimizer step, across all processes [prompts]. Together with `num_generations` (G)
-            and `micro_batch_size` it derives `gradient_accumulation_steps` = prompts_per_step × G ÷ (micro_batch_size
-            × world_size). Conflicts with `per_device_train_batch_size` / `gradient_accumulation_steps` /
-            `generation_batch_size` / `steps_per_generation` set to non-default values.
-        micro_batch_size (`int`, *optional*):
-            Completions per forward/backward pass on one device [completions]; written to TRL's
-            `per_device_train_batch_size`. A memory setting, except with `loss_type="bnpo"`, whose loss changes with
-            it (warned; see `docs/quantifiers.md`).
-        total_training_steps (`int`, *optional*):
-            Hard stop [optimizer steps]. Written to `max_steps`; conflicts with `max_steps` set directly.
-        total_epochs (`float`, *optional*):
-            Fallback stop [passes over the prompts; fractions allowed]. When both limits are set, whichever is reached
-            first stops the run (TRL alone lets `max_steps` always win). Conflicts with `num_train_epochs` set
-            directly.
-
-    Advantages (see `docs/advantages.md`):
-
-        advantage_preset (`str`, *optional*):
-            A published variant that sets the fields below together: `"grpo"`, `"dr_grpo"`, `"rloo"`, ...
-        advantage_baseline (`str`, *optional*, defaults to `"group_mean"`):
-            `"group_mean"` (GRPO) or `"leave_one_out"` (RLOO).
-        advantage_std_scaling (`str`, *optional*):
-            `"group"`, `"batch"` or `"none"`; one source of truth with TRL's `scale_rewards` (a conflict is an error).
-        advantage_epsilon (`float`, *optional*, defaults to `1e-4`):
-            ε in A = (R − b) / (σ + ε); TRL's fixed value is 1e-4.
-        advantage_std_kind (`str`, *optional*, defaults to `"sample"`):
-            `"sample"` (unbiased, N−1; TRL's) or `"population"` (N) standard deviation.
-
-    Zero-variance groups (see `docs/zero_variance.md`):
-
-        zero_variance_filter (`str`, *optional*, defaults to `"off"`):
-            `"off"` (TRL's behaviour), `"mask"` (drop uniform groups from the loss and its normaliser),
-            `"resample"` (DAPO dynamic sampling, arXiv 2503.14476) or `"skip"` (skip prompts predicted uniform
-            before rollout from their reward history, GRESO arXiv 2506.02177, then mask).
-        zero_variance_tolerance (`float`, *optional*, defaults to `0.0`):
-            A group is uniform when its judged rewards (see `zero_variance_reward`) are all equal, or their sample
-            std is at most this [reward units].
-        zero_variance_reward (`str`, *optional*):
-            The reward function whose values the filter judges (its name, as logged under `rewards/<name>/mean`,
-            e.g. `"accuracy"`); unset judges the weighted total reward. Needs the filter on.
-        max_resample_rounds (`int`, *optional*, defaults to `3`):
-            Extra generation rounds per step in `"resample"` mode; a shortfall after them is masked and logged.
-        skip_exploration_probability (`float`, *optional*, defaults to `0.25`):
-            `"skip"` mode: a prompt uniform at its last k rollouts is still rolled out with probability p^k (else its
-            slot goes to another prompt of the epoch); in (0, 1) (1 would skip nothing: that is `"mask"`).
-
-    Rewards (see `docs/rewards.md`):
-
-        rewards (`list[RewardEntry]`, *optional*):
-            Reward functions by registry name, each a name or `{name, weight, kwargs}` (kept as given; the parsed
-            `RewardSpec`s are `resolved.rewards`); mapped onto TRL's `reward_funcs` / `reward_weights`.
-        reward_error_policy (`str`, *optional*, defaults to `"raise"`):
-            What a reward that raises or returns NaN/inf/non-numbers does: `"raise"` fails the step, `"none"` treats
-            the value as missing and counts it in the metric `rewards/<name>/invalid`.
-
-    QLoRA adapter precision (see `docs/adapter_precision.md`):
-
-        adapter_dtype (`str`, *optional*, defaults to `"float32"`):
-            Storage dtype of trainable adapter weights on a quantized model. `"bfloat16"` is TRL's behaviour, which
-            rounds away optimizer updates smaller than ~1/256 of a weight.
-        lost_update_steps (`int`, *optional*, defaults to `0`):
-            Measure the lost-update fraction every this many optimizer steps (0 = never).
-        lost_update_warning_threshold (`float`, *optional*, defaults to `0.2`):
-            Warn when more than this fraction of trainable weights with a non-zero gradient did not change.
-
-    Generation (see `docs/generation.md`):
-
-        allow_vllm_4bit_merge (`bool`, *optional*, defaults to `False`):
-            Let `use_vllm: true` run on a 4-bit base although TRL's weight sync merges the adapter into the 4-bit
-            weights and unmerges it, re-quantizing the frozen base at every generation batch. The relative drift of a
-            few fixed base layers since the start is then logged as `vllm/base_drift`. Without it the combination is
-            refused before any model loads.
-
-    Resolved values (an attribute, not a field or an argument; set by `__post_init__`):
-
-        resolved (`ResolvedConfig`):
-            What the fields above resolve to, in one frozen object: the quantity fields of the plan and the stop
-            semantics, the `AdvantageSettings` and the parsed reward specs (see `trl_grpo_ext.resolved`). The
-            user's own fields keep their values as given; TRL's own fields (`per_device_train_batch_size`,
-            `gradient_accumulation_steps`, `max_steps`, `num_train_epochs`, `scale_rewards`, `loss_type`,
-            `reward_weights`, ...) are written from it, because TRL reads them. `to_dict()` includes it.
-        run_plan (`RunPlan`, *optional*):
-            The run's plan (`trl_grpo_ext.plan.RunPlan`), set by `GRPOExtTrainer` when training starts (the plan
-            needs the dataset's size, which the config does not know); `to_dict()` includes it, so the trackers
-            (wandb, TensorBoard, ...) log it with the arguments.
+    Attributes set by `__post_init__`:
+        resolved (`ResolvedConfig`): what the fields resolve to; TRL's own fields are written from it; in `to_dict()`.
+        run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`.
     """
 
     # Quantities
@@ -231,7 +170,7 @@ class GRPOExtConfig(GRPOConfig):
         for name, check in _FIELD_CHECKS.items():  # a YAML 1.1 boolean (`zero_variance_filter: off`) as meant
             if isinstance(check, Choices):
                 setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
-        world_size = _world_size_from_env()
+        world_size = world_size_from_env()
         self._resolve(world_size)
         for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
             if getattr(self, name) is None and name not in _UNSET_BY_NONE:
@@ -239,17 +178,11 @@ class GRPOExtConfig(GRPOConfig):
                                  f"{_DEFAULTS[name]!r}) or give a value.")
             if getattr(self, name) is not None:
                 check.check(name, getattr(self, name))
-        self._check_zero_variance_filter(world_size)
+        self._check_rules(world_size)
         self._check_bf16()
-        self._check_generation()
         self._adopt_activation_checkpointing()
         check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
         super().__post_init__()
-        ignored = ignored_clipping({name: getattr(self, name) for name in CLIP_DEFAULTS}, loss_type=self.loss_type,
-                                   gradient_accumulation_steps=self.gradient_accumulation_steps,
-                                   steps_per_generation=self.steps_per_generation, num_iterations=self.num_iterations)
-        if ignored:
-            raise ValueError(ignored)
         if self.world_size != world_size:
             raise QuantityError(
                 f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "
@@ -260,7 +193,6 @@ class GRPOExtConfig(GRPOConfig):
     # -- resolution (delegates to the pure `resolved` module) -------------------------------------------------------
     def _resolve(self, world_size: int) -> None:
         """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
-        self._check_normalize_then_sum()
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
         values = {name: getattr(self, name) for name in USER_FIELDS}
         self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
@@ -272,41 +204,22 @@ class GRPOExtConfig(GRPOConfig):
         if self.resolved.rewards is None and is_written(self.reward_weights):
             self.reward_weights = None  # written for `rewards` that a replace() removed: not the user's weights
 
-    def _check_normalize_then_sum(self) -> None:
-        if self.multi_objective_aggregation != "normalize_then_sum":
-            return
-        # TRL's fixed formula (per-reward group normalisation, sum, batch normalisation) ignores our settings.
-        # On values, because a dataclass cannot tell set keys apart; `validation` also refuses any such key the
-        # user wrote, whatever its value.
-        neutral = {"advantage_preset": (None,), "advantage_baseline": (None, "group_mean"),
-                   "advantage_std_scaling": (None, "group"), "advantage_epsilon": (None, 1e-4),
-                   "advantage_std_kind": (None, "sample"), "scale_rewards": ("group", True, "true")}
-        for name, allowed in neutral.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} has no effect with multi_objective_aggregation="
-                    "'normalize_then_sum' (TRL normalises each reward over its group, sums them and normalises "
-                    f"over the batch). Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize."
-                )
+    def _check_rules(self, world_size: int) -> None:
+        """The rules of `validation.rules.RULES` whose scope is ``"run"``, on this config's values and resolved batch
+        fields; the canonical name of `zero_variance_reward` goes to ``resolved.zero_variance_reward``."""
+        from .validation.problems import Problems
+        from .validation.rules import RunView, run_rules, zero_variance
 
-    def _check_zero_variance_filter(self, world_size: int) -> None:
-        """`zero_variance.check_zero_variance_settings` on this config; the canonical name of `zero_variance_reward`
-        (an alias gives the name TRL logs) goes to ``resolved.zero_variance_reward``, the field stays as given."""
-        canonical = check_zero_variance_settings(
-            mode=self.zero_variance_filter,
-            zero_variance_reward=self.zero_variance_reward,
-            reward_names=[spec.name for spec in self.resolved.rewards] if self.resolved.rewards else None,
-            multi_objective_aggregation=self.multi_objective_aggregation,
-            loss_type=self.loss_type, entropy_coef=getattr(self, "entropy_coef", 0.0),
-            use_adaptive_entropy=getattr(self, "use_adaptive_entropy", False),
-            num_generations=self.num_generations,
-            world_size=world_size,
-            generation_batch_size=self.generation_batch_size,
-            steps_per_generation=self.steps_per_generation,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
-            per_device_train_batch_size=self.per_device_train_batch_size,
-        )
-        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical)
+        rewards = self.resolved.rewards
+        view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
+                       on_cpu=self.use_cpu or not _accelerator_available(),
+                       reward_names=[spec.name for spec in rewards] if rewards else None)
+        problems = Problems()
+        run_rules(view, problems, scope="run")
+        problems.raise_if_any(ValueError)
+        canonical = zero_variance(view)
+        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical, zero_variance=(
+            ZeroVarianceSettings.from_values(self, zero_variance_reward=canonical)))
 
     def _adopt_activation_checkpointing(self) -> None:
         """transformers 5.24 renamed `gradient_checkpointing(_kwargs)` `activation_checkpointing(_kwargs)` and warns
@@ -323,15 +236,6 @@ class GRPOExtConfig(GRPOConfig):
             self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
         else:
             check_bf16_machine(self.bf16, self.use_cpu)
-
-    def _check_generation(self) -> None:
-        """Generation settings TRL would ignore or that cannot work, and `use_vllm` on a 4-bit
-        ``model_init_kwargs["quantization_config"]`` (see `generation.check_generation_settings`)."""
-        check_generation_settings(self, on_cpu=self.use_cpu or not _accelerator_available())
-        init_kwargs = self.model_init_kwargs if isinstance(self.model_init_kwargs, dict) else {}
-        quantization = init_kwargs.get("quantization_config")
-        check_vllm_quantization(self, is_4bit(quantization), is_8bit(quantization),
-                                source="model_init_kwargs.quantization_config")
 
     def quantity_fields(self) -> dict[str, Any]:
         """Deprecated (removed in 0.3.0): ``config.resolved.quantity_fields()``."""
@@ -369,15 +273,6 @@ _FIELD_CHECKS: dict[str, Any] = {
 #: our fields whose default ``None`` means "unset" (a declared check applies to a value, not to None)
 _UNSET_BY_NONE = frozenset(f.name for f in fields(GRPOExtConfig) if f.default is None)
 _DEFAULTS = {f.name: f.default for f in fields(GRPOExtConfig)}
-
-
-def _world_size_from_env() -> int:
-    """Number of processes as set by `accelerate launch` / `torchrun` (``WORLD_SIZE``), else 1."""
-    raw = os.environ.get("WORLD_SIZE", "1")
-    try:
-        return max(1, int(raw))
-    except ValueError as err:
-        raise ValueError(f"WORLD_SIZE={raw!r} in the environment is not an integer.") from err
 
 
 def _accelerator_available() -> bool:

@@ -1,27 +1,7 @@
-"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way.
-
-    run = read_run_args(["--config", "tiny_cpu", "--learning_rate", "1e-3"])             # the real dataclasses
-    run = read_run_args(["--config", "tiny_cpu", "--learning_rate", "1e-3"], light=True) # torch-free twins (plan)
-
-Steps, identical for both:
-
-1. ``--config NAME_OR_PATH``: a YAML file, or the name of a shipped config (``tiny_cpu`` → ``recipes/configs/
-   tiny_cpu.yaml``, package data in an installed wheel). An ``env:`` mapping sets environment variables (as TRL's
-   ``TrlParser`` does).
-2. The keys other tools use are translated (`trl_grpo_ext.keymap`: ``reward_funcs`` → ``rewards``,
-   ``torch_dtype`` → ``dtype``, ``warmup_ratio`` → ``warmup_steps``, open-r1's ``wandb_*`` → environment variables),
-   each announced once on stderr; removed or unsupported keys (``keymap.REMOVED``) are refused with what to do instead.
-3. Unknown keys — from the file and from ``--key value`` overrides — are found by comparing them with the fields of
-   the four dataclasses; all are named in one line, each once, with a did-you-mean, and left out of what follows.
-4. TRL's ``HfArgumentParser`` over the torch-free twins of ``RecipeArguments``, ``GRPOExtConfig``,
-   ``trl.ModelConfig``, ``HubPushArguments`` (:mod:`trl_grpo_ext.fieldtable`): the YAML values become the parser's
-   defaults and the command line overrides them — ``TrlParser.parse_args_and_config``'s semantics.
-5. :func:`validate` — the hook where the checks of every value run, for every command, before any model loads — on
-   the values as given (exactly what `plan` checks); then, unless ``light``, the real dataclasses are built (their
-   ``__post_init__`` resolves the values and checks what only they can, e.g. bf16 on this machine) and checked again.
-
-Every problem is reported at once (`validation.problems.Problems`), each in one line naming the key, the value and a
-fix (see :func:`read_run_args` for what stops the collection).
+"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way:
+``--config NAME_OR_PATH`` (a YAML file or a shipped name) plus ``--key value`` overrides, other tools' keys translated
+(`keymap`), unknown keys refused, TRL's parser over the torch-free twins (`fieldtable`), then `validate`; every
+problem reported at once, one line each (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -33,6 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .checks import world_size_from_env
 from .keymap import cli_keys, translate
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -124,10 +105,11 @@ def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 
 def dataclass_types(light: bool) -> tuple[type, ...]:
-    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or their torch-free twins."""
-    if light:
-        from .fieldtable import light_dataclasses
+    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or their torch-free twins when ``light``
+    and ``_fields.py`` was generated on the installed TRL, transformers and PEFT (`fieldtable.tables_current`)."""
+    from .fieldtable import light_dataclasses, tables_current
 
+    if light and tables_current():
         return light_dataclasses()
     from .recipe_args import RECIPE_DATACLASSES
 
@@ -135,27 +117,13 @@ def dataclass_types(light: bool) -> tuple[type, ...]:
 
 
 def hf_argument_parser(types_: tuple[type, ...]):
-    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_``.
+    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_``, loaded without TRL's import-time
+    package scan while TRL is not imported yet (`_trl_compat.hf_argparser_module`)."""
+    from ._trl_compat import hf_argparser_module
 
-    TRL keeps it in ``trl/scripts/_hf_argparser.py``, which imports only the standard library; it is loaded from
-    that file when TRL itself is not imported yet, so that `plan` does not pay for TRL's import-time package scan.
-    """
-    from ._trl_compat import HF_ARGPARSER_MODULE, hf_argparser_path
-
-    module = sys.modules.get(HF_ARGPARSER_MODULE)
+    module = hf_argparser_module()
     if module is None:
-        import importlib.util
-
-        path = hf_argparser_path()
-        if path is None:
-            raise ConfigError("TRL is not installed: pip install trl-grpo-ext (which depends on trl).")
-        name = "trl_grpo_ext._trl_hf_argparser"
-        module = sys.modules.get(name)
-        if module is None:
-            file_spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(file_spec)
-            sys.modules[name] = module
-            file_spec.loader.exec_module(module)
+        raise ConfigError("TRL is not installed: pip install trl-grpo-ext (which depends on trl).")
     return module.HfArgumentParser(types_, exit_on_error=False)
 
 
@@ -250,28 +218,23 @@ def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, 
 
 def read_run_args(argv: list[str] | None = None, *, light: bool = False, announce: bool = True,
                   world_size: int | None = None, checks=(), engine=None) -> RunArgs:
-    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (see the module docstring).
+    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides.
 
-    Every problem is reported at once: refused and unknown keys (left out of what follows), values their field's type
-    cannot read (``--num_generations two``, ``use_peft: maybe``: reported and left out), then the values of the
-    known keys on the torch-free twins (as given: what `plan` checks), whatever ``light`` says; a check that reads a
-    field already refused is skipped (it would restate that problem). Two things stop the collection: a missing or
-    unreadable config file, and a refusal of the real dataclasses (``GRPOExtConfig.__post_init__``: bf16 on this
-    machine, ...), which are built, and checked again on their resolved values, only when no problem was found.
+    Every problem is reported at once; two things stop the collection: a missing or unreadable config file, and a
+    refusal of the real dataclasses (built, and validated again on their resolved values, only without ``light`` and
+    when no problem was found).
 
     Args:
         argv: the arguments (default ``sys.argv[1:]``).
-        light: use the torch-free twins (values as given, not resolved by ``GRPOExtConfig.__post_init__``).
+        light: parse with the torch-free twins only (values as given; the real classes when the twins are stale).
         announce: print the translation notes (``note: torch_dtype read as dtype ...``) on stderr.
         world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
-        checks: more checks of the values as given, collected with the others: callables taking the twins'
-            `RunArgs` and raising `ValueError` (the recipe passes its model-path check).
-        engine: the `engines.Engine` of an accelerate config, for the engine checks (``plan --accelerate-config``).
+        checks: more checks of the values as given: callables taking the `RunArgs`, raising `ValueError`.
+        engine: the `engines.Engine` of an accelerate config (``plan --accelerate-config``).
 
     Raises:
-        ConfigError: a missing config, a removed or unknown key, a value the parser or a dataclass refuses; nothing
-            has been loaded. Several problems: one ``ConfigError`` with one line per problem (its ``problems``); a
-            single one: the error its check raised (a ``ConfigError`` or ``RunArgumentError``, both ValueErrors).
+        ConfigError: nothing has been loaded; several problems: one ``ConfigError`` listing them in ``problems``; a
+            single one: the error its check raised (a ``ConfigError`` or ``RunArgumentError``).
     """
     from .keymap import ALIASES, REMOVED, RENAMED
     from .validation import UserValues, check_user_values, user_values_from_argv
@@ -297,7 +260,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
     config = yaml_choices(config)
-    twins = dataclass_types(True)
+    twins = dataclass_types(True)  # the real classes when _fields.py is stale for the installed versions
     # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
     unknown, cli_given = _unknown_keys(config, args, twins)
@@ -321,15 +284,16 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     user_values = UserValues(config)
     user_values.update(cli_values)
     user_values.command_line_keys = cli_values.command_line_keys
-    world = world_size if world_size is not None else problems.check(_env_world_size, fields=["WORLD_SIZE"]) or 1
-    check_user_values(user_values, world_size=world, problems=problems)
+    world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
+    check_user_values(user_values, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
-    run = _parse(parser, config, args, problems, given=given, path=path, light=True, user_values=user_values)
+    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values,
+                 light=not any(cls.__module__.startswith("trl_grpo_ext.recipe_args") for cls in twins))
     validate(run, world, problems=problems, engine=engine)
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
-    if not light:  # the real dataclasses: what only they check, then the checks on their resolved values
+    if not light and run.light:  # the real dataclasses: what only they check, then the checks on their resolved values
         run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
                      light=False, user_values=user_values)
         validate(run, world, problems=problems, engine=engine)
@@ -351,10 +315,8 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
            user_values) -> RunArgs:
     """TrlParser's semantics (the file's values are the parser's defaults, the command line wins) into `RunArgs`.
 
-    A YAML value its field's type cannot read (``learning_rate: fast``, ``use_peft: maybe``) is recorded in
-    ``problems`` (unless its field already has a problem) and left out, and the rest parsed again, so that the
-    checks of the other values still run; a dataclass's own refusal (``GRPOExtConfig.__post_init__``) is recorded
-    and raised with the others.
+    A YAML value its field's type cannot read is recorded in ``problems`` (unless its field already has one) and left
+    out, and the rest parsed again; a dataclass's own refusal (``GRPOExtConfig.__post_init__``) is recorded and raised.
     """
     config = dict(config)
     original = {key: parser.get_default(key) for key in config}
@@ -378,23 +340,12 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
                    user_values=user_values)
 
 
-def _env_world_size() -> int:
-    raw = os.environ.get("WORLD_SIZE", "1")
-    try:
-        return max(1, int(raw))
-    except ValueError:
-        raise ConfigError(f"WORLD_SIZE={raw!r} in the environment is not an integer; unset it.") from None
-
-
 def validate(run: RunArgs, world_size: int = 1, problems=None, engine=None) -> None:
-    """The hook where every value of a run is checked before any model loads, for `plan`, `train` and the recipe.
-
-    Calls ``trl_grpo_ext.validation.validate_run_args(script_args, training_args, model_args, push_args)`` when that
-    module exists (issue 13, "every bad input refused"). With ``run.light`` the arguments are the torch-free twins
-    holding the values as given; otherwise the resolved dataclasses. ``run.given`` holds the keys the user set.
-    With ``problems`` (a `validation.problems.Problems`) each problem is recorded there instead of raised.
+    """`validation.validate_run_args` on ``run`` (the twins with the values as given, or the resolved dataclasses),
+    judging conflicts on ``run.user_values``; with ``problems`` each problem is recorded there instead of raised.
     """
     from .validation import validate_run_args
 
     validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,
-                      user_values=run.user_values, world_size=world_size, problems=problems, engine=engine)
+                      user_values=run.user_values, world_size=world_size, problems=problems, engine=engine,
+                      user_checked=run.user_values is not None)

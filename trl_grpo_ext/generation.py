@@ -105,6 +105,19 @@ def check_vllm_quantization(args, load_in_4bit: bool, load_in_8bit: bool = False
 
 
 
+def check_vllm_settings(values) -> None:
+    """`check_vllm_quantization` on a run's fields (anything with ``.get``): ``model_init_kwargs.quantization_config``,
+    then the recipe's ``load_in_4bit`` / ``load_in_8bit``."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(use_vllm=bool(values.get("use_vllm")), allow_vllm_4bit_merge=bool(values.get(VLLM_4BIT_OPT_IN)))
+    quantization = as_dict(values.get("model_init_kwargs")).get("quantization_config")
+    if is_4bit(quantization) or is_8bit(quantization):
+        check_vllm_quantization(args, is_4bit(quantization), is_8bit(quantization),
+                                source="model_init_kwargs.quantization_config")
+    check_vllm_quantization(args, bool(values.get("load_in_4bit")), bool(values.get("load_in_8bit")))
+
+
 def check_vllm_before_loading(model, args, quantization_config) -> None:
     """`check_vllm_quantization` on what a trainer was given, before TRL loads anything: a model id with the
     ``quantization_config=`` argument, or an already loaded (possibly 4-bit) model."""
@@ -116,85 +129,77 @@ def check_vllm_before_loading(model, args, quantization_config) -> None:
     check_vllm_quantization(args, bool(getattr(base, "is_loaded_in_4bit", False)),
                             bool(getattr(base, "is_loaded_in_8bit", False)), source="the model passed")
 
-def check_generation_settings(args, on_cpu: bool) -> None:
-    """Refuse generation settings that TRL 1.16 would silently ignore or that cannot work.
+def check_generation_settings(values, on_cpu: bool) -> None:
+    """Refuse generation settings that TRL 1.16 would silently ignore or that cannot work (`validation.rules`'s
+    ``generation`` rule).
 
     Args:
-        args (`GRPOExtConfig`): reads ``use_vllm``, ``use_transformers_continuous_batching``,
-            ``transformers_continuous_batching_config``, ``cache_implementation``, ``generation_kwargs``,
-            ``repetition_penalty`` and ``allow_vllm_4bit_merge``.
+        values: the run's fields (anything with ``.get``: a `validation.rules.RunView` or a mapping).
         on_cpu (`bool`): training runs on the CPU.
 
     Raises:
-        ValueError: naming the field, its value and a fix, when
-            - ``use_vllm`` and ``use_transformers_continuous_batching`` are both set (TRL uses vLLM and ignores the
-              other);
-            - ``cache_implementation`` is set with vLLM or continuous batching (both manage their own cache, TRL
-              passes it only to ``model.generate``), or is not a cache transformers knows;
+        RunArgumentError: naming the field, its value and a fix, when
+            - ``use_vllm`` and ``use_transformers_continuous_batching`` are both set (TRL uses vLLM);
+            - ``cache_implementation`` is set with vLLM or continuous batching (TRL passes it only to
+              ``model.generate``), or is not a cache transformers knows;
             - continuous batching with ``repetition_penalty`` != 1 or a ``generation_kwargs`` key it drops
               (:data:`CB_UNSUPPORTED_GENERATION_KWARGS`);
             - continuous batching on a CPU without ``num_blocks`` in ``transformers_continuous_batching_config``
-              (its cache is then sized from free host memory: 6.8 GB of resident memory for the 81k-parameter tiny
-              model, measured);
-            - ``allow_vllm_4bit_merge`` without ``use_vllm`` (it would do nothing).
+              (its cache is then sized from free host memory: 6.8 GB resident for the 81k-parameter tiny model);
+            - ``allow_vllm_4bit_merge`` without ``use_vllm``.
     """
-    use_vllm = bool(getattr(args, "use_vllm", False))
-    # TRL's deprecated `use_transformers_paged` turns continuous batching on in GRPOConfig.__post_init__
-    cb = bool(getattr(args, "use_transformers_continuous_batching", False) or getattr(args, "use_transformers_paged",
-                                                                                      False))
-    cache = getattr(args, "cache_implementation", None)
-    gen_kwargs = _as_dict(getattr(args, "generation_kwargs", None))
-    if getattr(args, VLLM_4BIT_OPT_IN, False) and not use_vllm:
-        raise ValueError(
-            f"{VLLM_4BIT_OPT_IN}=True does nothing without use_vllm=True (it only lets vLLM run on a 4-bit base). "
-            f"Fix: remove `{VLLM_4BIT_OPT_IN}`."
-        )
-    if use_vllm and cb:
-        raise ValueError(
-            "use_vllm=True and use_transformers_continuous_batching=True: TRL generates with vLLM and ignores "
-            "continuous batching. Fix: keep one of them (`use_vllm: false` for continuous batching)."
-        )
-    if cache is not None:
-        from transformers.generation.configuration_utils import ALL_CACHE_IMPLEMENTATIONS
+    from .checks import RunArgumentError, as_number
 
+    def get(name, default=None):
+        return getattr(values.get(name, default), "value", values.get(name, default))
+
+    use_vllm = bool(get("use_vllm"))
+    cb = bool(get("use_transformers_continuous_batching") or get("use_transformers_paged"))  # TRL's alias
+    cache = get("cache_implementation")
+    if get(VLLM_4BIT_OPT_IN) and not use_vllm:
+        raise RunArgumentError(f"{VLLM_4BIT_OPT_IN}=True does nothing without use_vllm=True (it only lets vLLM run on "
+                               f"a 4-bit base). Fix: remove `{VLLM_4BIT_OPT_IN}`.")
+    if use_vllm and cb:
+        raise RunArgumentError(
+            "use_vllm=True and use_transformers_continuous_batching=True: TRL generates with vLLM and ignores "
+            "continuous batching. Fix: keep one of them (`use_vllm: false` for continuous batching).")
+    if cache is not None:
         if use_vllm or cb:
             backend = "use_vllm=True" if use_vllm else "use_transformers_continuous_batching=True"
-            raise ValueError(
+            raise RunArgumentError(
                 f"cache_implementation={cache!r} with {backend}: that back end manages its own KV cache and TRL passes "
                 "cache_implementation only to model.generate. Fix: remove `cache_implementation`, or set "
-                f"`{backend.split('=')[0]}: false`."
-            )
+                f"`{backend.split('=')[0]}: false`.")
+        from transformers.generation.configuration_utils import ALL_CACHE_IMPLEMENTATIONS  # imports no torch
+
         if cache not in ALL_CACHE_IMPLEMENTATIONS:
-            raise ValueError(
-                f"cache_implementation={cache!r} is not a transformers cache; choose one of "
-                f"{', '.join(map(repr, ALL_CACHE_IMPLEMENTATIONS))} (`static` for a static KV cache)."
-            )
+            raise RunArgumentError(f"cache_implementation={cache!r} is not a transformers cache; choose one of "
+                                   f"{', '.join(map(repr, ALL_CACHE_IMPLEMENTATIONS))} (`static` for a static KV "
+                                   "cache).")
     if not cb:
         return
-    if args.repetition_penalty != 1.0:
-        raise ValueError(
-            f"repetition_penalty={args.repetition_penalty} with use_transformers_continuous_batching=True: continuous "
-            "batching drops the repetition-penalty logits processor, so it would not apply. Fix: set "
-            "`repetition_penalty: 1.0`, or `use_transformers_continuous_batching: false`."
-        )
-    dropped = sorted(set(gen_kwargs) & set(CB_UNSUPPORTED_GENERATION_KWARGS))
+    penalty = as_number(get("repetition_penalty", 1.0))
+    if penalty is not None and penalty != 1.0:
+        raise RunArgumentError(
+            f"repetition_penalty={get('repetition_penalty')} with use_transformers_continuous_batching=True: "
+            "continuous batching drops the repetition-penalty logits processor, so it would not apply. Fix: set "
+            "`repetition_penalty: 1.0`, or `use_transformers_continuous_batching: false`.")
+    dropped = sorted(set(as_dict(get("generation_kwargs"))) & set(CB_UNSUPPORTED_GENERATION_KWARGS))
     if dropped:
-        raise ValueError(
+        raise RunArgumentError(
             f"generation_kwargs {dropped} with use_transformers_continuous_batching=True: continuous batching drops "
             "these logits processors, so they would not apply. Fix: remove them from `generation_kwargs`, or set "
-            "`use_transformers_continuous_batching: false`."
-        )
-    cb_config = _as_dict(args.transformers_continuous_batching_config)
+            "`use_transformers_continuous_batching: false`.")
+    cb_config = as_dict(get("transformers_continuous_batching_config"))
     if on_cpu and cb_config.get("num_blocks") is None:
-        raise ValueError(
+        raise RunArgumentError(
             "use_transformers_continuous_batching=True on a CPU without `num_blocks` in "
-            f"transformers_continuous_batching_config ({dict(cb_config)}): transformers then sizes the KV cache from "
+            f"transformers_continuous_batching_config ({cb_config}): transformers then sizes the KV cache from "
             "free host memory (6.8 GB resident for the 81k-parameter tiny model, measured). Fix: set e.g. "
-            "`transformers_continuous_batching_config: {num_blocks: 8, page_size: 64, max_batch_tokens: 512}`."
-        )
+            "`transformers_continuous_batching_config: {num_blocks: 8, page_size: 64, max_batch_tokens: 512}`.")
 
 
-def _as_dict(value) -> dict:
+def as_dict(value) -> dict:
     """A dict field as TRL will see it: a JSON string from the command line is parsed only later, in
     `TrainingArguments.__post_init__`; anything unparsable is left for TRL to report."""
     if isinstance(value, str):

@@ -1,9 +1,5 @@
-"""What the recipes need around the trainer: their arguments, parsing with clear errors, and the run record.
-
-`parse_recipe_args` reads the config through the front door (`frontdoor.read_run_args`: YAML + CLI, unknown keys
-fatal) so that every mistake a user can make in a config — a missing file, an unknown key, an invalid quantity, bf16
-on a CPU, a model that cannot be found offline, any value `validation.validate_run_args` refuses — is answered before
-any model is loaded, all at once: one ``error:`` line per problem naming the field, the value and the fix, exit 2.
+"""What the recipes need around the trainer: parsing their arguments through the front door (every problem before
+any model loads, one ``error:`` line each, exit 2) and the run record ``run_config.json``.
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from .model_source import resolve_model_source
 from .models import check_bf16_machine, check_model_path
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
 from .rewards.spec import build_reward_funcs, with_run_defaults
-from .validation.collected import check_skip_epochs, check_vllm_base, dataset_size_of
+from .validation.collected import check_skip_epochs, dataset_size_of
 from .validation.problems import Problems, problem_lines
 
 RUN_CONFIG_FILE = "run_config.json"
@@ -50,7 +46,6 @@ def _recipe_checks(run) -> None:
     if not training_args.rewards:
         problems.add("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
     problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
-    problems.check(check_vllm_base, run, fields=["use_vllm"])
     problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), _world_size(), fields=["zero_variance_filter"])
     problems.raise_if_any(ValueError)
 

@@ -1,18 +1,6 @@
-"""Settings of TRL's policy loss that take effect only under other settings: the clip, and ``bnpo``'s normaliser.
-
-Pure Python (no torch, no TRL import); the rules restate TRL 1.16's ``GRPOTrainer`` (``trl/trainer/grpo_trainer.py``):
-
-* **The clip acts only off-policy.** TRL keeps the log-probabilities of the policy that generated a batch
-  (``old_per_token_logps``) only when ``gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0``
-  (``_generate_and_score_completions``), i.e. when a generation batch is still used after an optimizer step has
-  changed the policy. Otherwise ``_compute_loss`` sets π_old = π.detach(): the ratio π/π_old is exactly 1 at every
-  token, ``clamp(ratio, 1 − epsilon, 1 + epsilon_high)`` and ``clamp(ratio, max=delta)`` never act, and the clip
-  fraction is always 0 (trl#3757, trl#3120). With vLLM importance sampling π_old is computed, but from the same
-  weights, so the ratio is 1 all the same.
-* **``bnpo`` depends on the accumulation.** It divides each micro-batch's summed token loss by that micro-batch's own
-  token count and averages the ``gradient_accumulation_steps`` micro-batches (trl#3021), so the same completions give
-  another loss and gradient when ``micro_batch_size`` changes. ``dapo`` divides by the tokens of the whole
-  accumulation window and does not.
+"""Settings of TRL's policy loss that take effect only under other settings: the clip (acts only off-policy,
+trl#3757) and ``bnpo``'s per-micro-batch normaliser (trl#3021); see docs/quantifiers.md. Pure Python, restating
+TRL 1.16's ``GRPOTrainer``.
 """
 
 from __future__ import annotations
@@ -105,14 +93,8 @@ ZERO_LOSS_ATOL = 1e-3
 
 def zero_loss_note(loss: float, *, beta: float, loss_type: str, gradient_accumulation_steps: int,
                    steps_per_generation: int, num_iterations: int, entropy_coef: float = 0.0) -> str | None:
-    """The console's one-time explanation of a logged loss of 0, when 0 is what the settings give; else ``None``.
-
-    With ``beta = 0`` (no KL term), no entropy bonus and every update on-policy (:func:`clip_takes_effect` false:
-    π/π_old = 1), the per-token loss of :data:`ADVANTAGE_WEIGHTED_LOSSES` is ``−A_i`` for each token of completion
-    i, so the loss is ``−Σ_i w_i A_i`` with weights from the normaliser (``1/G`` per completion for ``grpo``, its
-    share of the tokens for ``dapo``, ``bnpo``, ``dr_grpo``, ``luspo``). The advantages of a group sum to 0 (group-mean
-    baseline), so the loss is 0: exactly for ``grpo``, and for the others when a group's completions are equally
-    long. Its gradient, ``−Σ_i w_i A_i ∇log π(o_i)``, is not 0.
+    """The console's one-time explanation of a logged loss of 0, when 0 is what the settings give (beta 0, no entropy
+    bonus, every update on-policy, an advantage-weighted loss: docs/quantifiers.md, "Why is my loss 0?"); else ``None``.
 
     Args:
         loss (`float`): the logged loss. beta (`float`): the KL coefficient. loss_type (`str`): TRL's loss type.

@@ -1,42 +1,22 @@
 """``trl-grpo-ext plan``: print a run's plan from its config without loading a model or importing torch.
 
-Usage::
-
-    trl-grpo-ext plan --config NAME_OR_PATH [--dataset-size N] [--num-processes P] [--accelerate-config CFG] [--json]
-                      [--gpu-memory-gib 24 --model-params 0.5e9] [--any_config_key value ...]
-
-The config is read through the front door (`trl_grpo_ext.frontdoor`), like the recipe and ``train`` read it: the same
-fields, the same parser, ``--key value`` overrides, unknown or removed keys refused — with torch-free twins of the
-dataclasses (`trl_grpo_ext.fieldtable`), so the plan answers faster than ``import trl``. The twins' values are
-resolved by the function `GRPOExtConfig` resolves with (`trl_grpo_ext.resolved.resolve_config`), the plan by
-`resolve_plan`, and the table is printed by the function the run prints it with (`format_plan_report`).
-
-Dataset size: ``--dataset-size``; else, for ``dataset_name: "embedded:..."``, ``embedded_num_prompts``; else unknown,
-and the plan counts steps only (a step limit is then required). Processes: ``--num-processes``, else the
-``num_processes`` of ``--accelerate-config`` (accelerate's count: all processes on all machines; ``--num-processes``
-overrides it as ``accelerate launch --num_processes`` does), else the
-``WORLD_SIZE`` environment variable, else 1; ``--accelerate-config`` also names the engine (DeepSpeed, FSDP) whose
-combinations with the run's settings are checked (`validation.engines`). A ``model_name_or_path`` containing "instruct" (any case) enables the
-instruct-model advice on ``num_generations``.
-
-Output: the table (or ``RunPlan.to_json()`` with ``--json``) on stdout, warnings on stderr as ``warning: ...`` lines.
-Errors exit with status 2 after one ``trl-grpo-ext plan: error: ...`` line on stderr per problem: every problem of
-the config at once (see `frontdoor.read_run_args`).
+The config is read through the front door, as the recipe reads it; the table is the one the run prints. Options,
+dataset size and process count: docs/quantifiers.md. Errors exit 2, one ``trl-grpo-ext plan: error:`` line each.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import fields
 
+from trl_grpo_ext.checks import world_size_from_env
 from trl_grpo_ext.eval_plan import zero_variance_forecast_warning
 from trl_grpo_ext.frontdoor import read_run_args
-from trl_grpo_ext.plan import QuantityError, format_plan_report, plan_warnings, resolve_plan
+from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.validation.problems import problem_lines
-from trl_grpo_ext.zero_variance.settings import resample_note, skip_note
+from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings, resample_note, skip_note
 
 EMBEDDED_PREFIX = "embedded:"
 #: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.
@@ -90,19 +70,12 @@ def accelerate_engine(name_or_path: str | None):
 
 def world_size_from(num_processes: int | None, engine=None) -> int:
     """``num_processes`` if given (it overrides the accelerate config's, as ``accelerate launch --num_processes`` does),
-    else the accelerate config's ``num_processes`` (``engine``), else ``$WORLD_SIZE``, else 1. Raises QuantityError on
-    a non-integer value."""
+    else the accelerate config's ``num_processes`` (``engine``), else `checks.world_size_from_env`."""
     if num_processes is not None:
         return num_processes
     if getattr(engine, "num_processes", None) is not None:
         return engine.num_processes
-    env = os.environ.get("WORLD_SIZE")
-    if env is None:
-        return 1
-    try:
-        return int(env)
-    except ValueError:
-        raise QuantityError(f"WORLD_SIZE={env!r} is not a whole number; unset it or pass --num-processes P") from None
+    return world_size_from_env()
 
 
 def build_plan(args: argparse.Namespace):
@@ -118,7 +91,7 @@ def build_plan(args: argparse.Namespace):
     run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world,
                         engine=engine, checks=_collected_checks(args.dataset_size, world))
     script_args, training, model_args, _ = run
-    resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults())
+    resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults(type(training)))
     plan = resolve_plan(resolved.quantity_fields(), dataset_size_from(script_args, args.dataset_size), world,
                         training.max_completion_length)
     model = model_args.model_name_or_path
@@ -134,10 +107,11 @@ def build_plan(args: argparse.Namespace):
         source = resolve_model_source(model)  # a folder that is neither a model nor an adapter: refused here
         if source.continued:
             notes.append(source.describe())
-    if training.zero_variance_filter == "resample":
-        notes.append(resample_note(plan, training.max_resample_rounds))
-    if training.zero_variance_filter == "skip":
-        notes.append(skip_note(plan, training.skip_exploration_probability))
+    zv = ZeroVarianceSettings.from_values(training)  # what GRPOExtConfig.resolved.zero_variance holds
+    if zv.zero_variance_filter == "resample":
+        notes.append(resample_note(plan, zv.max_resample_rounds))
+    if zv.zero_variance_filter == "skip":  # its one-epoch refusal is listed with the other problems (_collected_checks)
+        notes.append(skip_note(plan, zv.skip_exploration_probability))
     if getattr(args, "eval_results", None):
         import json
 
@@ -163,20 +137,19 @@ def build_plan(args: argparse.Namespace):
 
 def _collected_checks(dataset_size: int | None, world: int) -> tuple:
     """The checks `read_run_args` lists with the config's other problems (`validation.collected`): skip's one-epoch
-    refusal on the plan of ``dataset_size`` prompts, ``use_vllm`` on a quantized base."""
-    from trl_grpo_ext.validation.collected import check_skip_epochs, check_vllm_base, dataset_size_of
+    refusal on the plan of ``dataset_size`` prompts (``use_vllm`` on a quantized base is the rule list's
+    ``vllm_quantization``)."""
+    from trl_grpo_ext.validation.collected import check_skip_epochs, dataset_size_of
 
     def skip_epochs(run):
         check_skip_epochs(run, dataset_size_of(run.script_args, dataset_size), world)
 
-    return (skip_epochs, check_vllm_base)
+    return (skip_epochs,)
 
 
-def _trl_defaults() -> dict:
+def _trl_defaults(config_class) -> dict:
     """The dataclass defaults of ``scale_rewards`` and ``loss_type``, as `GRPOExtConfig` passes them."""
-    from trl_grpo_ext.fieldtable import light_dataclasses
-
-    return {f.name: f.default for f in fields(light_dataclasses()[1]) if f.name in ("scale_rewards", "loss_type")}
+    return {f.name: f.default for f in fields(config_class) if f.name in ("scale_rewards", "loss_type")}
 
 
 def eval_plan_from(run, plan):

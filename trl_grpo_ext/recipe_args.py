@@ -1,8 +1,5 @@
-"""The recipe's argument dataclasses: `RecipeArguments` (data and recipe options) and `RECIPE_DATACLASSES`, the four
-classes a recipe config fills (`RecipeArguments`, `GRPOExtConfig`, TRL's `ModelConfig`, `HubPushArguments`).
-
-Kept apart from `launch` (which parses them) so that the front door and the field-table generator can import them
-without importing `launch`, which imports the front door.
+"""The recipe's argument dataclasses: `RecipeArguments` and `RECIPE_DATACLASSES` (`RecipeArguments`,
+`GRPOExtConfig`, TRL's `ModelConfig`, `HubPushArguments`), apart from `launch` so the front door imports them alone.
 """
 
 from __future__ import annotations
@@ -20,48 +17,23 @@ __all__ = ["RecipeArguments", "RECIPE_DATACLASSES"]
 
 @dataclass
 class RecipeArguments(ScriptArguments):
-    """
-    Data arguments of the recipes (on top of TRL's `ScriptArguments`: `dataset_name`, `dataset_config`,
-    `dataset_train_split`, ...).
+    """Data arguments of the recipes, on top of TRL's `ScriptArguments` (docs/configuration.md, docs/recipes.md).
 
     Args:
-        dataset_format (`str`, *optional*, defaults to `"prompt"`):
-            `"gsm8k"` maps `question` → chat prompt and `answer` → the number after `####`; `"prompt"` expects a
-            `prompt` column already.
-        system_prompt (`str`, *optional*):
-            System message prepended to every prompt (open-r1's key): GSM8K questions, text prompts and chat prompts
-            that do not already start with a system message. GSM8K uses a default asking for <think>/<answer> tags
-            when it is unset; other datasets get none.
-        dataset_prompt_column (`str`, *optional*, defaults to `"prompt"`):
-            Column holding the prompts (open-r1's key). A column other than `prompt` is turned into a one-turn chat
-            prompt (`[system,] user`) and kept under `prompt`; the other columns stay for the rewards.
-        chat_template (`str`, *optional*):
-            A Jinja chat template that replaces the tokenizer's (open-r1's key).
-        max_prompt_length (`int`, *optional*):
-            Drop training prompts longer than this many tokens (after the chat template) before the plan counts them
-            [tokens]. TRL ≤ 1.15's key; TRL 1.16 removed it (it cut long prompts from the left; dropping keeps every
-            prompt whole). Unset: every prompt is kept.
-        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
-            Start a new run in an `output_dir` that holds another run's checkpoints (transformers 4's key, removed in
-            transformers 5; honoured here by the output-dir check, which otherwise refuses).
-        embedded_num_prompts (`int`, *optional*, defaults to `512`):
-            Number of prompts of the embedded `embedded:count-char` task [prompts].
-        eval_num_prompts (`int`, *optional*):
-            Held-out prompts (the first N of `dataset_test_split`) used by TRL's eval loop (`eval_strategy`) and the
-            final evaluation [prompts]. Defaults to the whole split (64 prompts for `embedded:count-char`, 500 for
-            `embedded:arithmetic`).
-        final_eval (`str`, *optional*, defaults to `"none"`):
-            After training, evaluate greedily on the held-out prompts: `"adapter"`, or `"compare_base"` (base and
-            adapter on the same prompts, with the paired difference and its 95% interval). Written to
-            `eval_results.json` and the model card (see `trl_grpo_ext.evaluation`).
-        final_eval_num_samples (`int`, *optional*, defaults to `0`):
-            K samples per held-out prompt at the training temperature in the final evaluation, for pass@k and the
-            σ = 0 forecast.
-        embedded_target (`str`, *optional*, defaults to `"a"`):
-            The character the embedded task rewards.
-        plot (`bool`, *optional*, defaults to `True`):
-            Write `reward_plot.png` into `output_dir` after training.
-    """
+        dataset_format (`str`, defaults to `"prompt"`): `"gsm8k"` (question → chat prompt, the number after `####` as
+            answer) or `"prompt"` (a `prompt` column already).
+        system_prompt (`str`, *optional*): system message prepended to every prompt (open-r1's key).
+        dataset_prompt_column (`str`, defaults to `"prompt"`): the column holding the prompts (open-r1's key).
+        chat_template (`str`, *optional*): a Jinja chat template replacing the tokenizer's (open-r1's key).
+        max_prompt_length (`int`, *optional*): drop training prompts longer than this after the chat template [tokens].
+        overwrite_output_dir (`bool`, defaults to `False`): start a new run in an `output_dir` holding checkpoints.
+        embedded_num_prompts (`int`, defaults to `512`): prompts of `embedded:count-char` [prompts].
+        eval_num_prompts (`int`, *optional*): held-out prompts, the first N of `dataset_test_split` [prompts].
+        final_eval (`str`, defaults to `"none"`): `"adapter"` or `"compare_base"` after training (`evaluation`).
+        final_eval_num_samples (`int`, defaults to `0`): K samples per held-out prompt in the final evaluation.
+        embedded_target (`str`, defaults to `"a"`): the character the embedded task rewards.
+        plot (`bool`, defaults to `True`): write `reward_plot.png` after training.
+"""
 
     dataset_format: str = field(default="prompt", metadata={"help": "gsm8k or prompt (rows already have 'prompt')."})
     system_prompt: str | None = field(default=None, metadata={"help": "System message prepended to every prompt."})

@@ -1,16 +1,6 @@
-"""The resolved values of a run's config, in one frozen object (pure Python: no torch, no TRL import).
-
-`GRPOExtConfig` keeps the user's own fields as given (``prompts_per_step``, ``total_epochs``, ``advantage_*``,
-``rewards``, ...) and holds what they resolve to in ``config.resolved``, a :class:`ResolvedConfig` built by
-:func:`resolve_config`: the quantity fields of the plan (`trl_grpo_ext.plan.resolve_trl_fields`), the stop semantics,
-the `AdvantageSettings` (`trl_grpo_ext.advantage_settings.resolve_advantage_settings`) and the parsed reward specs
-(`trl_grpo_ext.rewards.spec.parse_reward_specs`). The config then writes TRL's own fields from it
-(:meth:`ResolvedConfig.trl_fields`), because TRL reads them. ``trl-grpo-ext plan`` resolves the same way from the
-same function, on the values read from the config file.
-
-Resolving is idempotent: TRL fields that agree with what the user's fields resolve to are accepted, so a
-`dataclasses.replace` of a config (which hands the written TRL fields back to ``__init__``) resolves to the same
-values and warns about nothing.
+"""The resolved values of a run's config, in one frozen `ResolvedConfig` (``GRPOExtConfig.resolved``), built by
+`resolve_config` for `GRPOExtConfig` and `trl-grpo-ext plan` alike (pure Python: no torch, no TRL). Resolving is
+idempotent, so a `dataclasses.replace` of a config resolves to the same values.
 """
 
 from __future__ import annotations
@@ -23,6 +13,7 @@ from .advantage_settings import AdvantageSettings, resolve_advantage_settings
 from .checks import Range
 from .plan.resolve import _INPUT_FIELDS, resolve_trl_fields
 from .rewards.spec import RewardSpec, parse_reward_specs
+from .zero_variance.settings import ZeroVarianceSettings
 
 __all__ = ["ResolvedConfig", "resolve_config", "resolve_reward_specs", "USER_FIELDS"]
 
@@ -38,30 +29,22 @@ USER_FIELDS = (
 
 @dataclass(frozen=True)
 class ResolvedConfig:
-    """What a config's fields resolve to (``GRPOExtConfig.resolved``); one frozen object, included in
-    ``GRPOExtConfig.to_dict()`` and ``run_config.json`` under ``"resolved"``.
+    """What a config's fields resolve to (``GRPOExtConfig.resolved``; ``run_config.json``'s ``"resolved"``).
 
     Attributes:
-        world_size (`int`): training processes the quantities were resolved for (``WORLD_SIZE``).
-        prompts_per_step (`int` or `None`): distinct prompts per optimizer step [prompts], default filled in; None
-            when the batch is given in TRL's fields.
-        micro_batch_size (`int` or `None`): completions per forward/backward on one device [completions]; None as
-            above.
-        total_training_steps (`int` or `None`): the step limit [optimizer steps] of our stop fields, or None.
-        total_epochs (`float` or `None`): the epoch limit [passes] of our stop fields, or None.
+        world_size (`int`): processes the quantities were resolved for.
+        prompts_per_step, micro_batch_size (`int` or `None`): our batch fields [prompts, completions], defaults filled
+            in; None when the batch is given in TRL's fields.
+        total_training_steps (`int` or `None`), total_epochs (`float` or `None`): our stop limits [steps, passes].
         per_device_train_batch_size, gradient_accumulation_steps, steps_per_generation, generation_batch_size,
-        max_steps, num_train_epochs, num_generations, num_iterations: TRL's fields as written (see
-            `trl_grpo_ext.plan.resolve_trl_fields`; ``max_steps`` is the step limit or -1, the run's real stop is
-            the plan's ``total_steps``).
-        stop_semantics (`str`): ``"first_reached"`` (our stop fields: whichever limit is reached first) or ``"trl"``
-            (``max_steps > 0`` wins over ``num_train_epochs``).
-        advantages (`AdvantageSettings`): baseline, std scaling, ε and std kind of the advantages.
-        scale_rewards (`str`), loss_type (`str`): TRL's fields as written (a preset may set them).
-        rewards (`tuple[RewardSpec, ...]` or `None`): the rewards selected by name with their weights and
-            parameters; None when the rewards are passed to the trainer as ``reward_funcs=``.
-        reward_weights (`tuple[float, ...]` or `None`): TRL's ``reward_weights`` as written (one per reward).
-        zero_variance_reward (`str` or `None`): the reward function the zero-variance filter judges, by the name TRL
-            logs (an alias in ``zero_variance_reward`` resolved to it); None judges the weighted total.
+            max_steps, num_train_epochs, num_generations, num_iterations: TRL's fields as written
+            (`plan.resolve_trl_fields`).
+        stop_semantics (`str`): ``"first_reached"`` (our stop fields) or ``"trl"`` (``max_steps > 0`` wins).
+        advantages (`AdvantageSettings`). scale_rewards, loss_type (`str`): TRL's fields as written.
+        rewards (`tuple[RewardSpec, ...]` or `None`), reward_weights (`tuple[float, ...]` or `None`): the registry
+            rewards and TRL's weights as written; None when the rewards are passed as ``reward_funcs=``.
+        zero_variance_reward (`str` or `None`): the judged reward by the name TRL logs.
+        zero_variance (`ZeroVarianceSettings` or `None`): the filter's settings as the run uses them.
     """
 
     world_size: int
@@ -84,6 +67,7 @@ class ResolvedConfig:
     rewards: tuple[RewardSpec, ...] | None
     reward_weights: tuple[float, ...] | None
     zero_variance_reward: str | None = None
+    zero_variance: ZeroVarianceSettings | None = None
 
     def quantity_fields(self) -> dict[str, Any]:
         """The resolved quantity fields, as `trl_grpo_ext.plan.resolve_plan` takes them."""

@@ -84,12 +84,12 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
     processes = load_yaml(config_file).get("num_processes")
     world = processes if isinstance(processes, int) and processes > 0 else 1
     try:
-        from .validation.collected import check_skip_epochs, check_vllm_base, dataset_size_of
+        from .validation.collected import check_skip_epochs, dataset_size_of
 
         def skip_epochs(run):
             check_skip_epochs(run, dataset_size_of(run.script_args), world)
 
-        read_run_args(argv, light=True, announce=False, world_size=world, checks=(skip_epochs, check_vllm_base))
+        read_run_args(argv, light=True, announce=False, world_size=world, checks=(skip_epochs,))
     except (ValueError, OSError) as err:  # ConfigError, RunArgumentError, QuantityError are ValueErrors
         return problem_lines(err)
     return []

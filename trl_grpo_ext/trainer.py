@@ -94,12 +94,12 @@ class GRPOExtTrainer(GRPOTrainer):
             )
         reward_funcs = _reward_funcs_from_args(reward_funcs, args)
         if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
-            judged_reward_index(args.resolved.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])
+            judged_reward_index(args.resolved.zero_variance.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])
         dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
         self.plan: RunPlan = confirm_plan(run_plan, args.resolved.quantity_fields(), dataset_size, args.world_size,
                                           args.max_completion_length)
         model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
-        if args.zero_variance_filter == "skip":
+        if args.resolved.zero_variance.zero_variance_filter == "skip":
             check_skip_plan(self.plan)
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None,
                                     loss_type=args.loss_type):
@@ -126,11 +126,11 @@ class GRPOExtTrainer(GRPOTrainer):
             record=lambda fraction: _trl_compat.record_metric(self, "adapter/lost_update_frac", fraction),
         )
         #: `zero_variance.ZeroVarianceFilter` of the run (judges groups for the advantages even when it is off).
+        zv = args.resolved.zero_variance
         self.zero_variance = ZeroVarianceFilter(
-            args.zero_variance_filter, self.num_generations, self.reward_weights,
-            tolerance=args.zero_variance_tolerance,
-            judged_index=judged_reward_index(args.resolved.zero_variance_reward, self.reward_func_names),
-            max_rounds=args.max_resample_rounds, loss_type=self.loss_type, dataset_size=dataset_size, seed=args.seed,
+            zv.zero_variance_filter, self.num_generations, self.reward_weights, tolerance=zv.zero_variance_tolerance,
+            judged_index=judged_reward_index(zv.zero_variance_reward, self.reward_func_names),
+            max_rounds=zv.max_resample_rounds, loss_type=self.loss_type, dataset_size=dataset_size, seed=args.seed,
             reward_names=self.reward_func_names, scale_rewards=self.scale_rewards,
             eos_and_pad=_trl_compat.eos_and_pad_ids(self), pad_token_id=self.processing_class.pad_token_id,
             gather=self.accelerator.gather,
@@ -170,7 +170,7 @@ class GRPOExtTrainer(GRPOTrainer):
 
             sampler = SkippingRepeatSampler.like(
                 sampler, history=self.zero_variance.history,
-                exploration_probability=self.args.skip_exploration_probability,
+                exploration_probability=self.args.resolved.zero_variance.skip_exploration_probability,
                 prompt_keys=[prompt_key(prompt) for prompt in dataset_prompts(sampler.data_source)])
         else:
             sampler = EpochRepeatSampler.like(sampler)
@@ -311,9 +311,10 @@ class GRPOExtTrainer(GRPOTrainer):
         ``args.to_dict()`` (`GRPOExtConfig.to_dict` adds it as ``run_plan``)."""
         args = self.args
         args.run_plan = self.plan
-        notes = [resample_note(self.plan, args.max_resample_rounds)] if args.zero_variance_filter == "resample" else []
-        if args.zero_variance_filter == "skip":
-            notes.append(skip_note(self.plan, args.skip_exploration_probability))
+        zv = args.resolved.zero_variance
+        notes = [resample_note(self.plan, zv.max_resample_rounds)] if zv.zero_variance_filter == "resample" else []
+        if zv.zero_variance_filter == "skip":
+            notes.append(skip_note(self.plan, zv.skip_exploration_probability))
         print(format_plan_report(self.plan, args.resolved.rewards, notes, self.eval_plan), flush=True)
 
 

@@ -13,8 +13,10 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+from ..advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..checks import check_choice
 from ..zero_variance.report import run_summary
+from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
 from . import card_facts
 from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION, GRESO_CITATION
 from .merge import UPLOAD_MODES, read_json
@@ -23,15 +25,14 @@ from .secrets import scrub_secrets
 #: Tags every card carries (the metadata's ``tags``); ``qlora`` is added for a 4-bit run, ``lora`` or ``merged`` by mode
 #: (`card_facts.tags`).
 CARD_TAGS = ("trl", "grpo", "trl-grpo-ext")
-#: ``training_args`` keys shown in the "Zero-variance filter and advantages" table: exact names, or name prefixes
-#: ending in ``_``.
-FILTER_ADVANTAGE_KEYS = ("zero_variance_", "advantage_", "scale_rewards", "max_resample_rounds",
-                         "skip_exploration_probability")
-#: ``training_args`` keys shown in the "Optimisation" table, in this order, when present.
+#: Keys shown in the "Zero-variance filter and advantages" table: each feature's own field list.
+FILTER_ADVANTAGE_KEYS = (*ZERO_VARIANCE_FIELDS, *ADVANTAGE_FIELDS)
+#: ``training_args`` keys (or ``script_args``' ``max_prompt_length``) shown in the "Optimisation" table, in this order,
+#: when present.
 OPTIMISATION_KEYS = (
     "learning_rate",
     "lr_scheduler_type",
-    "warmup_ratio",
+    "warmup_steps",
     "weight_decay",
     "max_grad_norm",
     "loss_type",
@@ -114,14 +115,8 @@ def _versions() -> str:
     return "\n".join(lines)
 
 
-def _selected(training_args: dict, keys: tuple[str, ...]) -> list[tuple]:
-    rows = []
-    for key in keys:
-        if key.endswith("_"):
-            rows += [(name, training_args[name]) for name in sorted(training_args) if name.startswith(key)]
-        elif key in training_args:
-            rows.append((key, training_args[key]))
-    return rows
+def _selected(values: dict, keys: tuple[str, ...]) -> list[tuple]:
+    return [(key, values[key]) for key in keys if key in values]
 
 
 def _with_resolved(training_args: dict) -> dict:
@@ -133,6 +128,7 @@ def _with_resolved(training_args: dict) -> dict:
         values[f"advantage_{name}"] = value
     if "zero_variance_reward" in resolved:
         values["zero_variance_reward"] = resolved["zero_variance_reward"]
+    values.update(resolved.get("zero_variance") or {})  # ZeroVarianceSettings: its attributes are the field names
     return values
 
 
@@ -364,7 +360,9 @@ def build_model_card(
         rewards_table=markdown_table(("reward", "weight", "kwargs"), reward_rows),
         plan_table=_plan_table(path / "run_plan.json", plan),
         filter_table=markdown_table(("setting", "value"), _selected(_with_resolved(training_args), FILTER_ADVANTAGE_KEYS)),
-        optimisation_table=markdown_table(("setting", "value"), _selected(training_args, OPTIMISATION_KEYS)),
+        optimisation_table=markdown_table(("setting", "value"), _selected(
+            {**training_args, **{k: v for k, v in script_args.items() if k == "max_prompt_length" and v is not None}},
+            OPTIMISATION_KEYS)),
         metrics_table=markdown_table(("metric", "value"), _final_metrics(results, state)),
         eval_section=_eval_section(evaluation),
         has_plot=(path / REWARD_PLOT_FILE).is_file(),

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from ..checks import format_number
 from ..loss_settings import bnpo_accumulation_warning
-from .resolve import _divisors, _fmt_num
+from .resolve import _divisors
 from .run_plan import RunPlan
 
 __all__ = ["plan_warnings"]
@@ -60,7 +61,7 @@ def plan_warnings(plan: RunPlan, *, instruct_model: bool | None = None, gpu_memo
                    "prompt group spans optimizer steps; set prompts_per_step (or make per_device_train_batch_size × "
                    "processes × gradient_accumulation_steps a multiple of num_generations)")
     if pps < 2:
-        out.append(f"prompts_per_step={_fmt_num(pps)}: one hard prompt dominates each step and a group with σ = 0 "
+        out.append(f"prompts_per_step={format_number(pps)}: one hard prompt dominates each step and a group with σ = 0 "
                    "wastes the whole step; use at least 2–4 prompts per step (8+ where memory allows)")
     if plan.epochs_covered is not None and plan.epochs_covered > 5:
         out.append(f"the run covers {plan.epochs_covered:.3g} epochs (more than 5): GRPO overfits little but 2–5 "
@@ -69,14 +70,14 @@ def plan_warnings(plan: RunPlan, *, instruct_model: bool | None = None, gpu_memo
     if plan.stop_semantics == "first_reached":
         if plan.stop_reason == "step_limit" and limit_steps is not None and plan.epochs_covered < 1:
             out.append(f"total_training_steps={plan.step_limit} stops after {plan.epochs_covered:.3g} of an epoch, "
-                       f"before total_epochs={_fmt_num(plan.epoch_limit)} matters: part of the data is never seen; "
+                       f"before total_epochs={format_number(plan.epoch_limit)} matters: part of the data is never seen; "
                        f"raise total_training_steps to {plan.steps_per_epoch} or more for one full pass")
         if plan.epoch_limit is not None and plan.steps_per_epoch is None:
-            out.append(f"total_epochs={_fmt_num(plan.epoch_limit)} cannot be checked without the dataset size: the "
+            out.append(f"total_epochs={format_number(plan.epoch_limit)} cannot be checked without the dataset size: the "
                        f"plan stops at the step limit ({plan.step_limit}); pass the dataset size (--dataset-size N)")
     elif plan.step_limit is not None and limit_steps is not None and limit_steps != plan.step_limit:
         side = "would stop earlier, at" if limit_steps < plan.step_limit else "would go on to"
-        out.append(f"max_steps={plan.step_limit} overrides num_train_epochs={_fmt_num(plan.epoch_limit)} (TRL's "
+        out.append(f"max_steps={plan.step_limit} overrides num_train_epochs={format_number(plan.epoch_limit)} (TRL's "
                    f"rule; the epoch limit {side} step {limit_steps}): the run covers {plan.epochs_covered:.3g} "
                    "epochs; for whichever-comes-first use total_training_steps and total_epochs instead")
     bnpo = bnpo_accumulation_warning(loss_type or "", plan.gradient_accumulation_steps, plan.micro_batch_size,

@@ -1,29 +1,13 @@
-"""The user's quantities -> TRL's own fields (pure Python: no torch, no TRL import).
-
-Users state a run in the units they think in (``docs/quantifiers.md``):
-
-- ``prompts_per_step`` [prompts]: distinct prompts per optimizer step, summed over all processes;
-- ``num_generations`` (G) [completions per prompt]: TRL's own field, the group size;
-- ``micro_batch_size`` [completions]: completions per forward/backward pass on one device;
-- ``total_training_steps`` [optimizer steps]: the hard stop;
-- ``total_epochs`` [passes over the prompts, fractions allowed]: the fallback stop.
-
-When both limits are set, whichever is reached first stops the run ("first_reached"). :func:`resolve_trl_fields`
-turns them into TRL's own fields (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``max_steps``,
-``num_train_epochs``, ...), following ``trl/trainer/grpo_config.py`` ``GRPOConfig.__post_init__``:
-``steps_per_generation`` defaults to ``gradient_accumulation_steps``; ``generation_batch_size =
-per_device_train_batch_size × world_size × steps_per_generation`` [completions], divisible by G; setting both is an
-error; G >= 2. What TRL then does with those fields on a dataset is :mod:`trl_grpo_ext.plan.run_plan`'s part.
-
-Bad input raises :class:`QuantityError` (a ``ValueError``) naming the field, the value and a fix; every single-value
-check goes through :class:`trl_grpo_ext.checks.Range`.
+"""The user's quantities -> TRL's own fields (pure Python: no torch, no TRL import), following
+``GRPOConfig.__post_init__`` (docs/quantifiers.md). Bad input raises :class:`QuantityError` naming the field, the value
+and a fix.
 """
 
 from __future__ import annotations
 
 import math
 
-from ..checks import Range
+from ..checks import Range, format_number
 
 __all__ = ["QuantityError", "TRL_DEFAULTS", "resolve_trl_fields"]
 
@@ -107,12 +91,6 @@ def _near_multiples(value: int, step: int) -> str:
     return f"{below} or {above}" if below > 0 else f"{above}"
 
 
-def _fmt_num(x) -> str:
-    """Numbers as a person writes them: ``3`` for 3.0, ``2.5``, ``None`` for None."""
-    if isinstance(x, float) and x.is_integer():
-        return str(int(x))
-    return str(x)
-
 # --------------------------------------------------------------------------------------------------------------------
 # our fields -> TRL fields
 # --------------------------------------------------------------------------------------------------------------------
@@ -194,55 +172,34 @@ def _trl_generation_batch(per_device: int, world_size: int, ga: int, spg: int | 
 
 def _conflict(ours: dict, raw_name: str, raw_value, expected, why: str, fix: str | None = None) -> QuantityError:
     """A conflict between our field(s) ``ours`` and a raw TRL field, naming both, what ours write, and the fix."""
-    our_text = ", ".join(f"{k}={_fmt_num(v)}" for k, v in ours.items())
+    our_text = ", ".join(f"{k}={format_number(v)}" for k, v in ours.items())
     fix = fix or f"Remove {raw_name} (our fields write it), or remove {' and '.join(ours)} and use TRL's fields alone"
     return QuantityError(
-        f"{our_text} conflicts with {raw_name}={_fmt_num(raw_value)}: set one of them; {why} writes "
-        f"{raw_name}={_fmt_num(expected)}. {fix}"
+        f"{our_text} conflicts with {raw_name}={format_number(raw_value)}: set one of them; {why} writes "
+        f"{raw_name}={format_number(expected)}. {fix}"
     )
 
 
 def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
-    """Validate the user's quantities and compute the TRL fields to write.
+    """Validate the user's quantities and compute the TRL fields to write (rules: docs/quantifiers.md).
 
     Args:
-        values (`dict`): the user's settings. Our fields ``prompts_per_step`` [prompts], ``micro_batch_size``
-            [completions], ``total_training_steps`` [optimizer steps], ``total_epochs`` [passes] (``None`` or absent =
-            unset), and the raw TRL fields ``per_device_train_batch_size``, ``gradient_accumulation_steps``,
-            ``max_steps``, ``num_train_epochs``, ``generation_batch_size``, ``steps_per_generation``,
-            ``num_generations``, ``num_iterations`` (absent = :data:`TRL_DEFAULTS`). A raw field counts as "set" when
-            it differs from :data:`TRL_DEFAULTS` (so an explicit ``per_device_train_batch_size=8`` looks unset).
-        world_size (`int`): number of training processes (accelerate's ``num_processes``).
-        set_fields (`set[str]`, *optional*): the keys the user set. When given, a raw field counts as "set" exactly
-            when it is in this set, whatever its value (`validation` passes the YAML + command-line keys, so an
-            explicit ``per_device_train_batch_size: 8`` next to ``micro_batch_size: 4`` is a conflict).
+        values (`dict`): our ``prompts_per_step`` [prompts], ``micro_batch_size`` [completions],
+            ``total_training_steps`` [optimizer steps], ``total_epochs`` [passes] (``None`` or absent = unset), and TRL's
+            raw batch/stop fields (absent = :data:`TRL_DEFAULTS`; without ``set_fields`` a raw field counts as set when
+            it differs from its default).
+        world_size (`int`): training processes.
+        set_fields (`set[str]`, *optional*): the keys the user set; a raw field in it counts as set whatever its value.
 
     Returns:
-        `dict`: TRL fields to write — ``per_device_train_batch_size``, ``gradient_accumulation_steps``,
-        ``max_steps``, ``num_train_epochs``, ``steps_per_generation``, ``generation_batch_size`` (at most one of the
-        last two is not None, as TRL requires), ``num_generations``, ``num_iterations`` — plus our normalised fields
-        ``prompts_per_step`` and ``micro_batch_size`` (both filled in, defaults included, when the batch is given in
-        our fields; None when it is given in TRL's), ``total_training_steps`` and ``total_epochs`` (None where unset;
-        never filled from TRL's fields, which would change the stop semantics) and ``stop_semantics``: ``"first_reached"`` when our stop fields are used, ``"trl"``
-        when the stop comes from raw ``max_steps``/``num_train_epochs`` (``max_steps > 0`` wins).
-
-    The two groups are independent: the batch shape comes from our ``prompts_per_step``/``micro_batch_size`` or from
-    TRL's ``per_device_train_batch_size``/``gradient_accumulation_steps``/``generation_batch_size``/
-    ``steps_per_generation``; the stop from our ``total_training_steps``/``total_epochs`` or TRL's
-    ``max_steps``/``num_train_epochs``. Within a group a raw field that differs from what our fields write is a
-    conflict (one that agrees is accepted, so resolving twice is harmless).
-
-    Writing rules for our fields: ``gradient_accumulation_steps = prompts_per_step × G / (micro_batch_size ×
-    world_size)``; ``steps_per_generation`` and ``generation_batch_size`` stay None (TRL sets
-    ``steps_per_generation = gradient_accumulation_steps``: one generation per optimizer step);
-    ``max_steps = total_training_steps`` or -1; ``num_train_epochs = total_epochs``, or, when only
-    ``total_training_steps`` is set, ``float(total_training_steps)``: an epoch limit that cannot bind first, since
-    it is worth at least ``total_training_steps`` steps (steps per epoch >= 1). The trainer caps ``max_steps`` to the
-    plan's total once the dataset size is known. Defaults: see :func:`_our_batch`.
+        `dict`: TRL's ``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``max_steps``,
+        ``num_train_epochs``, ``steps_per_generation``, ``generation_batch_size`` (at most one of the two not None),
+        ``num_generations``, ``num_iterations``; our ``prompts_per_step``, ``micro_batch_size`` (None when the batch is
+        given in TRL's fields), ``total_training_steps``, ``total_epochs`` and ``stop_semantics`` (``"first_reached"``
+        for our stop fields, ``"trl"`` for TRL's).
 
     Raises:
-        QuantityError: an invalid value (field, value, fix), a conflict (both fields named), or a divisibility
-            error (with the nearest valid values).
+        QuantityError: an invalid value, a conflict (both fields named), or a divisibility error (nearest valid values).
     """
     unknown = sorted(set(values) - set(_INPUT_FIELDS))
     if unknown:
@@ -313,7 +270,7 @@ def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
                                if raw["max_steps"] < 0 else
                                f"Remove max_steps, or use total_training_steps={raw['max_steps']} in its place"),
                  "num_train_epochs": f"Remove num_train_epochs, or use total_epochs="
-                                     f"{_fmt_num(raw['num_train_epochs'])} in its place"}
+                                     f"{format_number(raw['num_train_epochs'])} in its place"}
         for name, exp in expected.items():
             if is_set[name] and raw[name] != exp:
                 cannot_bind = name == "num_train_epochs" and epochs is None
@@ -324,7 +281,7 @@ def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
     else:
         if raw["max_steps"] < 0 and raw["num_train_epochs"] <= 0:
             raise QuantityError(
-                f"num_train_epochs={_fmt_num(raw['num_train_epochs'])} with max_steps={raw['max_steps']} trains "
+                f"num_train_epochs={format_number(raw['num_train_epochs'])} with max_steps={raw['max_steps']} trains "
                 "nothing; set num_train_epochs > 0, or max_steps > 0, or total_epochs/total_training_steps")
         out.update(max_steps=raw["max_steps"], num_train_epochs=raw["num_train_epochs"], stop_semantics="trl")
     return out

@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from pathlib import Path
 
-from .resolve import TRL_DEFAULTS, QuantityError, _as_int, _fmt_num, _trl_generation_batch
+from ..checks import format_number
+from .resolve import TRL_DEFAULTS, QuantityError, _as_int, _trl_generation_batch
 
 __all__ = ["RunPlan", "resolve_plan", "confirm_plan", "format_plan_report"]
 
@@ -159,7 +160,7 @@ class RunPlan:
         g, w, ga, spg, mu = (self.num_generations, self.world_size, self.gradient_accumulation_steps,
                              self.steps_per_generation, self.num_iterations)
         pps = self.prompts_per_step
-        pps_text = _fmt_num(pps) if isinstance(pps, int) else f"{Fraction(self.completions_per_step, g)} (≈{pps:.3g})"
+        pps_text = format_number(pps) if isinstance(pps, int) else f"{Fraction(self.completions_per_step, g)} (≈{pps:.3g})"
         procs = "1 process" if w == 1 else f"{w} processes"
         rows = [
             ("dataset", "unknown (steps only)" if self.dataset_size is None else f"{self.dataset_size} prompts", ""),
@@ -192,10 +193,10 @@ class RunPlan:
             if self.steps_per_epoch is None:
                 arith = "not checkable without the dataset size"
             else:
-                arith = f"= ceil({_fmt_num(self.epoch_limit)} × {self.steps_per_epoch}) = {self.epoch_limit_steps} steps"
+                arith = f"= ceil({format_number(self.epoch_limit)} × {self.steps_per_epoch}) = {self.epoch_limit_steps} steps"
             if ignored:
                 arith += " (ignored: TRL's max_steps > 0 wins)"
-            rows.append(("epoch limit", f"{_fmt_num(self.epoch_limit)} epochs", arith))
+            rows.append(("epoch limit", f"{format_number(self.epoch_limit)} epochs", arith))
         if self.stop_semantics == "first_reached" and self.step_limit is not None and self.epoch_limit_steps:
             total_arith = f"= min({self.step_limit}, {self.epoch_limit_steps})"
         else:
@@ -256,7 +257,7 @@ def resolve_plan(fields: dict, dataset_size: int | None, world_size: int, max_co
     pps = int(pps_frac) if pps_frac.denominator == 1 else float(pps_frac)
     if f["prompts_per_step"] is not None and f["prompts_per_step"] != pps:
         raise QuantityError(
-            f"world_size={w} gives {_fmt_num(pps)} prompts per step, but the fields were resolved for "
+            f"world_size={w} gives {format_number(pps)} prompts per step, but the fields were resolved for "
             f"prompts_per_step={f['prompts_per_step']}: pass resolve_plan the world_size given to resolve_trl_fields")
     if f["stop_semantics"] == "first_reached":
         step_limit, epoch_limit = f["total_training_steps"], f["total_epochs"]

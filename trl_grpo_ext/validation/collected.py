@@ -2,13 +2,11 @@
 
 `plan`, the recipe and ``trl-grpo-ext train --accelerate_config`` reported these only once every other problem was
 fixed: a skip filter that one epoch leaves with nothing to skip (`zero_variance.settings.check_skip_plan`, on the
-plan), `use_vllm` on a quantized base (`generation.check_vllm_quantization`). Each is a small function the front
-door's ``checks`` run with the others (`frontdoor.read_run_args`), so a config with three problems shows three.
+plan). It is a small function the front door's ``checks`` run with the others (`frontdoor.read_run_args`), so a config with three problems shows three.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from ..checks import RunArgumentError
@@ -20,7 +18,6 @@ QUANTITY_FIELDS = ("prompts_per_step", "micro_batch_size", "total_training_steps
                    "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
                    "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
                    "stop_semantics")
-
 
 
 def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | None:
@@ -44,13 +41,13 @@ def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> No
     """
     from ..plan import resolve_plan
     from ..zero_variance.settings import check_skip_plan
-    from .user_values import resolve_user_quantities
+    from .rules import RunView
 
     training = run.training_args
     if enum_value(getattr(training, "zero_variance_filter", None)) != "skip" or dataset_size is None:
         return
     try:  # the quantities alone (another field's problem, a misspelt reward, does not hide this one)
-        fields = resolve_user_quantities(getattr(run, "user_values", None) or {}, world_size)
+        fields = RunView({}, getattr(run, "user_values", None) or {}, world_size).batch
         plan = resolve_plan({k: fields.get(k) for k in QUANTITY_FIELDS}, dataset_size, world_size,
                             training.max_completion_length)
     except (ValueError, TypeError):  # reported by the checks of those fields
@@ -59,19 +56,3 @@ def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> No
         check_skip_plan(plan)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
-
-
-def check_vllm_base(run: Any) -> None:
-    """`generation.check_vllm_quantization` on the values of ``run``: ``use_vllm`` with ``load_in_4bit`` (without
-    ``allow_vllm_4bit_merge``) or ``load_in_8bit``.
-
-    Raises:
-        ValueError: the refusal's paragraph, naming the field and the fix.
-    """
-    from ..generation import check_vllm_quantization
-
-    training, model = run.training_args, run.model_args
-    args = SimpleNamespace(use_vllm=getattr(training, "use_vllm", False) is True,
-                           allow_vllm_4bit_merge=getattr(training, "allow_vllm_4bit_merge", False))
-    check_vllm_quantization(args, getattr(model, "load_in_4bit", False) is True,
-                            getattr(model, "load_in_8bit", False) is True)

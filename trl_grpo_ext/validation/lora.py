@@ -112,20 +112,17 @@ _LORA_LAYER_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1
 
 
 def check_lora_targets(values: Any) -> None:
-    """Check ``lora_target_modules`` and ``lora_modules_to_save`` against the model's module names.
-
-    The module names come from :func:`model_modules` (the model built from its config on the meta device: no weights
-    are read), for the embedded tiny model or any config readable offline (a local directory, the Hugging Face
-    cache). Matching is PEFT's (:func:`peft_target_matches`). TRL's `ModelConfig` turns a one-item list into a string,
-    so ``[q_proj]`` is the regular expression ``q_proj``, which matches no full module name.
+    """Check ``lora_target_modules`` and ``lora_modules_to_save`` against the model's module names
+    (:func:`model_modules`: no weights read), with PEFT's matching (:func:`peft_target_matches`). TRL's `ModelConfig`
+    turns a one-item list into a string, so ``[q_proj]`` is the regular expression ``q_proj``.
 
     Args:
         values: a mapping or `trl.ModelConfig` with ``model_name_or_path``, ``lora_target_modules``,
-            ``lora_modules_to_save`` (and optionally ``model_revision``, ``trust_remote_code``).
+            ``lora_modules_to_save`` (optionally ``model_revision``, ``trust_remote_code``).
 
     Raises:
-        RunArgumentError: a target that matches no module, or only modules LoRA cannot wrap (naming the closest
-            module names), or a ``lora_modules_to_save`` entry that matches nothing.
+        RunArgumentError: a target that matches no module, or only modules LoRA cannot wrap (naming the closest), or a
+            ``lora_modules_to_save`` entry that matches nothing.
     """
     values = values if isinstance(values, Mapping) else flatten_values(values)
     targets = values.get("lora_target_modules")

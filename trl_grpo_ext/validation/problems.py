@@ -1,15 +1,5 @@
-"""Every problem of a config in one go: a collector the checks report to instead of stopping at the first one.
-
-    problems = Problems()
-    problems.check(RANGES["lora_r"].check, "lora_r", 0, fields=["lora_r"])          # records, does not raise
-    problems.check(check_lora_targets, values, fields=["lora_target_modules"],
-                   blocked_by=["lora_target_modules", "model_name_or_path"])     # skipped if one of those failed
-    problems.raise_if_any(ConfigError)   # one problem: that very error; several: one error, one line per problem
-
-Each problem is one line naming the field, the value and a fix (the message of the check that found it). A check
-that reads a field already reported is skipped (``blocked_by``): its answer would only restate the first problem
-(``zero_variance_filter: masc`` would also make ``zero_variance_tolerance`` look ignored). Identical lines are kept
-once. Importing this module imports nothing heavy.
+"""Every problem of a config in one go: a collector the checks report to instead of stopping at the first one. A
+check that reads a field already reported is skipped (``blocked_by``); identical lines are kept once.
 """
 
 from __future__ import annotations
@@ -50,6 +40,7 @@ class Problems:
         """Record a problem (a message, or the error a check raised; an error carrying several problems adds each)
         naming ``fields``. A line already recorded is not repeated."""
         self.fields.update(fields)
+        self.fields.update(getattr(problem, "fields", ()))
         error = problem if isinstance(problem, BaseException) else None
         for line in problem_lines(problem) if error is not None else [" ".join(str(problem).split())]:
             if line not in self.messages:

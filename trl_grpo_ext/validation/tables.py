@@ -1,8 +1,6 @@
-"""The tables that drive the checks of `trl_grpo_ext.validation`, and the helpers that read a run's values.
-
-Our own fields declare their range or choices on the field (``Annotated[int, Range(...)]``, ``Choices(...)``; see
-`trl_grpo_ext.fieldtable`); their entries come from the generated ``_fields.py``, so this module imports neither the
-config nor torch. TRL's, PEFT's and transformers' fields, which we cannot annotate, keep their rows here.
+"""The tables that drive the checks of `trl_grpo_ext.validation` (ranges, choices, exclusive pairs, settings that
+need another) and the helpers that read a run's values. Our own fields' entries come from their declarations
+(``_fields.py``); TRL's, PEFT's and transformers' fields keep their rows here.
 """
 
 from __future__ import annotations
@@ -10,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..checks import Range
 from ..fieldtable import table_argparse_choices, table_checks, table_defaults
 
@@ -250,8 +249,7 @@ DEFAULTS: dict[str, Any] = {name: _TABLE_DEFAULTS[name] for name in (
 
 #: Advantage fields that TRL's `normalize_then_sum` formula ignores (it normalises each reward over its group with
 #: the sample std and ε = 1e-4, sums, then normalises over the batch; `GRPOTrainer._generate_and_score_completions`).
-NORMALIZE_THEN_SUM_IGNORES = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
-                              "advantage_std_kind", "scale_rewards")
+NORMALIZE_THEN_SUM_IGNORES = ADVANTAGE_FIELDS
 
 
 # ---------------------------------------------------------------------------------------------------------------------

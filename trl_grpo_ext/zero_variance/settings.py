@@ -1,13 +1,42 @@
-"""The zero-variance filter's settings: what the config refuses, and which reward column the filter judges.
-
-Pure functions over plain values (no config, no trainer): `GRPOExtConfig.__post_init__` calls
-`check_zero_variance_settings` and stores the name it returns; the trainer calls `judged_reward_index` once TRL has
-named the reward functions.
-"""
+"""The zero-variance filter's settings (one frozen `ZeroVarianceSettings`), what the config refuses, and which
+reward column the filter judges. Pure functions over plain values (no config, no trainer, no torch)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: The config fields of the filter, in the order the card and the plan show them.
+FIELDS = ("zero_variance_filter", "zero_variance_tolerance", "zero_variance_reward", "max_resample_rounds",
+          "skip_exploration_probability")
+
+
+@dataclass(frozen=True)
+class ZeroVarianceSettings:
+    """The filter's settings as the run uses them (``GRPOExtConfig.resolved.zero_variance``; ``run_config.json``'s
+    ``resolved.zero_variance``; the card's rows).
+
+    Attributes:
+        zero_variance_filter (`str`): ``"off"``, ``"mask"``, ``"resample"`` or ``"skip"``.
+        zero_variance_tolerance (`float`): largest sample std of a uniform group [reward units].
+        zero_variance_reward (`str` or `None`): the judged reward by the name TRL logs (None: the weighted total).
+        max_resample_rounds (`int`): extra generation rounds per step (resample).
+        skip_exploration_probability (`float`): p of skip mode.
+    """
+
+    zero_variance_filter: str = "off"
+    zero_variance_tolerance: float = 0.0
+    zero_variance_reward: str | None = None
+    max_resample_rounds: int = 3
+    skip_exploration_probability: float = 0.25
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any] | Any, **overrides: Any) -> ZeroVarianceSettings:
+        """The settings of a run's fields (a mapping or an object with the :data:`FIELDS`), then ``overrides``."""
+        get = values.get if isinstance(values, Mapping) else lambda name: getattr(values, name)
+        return cls(**{**{name: get(name) for name in FIELDS}, **overrides})
 
 #: Loss types whose normaliser counts rows (sequences) or a constant per row, so masking rows needs a rescale by
 #: rows / kept rows to exclude them from the normaliser (see `groups.masked_loss_scale`). The token-count normalisers of
@@ -33,38 +62,25 @@ def check_zero_variance_settings(
     entropy_coef: float = 0.0,
     use_adaptive_entropy: bool = False,
 ) -> str | None:
-    """Settings the zero-variance filter cannot honour, refused instead of silently ignored.
-
-    - ``zero_variance_reward`` with the filter off has no effect. With registry ``rewards`` it must name one of them
-      (an alias gives the canonical name, the one TRL logs); reward functions passed to the trainer are checked
-      there (`judged_reward_index`).
-    - With a row-normalised ``loss_type`` (grpo, sapo, luspo, dr_grpo) the filter rescales the whole loss by rows /
-      kept rows, which would also rescale an entropy bonus (``entropy_coef`` ≠ 0 or ``use_adaptive_entropy``).
-    - The filter judges groups on the weighted total reward (``multi_objective_aggregation="sum_then_normalize"``,
-      TRL's default); with ``"normalize_then_sum"`` the trainer keeps TRL's advantages and would apply no filter.
-    - Resample swaps whole groups inside each process's share of the generation batch, so every share must hold
-      whole groups: its completions (per_device_train_batch_size × steps_per_generation, or generation_batch_size /
-      world_size) divisible by num_generations. Always true on one process (TRL requires the generation batch to be
-      divisible by G); can fail with several. Runs on the resolved fields, before TRL derives the missing one.
+    """Settings the zero-variance filter cannot honour, refused instead of silently ignored (docs/zero_variance.md):
+    ``zero_variance_reward`` with the filter off or naming no selected reward; an entropy bonus with a row-normalised
+    ``loss_type`` (the rescale would scale it too); ``normalize_then_sum``; resample without whole groups on every
+    process.
 
     Args:
-        mode (`str`): ``zero_variance_filter`` (``"off"``, ``"mask"`` or ``"resample"``, already checked).
-        zero_variance_reward (`str`, *optional*): the reward to judge groups on (None: the weighted total).
-        reward_names (`list[str]`, *optional*): the names of the run's registry rewards (the config's ``rewards``);
-            None or empty when the reward functions are passed to the trainer.
-        multi_objective_aggregation (`str`): TRL's field.
-        num_generations (`int`): G. world_size (`int`): processes.
-        generation_batch_size (`int`, *optional*), steps_per_generation (`int`, *optional*),
-            gradient_accumulation_steps (`int`), per_device_train_batch_size (`int`): TRL's batch fields [completions,
-            micro-batches].
-        loss_type (`str`, defaults to `"dapo"`): TRL's ``loss_type`` as the run resolves it (a preset's included).
-        entropy_coef (`float`), use_adaptive_entropy (`bool`): TRL's entropy bonus fields.
+        mode (`str`): ``zero_variance_filter``. zero_variance_reward (`str`, *optional*): the judged reward.
+        reward_names (`list[str]`, *optional*): the run's registry rewards (None: passed to the trainer).
+        multi_objective_aggregation (`str`), loss_type (`str`, defaults to `"dapo"`, a preset's included),
+        entropy_coef (`float`), use_adaptive_entropy (`bool`): TRL's fields.
+        num_generations (`int`): G. world_size (`int`): processes. generation_batch_size, steps_per_generation
+            (`int`, *optional*), gradient_accumulation_steps, per_device_train_batch_size (`int`): TRL's batch fields
+            [completions, micro-batches].
 
     Returns:
         `str | None`: ``zero_variance_reward`` as TRL will log it (the canonical registry name), or None.
 
     Raises:
-        ValueError: any of the above, naming the field, its value and the fix.
+        ValueError: naming the field, its value and the fix.
     """
     if mode == "off":
         if zero_variance_reward is not None:

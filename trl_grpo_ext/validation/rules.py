@@ -1,0 +1,366 @@
+"""Every cross-field rule of a run, each one small function in :data:`RULES`, run on the same values by `plan`, the
+recipe (`validate_run_args`) and `GRPOExtConfig.__post_init__` (the rules whose ``scope`` is ``"run"``).
+
+A rule reads a :class:`RunView` and raises a `ValueError` whose one line names the fields, the values and a fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from ..checks import RunArgumentError, as_number
+from ..engines import resolve_engine
+from ..generation import check_generation_settings, check_vllm_settings
+from .engines import check_engine_settings
+from .lora import check_lora_names, check_lora_targets
+from .packages import check_run_packages
+from .rewards import (
+    check_reward_columns,
+    check_reward_packages,
+    check_rewards_against_run,
+    known_columns,
+    reward_specs,
+)
+from .tables import EXCLUSIVE, GOVERNED_BY, NORMALIZE_THEN_SUM_IGNORES, ORDERED, REQUIRES, enum_value, is_on
+
+
+class RunView:
+    """The values a rule reads.
+
+    Args:
+        values (`Mapping[str, Any]`): every field of the run (`tables.flatten_values`, or a config's ``vars``).
+        user (`Mapping[str, Any]`, *optional*): the keys the user set (YAML + command line); ``None`` for a config
+            built in Python, whose rules judge a field "set" when its value is not its default.
+        world_size (`int`): processes. batch (`dict`, *optional*): TRL's batch fields as resolved (a config's
+            ``resolved``); else resolved from the user's keys (`plan.resolve_trl_fields`).
+        on_cpu (`bool`, *optional*): training runs on the CPU (default: ``use_cpu``). engine: an `engines.Engine` of
+            an accelerate config. problems: the front door's collector (`blocked`). defaults: field defaults, for
+            :meth:`is_set` without ``user``. reward_names: the run's registry rewards (None: unknown or none).
+    """
+
+    def __init__(self, values: Mapping[str, Any], user: Mapping[str, Any] | None = None, world_size: int = 1, *,
+                 batch: dict | None = None, on_cpu: bool | None = None, engine=None, problems=None,
+                 defaults: Mapping[str, Any] | None = None, reward_names: list[str] | None = None,
+                 dataset_columns=None, check_model: bool = True):
+        self.values, self.user, self.world_size = values, user, world_size
+        self._batch, self.engine, self.problems = batch, engine, problems
+        self.on_cpu = bool(values.get("use_cpu")) if on_cpu is None else on_cpu
+        self.defaults = defaults or {}
+        self._reward_names, self.dataset_columns, self.check_model = reward_names, dataset_columns, check_model
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return enum_value(self.values.get(name, default))
+
+    def is_set(self, name: str) -> bool:
+        """Whether the user set ``name`` (for a config built in Python: whether its value is not its default)."""
+        if self.user is not None:
+            return self.user.get(name) is not None
+        value, default = self.values.get(name), self.defaults.get(name)
+        if name == "scale_rewards":
+            from ..advantage_settings import normalize_scale_rewards
+
+            return normalize_scale_rewards(value) != normalize_scale_rewards(default)
+        return value is not None and value != default
+
+    def blocked(self, fields) -> bool:
+        return self.problems is not None and self.problems.blocked(fields)
+
+    @cached_property
+    def batch(self) -> dict:
+        """TRL's batch and stop fields: ``per_device_train_batch_size``, ``gradient_accumulation_steps``,
+        ``steps_per_generation``, ``generation_batch_size``, ``num_generations``, ``num_iterations``, ...
+
+        Raises:
+            RunArgumentError: invalid or conflicting quantities among the user's keys.
+        """
+        if self._batch is not None:
+            return self._batch
+        from ..plan.resolve import _INPUT_FIELDS, QuantityError, resolve_trl_fields
+        from .tables import typed_value
+
+        user = self.user or {}
+        given = {k: typed_value(v) for k, v in user.items() if k in _INPUT_FIELDS and v is not None}
+        try:
+            return resolve_trl_fields(given, self.world_size, set_fields=set(given))
+        except QuantityError as err:
+            raise RunArgumentError(str(err)) from None
+
+    @cached_property
+    def reward_names(self) -> list[str] | None:
+        """The names of the run's registry rewards (None: none, or passed to the trainer as ``reward_funcs=``)."""
+        if self._reward_names is not None or self.values.get("rewards") is None:
+            return self._reward_names
+        try:
+            return [spec.name for spec in _reward_specs(self)] or None
+        except ValueError:  # the `reward_specs` rule reports it
+            return None
+
+    def quantity_keys(self) -> list[str]:
+        from ..plan.resolve import _INPUT_FIELDS
+
+        return [k for k in (self.user or {}) if k in _INPUT_FIELDS and self.user[k] is not None]
+
+    def loss_type(self) -> str:
+        """TRL's ``loss_type`` as the run resolves it: an ``advantage_preset``'s (it sets one), else the field's."""
+        from ..advantage_settings import PRESETS
+
+        preset = PRESETS.get(self.get("advantage_preset") or "", {})
+        return preset.get("loss_type") or self.get("loss_type") or "dapo"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One cross-field rule.
+
+    Attributes:
+        name (`str`): its id (tests/test_validation_table.py has a row for each).
+        check (`Callable[[RunView], Any]`): raises `ValueError` on a problem.
+        fields (`tuple[str, ...]` or `Callable[[RunView], tuple]`): the fields its problem names (recorded).
+        blocked_by (same, *optional*): skip it when one of these already has a problem (default ``fields``).
+        scope (`str`): ``"run"`` (also `GRPOExtConfig.__post_init__`) or ``"args"`` (`plan` and the recipe only: it
+            reads the keys the user set, or fields of the recipe's other dataclasses).
+    """
+
+    name: str
+    check: Callable[[RunView], Any]
+    fields: Any = ()
+    blocked_by: Any = None
+    scope: str = "args"
+
+    def field_names(self, view: RunView, which: str = "fields") -> tuple[str, ...]:
+        value = getattr(self, which)
+        return tuple(value(view) if callable(value) else value)
+
+
+def quantity_conflicts(v: RunView) -> None:
+    """Our batch/stop fields next to the raw TRL fields they write, judged on the keys the user set."""
+    v.batch  # noqa: B018 (resolving raises)
+
+
+def advantage_conflicts(v: RunView) -> None:
+    """The advantage preset, ``scale_rewards``, ``loss_type`` and our advantage fields: conflicts between set keys."""
+    import warnings
+
+    from ..advantage_settings import AdvantageConfigError, resolve_advantage_settings
+
+    user = v.user or {}
+    scale_set = user.get("scale_rewards") is not None
+    epsilon = user.get("advantage_epsilon")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the config's own resolution warns once, later
+            resolve_advantage_settings(
+                preset=user.get("advantage_preset"), scale_rewards=user["scale_rewards"] if scale_set else "group",
+                advantage_baseline=user.get("advantage_baseline"),
+                advantage_std_scaling=user.get("advantage_std_scaling"),
+                advantage_epsilon=as_number(epsilon) if epsilon is not None else None,
+                advantage_std_kind=user.get("advantage_std_kind"), loss_type=user.get("loss_type"),
+                defaults={"scale_rewards": None if scale_set else "group"},  # a set key is explicit, whatever its value
+            )
+    except AdvantageConfigError as err:
+        raise RunArgumentError(str(err)) from None
+
+
+def _several(found: list[tuple[str, tuple[str, ...]]]) -> None:
+    """Raise the problems ``found`` ((line, fields), ...): one as itself, several as one error listing them."""
+    if not found:
+        return
+    err = RunArgumentError("\n".join(line for line, _ in found))
+    if len(found) > 1:
+        err.problems = [line for line, _ in found]
+    err.fields = [name for _, names in found for name in names]
+    raise err
+
+
+def exclusive(v: RunView) -> None:
+    """`tables.EXCLUSIVE`: fields that cannot both be on."""
+    user = v.user or {}
+    _several([(f"{a}={user[a]!r} and {b}={user[b]!r} cannot both be set. Fix: {fix}", (a, b))
+              for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
+
+
+def ignored_settings(v: RunView) -> None:
+    """`tables.REQUIRES`: fields the user set that only take effect under a setting that is off, one line per
+    setting (fields whose own value, or whose setting, was already refused are left out)."""
+    user = v.user or {}
+    cli_keys = getattr(v.user, "command_line_keys", frozenset())
+    ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
+    for name in user:
+        if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](v.values):
+            if name not in cli_keys and cli_keys.intersection(GOVERNED_BY[name]):
+                continue  # switched off on the command line over a YAML that configures it
+            if not v.blocked((name, *GOVERNED_BY[name])):
+                ignored.setdefault(REQUIRES[name][0], []).append(name)
+    found = []
+    for setting, names in ignored.items():
+        fix = REQUIRES[names[0]][2].format(field=" and ".join(names))
+        one = len(names) == 1
+        found.append((f"{', '.join(f'{n}={user[n]!r}' for n in names)} only take{'s' if one else ''} effect with "
+                      f"{setting}, so {'it' if one else 'they'} would be ignored. Fix: {fix}",
+                      (*names, *GOVERNED_BY[names[0]])))
+    _several(found)
+
+
+def ordered(v: RunView) -> None:
+    """`tables.ORDERED`: the first field may not exceed the second."""
+    found = []
+    for low, high in ORDERED:
+        lo, hi = as_number(v.values.get(low)), as_number(v.values.get(high))
+        if lo is not None and hi is not None and lo > hi and not v.blocked((low, high)):
+            found.append((f"{low}={v.values[low]!r} is above {high}={v.values[high]!r}. Fix: make {low} <= {high}.",
+                          (low, high)))
+    _several(found)
+
+
+def evaluation_split(v: RunView) -> None:
+    """Evaluation needs a test split: ``dataset_test_split`` not null or "" (whether the split exists is checked by
+    the recipe's data stage, before the model)."""
+    strategy, final_eval = v.get("eval_strategy"), v.get("final_eval") or "none"
+    if not (strategy not in (None, "no") or v.get("do_eval") or final_eval != "none") or v.get("dataset_test_split"):
+        return
+    setting = (f"eval_strategy={strategy!r}" if strategy not in (None, "no")
+               else f"final_eval={final_eval!r}" if final_eval != "none" else "do_eval=True")
+    raise RunArgumentError(
+        f"{setting} evaluates on a test split, but dataset_test_split={v.get('dataset_test_split')!r}. Fix: set "
+        "dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: no and final_eval: none.")
+
+
+def compare_base_adapter(v: RunView) -> None:
+    """``final_eval: compare_base`` switches the adapter off to score the base: it needs one."""
+    if v.get("final_eval") == "compare_base" and not v.get("use_peft"):
+        raise RunArgumentError("final_eval=compare_base needs an adapter to switch off (use_peft: true); with "
+                               "use_peft: false set final_eval: adapter (the trained model alone) or none.")
+
+
+def normalize_then_sum(v: RunView) -> None:
+    """`normalize_then_sum` is TRL's fixed formula: advantage settings set next to it would be ignored."""
+    if v.get("multi_objective_aggregation") != "normalize_then_sum":
+        return
+    name = next((n for n in NORMALIZE_THEN_SUM_IGNORES if v.is_set(n)), None)
+    if name is not None:
+        raise RunArgumentError(
+            f"{name}={v.values[name]!r} has no effect with multi_objective_aggregation='normalize_then_sum': TRL then "
+            "normalises each reward over its group (sample std, ε 1e-4), sums them and normalises over the batch. "
+            f"Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize.")
+
+
+def zero_variance(v: RunView) -> str | None:
+    """`zero_variance.settings.check_zero_variance_settings` on the run's resolved batch fields; returns the canonical
+    name of ``zero_variance_reward``."""
+    from ..zero_variance.settings import check_zero_variance_settings
+
+    mode = v.get("zero_variance_filter") or "off"
+    if mode == "off" and v.get("zero_variance_reward") is None:
+        return None
+    b = v.batch
+    try:
+        return check_zero_variance_settings(
+            mode=mode, zero_variance_reward=v.get("zero_variance_reward"), reward_names=v.reward_names,
+            multi_objective_aggregation=v.get("multi_objective_aggregation") or "sum_then_normalize",
+            loss_type=v.loss_type(), entropy_coef=as_number(v.get("entropy_coef")) or 0.0,
+            use_adaptive_entropy=bool(v.get("use_adaptive_entropy")), num_generations=b["num_generations"],
+            world_size=v.world_size, generation_batch_size=b.get("generation_batch_size"),
+            steps_per_generation=b.get("steps_per_generation"),
+            gradient_accumulation_steps=b["gradient_accumulation_steps"],
+            per_device_train_batch_size=b["per_device_train_batch_size"])
+    except RunArgumentError:
+        raise
+    except ValueError as err:
+        raise RunArgumentError(str(err)) from None
+
+
+def clipping(v: RunView) -> None:
+    """Clip settings that never act: every update on-policy (`loss_settings.ignored_clipping`)."""
+    from ..loss_settings import CLIP_DEFAULTS, ignored_clipping
+
+    settings = {name: as_number(v.values.get(name)) for name in CLIP_DEFAULTS if v.is_set(name)}
+    if not settings:
+        return
+    b = v.batch
+    ga, spg = b["gradient_accumulation_steps"], b.get("steps_per_generation")
+    if spg is None and b.get("generation_batch_size"):
+        spg = b["generation_batch_size"] // (b["per_device_train_batch_size"] * v.world_size)
+    message = ignored_clipping(settings, loss_type=v.get("loss_type") or "dapo", gradient_accumulation_steps=ga,
+                               steps_per_generation=spg or ga, num_iterations=b["num_iterations"])
+    if message:
+        raise RunArgumentError(message)
+
+
+def _reward_specs(v: RunView):
+    return reward_specs(v.values)
+
+
+def reward_columns(v: RunView) -> None:
+    columns = list(v.dataset_columns) if v.dataset_columns is not None else known_columns(v.values)
+    if columns is not None:
+        check_reward_columns(columns, _reward_specs(v))
+
+
+def lora_targets(v: RunView) -> None:
+    if v.check_model and v.get("use_peft"):
+        check_lora_targets(v.values)
+
+
+_ADVANTAGE_FIELDS = (*NORMALIZE_THEN_SUM_IGNORES, "loss_type")
+_CLIP = ("epsilon", "epsilon_high", "delta")
+_LORA = ("lora_target_modules", "lora_modules_to_save")
+_REWARDS = ("rewards", "reward_weights")
+
+
+def _set(names):
+    return lambda v: tuple(n for n in names if v.is_set(n))
+
+
+def _quantities(v: RunView) -> tuple[str, ...]:
+    return tuple(v.quantity_keys())
+
+
+#: Every cross-field rule, in the order they run.
+RULES: tuple[Rule, ...] = (
+    Rule("exclusive", exclusive, (), blocked_by=()),
+    Rule("quantity_conflicts", quantity_conflicts, _quantities),
+    Rule("advantage_conflicts", advantage_conflicts, _set(_ADVANTAGE_FIELDS)),
+    Rule("ignored_settings", ignored_settings, (), blocked_by=()),
+    Rule("ordered", ordered, (), blocked_by=()),
+    Rule("evaluation_split", evaluation_split, ("eval_strategy", "do_eval", "final_eval", "dataset_test_split")),
+    Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
+    Rule("reward_specs", _reward_specs, _REWARDS),
+    Rule("normalize_then_sum", normalize_then_sum, ("multi_objective_aggregation", *NORMALIZE_THEN_SUM_IGNORES),
+         scope="run"),
+    Rule("clipping", clipping, lambda v: (*_set(_CLIP)(v), "num_iterations"),
+         blocked_by=lambda v: (*_set(_CLIP)(v), *_quantities(v), "loss_type"), scope="run"),
+    Rule("zero_variance", zero_variance, ("zero_variance_filter", "zero_variance_reward"),
+         blocked_by=lambda v: ("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation", *_REWARDS,
+                               *_quantities(v)), scope="run"),
+    Rule("generation", lambda v: check_generation_settings(v, v.on_cpu), ("use_vllm", "use_transformers_continuous_batching", "cache_implementation",
+                                    "generation_kwargs", "repetition_penalty"), scope="run"),
+    Rule("vllm_quantization", check_vllm_settings, ("use_vllm", "load_in_4bit", "load_in_8bit"), scope="run"),
+    Rule("rewards_against_run", lambda v: check_rewards_against_run(_reward_specs(v), v.values), (), blocked_by=(*_REWARDS, "max_completion_length")),
+    Rule("reward_packages", lambda v: check_reward_packages(_reward_specs(v)), (), blocked_by=_REWARDS),
+    Rule("reward_columns", reward_columns, ("embedded_target",),
+         blocked_by=(*_REWARDS, "embedded_target", "dataset_name", "dataset_format")),
+    # flash-attn, vLLM, Liger, the trackers: before the model, not after (each missing package a line of its own)
+    Rule("run_packages", lambda v: check_run_packages(v.values, v.problems), (), blocked_by=()),
+    Rule("engine_settings",
+         lambda v: check_engine_settings(resolve_engine(v.values, accelerate_config=v.engine), v.values)),
+    Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
+    Rule("lora_targets", lora_targets, _LORA, blocked_by=(*_LORA, "use_peft", "model_name_or_path",
+                                                          "model_revision")),
+)
+
+
+def run_rules(view: RunView, problems, scope: str = "args") -> None:
+    """Run every rule of :data:`RULES` (with ``scope="run"``: only those marked ``"run"``) on ``view``, recording
+    each problem in ``problems`` (`validation.problems.Problems`); a rule reading a field already refused is
+    skipped."""
+    view.problems = problems
+    for rule in RULES:
+        if scope == "run" and rule.scope != "run":
+            continue
+        fields, blocked = rule.field_names(view), None
+        if rule.blocked_by is not None:
+            blocked = rule.field_names(view, "blocked_by")
+        problems.check(rule.check, view, fields=fields, blocked_by=blocked)
