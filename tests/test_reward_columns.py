@@ -161,7 +161,7 @@ def test_the_recipe_refuses_it_on_either_split_before_the_model_loads(user_rewar
             parse_recipe_args(["--config", str(config)])
         assert refused.value.code == 2
         assert "takes the argument 'assistant'" in capsys.readouterr().err
-        import trl_grpo_ext.validation.run as run_checks
+        import trl_grpo_ext.validation.rules as run_checks
 
         monkeypatch.setattr(run_checks, "known_columns", lambda values: None)  # as for a Hub dataset
     args = parse_recipe_args(["--config", str(config)])
