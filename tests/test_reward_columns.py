@@ -141,7 +141,7 @@ def test_the_recipe_refuses_it_on_either_split_before_the_model_loads(user_rewar
                                                                       broken_split):
     from factories import recipe_without_models
 
-    from trl_grpo_ext.launch import parse_recipe_args
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 
     data = tmp_path / "data"
     data.mkdir()
