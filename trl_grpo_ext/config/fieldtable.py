@@ -63,7 +63,7 @@ def declared_checks(cls) -> dict[str, dict[str, Any]]:
     line; TRL's and transformers' own argparse choices are left to them).
     """
     hints = typing.get_type_hints(cls, include_extras=True)
-    ours = {name for klass in cls.__mro__ if klass.__module__.split(".")[0] == __package__
+    ours = {name for klass in cls.__mro__ if klass.__module__.split(".")[0] == __package__.split(".")[0]
             for name in vars(klass).get("__annotations__", {})}
     out: dict[str, dict[str, Any]] = {}
     for f in dataclasses.fields(cls):
