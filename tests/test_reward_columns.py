@@ -161,9 +161,9 @@ def test_the_recipe_refuses_it_on_either_split_before_the_model_loads(user_rewar
             parse_recipe_args(["--config", str(config)])
         assert refused.value.code == 2
         assert "takes the argument 'assistant'" in capsys.readouterr().err
-        import trl_grpo_ext.validation.run as run_checks
+        import trl_grpo_ext.validation.rules as rules
 
-        monkeypatch.setattr(run_checks, "known_columns", lambda values: None)  # as for a Hub dataset
+        monkeypatch.setattr(rules, "known_columns", lambda values: None)  # as for a Hub dataset
     args = parse_recipe_args(["--config", str(config)])
 
     recipe = recipe_without_models(monkeypatch)
