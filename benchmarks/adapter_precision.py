@@ -109,7 +109,7 @@ def main() -> None:
             model_name = (f"Qwen2.5-0.5B-shaped, {built['parameters'] / 1e6:.0f}M parameters "
                           f"({shape['num_hidden_layers']} layers, vocab {shape['vocab_size']}), random init")
         else:
-            from trl_grpo_ext import tiny
+            from trl_grpo_ext.models.embedded import tiny
 
             model_dir, model_name = str(tiny.ensure_tiny_model()), "embedded tiny-qwen2 (+ trainable lm_head copy)"
         results: dict[str, list[dict]] = {label: [] for label, _, _ in RUNS}
@@ -238,7 +238,8 @@ def _make_trainer(spec: dict):
     from peft import LoraConfig
     from transformers import BitsAndBytesConfig
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+    from trl_grpo_ext.models.embedded import tiny
 
     cuda, tiny_model = spec["device"] == "cuda", spec["model"] == "tiny"
     dtype = torch.bfloat16 if cuda else torch.float32

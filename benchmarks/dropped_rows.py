@@ -41,7 +41,8 @@ def half_uniform_reward(completions, uniform_row, **kwargs):
 def _dataset(model: str, num_prompts: int):
     from datasets import Dataset
 
-    from trl_grpo_ext import arithmetic, tiny
+    from trl_grpo_ext.data import arithmetic
+    from trl_grpo_ext.models.embedded import tiny
 
     rows = (tiny.count_char_rows(num_prompts) if model == "tiny"
             else arithmetic.arithmetic_rows("train", num_problems=num_prompts))
@@ -53,7 +54,8 @@ def _trainer(model: str, out_dir: str, args, seed: int):
     import torch
     from peft import LoraConfig
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, smollm2, tiny
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+    from trl_grpo_ext.models.embedded import smollm2, tiny
 
     if model == "tiny":
         path = tiny.ensure_tiny_model()

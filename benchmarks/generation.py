@@ -258,7 +258,8 @@ def _make_trainer(spec: dict):
     from peft import LoraConfig
     from transformers import BitsAndBytesConfig
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+    from trl_grpo_ext.models.embedded import tiny
 
     cuda = spec["device"] == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32

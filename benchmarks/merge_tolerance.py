@@ -33,8 +33,8 @@ def main() -> None:
     from hub_testing import make_finished_run, trained_logits
     from transformers import AutoModelForCausalLM
 
-    from trl_grpo_ext import tiny
     from trl_grpo_ext.hub import merge as hub_merge
+    from trl_grpo_ext.models.embedded import tiny
 
     with tempfile.TemporaryDirectory() as tmp:
         output_dir, reference, _ = make_finished_run(Path(tmp) / "run", dtype=args.dtype, device=args.device)

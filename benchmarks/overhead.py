@@ -86,7 +86,8 @@ def build_trainer(arm: str, args: argparse.Namespace, steps: int, output_dir: st
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+    from trl_grpo_ext.models.embedded import tiny
     from trl_grpo_ext.rewards.builtin import CharFraction
 
     model_dir = tiny.ensure_tiny_model()

@@ -30,7 +30,7 @@ def wall(command: list[str]) -> float:
 def measure(runs: int, config: str) -> dict[str, list[float]]:
     """Interleaved timings: {"import trl": [...], "plan": [...]}, ``runs`` each, after one warm-up of each."""
     commands = {"import trl": [sys.executable, "-c", "import trl"],
-                "plan": [sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config", config]}
+                "plan": [sys.executable, "-m", "trl_grpo_ext.cli.main", "plan", "--config", config]}
     for command in commands.values():
         wall(command)
     times: dict[str, list[float]] = {name: [] for name in commands}

@@ -22,7 +22,7 @@ def build_qwen2_shaped(directory: str, device: str, shape: dict):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     tokenizer = tiny.load_tokenizer(tiny.ensure_tiny_model())
     config = Qwen2Config(**shape, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     forecast = None
     if not args.skip_forecast:
         t0 = time.perf_counter()
-        result = _run([sys.executable, "-m", "trl_grpo_ext.cli", "eval", "--config", CONFIG,
+        result = _run([sys.executable, "-m", "trl_grpo_ext.cli.main", "eval", "--config", CONFIG,
                        "--num-prompts", str(args.forecast_prompts), "--k", str(args.forecast_samples), "--json"])
         forecast = json.loads(result.stdout)
         print(f"forecast: {time.perf_counter() - t0:.0f} s, base pass@1 (sampled) "

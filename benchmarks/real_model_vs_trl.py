@@ -108,11 +108,11 @@ def _budget_callback(cpu_seconds: float):
 def run_arm(arm: str, seed: int, args) -> dict:
     import torch
 
-    from trl_grpo_ext import tiny
-    from trl_grpo_ext.data import load_eval_dataset, load_prompt_dataset
-    from trl_grpo_ext.evaluation import evaluate_model
-    from trl_grpo_ext.launch import parse_recipe_args
-    from trl_grpo_ext.models import lora_config, run_tokenizer
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
+    from trl_grpo_ext.data.load import load_eval_dataset, load_prompt_dataset
+    from trl_grpo_ext.evaluation.evaluate import evaluate_model
+    from trl_grpo_ext.models.embedded import tiny
+    from trl_grpo_ext.models.settings import lora_config, run_tokenizer
     from trl_grpo_ext.rewards.spec import build_reward_funcs, with_run_defaults
 
     filter_args = [] if arm == "trl" else ["--zero_variance_filter", arm]
@@ -198,7 +198,7 @@ def _mean(values: list) -> float | None:
 
 # -- the comparison -----------------------------------------------------------------------------------------------------
 def _format(results: list[dict], arms: list[str]) -> str:
-    from trl_grpo_ext.eval_stats import paired_difference_interval
+    from trl_grpo_ext.evaluation.stats import paired_difference_interval
 
     lines = []
     by = {(r["arm"], r["seed"]): r for r in results}

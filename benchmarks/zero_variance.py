@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 def rows(num_prompts: int, min_counts: list[int], seed: int) -> list[dict]:
     """count-char prompts with a `min_count` column cycling through `min_counts` (the prompt's difficulty)."""
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     out = tiny.count_char_rows(num_prompts, seed=seed)
     for i, row in enumerate(out):
@@ -72,7 +72,8 @@ def train(mode: str, args, tmp: str) -> dict:
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+    from trl_grpo_ext.models.embedded import tiny
 
     logging.getLogger("trl_grpo_ext.trainer").setLevel(logging.ERROR)
     counter = {"completions": 0, "groups": 0, "uniform_groups": 0}

@@ -18,17 +18,16 @@ import sys
 
 from accelerate.utils import set_seed
 
-from trl_grpo_ext import GRPOExtTrainer, tiny
-from trl_grpo_ext.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
-from trl_grpo_ext.data import drop_long_prompts, load_eval_dataset, load_prompt_dataset
-from trl_grpo_ext.data_checks import check_math_golds, check_reward_values, describe, reward_columns
-from trl_grpo_ext.eval_plan import resolve_eval_plan
-from trl_grpo_ext.evaluation import final_evaluation
+from trl_grpo_ext import GRPOExtTrainer
+from trl_grpo_ext.config.recipe_parse import parse_recipe_args, set_offline_defaults, write_run_config
+from trl_grpo_ext.data.checks import check_math_golds, check_reward_values, describe, reward_columns
+from trl_grpo_ext.data.load import drop_long_prompts, load_eval_dataset, load_prompt_dataset
+from trl_grpo_ext.evaluation.evaluate import final_evaluation
+from trl_grpo_ext.evaluation.plan import resolve_eval_plan
 from trl_grpo_ext.hub import HubPushError, build_model_card
-from trl_grpo_ext.interrupt import GracefulInterrupt
-from trl_grpo_ext.launch import parse_recipe_args, set_offline_defaults, write_run_config
-from trl_grpo_ext.model_source import resolve_model_source
-from trl_grpo_ext.models import (
+from trl_grpo_ext.hub.plot import plot_training, reward_trend
+from trl_grpo_ext.models.embedded import tiny
+from trl_grpo_ext.models.settings import (
     continued_lora_differences,
     load_continued_model,
     load_dtype,
@@ -36,8 +35,10 @@ from trl_grpo_ext.models import (
     quantization_config,
     run_tokenizer,
 )
+from trl_grpo_ext.models.source import resolve_model_source
 from trl_grpo_ext.plan import resolve_plan
-from trl_grpo_ext.plotting import plot_training, reward_trend
+from trl_grpo_ext.training.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
+from trl_grpo_ext.training.interrupt import GracefulInterrupt
 from trl_grpo_ext.validation import check_reward_columns
 from trl_grpo_ext.zero_variance.report import summary_line
 from trl_grpo_ext.zero_variance.settings import check_skip_plan

@@ -13,13 +13,13 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_model_dir():
     """Directory of the embedded tiny model and tokenizer (created on first use, then cached)."""
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     return tiny.ensure_tiny_model()
 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_dir):
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     return tiny.load_tokenizer(tiny_model_dir)

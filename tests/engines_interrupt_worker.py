@@ -19,7 +19,7 @@ import time
 from engines_worker import build_trainer
 from transformers import TrainerCallback
 
-from trl_grpo_ext.interrupt import GracefulInterrupt
+from trl_grpo_ext.training.interrupt import GracefulInterrupt
 
 
 class PauseForTheSignal(TrainerCallback):

@@ -70,7 +70,8 @@ def tiny_trainer(output_dir, reward_funcs, dataset, *, model=None, processing_cl
     Returns:
         `GRPOExtTrainer`, not yet trained.
     """
-    from trl_grpo_ext import GRPOExtTrainer, tiny
+    from trl_grpo_ext import GRPOExtTrainer
+    from trl_grpo_ext.models.embedded import tiny
 
     path = tiny.ensure_tiny_model()
     extra = {name: value for name, value in (("quantization_config", quantization_config),
@@ -93,7 +94,7 @@ def count_char_mix(num_prompts: int, other: str = "b", every: int = 2):
     """
     from datasets import Dataset
 
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     rows = tiny.count_char_rows(num_prompts, target="a")
     other_rows = tiny.count_char_rows(num_prompts, target=other, seed=1)
@@ -151,7 +152,7 @@ def worker_launch(config: str | None, worker: str, *args: str) -> tuple[list[str
     also ``DS_ACCELERATOR=cpu`` (DeepSpeed's CPU accelerator; it builds its shared-memory communication op with ninja
     on first use), and ``--main_process_port 0`` takes a free port. Run it in the repository root.
     """
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     tiny.ensure_tiny_model()
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
@@ -231,7 +232,7 @@ def recipe_without_models(monkeypatch):
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     def fail(*args, **kwargs):
         raise AssertionError("the model was loaded")

@@ -102,7 +102,7 @@ def make_finished_run(output_dir: Path, token: str = FAKE_TOKEN, dtype: str = "f
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     base_path = tiny.ensure_tiny_model()
     tokenizer = tiny.load_tokenizer(base_path)

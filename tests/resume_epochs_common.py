@@ -12,7 +12,8 @@ import torch
 from datasets import Dataset
 from factories import tiny_trainer
 
-from trl_grpo_ext import GRPOExtTrainer, tiny
+from trl_grpo_ext import GRPOExtTrainer
+from trl_grpo_ext.models.embedded import tiny
 
 G = 4
 NUM_PROMPTS = 4

@@ -16,9 +16,9 @@ import torch
 from factories import lora, nf4, tiny_trainer
 from torch import nn
 
-from trl_grpo_ext.adapter_precision import LostUpdateTracker, cast_trainable_to
+from trl_grpo_ext.training.adapter_precision import LostUpdateTracker, cast_trainable_to
 
-LOGGER = "trl_grpo_ext.adapter_precision"
+LOGGER = "trl_grpo_ext.training.adapter_precision"
 
 
 # -- cast_trainable_to ------------------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ STEPS = 3
 
 
 def _trainer(tmp_path, adapter_dtype: str, compute_dtype=torch.float32, steps: int = STEPS):
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     return tiny_trainer(
         tmp_path, None, tiny.count_char_dataset(64), quantization_config=nf4(compute_dtype),

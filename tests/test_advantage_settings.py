@@ -1,4 +1,4 @@
-"""Tests for trl_grpo_ext.advantage_settings (pure: no torch)."""
+"""Tests for trl_grpo_ext.config.advantage_settings (pure: no torch)."""
 
 import dataclasses
 import json
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trl_grpo_ext.advantage_settings import (
+from trl_grpo_ext.config.advantage_settings import (
     FIELD_DEFAULTS,
     PRESETS,
     AdvantageConfigError,
@@ -18,7 +18,7 @@ from trl_grpo_ext.advantage_settings import (
 
 
 def test_module_does_not_import_torch():
-    code = "import sys, trl_grpo_ext.advantage_settings; print('torch' in sys.modules)"
+    code = "import sys, trl_grpo_ext.config.advantage_settings; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

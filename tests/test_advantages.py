@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 
-from trl_grpo_ext.advantage_settings import BASELINES, STD_KINDS, STD_SCALINGS, AdvantageSettings
 from trl_grpo_ext.advantages import (
     advantage_metrics,
     compute_advantages,
@@ -17,6 +16,7 @@ from trl_grpo_ext.advantages import (
     group_baseline,
     reward_std,
 )
+from trl_grpo_ext.config.advantage_settings import BASELINES, STD_KINDS, STD_SCALINGS, AdvantageSettings
 from trl_grpo_ext.zero_variance import zero_variance_group_mask
 
 NAN = float("nan")

@@ -136,20 +136,26 @@ def test_the_cycle_finder_finds_a_known_cycle():
 
 #: The layers of docs/architecture.md: a module may import from its own layer or the layers above (lower numbers).
 LAYERS = {
-    0: ["checks", "model_cache", "data_sizes", "local_columns", "_fields", "hub.secrets", "hub.card_template"],
-    1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "resolved", "advantage_settings",
-        "checkpoints", "eval_plan", "eval_stats", "rewards", "rewards.registry", "rewards.parameters", "rewards.spec",
-        "rewards.guard", "rewards.builtin", "rewards.math", "rewards.text", "rewards.trl_rewards",
-        "zero_variance.settings", "zero_variance.report", "fieldtable", "keymap", "loss_settings", "model_source", "engines"],
+    0: ["training", "cli", "models.embedded", "config.checks", "models.cache", "config.data_sizes",
+        "data.local_columns", "config._fields", "hub.secrets", "hub.card_template"],
+    1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "config.resolved",
+        "config.advantage_settings", "training.checkpoints", "evaluation.plan", "evaluation.stats", "rewards",
+        "rewards.registry", "rewards.parameters", "rewards.spec", "rewards.guard", "rewards.builtin", "rewards.math",
+        "rewards.text", "rewards.trl_rewards", "zero_variance.settings", "zero_variance.report", "config.fieldtable",
+        "config.keymap", "config.loss_settings", "models.source", "config.engines"],
     2: ["advantages", "zero_variance", "zero_variance.groups", "zero_variance.merge", "zero_variance.resample",
-        "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "sampling", "engine_step"],
-    3: ["models", "adapter_precision", "generation", "data", "data_checks", "tiny", "smollm2", "arithmetic"],
-    4: ["evaluation", "eval_generation", "plotting", "hub", "hub.card", "hub.card_facts", "hub.merge", "hub.push"],
-    5: ["config", "recipe_args", "frontdoor", "validation", "validation.tables", "validation.user_values",
-        "validation.run", "validation.rules", "validation.rewards", "validation.lora", "validation.problems",
-        "validation.engines", "validation.collected", "validation.packages", "launch"],
-    6: ["trainer", "interrupt", "console"],
-    7: ["cli", "plan_cli", "train", "eval_cli", "rewards.cli", "hub.cli", "quantifiers"],
+        "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "training.sampling",
+        "training.engine_step"],
+    3: ["models", "data", "models.settings", "training.adapter_precision", "training.generation", "data.load",
+        "data.checks", "models.embedded.tiny", "models.embedded.smollm2", "data.arithmetic"],
+    4: ["evaluation", "evaluation.evaluate", "evaluation.generation", "hub.plot", "hub", "hub.card", "hub.card_facts",
+        "hub.merge", "hub.push"],
+    5: ["config", "config.ext_config", "config.recipe_args", "config.frontdoor", "validation", "validation.tables",
+        "validation.user_values", "validation.run", "validation.rules", "validation.rewards", "validation.lora",
+        "validation.problems", "validation.engines", "validation.collected", "validation.packages",
+        "config.recipe_parse"],
+    6: ["trainer", "training.interrupt", "training.console"],
+    7: ["cli.main", "cli.plan", "cli.train", "cli.eval", "rewards.cli", "hub.cli", "quantifiers"],
 }
 
 
@@ -175,11 +181,12 @@ def test_the_old_quantifiers_module_still_imports_with_a_future_warning():
 
     import pytest
 
-    from trl_grpo_ext import checkpoints, plan, quantifiers
+    from trl_grpo_ext import plan, quantifiers
+    from trl_grpo_ext.training import checkpoints
 
     with pytest.warns(FutureWarning, match="import resolve_plan from trl_grpo_ext.plan"):
         assert quantifiers.resolve_plan is plan.resolve_plan
-    with pytest.warns(FutureWarning, match="trl_grpo_ext.checkpoints"):
+    with pytest.warns(FutureWarning, match="trl_grpo_ext.training.checkpoints"):
         assert quantifiers.check_resume_compatible is checkpoints.check_resume_compatible
     with warnings.catch_warnings():
         warnings.simplefilter("error")

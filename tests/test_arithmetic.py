@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from trl_grpo_ext.arithmetic import arithmetic_problem, arithmetic_rows
-from trl_grpo_ext.data import gsm8k_final_answer
+from trl_grpo_ext.data.arithmetic import arithmetic_problem, arithmetic_rows
+from trl_grpo_ext.data.load import gsm8k_final_answer
 
 
 def _check_solution(row: dict) -> int:

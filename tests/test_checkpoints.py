@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from trl_grpo_ext.checkpoints import (
+from trl_grpo_ext.plan import QuantityError, resolve_plan, resolve_trl_fields
+from trl_grpo_ext.training.checkpoints import (
     PLAN_FILE,
     check_checkpoint_plan,
     last_complete_checkpoint,
     resolve_resume_checkpoint,
 )
-from trl_grpo_ext.plan import QuantityError, resolve_plan, resolve_trl_fields
 
 
 def _checkpoint(root, step, complete=True):
@@ -57,7 +57,7 @@ def test_saved_plan_must_match(tmp_path):
 
 
 def test_a_new_run_never_overwrites_an_old_one(tmp_path):
-    from trl_grpo_ext.checkpoints import check_output_dir
+    from trl_grpo_ext.training.checkpoints import check_output_dir
 
     check_output_dir(tmp_path / "new", resuming=False)  # missing or empty: fine
     _checkpoint(tmp_path, 2)

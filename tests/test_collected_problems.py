@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_grpo_ext.launch import parse_recipe_args
-from trl_grpo_ext.plan_cli import main as plan_main
-from trl_grpo_ext.train import check_before_launch, run_recipe
+from trl_grpo_ext.cli.plan import main as plan_main
+from trl_grpo_ext.cli.train import check_before_launch, run_recipe
+from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 
 ROOT = Path(__file__).resolve().parents[1]
 # 16 prompts / 2 per step = 8 steps = 1 epoch (total_epochs 1): skip would skip nothing
@@ -51,7 +51,7 @@ def test_the_recipe_and_train_show_the_three_at_once(three, capsys, monkeypatch)
         parse_recipe_args(["--config", str(three)])
     assert refused.value.code == 2
     _assert_three(_errors(capsys.readouterr().err, "error: "))
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     monkeypatch.setattr(tiny, "ensure_tiny_model", lambda *a, **k: pytest.fail("the model was built"))
     assert run_recipe(["--config", str(three)]) == 2
@@ -86,7 +86,7 @@ def test_plan_counts_skip_epochs_on_the_given_dataset_size(three, capsys):
 
 
 def test_vllm_on_a_4bit_base_and_bf16_join_the_list(three, capsys, monkeypatch):
-    from trl_grpo_ext import models
+    from trl_grpo_ext.models import settings as models
     from trl_grpo_ext.validation import packages
 
     monkeypatch.setattr(models, "bf16_available", lambda: False)  # a machine without bf16 (this one has none)

@@ -100,7 +100,7 @@ def _replace_recording_warnings(config):
 
 
 def test_replace_of_a_dr_grpo_config_warns_nothing_and_resolves_the_same(tmp_path):
-    from trl_grpo_ext.advantage_settings import AdvantageSettings
+    from trl_grpo_ext.config.advantage_settings import AdvantageSettings
 
     config = _config(tmp_path, prompts_per_step=2, micro_batch_size=8, advantage_preset="dr_grpo")
     again, warned = _replace_recording_warnings(config)

@@ -73,7 +73,7 @@ def test_a_checkpoint_is_continued_and_trains_on(earlier, tmp_path):
 
 def test_plan_says_continued_from(earlier):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config", "recipes/configs/tiny_cpu.yaml",
+    result = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli.main", "plan", "--config", "recipes/configs/tiny_cpu.yaml",
                              "--model_name_or_path", str(earlier)], capture_output=True, text=True, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr
     assert f"note: model: continued from the adapter in {earlier} (base: embedded:tiny-qwen2)" in result.stderr

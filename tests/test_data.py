@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trl_grpo_ext.data import GSM8K_SYSTEM_PROMPT, gsm8k_final_answer, gsm8k_to_prompt, load_prompt_dataset
+from trl_grpo_ext.data.load import GSM8K_SYSTEM_PROMPT, gsm8k_final_answer, gsm8k_to_prompt, load_prompt_dataset
 
 # Three rows in GSM8K's exact format (train split, "main" config).
 GSM8K_ROWS = [
@@ -69,7 +69,7 @@ def test_embedded_dataset():
 
 
 def test_reward_trend_and_plot(tmp_path):
-    from trl_grpo_ext.plotting import plot_training, reward_trend
+    from trl_grpo_ext.hub.plot import plot_training, reward_trend
 
     history = [{"step": i, "reward": r, "reward_std": 0.1, "frac_reward_zero_std": 0.5}
                for i, r in enumerate([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0], start=1)]

@@ -48,7 +48,7 @@ CASES = {
 def test_a_bad_local_dataset_is_refused_in_one_line_before_the_model(case, tmp_path, monkeypatch, capsys):
     import logging
 
-    from trl_grpo_ext.launch import parse_recipe_args
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 
     # datasets' log handler may hold an earlier test's closed capture stream: no "--- Logging error ---" about that
     monkeypatch.setattr(logging, "raiseExceptions", False)

@@ -18,7 +18,7 @@ MIXED = ["72", r"10 - 2\sqrt{5}", r"\frac{\pi}{4}", "#### 18", "we have $x = 2$ 
 def _run(tmp_path, monkeypatch, capsys, golds, reward="accuracy", column="answer", **changes):
     import logging
 
-    from trl_grpo_ext.launch import parse_recipe_args
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 
     monkeypatch.setattr(logging, "raiseExceptions", False)
     data = tmp_path / "data"

@@ -28,7 +28,7 @@ def _recipe_errors(tmp_path, monkeypatch, capsys, files, **changes):
     """Run the recipe (models forbidden) on a dataset folder holding ``files``; its exit status and error lines."""
     import logging
 
-    from trl_grpo_ext.launch import parse_recipe_args
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 
     monkeypatch.setattr(logging, "raiseExceptions", False)  # datasets' handler may hold a closed capture stream
     data = tmp_path / "data"
@@ -112,7 +112,7 @@ def test_a_missing_relative_folder_is_named_as_a_missing_folder(tmp_path, monkey
     """`data/gsm8k` (no leading ./) is a Hub id in datasets' eyes; when no such folder exists the line says so too."""
     import logging
 
-    from trl_grpo_ext.launch import parse_recipe_args
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 
     monkeypatch.setattr(logging, "raiseExceptions", False)
     monkeypatch.chdir(tmp_path)

@@ -3,7 +3,7 @@
 
 import torch
 
-from trl_grpo_ext.engine_step import EngineStepGuard
+from trl_grpo_ext.training.engine_step import EngineStepGuard
 from trl_grpo_ext.zero_variance import ZeroVarianceFilter
 
 

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from factories import tiny_cpu_yaml
 
-from trl_grpo_ext import plan_cli
-from trl_grpo_ext.checks import RunArgumentError
-from trl_grpo_ext.engines import Engine, engine_from_accelerate_config, engine_from_env, resolve_engine
+from trl_grpo_ext.cli import plan as plan_cli
+from trl_grpo_ext.config.checks import RunArgumentError
+from trl_grpo_ext.config.engines import Engine, engine_from_accelerate_config, engine_from_env, resolve_engine
 from trl_grpo_ext.validation import engines as engine_checks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +186,7 @@ def test_quant_storage_reaches_bitsandbytes():
 
     import torch
 
-    from trl_grpo_ext.models import quantization_config
+    from trl_grpo_ext.models.settings import quantization_config
 
     model_args = SimpleNamespace(load_in_8bit=False, load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                  use_bnb_nested_quant=True, dtype=None, bnb_4bit_quant_storage="bfloat16")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from trl_grpo_ext.eval_plan import resolve_eval_plan, zero_variance_forecast_warning
+from trl_grpo_ext.evaluation.plan import resolve_eval_plan, zero_variance_forecast_warning
 from trl_grpo_ext.plan import QuantityError
 
 BASE = dict(eval_strategy="steps", eval_steps=40, logging_steps=1, num_generations=8, num_generations_eval=2,

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from trl_grpo_ext.eval_stats import (
+from trl_grpo_ext.evaluation.stats import (
     forecast,
     newcombe_interval,
     paired_difference_interval,
@@ -124,7 +124,7 @@ def test_paired_difference_interval_rejects_mismatched_inputs():
 
 
 def test_uniform_subset_fraction_is_the_exact_hypergeometric_form_and_handles_graded_rewards():
-    from trl_grpo_ext.eval_stats import zero_variance_subset_fraction
+    from trl_grpo_ext.evaluation.stats import zero_variance_subset_fraction
 
     # binary, c = 3 of K = 8 correct, G = 2: (C(3,2) + C(5,2)) / C(8,2) = (3 + 10) / 28
     assert zero_variance_subset_fraction([1, 1, 1, 0, 0, 0, 0, 0], 2) == pytest.approx(13 / 28)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_grpo_ext.evaluation import EvalResult, compare, evaluate_model
+from trl_grpo_ext.evaluation.evaluate import EvalResult, compare, evaluate_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def test_the_recipe_evaluates_base_and_adapter_after_training(demo_run):
 
 def test_eval_compare_base_on_the_demo_adapter_shows_the_gain(demo_run):
     out, _ = demo_run
-    result = _run([sys.executable, "-m", "trl_grpo_ext.cli", "eval", "--config", "tiny_cpu", "--adapter", str(out),
+    result = _run([sys.executable, "-m", "trl_grpo_ext.cli.main", "eval", "--config", "tiny_cpu", "--adapter", str(out),
                    "--compare-base", "--num-prompts", "32", "--k", "4", "--json"], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
@@ -84,7 +84,7 @@ def test_eval_compare_base_on_the_demo_adapter_shows_the_gain(demo_run):
 def test_eval_refuses_bad_arguments_before_loading(args, message, capsys, monkeypatch):
     import transformers
 
-    from trl_grpo_ext.cli import main
+    from trl_grpo_ext.cli.main import main
 
     def no_weights(*a, **k):
         raise AssertionError("a model was loaded")
@@ -98,7 +98,7 @@ def test_eval_refuses_bad_arguments_before_loading(args, message, capsys, monkey
 
 
 def test_evaluate_model_scores_with_the_runs_rewards(monkeypatch):
-    import trl_grpo_ext.evaluation as evaluation
+    import trl_grpo_ext.evaluation.evaluate as evaluation
 
     rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "answer": str(i)} for i in range(4)]
     outputs = {0: "The answer is 0.", 1: "The answer is 7.", 2: "The answer is 2.", 3: "no idea"}

@@ -1,4 +1,4 @@
-"""The torch-free twins `plan` parses with (trl_grpo_ext/_fields.py) match the recipe's dataclasses exactly."""
+"""The torch-free twins `plan` parses with (trl_grpo_ext/config/_fields.py) match the recipe's dataclasses exactly."""
 
 import argparse
 import enum
@@ -6,13 +6,13 @@ import enum
 import pytest
 
 from tools.fieldgen import recipe_tables
-from trl_grpo_ext.fieldtable import installed_versions, light_dataclasses
-from trl_grpo_ext.frontdoor import hf_argument_parser
+from trl_grpo_ext.config.fieldtable import installed_versions, light_dataclasses
+from trl_grpo_ext.config.frontdoor import hf_argument_parser
 
 
 def test_the_generated_table_is_current():
     """Fails after a TRL/transformers upgrade or a new field: regenerate with `python tools/fieldgen.py`."""
-    from trl_grpo_ext._fields import TABLES, VERSIONS
+    from trl_grpo_ext.config._fields import TABLES, VERSIONS
 
     assert VERSIONS == installed_versions()
 
@@ -44,7 +44,7 @@ def _options(types_):
 
 
 def test_twins_give_the_parser_the_same_options_as_the_real_dataclasses():
-    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+    from trl_grpo_ext.config.recipe_parse import RECIPE_DATACLASSES
 
     real, light = _options(RECIPE_DATACLASSES), _options(light_dataclasses())
     assert len(real) > 250  # every field of the four classes, plus --no_* complements of True booleans
@@ -59,7 +59,7 @@ def test_twins_give_the_parser_the_same_options_as_the_real_dataclasses():
     (["--lr_scheduler_type", "cosine"], ("lr_scheduler_type", "cosine")),
 ])
 def test_twins_parse_values_like_the_real_classes(argv, expected):
-    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+    from trl_grpo_ext.config.recipe_parse import RECIPE_DATACLASSES
 
     name, value = expected
     base = ["--use_cpu", "true", "--bf16", "false"]
@@ -92,8 +92,8 @@ def test_the_reference_shows_what_validation_enforces():
 def test_declared_checks_reach_the_config_and_the_torch_free_table(tmp_path):
     """A field's Annotated Range/Choices is what GRPOExtConfig refuses with and what `_fields.py` carries to `plan`."""
     from trl_grpo_ext import GRPOExtConfig
-    from trl_grpo_ext.checks import Range
-    from trl_grpo_ext.fieldtable import declared_checks, table_checks
+    from trl_grpo_ext.config.checks import Range
+    from trl_grpo_ext.config.fieldtable import declared_checks, table_checks
 
     declared = declared_checks(GRPOExtConfig)
     assert declared["max_resample_rounds"] == {"range": Range(low=0, integer=True, fix="use e.g. 3.",
@@ -111,7 +111,7 @@ def test_declared_checks_reach_the_config_and_the_torch_free_table(tmp_path):
 
 def _table_with_a_field_the_installed_classes_lack(monkeypatch, versions):
     """``_fields.py`` as if generated on ``versions`` by a TRL whose GRPOConfig had a field ``only_in_the_table``."""
-    from trl_grpo_ext import _fields
+    from trl_grpo_ext.config import _fields
 
     rows = [*_fields.TABLES["GRPOExtConfig"], ("only_in_the_table", "int", 0, {}, {})]
     monkeypatch.setattr(_fields, "TABLES", {**_fields.TABLES, "GRPOExtConfig": rows})
@@ -129,8 +129,8 @@ def fresh_twins():
 def test_a_table_generated_on_other_versions_is_not_used(monkeypatch, fresh_twins):
     """The drift check: on other installed versions than `_fields.VERSIONS`, `plan` parses with the real classes, so a
     field only the table has is an unknown key; on the table's own versions the twins are used (and accept it)."""
-    from trl_grpo_ext.frontdoor import ConfigError, dataclass_types, read_run_args
-    from trl_grpo_ext.recipe_args import RECIPE_DATACLASSES
+    from trl_grpo_ext.config.frontdoor import ConfigError, dataclass_types, read_run_args
+    from trl_grpo_ext.config.recipe_args import RECIPE_DATACLASSES
 
     argv = ["--config", "tiny_cpu", "--only_in_the_table", "3"]
     _table_with_a_field_the_installed_classes_lack(monkeypatch, installed_versions())

@@ -1,4 +1,4 @@
-"""The front door: one way to read a config for plan, train and the recipe (trl_grpo_ext.frontdoor)."""
+"""The front door: one way to read a config for plan, train and the recipe (trl_grpo_ext.config.frontdoor)."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from factories import tiny_cpu_yaml, unset_env
 
-from trl_grpo_ext.frontdoor import ConfigError, read_run_args, resolve_config, shipped_configs
+from trl_grpo_ext.config.frontdoor import ConfigError, read_run_args, resolve_config, shipped_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def test_front_door_reads_shipped_configs_as_trl_parser_does(name, monkeypatch):
     """The real path gives exactly what TRL's TrlParser gives on the same file and overrides."""
     from trl import TrlParser
 
-    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+    from trl_grpo_ext.config.recipe_parse import RECIPE_DATACLASSES
 
     argv = ["--config", str(shipped_configs()[name]), "--bf16", "false", "--use_cpu", "true", "--seed", "3"]
     ours = read_run_args(argv)
@@ -155,7 +155,7 @@ def test_validation_runs_for_plan_and_recipe_on_the_keys_the_user_set(tmp_path, 
 
 def test_plan_takes_overrides_and_refuses_what_the_recipe_refuses(tmp_path):
     path = tiny_cpu_yaml(tmp_path)
-    cli = [sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config", path, "--json"]
+    cli = [sys.executable, "-m", "trl_grpo_ext.cli.main", "plan", "--config", path, "--json"]
     ok = subprocess.run([*cli, "--prompts_per_step", "4"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert '"prompts_per_step": 4' in ok.stdout and '"total_steps": 60' in ok.stdout  # floor(240 / 4) = 60, 1 epoch
@@ -164,7 +164,7 @@ def test_plan_takes_overrides_and_refuses_what_the_recipe_refuses(tmp_path):
 
 
 def test_rewards_into_a_closed_pipe_ends_without_a_traceback():
-    rewards = f"{sys.executable} -m trl_grpo_ext.cli rewards"
+    rewards = f"{sys.executable} -m trl_grpo_ext.cli.main rewards"
     # `| true` closes the pipe before the first write: the old code died there with a BrokenPipeError traceback
     result = subprocess.run(f"{rewards} | head -1; {rewards} | true", shell=True, cwd=ROOT,
                             capture_output=True, text=True, timeout=60)

@@ -20,13 +20,14 @@ from factories import LORA_TARGETS, lora, nf4, tiny_config, tiny_trainer
 from torch import nn
 from vllm_standin import StandInVLLMGeneration
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
-from trl_grpo_ext.generation import (
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+from trl_grpo_ext.models.embedded import tiny
+from trl_grpo_ext.models.settings import keep_4bit_training_layout
+from trl_grpo_ext.training.generation import (
     DRIFT_METRIC,
     BaseDriftMonitor,
     preserved_dtypes,
 )
-from trl_grpo_ext.models import keep_4bit_training_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 CYCLES = 50

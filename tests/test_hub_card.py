@@ -270,8 +270,8 @@ def test_every_feature_field_a_run_sets_is_on_its_card(run, tmp_path, fields, re
 
     from factories import tiny_config
 
-    from trl_grpo_ext.advantage_settings import FIELDS as ADVANTAGE_FIELDS
-    from trl_grpo_ext.launch import write_run_config
+    from trl_grpo_ext.config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
+    from trl_grpo_ext.config.recipe_parse import write_run_config
     from trl_grpo_ext.zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
 
     copy = tmp_path / "run"

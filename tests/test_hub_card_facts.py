@@ -73,9 +73,9 @@ def test_the_recorded_model_source_keeps_a_base_local_after_it_was_moved(finishe
     from factories import tiny_config
     from trl import ModelConfig
 
+    from trl_grpo_ext.config.recipe_args import RecipeArguments
+    from trl_grpo_ext.config.recipe_parse import write_run_config
     from trl_grpo_ext.hub.push import HubPushArguments
-    from trl_grpo_ext.launch import write_run_config
-    from trl_grpo_ext.recipe_args import RecipeArguments
 
     work = tmp_path / "work"
     run_dir = _relative_base_run(finished, work)

@@ -18,7 +18,7 @@ from trl_grpo_ext.hub import cli as hub_cli  # noqa: E402
 
 REPO = "someone/tiny-grpo"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: What ``trl_grpo_ext.cli`` does for ``push`` (parser from add_parser, then run), without the other sub-commands.
+#: What ``trl_grpo_ext.cli.main`` does for ``push`` (parser from add_parser, then run), without the other sub-commands.
 PARSER_CODE = (
     "import argparse, sys; from trl_grpo_ext.hub import cli as hub_cli; "
     "parser = argparse.ArgumentParser(prog='trl-grpo-ext'); "

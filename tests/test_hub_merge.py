@@ -16,8 +16,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 import torch  # noqa: E402
 from hub_testing import PROMPTS, make_finished_run, quantized_base, trained_logits  # noqa: E402
 
-from trl_grpo_ext import tiny  # noqa: E402
 from trl_grpo_ext.hub import merge as hub_merge  # noqa: E402
+from trl_grpo_ext.models.embedded import tiny  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from trl_grpo_ext import interrupt
-from trl_grpo_ext.interrupt import EXIT_INTERRUPTED, GracefulInterrupt, micro_batches_to_generation_boundary
+from trl_grpo_ext.training import interrupt
+from trl_grpo_ext.training.interrupt import EXIT_INTERRUPTED, GracefulInterrupt, micro_batches_to_generation_boundary
 
 
 class FakeTrainer:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from factories import tiny_cpu_yaml
 
-from trl_grpo_ext.launch import RecipeArgumentError, parse_recipe_args, write_run_config
+from trl_grpo_ext.config.recipe_parse import RecipeArgumentError, parse_recipe_args, write_run_config
 from trl_grpo_ext.rewards.spec import RewardSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def test_every_recipe_config_parses_and_plans(config, monkeypatch):
     """The GPU configs cannot run here (Hub ids), but they parse with the recipe's dataclasses and resolve a plan."""
     from trl import TrlParser
 
-    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+    from trl_grpo_ext.config.recipe_parse import RECIPE_DATACLASSES
     from trl_grpo_ext.plan import resolve_plan
 
     monkeypatch.setenv("WORLD_SIZE", "1")
@@ -116,8 +116,8 @@ def test_every_field_of_ours_is_in_the_configuration_reference():
     from trl import GRPOConfig, ScriptArguments
 
     from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.config.recipe_parse import RecipeArguments
     from trl_grpo_ext.hub import HubPushArguments
-    from trl_grpo_ext.launch import RecipeArguments
 
     reference = (ROOT / "docs" / "configuration.md").read_text()
     ours = ({f.name for f in fields(GRPOExtConfig)} - {f.name for f in fields(GRPOConfig)}) | (
@@ -136,7 +136,7 @@ def test_train_under_accelerate_ends_a_refused_config_with_one_line(tmp_path):
     """`trl-grpo-ext train --accelerate_config cpu`: a refused config ends with its one line, no CalledProcessError
     traceback (it is refused before accelerate starts; a failure inside the recipe runs under accelerate's --quiet)."""
     result = subprocess.run(
-        [sys.executable, "-m", "trl_grpo_ext.cli", "train", "--config", tiny_cpu_yaml(tmp_path), "--accelerate_config", "cpu",
+        [sys.executable, "-m", "trl_grpo_ext.cli.main", "train", "--config", tiny_cpu_yaml(tmp_path), "--accelerate_config", "cpu",
          "--learnig_rate", "1"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
@@ -193,7 +193,7 @@ def test_accelerate_launch_lists_every_problem_and_shows_the_recipe_s_status(tmp
 def test_train_under_accelerate_refuses_every_problem_with_exit_2(tmp_path):
     """`trl-grpo-ext train --accelerate_config cpu` checks the config before it starts accelerate: exit 2."""
     result = subprocess.run(
-        [sys.executable, "-m", "trl_grpo_ext.cli", "train", "--config", tiny_cpu_yaml(tmp_path, **THREE_PROBLEMS),
+        [sys.executable, "-m", "trl_grpo_ext.cli.main", "train", "--config", tiny_cpu_yaml(tmp_path, **THREE_PROBLEMS),
          "--accelerate_config", "cpu"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})

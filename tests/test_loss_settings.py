@@ -8,10 +8,10 @@ import logging
 import pytest
 from factories import tiny_config
 
-from trl_grpo_ext import plan_cli
-from trl_grpo_ext.checks import choice_from_yaml
-from trl_grpo_ext.launch import parse_recipe_args
-from trl_grpo_ext.loss_settings import bnpo_accumulation_warning, clip_takes_effect, ignored_clipping
+from trl_grpo_ext.cli import plan as plan_cli
+from trl_grpo_ext.config.checks import choice_from_yaml
+from trl_grpo_ext.config.loss_settings import bnpo_accumulation_warning, clip_takes_effect, ignored_clipping
+from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 from trl_grpo_ext.validation import RunArgumentError, validate_run_args
 
 BASE_YAML = """\
@@ -98,7 +98,8 @@ def test_bnpo_warning_counts_completions_per_process():
 
 
 def test_the_trainer_warns_about_bnpo_too(tmp_path, tiny_model_dir, tiny_tokenizer, caplog):
-    from trl_grpo_ext import GRPOExtTrainer, tiny
+    from trl_grpo_ext import GRPOExtTrainer
+    from trl_grpo_ext.models.embedded import tiny
 
     args = tiny_config(tmp_path, prompts_per_step=2, num_generations=4, micro_batch_size=4, total_training_steps=1,
                        max_completion_length=4, loss_type="bnpo")

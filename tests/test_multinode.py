@@ -16,7 +16,8 @@ import pytest
 import yaml
 from factories import ROOT
 
-from trl_grpo_ext import plan_cli, tiny
+from trl_grpo_ext.cli import plan as plan_cli
+from trl_grpo_ext.models.embedded import tiny
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
 

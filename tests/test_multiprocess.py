@@ -100,7 +100,7 @@ def test_plan_counts_the_processes_of_the_accelerate_config(name, capsys):
     """The GSM8K recipe (8 prompts x G 8 = 64 completions/step, micro-batch 16) on the config's processes."""
     from accelerate.commands.config.config_args import load_config_from_file
 
-    from trl_grpo_ext import plan_cli
+    from trl_grpo_ext.cli import plan as plan_cli
 
     num_processes = load_config_from_file(str(CONFIGS / f"{name}.yaml")).num_processes
     recipe = str(ROOT / "recipes/configs/qwen2.5-0.5b-instruct_gsm8k.yaml")

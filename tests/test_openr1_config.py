@@ -11,7 +11,7 @@ import pytest
 import yaml
 from factories import unset_env
 
-from trl_grpo_ext.frontdoor import read_run_args
+from trl_grpo_ext.config.frontdoor import read_run_args
 from trl_grpo_ext.rewards.spec import RewardSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def test_it_parses_with_every_key_taking_effect(swapped, capsys):
 
 
 def test_it_plans(swapped):
-    result = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config", str(swapped),
+    result = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli.main", "plan", "--config", str(swapped),
                              "--dataset-size", str(len(ROWS)), "--json", *PACKAGE_OVERRIDES],
                             capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -81,7 +81,7 @@ def test_it_trains_two_steps(swapped, tmp_path):
     (out / "checkpoint-7").mkdir()  # a previous run's leftovers: overwrite_output_dir: true lets the new run start
     (out / "checkpoint-7" / "trainer_state.json").write_text("{}")
     result = subprocess.run(
-        [sys.executable, "-m", "trl_grpo_ext.train", "--config", str(swapped), "--output_dir", str(out),
+        [sys.executable, "-m", "trl_grpo_ext.cli.train", "--config", str(swapped), "--output_dir", str(out),
          *CPU_OVERRIDES],
         capture_output=True, text=True, cwd=tmp_path, timeout=900,
         env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"})

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_grpo_ext import cli, plan_cli
+from trl_grpo_ext.cli import main as cli
+from trl_grpo_ext.cli import plan as plan_cli
 
 TUTORIAL = """\
 model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct
@@ -39,7 +40,7 @@ def run_plan(capsys, *argv):
 
 
 def test_dispatcher_routes_plan_here():
-    assert cli.SUBCOMMANDS["plan"] == "trl_grpo_ext.plan_cli"
+    assert cli.SUBCOMMANDS["plan"] == "trl_grpo_ext.cli.plan"
 
 
 def test_tutorial_table(capsys, write_yaml, monkeypatch):
@@ -158,7 +159,7 @@ def test_plan_imports_no_torch(write_yaml):
     config = write_yaml(TUTORIAL)
     code = (
         "import sys\n"
-        "from trl_grpo_ext import plan_cli\n"
+        "from trl_grpo_ext.cli import plan as plan_cli\n"
         f"assert plan_cli.main(['--config', {config!r}, '--dataset-size', '2000']) == 0\n"
         "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))\n"
     )
@@ -169,7 +170,7 @@ def test_plan_imports_no_torch(write_yaml):
 
 
 def test_resample_note_says_how_resampling_counts(tmp_path, capsys):
-    from trl_grpo_ext.plan_cli import main
+    from trl_grpo_ext.cli.plan import main
 
     config = tmp_path / "rs.yaml"
     config.write_text("dataset_name: embedded:count-char\nprompts_per_step: 4\nnum_generations: 8\n"
@@ -184,7 +185,7 @@ def test_resample_note_says_how_resampling_counts(tmp_path, capsys):
 def test_plan_lists_the_resolved_rewards(capsys):
     from pathlib import Path
 
-    from trl_grpo_ext.plan_cli import main
+    from trl_grpo_ext.cli.plan import main
 
     config = Path(__file__).resolve().parents[1] / "recipes/configs/qwen2.5-0.5b-instruct_gsm8k.yaml"
     assert main(["--config", str(config), "--dataset-size", "7473"]) == 0

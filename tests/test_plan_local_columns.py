@@ -6,8 +6,8 @@ import json
 import pytest
 import yaml
 
-from trl_grpo_ext.local_columns import local_columns
-from trl_grpo_ext.plan_cli import main as plan_main
+from trl_grpo_ext.cli.plan import main as plan_main
+from trl_grpo_ext.data.local_columns import local_columns
 
 REWARDS = "def needs_assistant(completions, assistant, **kwargs):\n    return [0.0] * len(completions)\n"
 

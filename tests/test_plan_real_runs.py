@@ -9,7 +9,8 @@ import json
 import pytest
 from factories import tiny_config
 
-from trl_grpo_ext import GRPOExtTrainer, tiny
+from trl_grpo_ext import GRPOExtTrainer
+from trl_grpo_ext.models.embedded import tiny
 
 COMMON = dict(max_completion_length=4, rewards=["char_fraction"], learning_rate=1e-3)
 
@@ -70,7 +71,7 @@ def test_a_checked_checkpoint_is_not_checked_again(tmp_path, tiny_model_dir, tin
     from trl import GRPOTrainer
 
     from trl_grpo_ext import trainer as trainer_module
-    from trl_grpo_ext.checkpoints import CheckedCheckpoint
+    from trl_grpo_ext.training.checkpoints import CheckedCheckpoint
 
     num_prompts, quantities, _, _ = CASES["step_limit_wins"]
     args = tiny_config(tmp_path, **COMMON, **quantities)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_grpo_ext.data import ARITHMETIC_SYSTEM_PROMPT, GSM8K_SYSTEM_PROMPT, gsm8k_to_prompt
-from trl_grpo_ext.eval_generation import score_completions
+from trl_grpo_ext.data.load import ARITHMETIC_SYSTEM_PROMPT, GSM8K_SYSTEM_PROMPT, gsm8k_to_prompt
+from trl_grpo_ext.evaluation.generation import score_completions
 from trl_grpo_ext.rewards.spec import RewardSpec, build_reward_funcs, with_run_defaults
 
 ROOT = Path(__file__).resolve().parents[1]

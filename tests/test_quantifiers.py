@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from trl_grpo_ext.checkpoints import check_resume_compatible
 from trl_grpo_ext.plan import QuantityError, RunPlan, plan_warnings, resolve_plan, resolve_trl_fields
+from trl_grpo_ext.training.checkpoints import check_resume_compatible
 
 
 def plan_of(values, dataset_size, world_size=1, max_completion_length=64):
@@ -400,7 +400,7 @@ def test_resume_with_other_micro_batch_is_explained_not_refused():
 def test_module_imports_no_heavy_library():
     import subprocess
 
-    code = ("import sys, trl_grpo_ext.plan, trl_grpo_ext.resolved; "
+    code = ("import sys, trl_grpo_ext.plan, trl_grpo_ext.config.resolved; "
             "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

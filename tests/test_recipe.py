@@ -106,7 +106,7 @@ def test_console_plan_then_one_line_per_step_and_metrics_file(short_run):
 
 def test_the_plan_command_shows_what_the_run_printed(short_run, capsys, monkeypatch):
     """`trl-grpo-ext plan` with the run's config and overrides prints the run's own plan block, line for line."""
-    from trl_grpo_ext.plan_cli import main
+    from trl_grpo_ext.cli.plan import main
 
     out, result = short_run
     monkeypatch.chdir(ROOT)
@@ -120,7 +120,7 @@ def test_the_plan_command_shows_what_the_run_printed(short_run, capsys, monkeypa
 @pytest.mark.slow
 def test_the_embedded_default_learns(tmp_path):
     """The foundation issue's learning bar on the full demo config: last-10% mean reward >= 3x the first 10%."""
-    from trl_grpo_ext.plotting import reward_trend
+    from trl_grpo_ext.hub.plot import reward_trend
 
     out = tmp_path / "demo"
     result = launch(["--config", "recipes/configs/tiny_cpu.yaml", "--output_dir", str(out)], timeout=900)

@@ -13,7 +13,7 @@ import torch
 from resume_epochs_common import G, RecordingReward, step_log, trainer, trl_prompt_order
 from safetensors.torch import load_file
 
-from trl_grpo_ext.sampling import EpochRepeatSampler
+from trl_grpo_ext.training.sampling import EpochRepeatSampler
 
 TOTAL_STEPS = 6  # 3 epochs × 2 steps
 

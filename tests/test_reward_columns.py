@@ -141,7 +141,7 @@ def test_the_recipe_refuses_it_on_either_split_before_the_model_loads(user_rewar
                                                                       broken_split):
     from factories import recipe_without_models
 
-    from trl_grpo_ext.launch import parse_recipe_args
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 
     data = tmp_path / "data"
     data.mkdir()
@@ -161,9 +161,9 @@ def test_the_recipe_refuses_it_on_either_split_before_the_model_loads(user_rewar
             parse_recipe_args(["--config", str(config)])
         assert refused.value.code == 2
         assert "takes the argument 'assistant'" in capsys.readouterr().err
-        import trl_grpo_ext.validation.rules as run_checks
+        import trl_grpo_ext.validation.rules as rules
 
-        monkeypatch.setattr(run_checks, "known_columns", lambda values: None)  # as for a Hub dataset
+        monkeypatch.setattr(rules, "known_columns", lambda values: None)  # as for a Hub dataset
     args = parse_recipe_args(["--config", str(config)])
 
     recipe = recipe_without_models(monkeypatch)

@@ -107,7 +107,7 @@ def test_trl_grpo_trainer_accepts_the_built_funcs(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     specs = parse_reward_specs(
         ["char_fraction", {"name": "length", "weight": 0.5, "kwargs": {"max_length": 8}}, f"{__name__}:half_nan"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_grpo_ext.launch import parse_recipe_args
-from trl_grpo_ext.plan_cli import main as plan_main
+from trl_grpo_ext.cli.plan import main as plan_main
+from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 from trl_grpo_ext.validation import packages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_plan_lists_every_missing_package_at_once(none_installed, capsys):
 
 
 def test_the_recipe_and_train_refuse_them_before_any_model(none_installed, capsys, monkeypatch):
-    from trl_grpo_ext import train
+    from trl_grpo_ext.cli import train
 
     with pytest.raises(SystemExit) as refused:
         parse_recipe_args(["--config", "tiny_cpu", *SETTINGS])
@@ -55,7 +55,7 @@ def test_the_recipe_and_train_refuse_them_before_any_model(none_installed, capsy
     assert [line.removeprefix("error: ") for line in capsys.readouterr().err.splitlines()
             if line.startswith("error:")] == LINES
     # trl-grpo-ext train runs the recipe in this process: the same lines, exit 2, before any model (none is built)
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     monkeypatch.setattr(tiny, "ensure_tiny_model", lambda *a, **k: pytest.fail("the model was built"))
     assert train.run_recipe(["--config", "tiny_cpu", *SETTINGS]) == 2

@@ -11,7 +11,7 @@ import torch
 from factories import count_char_mix, tiny_trainer
 from trl.trainer.utils import RepeatSampler
 
-from trl_grpo_ext.sampling import SkippingRepeatSampler
+from trl_grpo_ext.training.sampling import SkippingRepeatSampler
 from trl_grpo_ext.zero_variance.history import PromptHistory, prompt_key, skip_substitutes
 
 G = 4
@@ -158,7 +158,7 @@ def test_skip_resumes_exactly_inside_an_epoch(tmp_path):
 def test_plan_states_what_an_epoch_is_with_skip_and_refuses_one_epoch(tmp_path, capsys):
     from factories import tiny_cpu_yaml
 
-    from trl_grpo_ext import plan_cli
+    from trl_grpo_ext.cli import plan as plan_cli
 
     # tiny_cpu.yaml: 240 prompts, 2 per step -> 120 steps per epoch; 3 epochs = 360 steps
     path = tiny_cpu_yaml(tmp_path, zero_variance_filter="skip", total_epochs=3, total_training_steps=400,

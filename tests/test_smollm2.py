@@ -5,8 +5,8 @@ import importlib.util
 
 import pytest
 
-from trl_grpo_ext import smollm2
-from trl_grpo_ext.models import check_model_path
+from trl_grpo_ext.models.embedded import smollm2
+from trl_grpo_ext.models.settings import check_model_path
 
 
 def test_a_missing_install_is_one_line_naming_the_command(monkeypatch):

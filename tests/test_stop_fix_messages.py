@@ -3,8 +3,8 @@ old conflict message told the user to use `total_training_steps=-1`, which is it
 
 import pytest
 
-from trl_grpo_ext.launch import parse_recipe_args
-from trl_grpo_ext.plan_cli import main as plan_main
+from trl_grpo_ext.cli.plan import main as plan_main
+from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 
 CASES = {
     # tiny_cpu sets total_training_steps: 200 and total_epochs: 1

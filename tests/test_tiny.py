@@ -2,7 +2,7 @@
 
 import pytest
 
-from trl_grpo_ext import tiny
+from trl_grpo_ext.models.embedded import tiny
 
 
 def test_tokenizer_round_trips_spaces_and_newlines(tiny_tokenizer):

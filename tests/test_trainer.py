@@ -5,7 +5,8 @@ import sys
 import pytest
 from factories import tiny_config
 
-from trl_grpo_ext import GRPOExtTrainer, tiny
+from trl_grpo_ext import GRPOExtTrainer
+from trl_grpo_ext.models.embedded import tiny
 from trl_grpo_ext.rewards.guard import RewardFunctionError
 
 COMMON = dict(prompts_per_step=2, num_generations=4, micro_batch_size=8, total_training_steps=1, max_completion_length=4)

@@ -38,9 +38,10 @@ from transformers import AutoModelForCausalLM, Trainer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, shuffle_sequence_dict, split_tensor_dict
 
-from trl_grpo_ext import _trl_compat, tiny
+from trl_grpo_ext import _trl_compat
 from trl_grpo_ext._trl_compat import OVERRIDDEN_PRIVATE_METHODS, PRIVATE_NAMES, SURFACE
-from trl_grpo_ext.adapter_precision import cast_trainable_to
+from trl_grpo_ext.models.embedded import tiny
+from trl_grpo_ext.training.adapter_precision import cast_trainable_to
 from trl_grpo_ext.zero_variance import ROW_NORMALISED_LOSSES, TOKEN_NORMALISED_LOSSES, masked_loss_scale
 
 #: The TRL minor version whose behaviour this file pins; keep in step with the `trl` pin in pyproject.toml.

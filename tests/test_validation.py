@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _recipe_fields():
-    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+    from trl_grpo_ext.config.recipe_parse import RECIPE_DATACLASSES
 
     out = {}
     for cls in RECIPE_DATACLASSES:
@@ -73,8 +73,8 @@ def test_every_listed_choice_is_a_value_the_code_handles(tmp_path):
     from trl import GRPOTrainer
 
     from trl_grpo_ext import GRPOExtConfig
-    from trl_grpo_ext.adapter_precision import cast_trainable_to
     from trl_grpo_ext.rewards.guard import RewardGuard
+    from trl_grpo_ext.training.adapter_precision import cast_trainable_to
 
     loss_source = inspect.getsource(GRPOTrainer._compute_loss)
     for loss_type in CHOICES["loss_type"]:
@@ -131,7 +131,7 @@ def test_range_describes_itself():
 def test_user_values_are_the_yaml_keys_and_the_command_line_arguments(tmp_path):
     from trl import TrlParser
 
-    from trl_grpo_ext.launch import RECIPE_DATACLASSES
+    from trl_grpo_ext.config.recipe_parse import RECIPE_DATACLASSES
 
     config = tmp_path / "c.yaml"
     config.write_text("micro_batch_size: 4\nlearning_rate: 1.0e-5\nenv: {A: b}\n")
@@ -215,7 +215,7 @@ def test_recipe_refuses_a_missing_column_after_loading_the_dataset_before_the_mo
     from datasets import Dataset
     from factories import recipe_without_models
 
-    from trl_grpo_ext.launch import parse_recipe_args
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
 
     data = tmp_path / "data"
     data.mkdir()
@@ -273,7 +273,7 @@ def test_module_names_are_cached_so_plan_needs_no_torch(tmp_path):
            "TRL_GRPO_EXT_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}
     code = (
         "import sys\n"
-        "from trl_grpo_ext import plan_cli\n"
+        "from trl_grpo_ext.cli import plan as plan_cli\n"
         "assert plan_cli.main(['--config', 'recipes/configs/tiny_cpu.yaml']) == 0\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
@@ -294,7 +294,7 @@ def test_importing_validation_imports_neither_torch_nor_trl():
     """`plan` validates without torch: the package, its tables (read from `_fields.py`) and the checks import none."""
     import subprocess
 
-    code = ("import sys, trl_grpo_ext.validation, trl_grpo_ext.fieldtable, trl_grpo_ext.frontdoor\n"
+    code = ("import sys, trl_grpo_ext.validation, trl_grpo_ext.config.fieldtable, trl_grpo_ext.config.frontdoor\n"
             "print(sorted(m for m in ('torch', 'trl', 'transformers', 'peft') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

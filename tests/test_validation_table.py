@@ -13,8 +13,8 @@ import sys
 import pytest
 import yaml
 
-from trl_grpo_ext import plan_cli
-from trl_grpo_ext.launch import RecipeArgumentError, parse_recipe_args
+from trl_grpo_ext.cli import plan as plan_cli
+from trl_grpo_ext.config.recipe_parse import RecipeArgumentError, parse_recipe_args
 
 BASE = {
     "model_name_or_path": "embedded:tiny-qwen2",
@@ -354,7 +354,7 @@ def no_weights(monkeypatch):
     import safetensors.torch
     from transformers import AutoModelForCausalLM, PreTrainedModel
 
-    from trl_grpo_ext import tiny
+    from trl_grpo_ext.models.embedded import tiny
 
     def fail(*args, **kwargs):
         raise AssertionError("a weight was loaded before the arguments were validated")
@@ -381,7 +381,7 @@ def test_the_base_config_is_valid(tmp_path, capsys, no_weights):
 def test_every_declared_check_is_refused_end_to_end():
     """Each range or choice a field declares (and each row of RANGES/CHOICES for a field of ours) has a row above
     whose value that very check refuses, so the parametrized test shows plan and recipe refusing it."""
-    from trl_grpo_ext.fieldtable import Choices, table_checks
+    from trl_grpo_ext.config.fieldtable import Choices, table_checks
     from trl_grpo_ext.validation import RANGES
 
     checks = {name: found.get("range") or Choices(found["choices"]) for name, found in table_checks().items()}

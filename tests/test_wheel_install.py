@@ -43,7 +43,7 @@ def installed(tmp_path_factory):
 
 def test_the_wheel_carries_the_recipe_and_its_configs(installed):
     env_dir, tmp = installed
-    code = ("from trl_grpo_ext.frontdoor import shipped_configs, recipes_dir;"
+    code = ("from trl_grpo_ext.config.frontdoor import shipped_configs, recipes_dir;"
             "print(recipes_dir()); print(sorted(shipped_configs())); print(sorted(shipped_configs('accelerate_configs')))")
     out = _run([str(env_dir / "bin" / "python"), "-c", code], cwd=tmp).stdout.splitlines()
     assert Path(out[0]).is_relative_to(env_dir) and (Path(out[0]) / "grpo_qlora.py").is_file()
@@ -57,7 +57,7 @@ def test_installed_plan_by_name(installed):
 
 
 def test_installed_train_two_steps_and_the_card_snippet_generates(installed):
-    """`train` under `accelerate launch -m trl_grpo_ext.train` with the shipped accelerate config `cpu`."""
+    """`train` under `accelerate launch -m trl_grpo_ext.cli.train` with the shipped accelerate config `cpu`."""
     env_dir, tmp = installed
     out = tmp / "run"
     result = _run([str(env_dir / "bin" / "trl-grpo-ext"), "train", "--config", "tiny_cpu", "--accelerate_config", "cpu",

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from factories import tiny_config
 
-from trl_grpo_ext.console import ZeroLossNoteCallback
-from trl_grpo_ext.loss_settings import zero_loss_note
+from trl_grpo_ext.config.loss_settings import zero_loss_note
+from trl_grpo_ext.training.console import ZeroLossNoteCallback
 
 ON_POLICY = dict(gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=1)
 
@@ -66,7 +66,8 @@ def test_the_callback_prints_it_once(capsys):
 
 def test_a_real_run_with_loss_type_grpo_logs_0_and_is_told_why_once(tmp_path, tiny_model_dir, tiny_tokenizer,
                                                                      capsys):
-    from trl_grpo_ext import GRPOExtTrainer, tiny
+    from trl_grpo_ext import GRPOExtTrainer
+    from trl_grpo_ext.models.embedded import tiny
 
     def length_reward(completions, **kwargs):  # differs within groups: the advantages are not all 0
         return [float(len(c[0]["content"] if isinstance(c, list) else c)) for c in completions]

@@ -11,9 +11,10 @@ import torch
 from datasets import Dataset
 from factories import tiny_trainer
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, tiny
-from trl_grpo_ext.advantage_settings import resolve_advantage_settings
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
 from trl_grpo_ext.advantages import compute_advantages
+from trl_grpo_ext.config.advantage_settings import resolve_advantage_settings
+from trl_grpo_ext.models.embedded import tiny
 from trl_grpo_ext.zero_variance import judged_rewards, zero_variance_group_mask
 
 G = 4

@@ -2,7 +2,7 @@
 
 For every field this package declares (``GRPOExtConfig``'s own fields, ``RecipeArguments``' own fields,
 ``HubPushArguments``): its type, default, help text (with its unit in brackets), and the choices or range it declares
-(see `trl_grpo_ext.fieldtable`; the same objects the validation refuses a value with), or for a field that
+(see `trl_grpo_ext.config.fieldtable`; the same objects the validation refuses a value with), or for a field that
 declares none, its row in the validation tables. The text between
 :data:`BEGIN` and :data:`END` is rewritten; everything else in the file (the prose above and below) is kept::
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.fieldgen import type_text
-from trl_grpo_ext.fieldtable import declared_checks
+from trl_grpo_ext.config.fieldtable import declared_checks
 from trl_grpo_ext.validation.tables import CHOICES, RANGES
 
 #: The reference this module writes into.
@@ -29,8 +29,8 @@ END = "<!-- END GENERATED -->"
 
 #: Where each dataclass lives, for the section titles.
 _HOMES = {
-    "GRPOExtConfig": "`trl_grpo_ext.config`; every `trl.GRPOConfig` / `transformers.TrainingArguments` field too",
-    "RecipeArguments": "`trl_grpo_ext.recipe_args`; TRL's `ScriptArguments` fields too (`dataset_name`, ...)",
+    "GRPOExtConfig": "`trl_grpo_ext.config.ext_config`; every `trl.GRPOConfig` / `transformers.TrainingArguments` field too",
+    "RecipeArguments": "`trl_grpo_ext.config.recipe_args`; TRL's `ScriptArguments` fields too (`dataset_name`, ...)",
     "HubPushArguments": "`trl_grpo_ext.hub`",
 }
 
@@ -74,7 +74,7 @@ def _cell(text: str) -> str:
 def render_tables(classes: tuple[type, ...] | None = None) -> str:
     """The generated part: one Markdown table per dataclass that declares fields (imports torch and TRL)."""
     if classes is None:
-        from trl_grpo_ext.recipe_args import RECIPE_DATACLASSES
+        from trl_grpo_ext.config.recipe_args import RECIPE_DATACLASSES
 
         classes = RECIPE_DATACLASSES
     sections = []

@@ -1,7 +1,7 @@
-"""Development tool (not part of the package): regenerate ``trl_grpo_ext/_fields.py`` and the generated part of
+"""Development tool (not part of the package): regenerate ``trl_grpo_ext/config/_fields.py`` and the generated part of
 ``docs/configuration.md`` from the real dataclasses::
 
-    python tools/fieldgen.py           # rewrites trl_grpo_ext/_fields.py (with the versions it was generated on)
+    python tools/fieldgen.py           # rewrites trl_grpo_ext/config/_fields.py (with the versions it was generated on)
     python tools/fieldgen.py --docs    # rewrites the generated part of docs/configuration.md
 
 ``tests/test_fieldtable.py`` fails when either generated file is stale.
@@ -20,7 +20,7 @@ from typing import Any, Literal
 if __package__ in (None, ""):  # run as a script: the repository root holds trl_grpo_ext and tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trl_grpo_ext.fieldtable import TABLE_FILE, declared_checks, installed_versions, plain_value
+from trl_grpo_ext.config.fieldtable import TABLE_FILE, declared_checks, installed_versions, plain_value
 
 __all__ = ["type_text", "table_of", "recipe_tables", "write_table", "main"]
 
@@ -78,7 +78,7 @@ def table_of(cls) -> list[tuple]:
 
 def recipe_tables() -> dict[str, list[tuple]]:
     """The tables of the recipe's dataclasses (imports torch and TRL): the content of ``_fields.py``."""
-    from trl_grpo_ext.recipe_args import RECIPE_DATACLASSES
+    from trl_grpo_ext.config.recipe_args import RECIPE_DATACLASSES
 
     return {cls.__name__: table_of(cls) for cls in RECIPE_DATACLASSES}
 

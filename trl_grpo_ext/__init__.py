@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 _LAZY = {
-    "GRPOExtConfig": "trl_grpo_ext.config",
+    "GRPOExtConfig": "trl_grpo_ext.config.ext_config",
     "GRPOExtTrainer": "trl_grpo_ext.trainer",
     "RunPlan": "trl_grpo_ext.plan",
     "resolve_plan": "trl_grpo_ext.plan",
@@ -19,7 +19,7 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import GRPOExtConfig  # noqa: F401
+    from .config.ext_config import GRPOExtConfig  # noqa: F401
     from .plan import RunPlan, resolve_plan  # noqa: F401
     from .trainer import GRPOExtTrainer  # noqa: F401
 

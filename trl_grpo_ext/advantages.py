@@ -24,8 +24,8 @@ import math
 
 import torch
 
-from .advantage_settings import BASELINES, STD_KINDS, STD_SCALINGS, AdvantageSettings
-from .checks import Range, check_choice
+from .config.advantage_settings import BASELINES, STD_KINDS, STD_SCALINGS, AdvantageSettings
+from .config.checks import Range, check_choice
 
 
 def _check_rewards(rewards: torch.Tensor, num_generations: int) -> None:

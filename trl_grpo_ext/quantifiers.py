@@ -4,7 +4,7 @@ Every name still imports from here, with a `FutureWarning` that names its new ho
 
 - `RunPlan`, `resolve_plan`, `QuantityError`, `resolve_trl_fields`, `TRL_DEFAULTS`, `plan_warnings`:
   `trl_grpo_ext.plan`;
-- `RESUME_SAFE_FIELDS`, `check_resume_compatible`: `trl_grpo_ext.checkpoints`;
+- `RESUME_SAFE_FIELDS`, `check_resume_compatible`: `trl_grpo_ext.training.checkpoints`;
 - `resample_note`: `trl_grpo_ext.zero_variance`.
 """
 
@@ -21,8 +21,8 @@ _MOVED = {
     "resolve_trl_fields": "trl_grpo_ext.plan",
     "TRL_DEFAULTS": "trl_grpo_ext.plan",
     "plan_warnings": "trl_grpo_ext.plan",
-    "RESUME_SAFE_FIELDS": "trl_grpo_ext.checkpoints",
-    "check_resume_compatible": "trl_grpo_ext.checkpoints",
+    "RESUME_SAFE_FIELDS": "trl_grpo_ext.training.checkpoints",
+    "check_resume_compatible": "trl_grpo_ext.training.checkpoints",
     "resample_note": "trl_grpo_ext.zero_variance",
 }
 

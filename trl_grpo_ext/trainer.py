@@ -23,28 +23,29 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from . import _trl_compat, console
-from .adapter_precision import LostUpdateTracker, cast_trainable_to
+from . import _trl_compat
 from .advantages import advantage_metrics, compute_advantages
-from .checkpoints import (
+from .config.ext_config import GRPOExtConfig
+from .models.settings import is_4bit_model, is_quantized_model, keep_4bit_training_layout
+from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings
+from .training import console
+from .training.adapter_precision import LostUpdateTracker, cast_trainable_to
+from .training.checkpoints import (
     CheckedCheckpoint,
     check_checkpoint_plan,
     check_output_dir,
     resolve_resume_checkpoint,
     write_plan,
 )
-from .config import GRPOExtConfig
-from .engine_step import EngineStepGuard
-from .generation import (
+from .training.engine_step import EngineStepGuard
+from .training.generation import (
     DRIFT_METRIC,
     DRIFT_WARNING_THRESHOLD,
     BaseDriftMonitor,
     check_vllm_before_loading,
     preserved_dtypes,
 )
-from .models import is_4bit_model, is_quantized_model, keep_4bit_training_layout
-from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings
-from .sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
+from .training.sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
 from .zero_variance import (
     ZeroVarianceFilter,
     check_skip_plan,

@@ -13,8 +13,8 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from ..advantage_settings import FIELDS as ADVANTAGE_FIELDS
-from ..checks import check_choice
+from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
+from ..config.checks import check_choice
 from ..zero_variance.report import run_summary
 from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
 from . import card_facts

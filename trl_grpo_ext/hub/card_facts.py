@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model_source import ModelSource, recorded_model_source
+from ..models.source import ModelSource, recorded_model_source
 from .card_template import LORA_CITATION, QLORA_CITATION
 
 #: Final metrics whose value 0 means "not measured" (transformers leaves ``total_flos`` at 0 when the model cannot

@@ -33,7 +33,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..checks import check_choice
+from ..config.checks import check_choice
 
 #: Files that make up a saved PEFT adapter; both are required.
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -205,7 +205,8 @@ def export_merged(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    from trl_grpo_ext import __version__, tiny
+    from trl_grpo_ext import __version__
+    from trl_grpo_ext.models.embedded import tiny
 
     info = merge_info(source, dtype, method, base_model)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -25,7 +25,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checks import check_choice
+from ..config.checks import check_choice
 from .card import REWARD_PLOT_FILE, build_model_card
 from .merge import (
     ADAPTER_FILES,

@@ -5,7 +5,7 @@
   :class:`RunPlan` and its table, :func:`format_plan_report`, :func:`confirm_plan`);
 - :mod:`.advice`: the rules of thumb as warnings (:func:`plan_warnings`) and the resample note.
 
-Whether a checkpoint's saved plan allows a resume is `trl_grpo_ext.checkpoints`' part. See ``docs/quantifiers.md``.
+Whether a checkpoint's saved plan allows a resume is `trl_grpo_ext.training.checkpoints`' part. See ``docs/quantifiers.md``.
 """
 
 from .advice import plan_warnings

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..checks import format_number
-from ..loss_settings import bnpo_accumulation_warning
+from ..config.checks import format_number
+from ..config.loss_settings import bnpo_accumulation_warning
 from .resolve import _divisors
 from .run_plan import RunPlan
 

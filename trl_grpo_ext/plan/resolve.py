@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ..checks import Range, format_number
+from ..config.checks import Range, format_number
 
 __all__ = ["QuantityError", "TRL_DEFAULTS", "resolve_trl_fields"]
 

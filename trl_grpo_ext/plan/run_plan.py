@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from pathlib import Path
 
-from ..checks import format_number
+from ..config.checks import format_number
 from .resolve import TRL_DEFAULTS, QuantityError, _as_int, _trl_generation_batch
 
 __all__ = ["RunPlan", "resolve_plan", "confirm_plan", "format_plan_report"]

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from ..checks import Range, check_choice
+from ..config.checks import Range, check_choice
 from .parameters import check_number
 from .registry import register_reward
 from .text import (
@@ -308,7 +308,7 @@ class CharFraction(TextReward):
     r"""The embedded count-char task: the fraction of the completion's characters equal to the target character.
 
     Formula: ``r = #{i : c_i == target} / max(1, len(completion))``, range [0, 1] (0 for an empty completion).
-    Source: this package's synthetic task (:mod:`trl_grpo_ext.tiny`).
+    Source: this package's synthetic task (:mod:`trl_grpo_ext.models.embedded.tiny`).
 
     Args:
         column (`str`, defaults to ``"target"``): dataset column holding the target character (one per completion).

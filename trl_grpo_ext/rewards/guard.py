@@ -33,7 +33,7 @@ import numbers
 from collections.abc import Generator
 from typing import Any
 
-from ..checks import check_choice
+from ..config.checks import check_choice
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import re
 import threading
 from typing import Any
 
-from ..checks import Range
+from ..config.checks import Range
 from .parameters import check_number
 from .registry import register_reward
 from .text import DEFAULT_ANSWER_COLUMNS, TextReward, check_tag_name, last_boxed, read_column

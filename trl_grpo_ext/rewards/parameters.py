@@ -14,7 +14,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import Range
+from ..config.checks import Range
 
 __all__ = [
     "TRAINER_KWARGS",

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checks import Range, check_choice
+from ..config.checks import Range, check_choice
 from .guard import REWARD_ERROR_POLICIES, guard_reward
 from .parameters import check_number
 from .registry import check_reward_name, get_reward, is_import_path

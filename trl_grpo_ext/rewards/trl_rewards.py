@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from ..checks import Range
+from ..config.checks import Range
 from .parameters import check_number
 from .registry import register_reward
 

@@ -8,7 +8,7 @@ user set), :mod:`.rules`, :mod:`.run`, :mod:`.rewards`, :mod:`.lora`, :mod:`.eng
 this package imports neither torch nor TRL.
 """
 
-from ..checks import Range, RunArgumentError
+from ..config.checks import Range, RunArgumentError
 from .lora import check_lora_targets, model_modules, peft_target_matches
 from .rewards import check_reward_columns
 from .rules import RULES, Rule, RunView

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..checks import RunArgumentError
+from ..config.checks import RunArgumentError
 from .tables import enum_value
 
 EMBEDDED_PREFIX = "embedded:"

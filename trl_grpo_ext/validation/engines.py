@@ -11,8 +11,8 @@ from importlib import metadata
 from types import SimpleNamespace
 from typing import Any
 
-from ..checks import RunArgumentError
-from ..engines import Engine
+from ..config.checks import RunArgumentError
+from ..config.engines import Engine
 
 #: The first DeepSpeed release with both fixes of DeepSpeed #8072 (ZeRO-3 all-gather buffers sized by the first
 #: parameter's dtype, so float32 adapters beside a bf16 base fail at the first step): PRs #8073 and #8113. Checked in
@@ -37,7 +37,7 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 def _compute_dtype(values: Mapping[str, Any]) -> str:
-    from ..models import compute_dtype_name
+    from ..models.settings import compute_dtype_name
 
     return compute_dtype_name(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=values.get("bf16")))
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..checks import RunArgumentError
+from ..config.checks import RunArgumentError
 from .tables import flatten_values
 
 
@@ -33,7 +33,7 @@ def _config_text(values: Mapping[str, Any]) -> str | None:
     ``config.json``, or the Hugging Face cache's copy (None when none is available offline)."""
     import json
 
-    from .. import tiny
+    from ..models.embedded import tiny
 
     name = values.get("model_name_or_path")
     if not name:
@@ -70,7 +70,7 @@ def model_modules(values: Mapping[str, Any]) -> dict[str, str] | None:
     import os
     import tempfile
 
-    from ..model_cache import cache_dir
+    from ..models.cache import cache_dir
 
     text = _config_text(values)
     if text is None:

@@ -6,7 +6,7 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..checks import RunArgumentError, as_number, format_number
+from ..config.checks import RunArgumentError, as_number, format_number
 from .tables import flatten_values, typed_value
 
 
@@ -17,7 +17,7 @@ def reward_specs(values: Mapping[str, Any]) -> list:
     Raises:
         RunArgumentError: an unknown reward, parameter or weight (the message of `rewards.spec`).
     """
-    from ..resolved import resolve_reward_specs
+    from ..config.resolved import resolve_reward_specs
     from ..rewards.spec import with_run_defaults
 
     rewards, weights = values.get("rewards"), values.get("reward_weights")
@@ -101,7 +101,7 @@ def known_columns(values: Mapping[str, Any]) -> list[str] | None:
     Raises:
         RunArgumentError: an ``embedded_target`` the embedded count-char task cannot use.
     """
-    from .. import tiny
+    from ..models.embedded import tiny
 
     name = values.get("dataset_name")
     if isinstance(name, str) and name == tiny.TINY_DATASET_ID:
@@ -111,7 +111,7 @@ def known_columns(values: Mapping[str, Any]) -> list[str] | None:
             raise RunArgumentError(f"embedded_target: {err} Fix: embedded_target: a") from None
     if values.get("dataset_format") == "gsm8k" or name == "embedded:arithmetic":
         return ["prompt", "answer"]  # data.gsm8k_to_prompt's row (the arithmetic task is mapped the same way)
-    from ..local_columns import local_columns
+    from ..data.local_columns import local_columns
 
     columns = local_columns(name, values.get("dataset_train_split"))  # a local JSON-lines or CSV folder
     if columns is not None and (values.get("dataset_prompt_column") or "prompt") != "prompt":

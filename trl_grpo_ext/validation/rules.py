@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..checks import RunArgumentError, as_number
-from ..engines import resolve_engine
-from ..generation import check_generation_settings, check_vllm_settings
+from ..config.checks import RunArgumentError, as_number
+from ..config.engines import resolve_engine
+from ..training.generation import check_generation_settings, check_vllm_settings
 from .engines import check_engine_settings
 from .lora import check_lora_names, check_lora_targets
 from .packages import check_run_packages
@@ -60,7 +60,7 @@ class RunView:
             return self.user.get(name) is not None
         value, default = self.values.get(name), self.defaults.get(name)
         if name == "scale_rewards":
-            from ..advantage_settings import normalize_scale_rewards
+            from ..config.advantage_settings import normalize_scale_rewards
 
             return normalize_scale_rewards(value) != normalize_scale_rewards(default)
         return value is not None and value != default
@@ -105,7 +105,7 @@ class RunView:
 
     def loss_type(self) -> str:
         """TRL's ``loss_type`` as the run resolves it: an ``advantage_preset``'s (it sets one), else the field's."""
-        from ..advantage_settings import PRESETS
+        from ..config.advantage_settings import PRESETS
 
         preset = PRESETS.get(self.get("advantage_preset") or "", {})
         return preset.get("loss_type") or self.get("loss_type") or "dapo"
@@ -144,7 +144,7 @@ def advantage_conflicts(v: RunView) -> None:
     """The advantage preset, ``scale_rewards``, ``loss_type`` and our advantage fields: conflicts between set keys."""
     import warnings
 
-    from ..advantage_settings import AdvantageConfigError, resolve_advantage_settings
+    from ..config.advantage_settings import AdvantageConfigError, resolve_advantage_settings
 
     user = v.user or {}
     scale_set = user.get("scale_rewards") is not None
@@ -274,7 +274,7 @@ def zero_variance(v: RunView) -> str | None:
 
 def clipping(v: RunView) -> None:
     """Clip settings that never act: every update on-policy (`loss_settings.ignored_clipping`)."""
-    from ..loss_settings import CLIP_DEFAULTS, ignored_clipping
+    from ..config.loss_settings import CLIP_DEFAULTS, ignored_clipping
 
     settings = {name: as_number(v.values.get(name)) for name in CLIP_DEFAULTS if v.is_set(name)}
     if not settings:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..checks import RunArgumentError, check_choice, choice_from_yaml
-from ..engines import Engine
+from ..config.checks import RunArgumentError, check_choice, choice_from_yaml
+from ..config.engines import Engine
 from .problems import Problems
 from .rules import RunView, run_rules
 from .tables import _TABLE_DEFAULTS, CHOICES, RANGES, enum_value, flatten_values

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..advantage_settings import FIELDS as ADVANTAGE_FIELDS
-from ..checks import Range
-from ..fieldtable import table_argparse_choices, table_checks, table_defaults
+from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
+from ..config.checks import Range
+from ..config.fieldtable import table_argparse_choices, table_checks, table_defaults
 
 #: field -> {"range": Range} / {"choices": (...)}: the checks the recipe's dataclasses declare on their fields.
 _DECLARED: dict[str, dict[str, Any]] = table_checks()

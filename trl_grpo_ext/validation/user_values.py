@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..checks import RunArgumentError, check_choice, closest_choice
+from ..config.checks import RunArgumentError, check_choice, closest_choice
 from .problems import Problems
 from .tables import CHOICES, RANGES, enum_value
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..checkpoints import ZERO_VARIANCE_STATE_FILE, write_json
+from ..training.checkpoints import ZERO_VARIANCE_STATE_FILE, write_json
 from .groups import (
     ROW_NORMALISED_LOSSES,
     generated_uniform_fraction,

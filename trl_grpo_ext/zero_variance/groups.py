@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from ..advantage_settings import STD_KINDS
 from ..advantages import equal_reward_groups, reward_std
-from ..checks import Range, check_choice
+from ..config.advantage_settings import STD_KINDS
+from ..config.checks import Range, check_choice
 from .settings import ROW_NORMALISED_LOSSES, TOKEN_NORMALISED_LOSSES  # noqa: F401 (re-exported)
 
 _TOLERANCE = Range(low=0, fix="a std in reward units; 0 = exactly equal rewards.")

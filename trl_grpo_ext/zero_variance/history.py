@@ -14,7 +14,7 @@ import json
 
 import torch
 
-from ..checks import Range
+from ..config.checks import Range
 
 _PROBABILITY = Range(low=0, high=1, low_open=True, fix="use a probability in (0, 1], e.g. 0.25.")
 

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..checks import Range
+from ..config.checks import Range
 
 _DECAY = Range(low=0, high=1, low_open=True, fix="use 0.9 (the past weighs 0.9^k after k rounds).")
 _AT_LEAST_ONE = Range(low=1, integer=True, fix="a round needs a group to fill and room for one.")

@@ -1,0 +1,211 @@
+"""``trl-grpo-ext plan``: print a run's plan from its config without loading a model or importing torch.
+
+The config is read through the front door, as the recipe reads it; the table is the one the run prints. Options,
+dataset size and process count: docs/quantifiers.md. Errors exit 2, one ``trl-grpo-ext plan: error:`` line each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+
+from trl_grpo_ext.config.checks import world_size_from_env
+from trl_grpo_ext.config.frontdoor import read_run_args
+from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
+from trl_grpo_ext.evaluation.plan import zero_variance_forecast_warning
+from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
+from trl_grpo_ext.validation.problems import problem_lines
+from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings, resample_note, skip_note
+
+EMBEDDED_PREFIX = "embedded:"
+#: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.
+ACCEPTS_OVERRIDES = True
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Declare ``plan`` and its arguments on ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    parser = subparsers.add_parser(
+        "plan", help="show a run's quantities (steps, epochs, batches, token budget) without loading a model",
+        description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True,
+                        help="a run config: YAML path or shipped name (tiny_cpu, ...); any --key value overrides it")
+    parser.add_argument("--dataset-size", type=int, default=None, help="prompts in the training set")
+    parser.add_argument("--num-processes", type=int, default=None,
+                        help="training processes (default: $WORLD_SIZE, else 1)")
+    parser.add_argument("--accelerate-config", "--accelerate_config", dest="accelerate_config", default=None,
+                        help="the accelerate config of the launch (a path or zero3, fsdp2, ...): its num_processes "
+                             "and engine")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+    parser.add_argument("--gpu-memory-gib", type=float, default=None,
+                        help="memory of one device in GiB, to check that a micro-batch can fit")
+    parser.add_argument("--model-params", type=float, default=None,
+                        help="number of model parameters (e.g. 0.5e9), used with --gpu-memory-gib")
+    parser.add_argument("--eval-results", default=None,
+                        help="an `eval --json` output (or eval_results.json): warn when its σ = 0 forecast for the "
+                             "run's num_generations exceeds one half")
+    return parser
+
+
+def dataset_size_from(script_args, dataset_size: int | None) -> int | None:
+    """The dataset size: ``dataset_size`` if given, else ``embedded_num_prompts`` for an embedded dataset, else None."""
+    if dataset_size is not None:
+        return dataset_size
+    name = script_args.dataset_name
+    if isinstance(name, str) and name.startswith(EMBEDDED_PREFIX):
+        return script_args.embedded_num_prompts
+    return None
+
+
+def accelerate_engine(name_or_path: str | None):
+    """The `engines.Engine` of an accelerate config file (a path or a shipped name), or None when not given."""
+    if name_or_path is None:
+        return None
+    from trl_grpo_ext.config.engines import engine_from_accelerate_config
+    from trl_grpo_ext.config.frontdoor import load_yaml, resolve_config
+
+    path = resolve_config(name_or_path, kind="accelerate_configs")
+    return engine_from_accelerate_config(load_yaml(path), source=f"--accelerate-config {path}")
+
+
+def world_size_from(num_processes: int | None, engine=None) -> int:
+    """``num_processes`` if given (it overrides the accelerate config's, as ``accelerate launch --num_processes`` does),
+    else the accelerate config's ``num_processes`` (``engine``), else `checks.world_size_from_env`."""
+    if num_processes is not None:
+        return num_processes
+    if getattr(engine, "num_processes", None) is not None:
+        return engine.num_processes
+    return world_size_from_env()
+
+
+def build_plan(args: argparse.Namespace):
+    """Resolve the plan for parsed ``args`` (``args.config`` plus ``args.overrides``, the config keys to override).
+
+    Returns:
+        ``(RunPlan, warnings, notes, rewards)``: lists of str, and the resolved `RewardSpec`s (or None).
+    """
+    engine = accelerate_engine(getattr(args, "accelerate_config", None))
+    world = world_size_from(args.num_processes, engine)
+    # the same reader and checks as the recipe's argument stage (torch is imported only the first time a model's module
+    # names are needed for LoRA targets; they are cached afterwards)
+    run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world,
+                        engine=engine, checks=_collected_checks(args.dataset_size, world))
+    script_args, training, model_args, _ = run
+    resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults(type(training)))
+    plan = resolve_plan(resolved.quantity_fields(), dataset_size_from(script_args, args.dataset_size), world,
+                        training.max_completion_length)
+    model = model_args.model_name_or_path
+    instruct = True if isinstance(model, str) and "instruct" in model.lower() else None
+    warns = plan_warnings(plan, instruct_model=instruct, gpu_memory_gib=args.gpu_memory_gib,
+                          model_params=args.model_params,
+                          loss_type=resolved.trl_fields().get("loss_type") or training.loss_type)
+    rewards = resolved.rewards
+    notes = []
+    if isinstance(model, str):
+        from trl_grpo_ext.models.source import resolve_model_source
+
+        source = resolve_model_source(model)  # a folder that is neither a model nor an adapter: refused here
+        if source.continued:
+            notes.append(source.describe())
+    zv = ZeroVarianceSettings.from_values(training)  # what GRPOExtConfig.resolved.zero_variance holds
+    if zv.zero_variance_filter == "resample":
+        notes.append(resample_note(plan, zv.max_resample_rounds))
+    if zv.zero_variance_filter == "skip":  # its one-epoch refusal is listed with the other problems (_collected_checks)
+        notes.append(skip_note(plan, zv.skip_exploration_probability))
+    if getattr(args, "eval_results", None):
+        import json
+
+        try:
+            with open(args.eval_results, encoding="utf-8") as fh:
+                results = json.load(fh)
+            forecast_warning = zero_variance_forecast_warning(results, plan.num_generations)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--eval-results {args.eval_results}: not JSON ({err}); pass the output of "
+                             "`trl-grpo-ext eval --k K --json` or a run's eval_results.json.") from None
+        except (AttributeError, TypeError, KeyError) as err:
+            raise ValueError(f"--eval-results {args.eval_results}: not an evaluation result ({err}); pass the "
+                             "output of `trl-grpo-ext eval --k K --json` or a run's eval_results.json.") from None
+        if forecast_warning:
+            warns.append(forecast_warning)
+        elif not _has_forecast(results, plan.num_generations):
+            notes.append(f"--eval-results {args.eval_results} holds no σ = 0 forecast for num_generations="
+                         f"{plan.num_generations}: rerun `trl-grpo-ext eval --k K` with K >= {plan.num_generations} "
+                         "samples per prompt (or final_eval_num_samples in the recipe).")
+    args.run_args = run  # for eval_plan_from, without reading the config twice
+    return plan, warns, notes, rewards
+
+
+def _collected_checks(dataset_size: int | None, world: int) -> tuple:
+    """The checks `read_run_args` lists with the config's other problems (`validation.collected`): skip's one-epoch
+    refusal on the plan of ``dataset_size`` prompts (``use_vllm`` on a quantized base is the rule list's
+    ``vllm_quantization``)."""
+    from trl_grpo_ext.validation.collected import check_skip_epochs, dataset_size_of
+
+    def skip_epochs(run):
+        check_skip_epochs(run, dataset_size_of(run.script_args, dataset_size), world)
+
+    return (skip_epochs,)
+
+
+def _trl_defaults(config_class) -> dict:
+    """The dataclass defaults of ``scale_rewards`` and ``loss_type``, as `GRPOExtConfig` passes them."""
+    return {f.name: f.default for f in fields(config_class) if f.name in ("scale_rewards", "loss_type")}
+
+
+def eval_plan_from(run, plan):
+    """The evaluation plan of a run's arguments (:func:`trl_grpo_ext.evaluation.plan.resolve_eval_plan`), or ``None``.
+
+    ``run`` is the front door's `RunArgs` (twins). Held-out prompts: ``eval_num_prompts``, else the embedded task's
+    test split size, else unknown.
+    """
+    from trl_grpo_ext.config.data_sizes import embedded_test_size
+    from trl_grpo_ext.evaluation.plan import resolve_eval_plan
+
+    script_args, training = run.script_args, run.training_args
+    prompts = script_args.eval_num_prompts
+    if prompts is None:
+        prompts = embedded_test_size(script_args.dataset_name)
+    return resolve_eval_plan(
+        eval_prompts=prompts, eval_strategy=str(training.eval_strategy), eval_steps=training.eval_steps,
+        logging_steps=training.logging_steps, num_generations=plan.num_generations,
+        num_generations_eval=training.num_generations_eval,
+        per_device_eval_batch_size=training.per_device_eval_batch_size,
+        world_size=plan.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch or 1,
+        final_eval=str(script_args.final_eval),
+    )
+
+
+def _has_forecast(results: dict, num_generations: int) -> bool:
+    source = results.get("base", results.get("trained", results)) if isinstance(results, dict) else {}
+    return any(str(num_generations) in (source.get(key) or {}) or num_generations in (source.get(key) or {})
+               for key in ("uniform_group_forecast", "uniform_group_forecast_weighted"))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``plan``: print the table (or JSON) and warnings; 0 on success, 2 on an error (one line, stderr)."""
+    try:
+        plan, warns, notes, rewards = build_plan(args)
+        evaluation = eval_plan_from(args.run_args, plan)
+    except (ValueError, OSError) as err:  # QuantityError and ConfigError are ValueErrors
+        for problem in problem_lines(err):  # every problem of the config, one line each
+            print(f"trl-grpo-ext plan: error: {problem}", file=sys.stderr)
+        return 2
+    print(plan.to_json() if args.json else format_plan_report(plan, rewards, (), evaluation))
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    for warning in warns:
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``plan`` alone (``python -m trl_grpo_ext.cli.plan --config ...``), without the other sub-commands."""
+    parser = argparse.ArgumentParser(prog="trl-grpo-ext")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args, overrides = parser.parse_known_args(["plan", *(sys.argv[1:] if argv is None else argv)])
+    args.overrides = overrides
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

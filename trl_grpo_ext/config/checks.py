@@ -1,0 +1,192 @@
+"""The one validation helper: numeric ranges and string choices, with one-line messages that name the field, the
+value and a fix (no torch, no TRL).
+
+>>> Range(low=1, integer=True, fix="try 8.").check("num_generations", 4.0)
+4
+>>> check_choice("zero_variance_filter", "masc", ("off", "mask", "resample"))
+Traceback (most recent call last):
+...
+trl_grpo_ext.config.checks.RunArgumentError: zero_variance_filter='masc' is not valid. Did you mean 'mask'? Choose one of 'off', 'mask', 'resample'.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RunArgumentError", "Range", "check_choice", "closest_choice", "as_number", "format_number",
+           "world_size_from_env"]
+
+
+class RunArgumentError(ValueError):
+    """A run argument that would fail late or be silently ignored; the one-line message names field, value, fix."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """The valid values of one numeric field.
+
+    Args:
+        low, high (`float`, *optional*): bounds (``None`` = unbounded).
+        low_open, high_open (`bool`): the bound itself excluded (``>`` / ``<``) instead of included.
+        integer (`bool`): a whole number is required (``4.0`` is accepted as 4).
+        fix (`str`): what to do instead, appended to the message.
+        source (`str`): who reads the field and why the bound holds (documentation for the table).
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    fix: str = ""
+    source: str = ""
+
+    def describe(self) -> str:
+        """The range in words, e.g. ``"an integer >= 1"``, ``"a number in (0, 1]"``."""
+        kind = "an integer" if self.integer else "a number"
+        if self.low is not None and self.high is not None:
+            low, high = format_number(self.low), format_number(self.high)
+            return f"{kind} in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{kind} {'>' if self.low_open else '>='} {format_number(self.low)}"
+        if self.high is not None:
+            return f"{kind} {'<' if self.high_open else '<='} {format_number(self.high)}"
+        return f"a finite {kind.split()[-1]}"
+
+    def check(self, name: str, value: Any, error: type[ValueError] = RunArgumentError, typed: bool = False) -> Any:
+        """Return ``value`` if valid (as an `int` when :attr:`integer`), else raise ``error``.
+
+        Args:
+            name (`str`): the field's name, quoted in the message.
+            value: a number, or a string TRL's parser would cast (``"1e-4"``); ``None`` is accepted and returned
+                (the fields that may be ``None`` mean "unset" by it; TRL's parser rejects it for the others).
+            error (`type[ValueError]`, defaults to :class:`RunArgumentError`): the exception class raised, so that a
+                concept keeps its own error type (``QuantityError``, ``AdvantageConfigError``).
+            typed (`bool`, defaults to `False`): for values that arrive typed (from Python or a YAML mapping, not a
+                command line): only an `int` or a `float` is accepted (an `int` for an integer range; never a bool,
+                a string or ``None``).
+
+        Raises:
+            ``error``: "``name=value`` must be <the range in words>. Fix: <fix>".
+        """
+        if typed and (isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float))):
+            fix = f" Fix: {self.fix}" if self.fix else ""
+            raise error(f"{name}={value!r} must be {self.describe()}.{fix}")
+        if value is None:
+            return None
+        number = as_number(value)
+        ok = number is not None and math.isfinite(number)
+        if ok and self.integer:
+            ok = float(number).is_integer()
+        if ok and self.low is not None:
+            ok = number > self.low if self.low_open else number >= self.low
+        if ok and self.high is not None:
+            ok = number < self.high if self.high_open else number <= self.high
+        if not ok:
+            fix = f" Fix: {self.fix}" if self.fix else ""
+            raise error(f"{name}={value!r} must be {self.describe()}.{fix}")
+        if self.integer:
+            return int(number)
+        return value if isinstance(value, (int, float)) else number
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str], error: type[ValueError] = RunArgumentError,
+                 fix: str = "") -> Any:
+    """Return ``value`` if it is one of ``choices``, else raise ``error`` with a "Did you mean" hint.
+
+    Args:
+        name (`str`): the field's name. value: the user's value. choices (iterable of `str`): the valid values, in
+        the order the message lists them. error (`type[ValueError]`): the exception class raised. fix (`str`): an
+        extra sentence appended to the message.
+    """
+    choices = tuple(choices)
+    if isinstance(value, str) and value in choices:
+        return value
+    hint = closest_choice(value, choices)
+    did_you_mean = f" Did you mean {hint!r}?" if hint else ""
+    extra = f" {fix}" if fix else ""
+    if isinstance(value, bool):  # no choice reads as this boolean (see choice_from_yaml)
+        extra += (" (YAML 1.1 reads an unquoted on/off/yes/no/true/false as a boolean: write the value in quotes, "
+                  "e.g. 'off'.)")
+    raise error(f"{name}={value!r} is not valid.{did_you_mean} Choose one of {', '.join(map(repr, choices))}.{extra}")
+
+
+#: The choice a YAML 1.1 boolean stands for, in order of preference: an unquoted ``off`` / ``no`` / ``false`` is read
+#: as ``False`` and ``on`` / ``yes`` / ``true`` as ``True`` (PyYAML, like TRL's parser, follows YAML 1.1).
+YAML_BOOLEAN_CHOICES = {False: ("off", "no"), True: ("on", "yes")}
+
+
+def choice_from_yaml(value: Any, choices: Iterable[str]) -> Any:
+    """The choice a YAML 1.1 boolean meant for a string field with ``choices``: ``False`` -> ``"off"`` (else
+    ``"no"``) and ``True`` -> ``"on"`` (else ``"yes"``), only where that word is one of the choices; any other
+    value is returned unchanged (and judged by :func:`check_choice`).
+
+    >>> choice_from_yaml(False, ("off", "mask", "resample")), choice_from_yaml(False, ("no", "steps", "epoch"))
+    ('off', 'no')
+    >>> choice_from_yaml(True, ("off", "mask")), choice_from_yaml("mask", ("off", "mask"))
+    (True, 'mask')
+    """
+    if not isinstance(value, bool):
+        return value
+    choices = tuple(choices)
+    return next((word for word in YAML_BOOLEAN_CHOICES[value] if word in choices), value)
+
+
+def closest_choice(value: Any, choices: Iterable[str]) -> str | None:
+    """The choice ``value`` most likely means: the same letters in another case (``"INFO"`` -> ``"info"``), else the
+    closest spelling (`difflib`, ignoring case), else ``None``.
+
+    >>> closest_choice("Dr_GRPO", ("grpo", "dr_grpo", "rloo"))
+    'dr_grpo'
+    >>> closest_choice("fp32", ("auto", "bfloat16", "float16", "float32")) is None
+    True
+    """
+    choices = tuple(choices)
+    lowered = {choice.lower(): choice for choice in choices}
+    text = str(value).lower()
+    if text in lowered:
+        return lowered[text]
+    close = difflib.get_close_matches(text, list(lowered), n=1)
+    return lowered[close[0]] if close else None
+
+
+def format_number(x: Any) -> str:
+    """A number as a person writes it: ``1`` for 1.0, otherwise as `repr` (``0.0001``, ``2.5``); not a number: `str`."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a number (a numeric string cast as TRL's parser would), or ``None`` (booleans are not numbers)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def world_size_from_env(environ=None) -> int:
+    """Training processes as `accelerate launch` / `torchrun` set them (``WORLD_SIZE`` in ``environ``, default
+    ``os.environ``), else 1; at least 1.
+
+    Raises:
+        RunArgumentError: ``WORLD_SIZE`` is not a whole number.
+    """
+    import os
+
+    raw = (os.environ if environ is None else environ).get("WORLD_SIZE", "1")
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        raise RunArgumentError(f"WORLD_SIZE={raw!r} in the environment is not a whole number. Fix: unset it (plan: "
+                               "or pass --num-processes P).") from None

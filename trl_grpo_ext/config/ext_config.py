@@ -1,0 +1,281 @@
+"""`GRPOExtConfig`: TRL's `GRPOConfig` with the quantities of a run in the units people think in.
+
+Config flows one way: YAML + CLI (TRL's `TrlParser`) -> `GRPOExtConfig.__post_init__` (resolve the user's fields
+into one frozen `ResolvedConfig`, `config.resolved`, and write TRL's own fields from it; the user's fields stay as
+given) -> `super().__post_init__()` -> `GRPOExtTrainer`. The pure resolution lives in `resolved` (which calls `plan`,
+`advantage_settings` and `rewards.spec`); this module only calls it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, NewType
+
+from trl import GRPOConfig
+
+from ..models.settings import bf16_available as _bf16_available
+from ..models.settings import check_bf16_machine
+from ..plan import QuantityError
+from ..plan.resolve import NO_STEP_LIMIT_FIX
+from ..rewards.guard import REWARD_ERROR_POLICIES
+from ..validation.engines import check_engine_device
+from ..zero_variance.settings import ZeroVarianceSettings
+from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
+from .checks import Range, choice_from_yaml, world_size_from_env
+from .engines import resolve_engine
+from .fieldtable import Choices, declared_checks
+from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
+
+ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
+ADAPTER_DTYPES = ("float32", "bfloat16")
+
+#: TRL's fields that ``__post_init__`` checks with the fields of ours: a config built in Python (not through the
+#: front door, whose table refuses ``learning_rate: 0`` too) may train at learning rate 0, never below.
+TRL_FIELD_RANGES = {
+    "temperature": Range(low=0, low_open=True, fix="GRPO samples G different completions; try 1.0."),
+    "learning_rate": Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4."),
+}
+
+#: One item of `rewards` as the user gave it: a registry name or import path (`str`, also a JSON object as a string on
+#: the command line), or a mapping ``{name, weight, kwargs}`` (`dict`, from YAML). A `NewType` because the argument
+#: parser calls a list field's item type on every command-line word: this one returns the word unchanged.
+RewardEntry = NewType("RewardEntry", str | dict)
+
+
+@dataclass
+class GRPOExtConfig(GRPOConfig):
+    r"""Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus the fields below (types, defaults,
+    units and valid values: docs/configuration.md, generated from these declarations).
+
+    Quantities (docs/quantifiers.md; unset: TRL's raw fields decide):
+        prompts_per_step (`int`, *optional*): distinct prompts per optimizer step, all processes [prompts].
+        micro_batch_size (`int`, *optional*): completions per forward/backward on one device [completions].
+        total_training_steps (`int`, *optional*): hard stop [optimizer steps].
+        total_epochs (`float`, *optional*): fallback stop [passes]; with both, the first reached stops the run.
+    Advantages (docs/advantages.md):
+        advantage_preset (`str`, *optional*): `"grpo"`, `"dr_grpo"`, `"rloo"`, `"dapo"`.
+        advantage_baseline (`str`, *optional*, defaults to `"group_mean"`): or `"leave_one_out"`.
+        advantage_std_scaling (`str`, *optional*): `"group"`, `"batch"` or `"none"` (one truth with `scale_rewards`).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-4`): ε in A = (R − b) / (σ + ε) [reward units].
+        advantage_std_kind (`str`, *optional*, defaults to `"sample"`): or `"population"`.
+    Zero-variance groups (docs/zero_variance.md):
+        zero_variance_filter (`str`, defaults to `"off"`): `"mask"`, `"resample"` (DAPO) or `"skip"` (GRESO).
+        zero_variance_tolerance (`float`, defaults to `0.0`): largest std of a uniform group [reward units].
+        zero_variance_reward (`str`, *optional*): the reward the filter judges (unset: the weighted total).
+        max_resample_rounds (`int`, defaults to `3`): extra generation rounds per step in resample mode.
+        skip_exploration_probability (`float`, defaults to `0.25`): p in (0, 1) of skip mode.
+    Rewards (docs/rewards.md):
+        rewards (`list[RewardEntry]`, *optional*): registry names or `{name, weight, kwargs}` (parsed: `resolved.rewards`).
+        reward_error_policy (`str`, defaults to `"raise"`): or `"none"` (a bad value counts as missing).
+    QLoRA adapter precision (docs/adapter_precision.md):
+        adapter_dtype (`str`, defaults to `"float32"`): or `"bfloat16"` (TRL's behaviour).
+        lost_update_steps (`int`, defaults to `0`): measure the lost-update fraction every N steps (0: never).
+        lost_update_warning_threshold (`float`, defaults to `0.2`): warn above this fraction.
+    Generation (docs/generation.md):
+        allow_vllm_4bit_merge (`bool`, defaults to `False`): let `use_vllm` run on a 4-bit base (logs `vllm/base_drift`).
+
+    Attributes set by `__post_init__`:
+        resolved (`ResolvedConfig`): what the fields resolve to; TRL's own fields are written from it; in `to_dict()`.
+        run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`.
+    """
+
+    # Quantities
+    prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.",
+                                                  source="quantifiers")] = field(
+        default=None, metadata={"help": "Distinct prompts per optimizer step across all processes [prompts]."}
+    )
+    micro_batch_size: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. micro_batch_size: 8.",
+                                                  source="quantifiers")] = field(
+        default=None, metadata={"help": "Completions per forward/backward pass on one device [completions]."}
+    )
+    total_training_steps: Annotated[int | None, Range(
+        low=1, integer=True, fix=NO_STEP_LIMIT_FIX,
+        source="quantifiers")] = field(
+        default=None, metadata={"help": "Hard stop [optimizer steps]; with total_epochs, the first reached stops."}
+    )
+    total_epochs: Annotated[float | None, Range(
+        low=0, low_open=True, fix="use a positive number of passes (e.g. 1, 2.5), or remove it.",
+        source="quantifiers")] = field(
+        default=None, metadata={"help": "Fallback stop [passes over the prompts]; fractions allowed."}
+    )
+    # Advantages
+    advantage_preset: Annotated[str | None, Choices(tuple(PRESETS))] = field(
+        default=None, metadata={"help": "Published variant setting the advantage fields: grpo, dr_grpo, rloo, ..."}
+    )
+    advantage_baseline: Annotated[str | None, Choices(BASELINES)] = field(
+        default=None, metadata={"help": "Baseline: group_mean (GRPO) or leave_one_out (RLOO). Default group_mean."}
+    )
+    advantage_std_scaling: Annotated[str | None, Choices(STD_SCALINGS)] = field(
+        default=None, metadata={"help": "Std scaling: group, batch or none (one truth with scale_rewards)."}
+    )
+    advantage_epsilon: Annotated[float | None, EPSILON_RANGE] = field(
+        default=None, metadata={"help": "Epsilon added to the std before dividing. Default 1e-4 (TRL's)."}
+    )
+    advantage_std_kind: Annotated[str | None, Choices(STD_KINDS)] = field(
+        default=None, metadata={"help": "sample (unbiased, TRL's) or population standard deviation."}
+    )
+    # Zero-variance groups
+    zero_variance_filter: Annotated[str, Choices(ZERO_VARIANCE_MODES)] = field(
+        default="off",
+        metadata={"help": "off (TRL's behaviour), mask, resample (DAPO dynamic sampling) or skip (skip prompts "
+                          "predicted uniform before rollout, GRESO)."}
+    )
+    zero_variance_tolerance: Annotated[float, Range(
+        low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = field(
+        default=0.0, metadata={"help": "A group is uniform when its rewards are equal or their std is at most this."}
+    )
+    zero_variance_reward: str | None = field(
+        default=None,
+        metadata={"help": "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total."},
+    )
+    max_resample_rounds: Annotated[int, Range(low=0, integer=True, fix="use e.g. 3.",
+                                              source="zero_variance resample")] = field(
+        default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
+    )
+    skip_exploration_probability: Annotated[float, Range(
+        low=0, high=1, low_open=True, high_open=True, fix="use a probability in (0, 1), e.g. 0.25 (1 would skip "
+        "nothing: use zero_variance_filter: mask).",
+        source="zero_variance skip")] = field(
+        default=0.25,
+        metadata={"help": "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k."}
+    )
+    # Rewards
+    rewards: list[RewardEntry] | None = field(
+        default=None,
+        metadata={"help": "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}."},
+    )
+    reward_error_policy: Annotated[str, Choices(REWARD_ERROR_POLICIES)] = field(
+        default="raise", metadata={"help": "raise (fail the step) or none (treat a bad reward value as missing)."}
+    )
+    # Adapter precision
+    adapter_dtype: Annotated[str, Choices(ADAPTER_DTYPES)] = field(
+        default="float32", metadata={"help": "Trainable adapter weights on a quantized model: float32 or bfloat16."}
+    )
+    lost_update_steps: Annotated[int, Range(low=0, integer=True, fix="use 0 (off) or e.g. 10.",
+                                            source="adapter_precision")] = field(
+        default=0, metadata={"help": "Measure the lost-update fraction every N optimizer steps (0 = off)."}
+    )
+    lost_update_warning_threshold: Annotated[float, Range(low=0, high=1, fix="use e.g. 0.2.",
+                                                          source="adapter_precision (a fraction)")] = field(
+        default=0.2, metadata={"help": "Warn when the lost-update fraction exceeds this."}
+    )
+    # Generation
+    allow_vllm_4bit_merge: bool = field(
+        default=False,
+        metadata={"help": "Let use_vllm run on a 4-bit base (its sync re-quantizes the base); logs vllm/base_drift."},
+    )
+
+    def __post_init__(self):
+        for name, check in _FIELD_CHECKS.items():  # a YAML 1.1 boolean (`zero_variance_filter: off`) as meant
+            if isinstance(check, Choices):
+                setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
+        world_size = world_size_from_env()
+        self._resolve(world_size)
+        for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
+            if getattr(self, name) is None and name not in _UNSET_BY_NONE:
+                raise ValueError(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
+                                 f"{_DEFAULTS[name]!r}) or give a value.")
+            if getattr(self, name) is not None:
+                check.check(name, getattr(self, name))
+        self._check_rules(world_size)
+        self._check_bf16()
+        self._adopt_activation_checkpointing()
+        check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
+        super().__post_init__()
+        if self.world_size != world_size:
+            raise QuantityError(
+                f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "
+                f"variable) but accelerate reports {self.world_size} processes. Launch with `accelerate launch` or "
+                "`torchrun`, which set WORLD_SIZE."
+            )
+
+    # -- resolution (delegates to the pure `resolved` module) -------------------------------------------------------
+    def _resolve(self, world_size: int) -> None:
+        """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
+        defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
+        values = {name: getattr(self, name) for name in USER_FIELDS}
+        self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
+        users_weights = self.reward_weights is not None and not is_written(self.reward_weights)
+        for name, value in self.resolved.trl_fields().items():
+            if name == "reward_weights" and users_weights:
+                continue  # the user's own list (equal to the resolved weights): kept as given, never marked
+            setattr(self, name, value)
+        if self.resolved.rewards is None and is_written(self.reward_weights):
+            self.reward_weights = None  # written for `rewards` that a replace() removed: not the user's weights
+
+    def _check_rules(self, world_size: int) -> None:
+        """The rules of `validation.rules.RULES` whose scope is ``"run"``, on this config's values and resolved batch
+        fields; the canonical name of `zero_variance_reward` goes to ``resolved.zero_variance_reward``."""
+        from ..validation.problems import Problems
+        from ..validation.rules import RunView, run_rules, zero_variance
+
+        rewards = self.resolved.rewards
+        view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
+                       on_cpu=self.use_cpu or not _accelerator_available(),
+                       reward_names=[spec.name for spec in rewards] if rewards else None)
+        problems = Problems()
+        run_rules(view, problems, scope="run")
+        problems.raise_if_any(ValueError)
+        canonical = zero_variance(view)
+        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical, zero_variance=(
+            ZeroVarianceSettings.from_values(self, zero_variance_reward=canonical)))
+
+    def _adopt_activation_checkpointing(self) -> None:
+        """transformers 5.24 renamed `gradient_checkpointing(_kwargs)` `activation_checkpointing(_kwargs)` and warns
+        (FutureWarning) whenever only the old name holds a value — which TRL's default `gradient_checkpointing=True`
+        always does. Carry the value over to the new name (the effect is the same) so that no run warns about a key
+        its user never wrote."""
+        for old, new in (("gradient_checkpointing", "activation_checkpointing"),
+                         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+            if getattr(self, new, False) is None and getattr(self, old) is not None:
+                setattr(self, new, getattr(self, old))
+
+    def _check_bf16(self) -> None:
+        if self.bf16 is None:  # TRL would default to True; choose what this machine supports
+            self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
+        else:
+            check_bf16_machine(self.bf16, self.use_cpu)
+
+    def quantity_fields(self) -> dict[str, Any]:
+        """Deprecated (removed in 0.3.0): ``config.resolved.quantity_fields()``."""
+        import warnings
+
+        warnings.warn("GRPOExtConfig.quantity_fields() is deprecated and will be removed in trl-grpo-ext 0.3.0: use "
+                      "config.resolved.quantity_fields().", FutureWarning, stacklevel=2)
+        return self.resolved.quantity_fields()
+
+    def to_dict(self) -> dict[str, Any]:
+        """`TrainingArguments.to_dict`, plus ``resolved`` (`ResolvedConfig.to_dict`) and ``run_plan`` (the resolved
+        `RunPlan` as a dict) once the trainer has set ``self.run_plan``: the trackers (wandb, TensorBoard, MLflow,
+        trackio, ...) log ``args.to_dict()``, and `launch.write_run_config` writes it to ``run_config.json``, so they
+        get both too."""
+        values = super().to_dict()
+        resolved = getattr(self, "resolved", None)  # set by __post_init__
+        if resolved is not None:
+            values["resolved"] = resolved.to_dict()
+        plan = getattr(self, "run_plan", None)
+        if plan is not None:
+            import json
+
+            values["run_plan"] = json.loads(plan.to_json())
+        return values
+
+
+#: field -> the `Range` or `Choices` it declares (ours, from their ``Annotated`` types), then TRL_FIELD_RANGES.
+_FIELD_CHECKS: dict[str, Any] = {
+    **{name: checks["range"] if "range" in checks else Choices(checks["choices"])
+       for name, checks in declared_checks(GRPOExtConfig).items()},
+    **TRL_FIELD_RANGES,
+}
+
+
+#: our fields whose default ``None`` means "unset" (a declared check applies to a value, not to None)
+_UNSET_BY_NONE = frozenset(f.name for f in fields(GRPOExtConfig) if f.default is None)
+_DEFAULTS = {f.name: f.default for f in fields(GRPOExtConfig)}
+
+
+def _accelerator_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or bool(getattr(torch, "xpu", None) and torch.xpu.is_available())

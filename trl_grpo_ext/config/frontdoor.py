@@ -1,0 +1,351 @@
+"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way:
+``--config NAME_OR_PATH`` (a YAML file or a shipped name) plus ``--key value`` overrides, other tools' keys translated
+(`keymap`), unknown keys refused, TRL's parser over the torch-free twins (`fieldtable`), then `validate`; every
+problem reported at once, one line each (docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .checks import world_size_from_env
+from .keymap import cli_keys, translate
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+class ConfigError(ValueError):
+    """A config the front door refuses: one line per problem, each naming the key(s), the value and the fix (with
+    several problems, ``problems`` lists the lines; see `validation.problems.problem_lines`)."""
+
+
+@dataclass
+class RunArgs:
+    """The parsed arguments of a run.
+
+    Attributes:
+        script_args: ``RecipeArguments`` (or its twin): data and recipe options.
+        training_args: ``GRPOExtConfig`` (or its twin, whose values are as given, not yet resolved).
+        model_args: ``trl.ModelConfig`` (or its twin).
+        push_args: ``HubPushArguments`` (or its twin).
+        given (`frozenset[str]`): the keys the user set (YAML file or command line, after translation): conflicts are
+            judged by these, never by comparing a value with its default.
+        config_path (`str` or `None`): the YAML file read.
+        light (`bool`): True when the twins were used (no torch).
+    """
+
+    script_args: Any
+    training_args: Any
+    model_args: Any
+    push_args: Any
+    given: frozenset
+    config_path: str | None
+    light: bool
+    user_values: dict | None = None
+
+    def __iter__(self):
+        """``script_args, training_args, model_args, push_args = run`` (the recipe's ``main`` signature)."""
+        return iter((self.script_args, self.training_args, self.model_args, self.push_args))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Config files by name
+# --------------------------------------------------------------------------------------------------------------------
+
+def recipes_dir() -> Path:
+    """The folder holding ``grpo_qlora.py``, ``configs/`` and ``accelerate_configs/``.
+
+    In an installed wheel it is package data (``trl_grpo_ext/recipes``); in a source checkout, ``recipes/`` beside
+    the package. Raises FileNotFoundError when neither exists.
+    """
+    here = Path(__file__).resolve().parent.parent  # trl_grpo_ext/, this module being in trl_grpo_ext/config/
+    for candidate in (here / "recipes", here.parent / "recipes"):
+        if (candidate / "configs").is_dir():
+            return candidate
+    raise FileNotFoundError(f"no recipes folder next to {here} (a broken install? reinstall trl-grpo-ext)")
+
+
+def shipped_configs(kind: str = "configs") -> dict[str, Path]:
+    """The shipped configs by name: ``{"tiny_cpu": Path(...), ...}``; ``kind`` is ``"configs"`` (run configs) or
+    ``"accelerate_configs"``."""
+    folder = recipes_dir() / kind
+    return {p.stem: p for p in sorted(folder.iterdir()) if p.suffix in CONFIG_SUFFIXES}
+
+
+def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
+    """A config file from a path or the name of a shipped config (``tiny_cpu``, ``tiny_cpu.yaml``; for
+    ``kind="accelerate_configs"``: ``cpu``, ``single_gpu``, ...).
+
+    Raises:
+        ConfigError: neither a file nor a shipped name; the message lists the shipped names.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = shipped_configs(kind)
+    stem = path.name[: -len(path.suffix)] if path.suffix in CONFIG_SUFFIXES else path.name
+    if str(path.parent) in (".", "") and stem in shipped:
+        return shipped[stem]
+    import difflib
+
+    close = difflib.get_close_matches(stem, list(shipped), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    flag = "--config" if kind == "configs" else "--accelerate_config"
+    raise ConfigError(f"{flag} {name_or_path!r}: no such file and no shipped config of that name.{hint} "
+                      f"Shipped: {', '.join(shipped)}.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------------------------------
+
+def dataclass_types(light: bool) -> tuple[type, ...]:
+    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or their torch-free twins when ``light``
+    and ``_fields.py`` was generated on the installed TRL, transformers and PEFT (`fieldtable.tables_current`)."""
+    from .fieldtable import light_dataclasses, tables_current
+
+    if light and tables_current():
+        return light_dataclasses()
+    from .recipe_args import RECIPE_DATACLASSES
+
+    return RECIPE_DATACLASSES
+
+
+def hf_argument_parser(types_: tuple[type, ...]):
+    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_``, loaded without TRL's import-time
+    package scan while TRL is not imported yet (`_trl_compat.hf_argparser_module`)."""
+    from .._trl_compat import hf_argparser_module
+
+    module = hf_argparser_module()
+    if module is None:
+        raise ConfigError("TRL is not installed: pip install trl-grpo-ext (which depends on trl).")
+    return module.HfArgumentParser(types_, exit_on_error=False)
+
+
+def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
+    argv = list(argv)
+    if "--config" not in argv:
+        return None, argv
+    index = argv.index("--config")
+    if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
+        raise ConfigError("--config needs a YAML file or a shipped config name, e.g. --config tiny_cpu")
+    value = argv[index + 1]
+    return value, argv[:index] + argv[index + 2:]
+
+
+def load_yaml(path: Path) -> dict:
+    """The YAML mapping in ``path`` (empty for an empty file). Raises ConfigError on a non-mapping or bad YAML."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--config {path}: not valid YAML: {' '.join(str(err).split())}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of keys to values, got a {type(data).__name__}.")
+    return data
+
+
+def yaml_choices(config: dict) -> dict:
+    """``config`` with each YAML 1.1 boolean of a choice field read as the word the user wrote
+    (`checks.choice_from_yaml`: ``zero_variance_filter: off`` -> ``"off"``, ``save_strategy: no`` -> ``"no"``)."""
+    from ..validation.tables import CHOICES
+    from .checks import choice_from_yaml
+
+    return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
+
+
+def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
+    known = {}
+    for cls in types_:
+        for f in fields(cls):
+            known.setdefault(f.name, f.type)
+    return known
+
+
+def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tuple[list[str], set[str]]:
+    """The keys of ``config`` and ``args`` that are no field of ``types_`` (command-line ones as ``--key``), and the
+    fields the command line sets."""
+    known = _known_keys(types_)
+    unknown = [key for key in config if key not in known]
+    cli = set()
+    for _, key in cli_keys(args):
+        canon = key.replace("-", "_")
+        if canon in known:
+            cli.add(canon)
+        elif canon.startswith("no_") and canon[3:] in known:
+            cli.add(canon[3:])
+        elif canon not in unknown and f"--{key}" not in unknown:
+            unknown.append(f"--{key}")
+    return unknown, cli
+
+
+def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
+    import difflib
+
+    known = list(_known_keys(types_))
+    parts = []
+    for key in unknown:
+        bare = key.lstrip("-")
+        close = difflib.get_close_matches(bare, known, n=1, cutoff=0.75)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "
+            "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md).")
+
+
+def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, list[str]]:
+    """``config`` and ``args`` without the keys ``keys`` (canonical names; a command-line key with its values)."""
+    config = {k: v for k, v in config.items() if k not in keys}
+    out, skipping = [], False
+    for token in args:
+        if token.startswith("--") and len(token) > 2:
+            canon = token[2:].split("=", 1)[0].replace("-", "_")
+            skipping = canon in keys or (canon.startswith("no_") and canon[3:] in keys)
+            if skipping:
+                continue
+        elif skipping:
+            continue
+        out.append(token)
+    return config, out
+
+
+def read_run_args(argv: list[str] | None = None, *, light: bool = False, announce: bool = True,
+                  world_size: int | None = None, checks=(), engine=None) -> RunArgs:
+    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides.
+
+    Every problem is reported at once; two things stop the collection: a missing or unreadable config file, and a
+    refusal of the real dataclasses (built, and validated again on their resolved values, only without ``light`` and
+    when no problem was found).
+
+    Args:
+        argv: the arguments (default ``sys.argv[1:]``).
+        light: parse with the torch-free twins only (values as given; the real classes when the twins are stale).
+        announce: print the translation notes (``note: torch_dtype read as dtype ...``) on stderr.
+        world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
+        checks: more checks of the values as given: callables taking the `RunArgs`, raising `ValueError`.
+        engine: the `engines.Engine` of an accelerate config (``plan --accelerate-config``).
+
+    Raises:
+        ConfigError: nothing has been loaded; several problems: one ``ConfigError`` listing them in ``problems``; a
+            single one: the error its check raised (a ``ConfigError`` or ``RunArgumentError``).
+    """
+    from ..validation import UserValues, check_user_values, user_values_from_argv
+    from ..validation.problems import Problems
+    from .keymap import ALIASES, REMOVED, RENAMED
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name, args = _split_config(argv)
+    config, path = {}, None
+    if name is not None:
+        path = resolve_config(name)
+        config = load_yaml(path)
+        env = config.pop("env", None) or {}
+        if not isinstance(env, dict):
+            raise ConfigError(f"--config {path}: `env` must be a mapping of environment variables to values.")
+        for key, value in env.items():
+            os.environ[key] = str(value)
+    problems = Problems()
+    notes: list[str] = []
+    config, args, translation_problems = translate(config, args, notes)
+    for problem in translation_problems:
+        problems.add(problem)
+    if announce:  # before any problem is raised: a refusal may name the new key the user did not write
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+    config = yaml_choices(config)
+    twins = dataclass_types(True)  # the real classes when _fields.py is stale for the installed versions
+    # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
+    config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
+    unknown, cli_given = _unknown_keys(config, args, twins)
+    if unknown:
+        problems.add(ConfigError(_unknown_message(unknown, twins)), [key.lstrip("-") for key in unknown])
+        config, args = _without_keys(config, args, {key.lstrip("-").replace("-", "_") for key in unknown})
+    # What the user set (the file after translation, then the command line), checked before the dataclasses run
+    # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
+    parser = hf_argument_parser(twins)
+    while True:
+        try:
+            cli_values = user_values_from_argv(args, parser)
+            break
+        except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
+            field_ = _argument_field(err)
+            problems.add(_argument_problem(err), [field_] if field_ else [])
+            _, shorter = _without_keys({}, args, {field_} if field_ else set())
+            if shorter == args:  # nothing left out: the parse cannot go on
+                problems.raise_if_any(ConfigError)
+            args = shorter
+    user_values = UserValues(config)
+    user_values.update(cli_values)
+    user_values.command_line_keys = cli_values.command_line_keys
+    world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
+    check_user_values(user_values, problems=problems)
+    given = frozenset(config) | frozenset(cli_given)
+    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values,
+                 light=not any(cls.__module__.startswith("trl_grpo_ext.config.recipe_args") for cls in twins))
+    validate(run, world, problems=problems, engine=engine)
+    for check in checks:
+        problems.check(check, run)
+    problems.raise_if_any(ConfigError)
+    if not light and run.light:  # the real dataclasses: what only they check, then the checks on their resolved values
+        run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
+                     light=False, user_values=user_values)
+        validate(run, world, problems=problems, engine=engine)
+        problems.raise_if_any(ConfigError)
+    return run
+
+
+def _argument_field(err: argparse.ArgumentError) -> str | None:
+    """The field an argparse error is about (``--learning_rate/--learning-rate`` -> ``learning_rate``)."""
+    name = (err.argument_name or "").split("/")[0]
+    return name.lstrip("-").replace("-", "_") if name.startswith("--") else None
+
+
+def _argument_problem(err: argparse.ArgumentError) -> ConfigError:
+    return ConfigError(f"{str(err).rstrip('.')}.")
+
+
+def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None, light: bool,
+           user_values) -> RunArgs:
+    """TrlParser's semantics (the file's values are the parser's defaults, the command line wins) into `RunArgs`.
+
+    A YAML value its field's type cannot read is recorded in ``problems`` (unless its field already has one) and left
+    out, and the rest parsed again; a dataclass's own refusal (``GRPOExtConfig.__post_init__``) is recorded and raised.
+    """
+    config = dict(config)
+    original = {key: parser.get_default(key) for key in config}
+    while True:
+        parser.set_defaults(**config)
+        try:
+            outputs = parser.parse_args_into_dataclasses(args=args)
+            break
+        except argparse.ArgumentError as err:  # e.g. `learning_rate: fast`: argparse types a string default
+            field_ = _argument_field(err)
+            if not problems.blocked([field_] if field_ else []):
+                problems.add(_argument_problem(err), [field_] if field_ else [])
+            if field_ not in config:  # not from the file (the command line was read before): nothing to leave out
+                problems.raise_if_any(ConfigError)
+            config.pop(field_)
+            parser.set_defaults(**{field_: original[field_]})
+        except ValueError as err:  # a dataclass's own check (GRPOExtConfig.__post_init__)
+            problems.add(err)
+            problems.raise_if_any(ConfigError)
+    return RunArgs(*outputs, given=given, config_path=None if path is None else str(path), light=light,
+                   user_values=user_values)
+
+
+def validate(run: RunArgs, world_size: int = 1, problems=None, engine=None) -> None:
+    """`validation.validate_run_args` on ``run`` (the twins with the values as given, or the resolved dataclasses),
+    judging conflicts on ``run.user_values``; with ``problems`` each problem is recorded there instead of raised.
+    """
+    from ..validation import validate_run_args
+
+    validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,
+                      user_values=run.user_values, world_size=world_size, problems=problems, engine=engine,
+                      user_checked=run.user_values is not None)

@@ -1,0 +1,176 @@
+"""Keys of other tools in a run config: translated to ours (``reward_funcs`` → ``rewards``, ``torch_dtype`` →
+``dtype``, ...) or refused with what to do instead. Read by the front door (`trl_grpo_ext.config.frontdoor`) before the
+unknown-key check; each entry was checked against the installed TRL 1.16 / transformers 5 source.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .checks import Range
+
+#: Other names of our keys, read as the key they name: ``trl grpo`` (``trl/scripts/grpo.py``) and open-r1 call the
+#: reward list ``reward_funcs`` (names or dotted import paths; the registry resolves both).
+ALIASES = {"reward_funcs": "rewards"}
+
+#: Keys renamed upstream: old -> (new, why). The value is read as the new key.
+RENAMED = {
+    "torch_dtype": ("dtype", "transformers 5 and trl.ModelConfig renamed it `dtype`"),
+    "warmup_ratio": ("warmup_steps", "transformers 5 removed it; a `warmup_steps` below 1 is a fraction of the steps"),
+}
+
+#: open-r1's Weights & Biases keys, applied as the environment variables wandb reads (unless already set).
+ENV_KEYS = {"wandb_entity": "WANDB_ENTITY", "wandb_project": "WANDB_PROJECT", "wandb_run_group": "WANDB_RUN_GROUP"}
+
+#: Keys that no longer exist (or that this package does not support): key -> what to do instead.
+REMOVED = {
+    "vllm_device": "removed from TRL's GRPOConfig; vLLM runs through `vllm_mode: colocate` (same GPU) or "
+                   "`vllm_mode: server` (a `trl vllm-serve` process). Remove the key.",
+    "reward_model_name_or_path": "`trl grpo`'s reward model is not supported by the recipe; use reward functions "
+                                 "(`rewards:`), or pass the model in GRPOExtTrainer(reward_funcs=[...]) in your own "
+                                 "script.",
+    "datasets": "`trl grpo`'s dataset mixture is not supported by the recipe; give one dataset with `dataset_name` "
+                "(and `dataset_config`), or mix them beforehand with `datasets.concatenate_datasets`.",
+    "dataset_configs": "open-r1's list form; this package reads one configuration: `dataset_config: NAME`.",
+    "wandb_log_unique_prompts": "open-r1 only; TRL's equivalent is `log_unique_prompts: true` (with "
+                                "`log_completions: true`).",
+    "hub_model_revision": "open-r1's branch push is not supported; push to a repository with `hub_repo_id` "
+                          "(see docs/hub.md) and create the branch with `huggingface-cli`.",
+    "push_to_hub_revision": "open-r1's branch push is not supported; use `push_to_hub_mode: adapter` or `merged` "
+                            "with `hub_repo_id` (see docs/hub.md).",
+    "overwrite_hub_revision": "open-r1's branch push is not supported; remove the key (see docs/hub.md).",
+    "benchmarks": "open-r1 runs lighteval benchmarks after training; this package does not. Remove the key and "
+                  "run `trl-grpo-ext eval` or lighteval on output_dir.",
+    "callbacks": "open-r1's callback names are not supported; add callbacks in your own script with "
+                 "`trainer.add_callback(...)`.",
+    **{key: "an open-r1 reward setting: give it as a parameter of the reward instead, e.g. `rewards: [{name: "
+            "cosine_scaled_reward, kwargs: {min_value_wrong: -1.0}}]` (`trl-grpo-ext rewards` lists each reward's "
+            "parameters)."
+       for key in ("cosine_min_value_wrong", "cosine_max_value_wrong", "cosine_min_value_correct",
+                   "cosine_max_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
+                   "code_language", "code_eval_test_batch_size", "parallel_code_exec_per_proc", "e2b_router_url",
+                   "morph_router_url", "code_provider", "ioi_provider")},
+}
+
+#: Keys of list type whose empty value has no effect: accepted when empty (open-r1 writes `callbacks: []`).
+_EMPTY_OK = {"benchmarks", "callbacks"}
+
+#: ``warmup_ratio``, read as ``warmup_steps``: a fraction of the training steps.
+_WARMUP_RATIO = Range(low=0, high=1, high_open=True, fix="it is a fraction of the training steps; use e.g. 0.1.")
+
+
+def cli_keys(args: list[str]) -> list[tuple[int, str]]:
+    """``(index, key)`` of each ``--key`` token of ``args`` (``--key=value`` included)."""
+    out = []
+    for i, token in enumerate(args):
+        if token.startswith("--") and len(token) > 2:
+            out.append((i, token[2:].split("=", 1)[0]))
+    return out
+
+
+def cli_value(args: list[str], key: str):
+    """The number given to ``--key`` on the command line (last occurrence), or None."""
+    value = None
+    for i, token in enumerate(args):
+        if token.startswith(f"--{key}="):
+            value = token.split("=", 1)[1]
+        elif token == f"--{key}" and i + 1 < len(args):
+            value = args[i + 1]
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None
+
+
+def _env_keys_from_cli(args: list[str], problems: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``args`` without the :data:`ENV_KEYS` options (``--wandb_project NAME`` or ``--wandb_project=NAME``), and
+    their values (the last one given wins, as for any key). An option without a value is a problem."""
+    out: list[str] = []
+    given: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        key = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else None
+        if key not in ENV_KEYS:
+            out.append(token)
+            i += 1
+            continue
+        if "=" in token:
+            value, i = token.split("=", 1)[1], i + 1
+        elif i + 1 < len(args) and not (args[i + 1].startswith("--") and len(args[i + 1]) > 2):
+            value, i = args[i + 1], i + 2
+        else:
+            value, i = "", i + 1
+        if not value:
+            problems.append(f"--{key} needs a value (e.g. --{key} my-project)")
+            continue
+        given[key] = value
+    return out, given
+
+
+def _set_env(key: str, value: Any, notes: list[str]) -> None:
+    """Apply an :data:`ENV_KEYS` key as its environment variable, unless the environment already sets it."""
+    env = ENV_KEYS[key]
+    if os.environ.get(env) not in (None, ""):
+        notes.append(f"{key}: {env} is already set to {os.environ[env]!r} in the environment, which wins; {value!r} "
+                     "is not used.")
+        return
+    os.environ[env] = str(value)
+    notes.append(f"{key}: set {env}={value} for wandb.")
+
+
+def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, list[str], list[str]]:
+    """Apply :data:`ALIASES`, :data:`RENAMED`, :data:`ENV_KEYS` to the YAML mapping ``config`` and the command line
+    ``args``, appending a note per translation to ``notes``.
+
+    Returns:
+        ``(config, args, problems)``: the translated copies, and one text per refused key (:data:`REMOVED`, a key set
+        under both names, a ``warmup_ratio`` outside [0, 1)); the caller refuses them all at once.
+    """
+    config = dict(config)
+    problems: list[str] = []
+    args, env_values = _env_keys_from_cli(list(args), problems)
+    in_cli = set()
+    given_on_cli = {key.replace("-", "_") for _, key in cli_keys(args)}
+    for i, key in cli_keys(args):
+        canon = key.replace("-", "_")
+        target = ALIASES.get(canon) or RENAMED.get(canon, (None,))[0]
+        if target:
+            args[i] = args[i].replace(f"--{key}", f"--{target}", 1)
+            in_cli.add(canon)
+    for old, new in [*ALIASES.items(), *((k, v[0]) for k, v in RENAMED.items())]:
+        if old not in config and old not in in_cli:
+            continue
+        if (old in config and new in config) or (old in in_cli and new in given_on_cli):
+            where = "in the config" if old in config and new in config else "on the command line"
+            problems.append(f"{old!r} and {new!r} are both set {where}; {old!r} is another name for {new!r}: keep one")
+            continue
+        if old in config:
+            config[new] = config.pop(old)
+        why = RENAMED[old][1] if old in RENAMED else "the same setting"
+        notes.append(f"{old} read as {new} ({why}).")
+        if old == "warmup_ratio":
+            value = config.get(new)
+            if old in in_cli:
+                value = cli_value(args, new)
+            if isinstance(value, (int, float)):
+                try:
+                    _WARMUP_RATIO.check("warmup_ratio", value)
+                except ValueError as err:
+                    problems.append(str(err).rstrip("."))
+    for key in ENV_KEYS:  # the command line overrides the file, as for any key
+        value = env_values.get(key, config.pop(key, None))
+        config.pop(key, None)
+        if value is not None:
+            _set_env(key, value, notes)
+    for key, fix in REMOVED.items():
+        if key in config:
+            if key in _EMPTY_OK and config[key] in ([], None):
+                config.pop(key)
+                continue
+            problems.append(f"{key!r}: {fix}")
+    for _, key in cli_keys(args):
+        if key.replace("-", "_") in REMOVED:
+            problems.append(f"--{key}: {REMOVED[key.replace('-', '_')]}")
+    return config, args, problems

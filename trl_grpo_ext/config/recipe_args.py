@@ -1,0 +1,68 @@
+"""The recipe's argument dataclasses: `RecipeArguments` and `RECIPE_DATACLASSES` (`RecipeArguments`,
+`GRPOExtConfig`, TRL's `ModelConfig`, `HubPushArguments`), apart from `launch` so the front door imports them alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import ModelConfig, ScriptArguments
+
+from ..evaluation.plan import FINAL_EVAL_CHOICES
+from ..hub.push import HubPushArguments
+from .ext_config import GRPOExtConfig
+
+__all__ = ["RecipeArguments", "RECIPE_DATACLASSES"]
+
+
+@dataclass
+class RecipeArguments(ScriptArguments):
+    """Data arguments of the recipes, on top of TRL's `ScriptArguments` (docs/configuration.md, docs/recipes.md).
+
+    Args:
+        dataset_format (`str`, defaults to `"prompt"`): `"gsm8k"` (question → chat prompt, the number after `####` as
+            answer) or `"prompt"` (a `prompt` column already).
+        system_prompt (`str`, *optional*): system message prepended to every prompt (open-r1's key).
+        dataset_prompt_column (`str`, defaults to `"prompt"`): the column holding the prompts (open-r1's key).
+        chat_template (`str`, *optional*): a Jinja chat template replacing the tokenizer's (open-r1's key).
+        max_prompt_length (`int`, *optional*): drop training prompts longer than this after the chat template [tokens].
+        overwrite_output_dir (`bool`, defaults to `False`): start a new run in an `output_dir` holding checkpoints.
+        embedded_num_prompts (`int`, defaults to `512`): prompts of `embedded:count-char` [prompts].
+        eval_num_prompts (`int`, *optional*): held-out prompts, the first N of `dataset_test_split` [prompts].
+        final_eval (`str`, defaults to `"none"`): `"adapter"` or `"compare_base"` after training (`evaluation`).
+        final_eval_num_samples (`int`, defaults to `0`): K samples per held-out prompt in the final evaluation.
+        embedded_target (`str`, defaults to `"a"`): the character the embedded task rewards.
+        plot (`bool`, defaults to `True`): write `reward_plot.png` after training.
+"""
+
+    dataset_format: str = field(default="prompt", metadata={"help": "gsm8k or prompt (rows already have 'prompt')."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System message prepended to every prompt."})
+    dataset_prompt_column: str = field(default="prompt", metadata={"help": "Column holding the prompts."})
+    chat_template: str | None = field(default=None, metadata={"help": "Jinja chat template replacing the tokenizer's."})
+    max_prompt_length: int | None = field(
+        default=None, metadata={"help": "Drop prompts longer than this many tokens (after the chat template)."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Start a new run in an output_dir holding another run's checkpoints."})
+    embedded_num_prompts: int = field(default=512, metadata={"help": "Prompts in the embedded task [prompts]."})
+    eval_num_prompts: int | None = field(
+        default=None,
+        metadata={"help": "Held-out prompts used by TRL's eval loop and the final evaluation [prompts]; the first N "
+                          "of dataset_test_split (default: the whole split; 64 for embedded:count-char, 500 for "
+                          "embedded:arithmetic)."},
+    )
+    final_eval: str = field(
+        default="none",
+        metadata={"help": "After training, evaluate greedily on the held-out prompts: none, adapter, or compare_base "
+                          "(the base and the adapter on the same prompts, with the paired difference). Written to "
+                          "eval_results.json and the model card.", "choices": list(FINAL_EVAL_CHOICES)},
+    )
+    final_eval_num_samples: int = field(
+        default=0,
+        metadata={"help": "K samples per held-out prompt at the training temperature in the final evaluation, for "
+                          "pass@k and the σ = 0 forecast (0: greedy only)."},
+    )
+    embedded_target: str = field(default="a", metadata={"help": "Character rewarded by the embedded task."})
+    plot: bool = field(default=True, metadata={"help": "Write reward_plot.png after training."})
+
+
+RECIPE_DATACLASSES = (RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)

@@ -1,0 +1,146 @@
+"""What the recipes need around the trainer: parsing their arguments through the front door (every problem before
+any model loads, one ``error:`` line each, exit 2) and the run record ``run_config.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+from ..hub.secrets import scrub_secrets
+from ..models.settings import check_bf16_machine, check_model_path
+from ..models.source import resolve_model_source
+from ..rewards.spec import build_reward_funcs, with_run_defaults
+from ..validation.collected import check_skip_epochs, dataset_size_of
+from ..validation.problems import Problems, problem_lines
+from .frontdoor import read_run_args
+from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
+
+RUN_CONFIG_FILE = "run_config.json"
+
+
+class RecipeArgumentError(SystemExit):
+    """Raised (exit code 2) when a recipe's arguments are wrong: ``message`` holds one line per problem (one line for
+    a single problem), ``problems`` lists them."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(2)
+        self.message = message
+        self.problems = list(problems) if problems else [message]
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _recipe_checks(run) -> None:
+    """What the recipe needs besides valid values, checked with them on the values as given: a model it can find
+    (`models.check_model_path`) and at least one reward."""
+    model_args, training_args = run.model_args, run.training_args
+    problems = Problems()
+    problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
+    if not training_args.rewards:
+        problems.add("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
+    problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
+    problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), _world_size(), fields=["zero_variance_filter"])
+    problems.raise_if_any(ValueError)
+
+
+def _world_size() -> int:
+    """The launch's ``WORLD_SIZE`` (1 when unset or not a number: the front door reports that)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def parse_recipe_args(argv: list[str] | None = None):
+    """Parse ``--config NAME_OR_PATH`` plus CLI overrides through the front door (`trl_grpo_ext.config.frontdoor`).
+
+    Every problem of the config is reported at once, one ``error:`` line each on stderr (see
+    `frontdoor.read_run_args` for the two stages that stop the collection).
+
+    Returns the front door's ``RunArgs``, which unpacks as ``(script_args, training_args, model_args, push_args)``.
+
+    Raises:
+        RecipeArgumentError: with the problems printed to stderr; nothing has been loaded.
+    """
+    try:
+        run = read_run_args(argv, checks=(_recipe_checks,))
+        script_args, training_args, model_args, push_args = run
+        problems = Problems()
+        problems.check(check_continued_model, resolve_model_source(model_args.model_name_or_path), model_args,
+                       training_args, fields=["model_name_or_path"])
+        # a push without a repository id fails here, not after training
+        problems.check(push_args.resolve, copy.copy(training_args))
+        # unknown reward parameters fail here, not when the trainer builds the rewards after loading the model
+        problems.check(build_reward_funcs, with_run_defaults(list(training_args.resolved.rewards),
+                                                             training_args.max_completion_length))
+        problems.raise_if_any(ValueError)
+    except (ValueError, OSError, yaml.YAMLError) as err:
+        raise _fail(problem_lines(err)) from err
+    return run
+
+
+def check_continued_model(source, model_args, training_args) -> None:
+    """Refuse, before any model loads, a continued adapter (`model_source.ModelSource`) the run cannot train.
+
+    Raises:
+        ValueError: ``use_peft: false`` (the adapter would be dropped), an ``output_dir`` that is the adapter's own
+            folder (the new adapter would overwrite it), or a base that cannot be found (`check_model_path`).
+    """
+    if not source.continued:
+        return
+    name = model_args.model_name_or_path
+    if not model_args.use_peft:
+        raise ValueError(f"model_name_or_path={name!r} is an adapter of an earlier run, which this run would continue, "
+                         "but use_peft is false. Set use_peft: true to train the adapter further.")
+    if Path(training_args.output_dir).resolve() == Path(source.adapter):
+        raise ValueError(f"output_dir={training_args.output_dir!r} is the adapter folder being continued "
+                         f"(model_name_or_path={name!r}); the new adapter would overwrite it. Choose another output_dir.")
+    check_model_path(source.base)
+
+
+def _fail(problems: list[str]) -> RecipeArgumentError:
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return RecipeArgumentError("\n".join(problems), problems)
+
+
+def write_run_config(output_dir: str, script_args, training_args, model_args, push_args, model_source=None) -> Path:
+    """Write ``run_config.json``: every argument of the run, secrets redacted (`hub.secrets.scrub_secrets`). Returns its path.
+
+    ``training_args`` is `GRPOExtConfig.to_dict()`: the user's fields as given, TRL's fields as written, the resolved
+    values under ``"resolved"`` (`ResolvedConfig.to_dict`) and the plan under ``"run_plan"`` once training started.
+    ``model_source`` (`model_source.ModelSource`, defaults to resolving ``model_args.model_name_or_path`` now) is
+    recorded under ``"model_source"``: the base as an absolute folder when it was local, and the adapter continued
+    from, so that the model card reads them from any directory.
+    """
+    if model_source is None:
+        try:
+            model_source = resolve_model_source(model_args.model_name_or_path)
+        except (ValueError, TypeError, AttributeError):
+            model_source = None
+    record = scrub_secrets(
+        {
+            "script_args": vars(script_args),
+            "model_args": vars(model_args),
+            "training_args": training_args.to_dict(),
+            "push_args": vars(push_args),
+            **({"model_source": model_source.to_dict()} if model_source is not None else {}),
+        },
+        token=getattr(training_args, "hub_token", None),
+    )
+    path = Path(output_dir) / RUN_CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str))
+    return path
+
+
+def set_offline_defaults() -> None:
+    """Keep the embedded default and tests off the network: telemetry off; offline when the model is local."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

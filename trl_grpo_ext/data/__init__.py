@@ -1,0 +1,29 @@
+"""Data: loading datasets (hub, local, embedded), their checks, the arithmetic set and local columns.
+
+The public names of ``load`` (``trl_grpo_ext.data`` was one module before the package was laid out by concern) load
+from here on first use, so importing a sibling module stays light.
+"""
+
+from importlib import import_module
+
+#: Names re-exported from ``load``.
+_EXPORTS = frozenset({
+    "ARITHMETIC_SYSTEM_PROMPT",
+    "EMBEDDED_DATASETS",
+    "GSM8K_SYSTEM_PROMPT",
+    "apply_prompt_settings",
+    "check_gsm8k_rows",
+    "drop_long_prompts",
+    "gsm8k_final_answer",
+    "gsm8k_to_prompt",
+    "load_eval_dataset",
+    "load_prompt_dataset",
+    "prompt_length",
+    "to_chat_prompt",
+})
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(".load", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,329 @@
+"""Bad datasets get the treatment of bad configs: refused before any model loads, in one line naming the dataset,
+its file or column, and a fix; never a traceback from `datasets`.
+
+`data.load_prompt_dataset` reads every non-embedded dataset through :func:`read_dataset` and checks the rows it
+will train on with :func:`check_prompt_rows`; the recipe checks the columns its rewards score against with
+:func:`check_reward_values`. Each raises :class:`DatasetError` (a `ValueError`, which the recipe and ``plan`` answer
+with one line and exit status 2).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot serve the run; the message names the dataset, the file or column, and a fix."""
+
+
+def _split_files(name: str, split: str) -> list[str]:
+    """The files of a local folder that `datasets` reads as ``split`` (named ``split*``, as its default patterns)."""
+    root = Path(name).expanduser()
+    if not root.is_dir():
+        return []
+    return sorted(str(p.relative_to(root)) for p in root.rglob(f"{split}*") if p.is_file())
+
+
+def describe(name: str, split: str) -> str:
+    """``dataset_name='data' ('train' split: train.jsonl)``: how the messages name a dataset split."""
+    files = _split_files(name, split)
+    shown = f": {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}" if files else ""
+    return f"dataset_name={name!r} ({split!r} split{shown})"
+
+
+def _reason(err: BaseException) -> str:
+    """The innermost message of an exception chain (pyarrow's "JSON parse error: ... in row 1" under datasets'
+    "An error occurred while generating the dataset"), on one line."""
+    while err.__cause__ is not None or (err.__context__ is not None and not err.__suppress_context__):
+        err = err.__cause__ or err.__context__
+    return " ".join(f"{type(err).__name__}: {err}".split())[:300]
+
+
+_COMPRESSION = {".gz", ".bz2", ".xz", ".zst", ".zip", ".lz4"}
+#: What to do about a split file of each format that datasets cannot read (``{file}``: its name).
+_FORMAT_FIXES = {
+    ".jsonl": "make each line of {file} one JSON object (JSON lines), e.g. {{\"prompt\": \"...\", \"answer\": \"...\"}}",
+    ".json": "make {file} JSON lines (one object a line) or one JSON list of objects",
+    ".csv": "make {file} a CSV with one header row (e.g. prompt,answer) and that many fields on every line; quote a "
+            "field that holds a comma",
+    ".tsv": "make {file} tab-separated with one header row and that many fields on every line",
+    ".parquet": "{file} is not a valid Parquet file: write it again (datasets' Dataset.to_parquet or pandas' "
+                "DataFrame.to_parquet), or give the split as JSON lines",
+    ".arrow": "{file} is not an Arrow stream datasets can read: write the split as .jsonl or .parquet instead "
+              "(Dataset.to_json / Dataset.to_parquet)",
+}
+_FORMATS = ".jsonl, .json, .csv, .parquet"
+
+
+def file_format(file: str) -> str:
+    """The data format suffix of ``file`` (``train.jsonl.gz`` -> ``.jsonl``), lower case; ``""`` without one."""
+    suffixes = [x.lower() for x in Path(file).suffixes]
+    while suffixes and suffixes[-1] in _COMPRESSION:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
+def format_fix(files: list[str]) -> str:
+    """The fix for split ``files`` that datasets could not read, for their format (:data:`_FORMAT_FIXES`)."""
+    file = files[0] if files else "the split's file"
+    fix = _FORMAT_FIXES.get(file_format(file))
+    return fix.format(file=file) if fix else f"give {file} in a format datasets reads ({_FORMATS})"
+
+
+def check_one_format(name: str, split: str, files: list[str]) -> None:
+    """Refuse a split whose files are of several formats: datasets reads those of one format and drops the rest."""
+    formats = sorted({file_format(f) for f in files})
+    if len(formats) > 1:
+        raise DatasetError(f"{describe(name, split)} mixes file formats ({', '.join(f or 'none' for f in formats)}); "
+                           "datasets would read the files of one format and silently drop the others. Fix: keep one "
+                           "format per split (convert or remove the other files).")
+
+
+def read_dataset(name: str, config: str | None, split: str, split_field: str):
+    """``datasets.load_dataset(name, name=config, split=split)``, every failure answered in one line.
+
+    Args:
+        name (`str`): ``dataset_name``: a Hub id or a local folder.
+        config (`str` or `None`): ``dataset_config``.
+        split (`str`): the split to read.
+        split_field (`str`): the field that named the split (``"dataset_train_split"``), for the message.
+
+    Raises:
+        DatasetError: ``name`` is a file (datasets reads folders), a missing path, a folder without data files, a
+            split that does not exist, or files that cannot be parsed (empty, not JSON, ...): naming the folder, the
+            split's files and what to do.
+    """
+    from datasets import load_dataset
+
+    path = Path(name).expanduser()
+    if path.is_file():
+        raise DatasetError(f"dataset_name={name!r} is a file; datasets reads a folder, one file per split. Fix: put it in "
+                           f"a folder as {split}{path.suffix} and set dataset_name to the folder.")
+    local = path.is_dir() or name.startswith((".", "/", "~"))
+    if local and not path.exists():
+        raise DatasetError(f"dataset_name={name!r} does not exist. Fix: point it at the folder holding the split files "
+                           f"({split}.jsonl, ...), or at a Hub dataset id.")
+    files = _split_files(name, split)
+    check_one_format(name, split, files)
+    if files and all((path / f).stat().st_size == 0 for f in files):
+        how = {".jsonl": ", one JSON object a line", ".json": ", one JSON object a line",
+               ".csv": ", a header row (e.g. prompt,answer) then one row per prompt"}.get(file_format(files[0]), "")
+        raise DatasetError(f"{describe(name, split)} is empty (0 bytes). Fix: add prompts to it{how}.")
+    try:
+        return load_dataset(name, name=config, split=split)
+    except Exception as err:  # datasets raises its own errors, pyarrow's, StopIteration on an empty file, ...
+        reason = _reason(err)
+        if "split" in reason.lower() and ("unknown" in reason.lower() or "should be one of" in reason.lower()):
+            other = ", or set eval_strategy: no and final_eval: none" if split_field == "dataset_test_split" else ""
+            raise DatasetError(f"{split_field}={split!r}: {reason}. Fix: name a split that exists{other}.") from None
+        if local and not files:
+            raise DatasetError(f"dataset_name={name!r} holds no file for the {split!r} split ({reason}). Fix: name "
+                               f"its file {split}.jsonl (or .csv, .parquet), or set {split_field} to the split's "
+                               "name.") from None
+        if config is not None and "BuilderConfig" in reason:
+            raise DatasetError(f"dataset_config={config!r}: {reason}. Fix: name a configuration the dataset has, or "
+                               "remove dataset_config (a local folder has only 'default').") from None
+        where = describe(name, split) if local else f"dataset_name={name!r} ({split!r} split)"
+        if local:
+            fix = format_fix(files)
+        elif not path.exists():
+            fix = (f"no local folder {name!r} exists (relative to {Path.cwd()}) either: point dataset_name at the "
+                   "folder holding the split files, or check the Hub id, dataset_config and your network or cache")
+        else:
+            fix = "check the id, dataset_config and your network or cache"
+        raise DatasetError(f"{where} cannot be read ({reason}). Fix: {fix}.") from None
+
+
+def _empty_prompt(prompt) -> bool:
+    if prompt is None:
+        return True
+    if isinstance(prompt, str):
+        return not prompt.strip()
+    if isinstance(prompt, list):
+        return not prompt or all(not str((m or {}).get("content") or "").strip() for m in prompt if isinstance(m, dict))
+    return False
+
+
+def prompt_kind_problem(prompt, chat: bool = True) -> str:
+    """Why ``prompt`` is neither text nor (with ``chat``) a list of chat messages (dicts with a ``role`` and a text
+    ``content``, or a list of content parts), or ``""`` when it is one of those."""
+    if prompt is None or isinstance(prompt, str):
+        return ""
+    if not chat or not isinstance(prompt, list):
+        return f"{type(prompt).__name__} {str(prompt)[:40]!r}"
+    for message in prompt:
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            return f"a list whose item {str(message)[:40]!r} is not a chat message {{'role': ..., 'content': ...}}"
+        content = message["content"]
+        if content is not None and not isinstance(content, (str, list)):
+            return f"a message whose content is {type(content).__name__} {str(content)[:40]!r}"
+    return ""
+
+
+def check_prompt_kinds(dataset, where: str, column: str = "prompt", chat: bool = True) -> None:
+    """Refuse a split whose ``column`` holds values other than text or (with ``chat``) chat messages.
+
+    Raises:
+        DatasetError: naming ``where``, the column, how many rows, the first rows and what the first one holds.
+    """
+    bad = [(i, kind) for i, prompt in enumerate(dataset[column]) if (kind := prompt_kind_problem(prompt, chat))]
+    if bad:
+        rows = ", ".join(str(i) for i, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        wanted = "text or a list of chat messages [{'role': 'user', 'content': '...'}]" if chat else "text"
+        raise DatasetError(f"{where}: {len(bad)} of {len(dataset)} rows have a {column!r} that is not {wanted} (rows "
+                           f"{rows}, counted from 0; row {bad[0][0]}: {bad[0][1]}). Fix: write each prompt as "
+                           f"{'text or chat messages' if chat else 'text'}, or set dataset_prompt_column to the "
+                           "column that holds them.")
+
+
+def check_not_empty(dataset, where: str) -> None:
+    """Refuse a split with no rows (`DatasetError` naming ``where``, see :func:`describe`)."""
+    if len(dataset) == 0:
+        raise DatasetError(f"{where} has no rows. Fix: add prompts to it, or point dataset_name at a dataset with rows.")
+
+
+def check_prompt_rows(dataset, where: str, column: str = "prompt", chat: bool = True) -> None:
+    """Refuse a split with no rows, with rows whose prompt (``column``: text, or chat messages when ``chat``) is of
+    another kind (:func:`check_prompt_kinds`), or missing or empty.
+
+    Raises:
+        DatasetError: ``where`` (see :func:`describe`) has no rows, or N of its rows have an empty prompt (the
+            first few row numbers are named).
+    """
+    check_not_empty(dataset, where)
+    check_prompt_kinds(dataset, where, column, chat=chat)
+    empty = [i for i, prompt in enumerate(dataset[column]) if _empty_prompt(prompt)]
+    if empty:
+        rows = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")
+        raise DatasetError(f"{where}: {len(empty)} of {len(dataset)} rows have an empty {column!r} (rows {rows}, "
+                           "counted from 0). Fix: remove those rows or give them a prompt.")
+
+
+def reward_columns(specs) -> list[str]:
+    """The dataset columns the registered rewards of ``specs`` (`RewardSpec`) read (``required_columns``)."""
+    from ..rewards.registry import get_reward, is_import_path
+
+    columns = []
+    for spec in specs:
+        if is_import_path(spec.name):
+            continue
+        try:
+            reward = get_reward(spec.name, **spec.kwargs)
+        except (TypeError, ValueError):  # refused with its own message by the config checks
+            continue
+        for alternatives in getattr(reward, "required_columns", ()) or ():
+            columns += [c for c in alternatives if c not in columns]
+    return columns
+
+
+def check_reward_values(dataset, where: str, columns) -> None:
+    """Refuse a split in which a column the rewards score against (an answer) is empty in every row.
+
+    Args:
+        dataset (`datasets.Dataset`): the split.
+        where (`str`): how to name it (:func:`describe`).
+        columns (iterable of `str`): the columns the rewards read (:func:`reward_columns`); absent ones are skipped
+            (the reward-column check names those).
+
+    Raises:
+        DatasetError: every value of such a column is None or blank: no reward could score a completion.
+    """
+    for column in columns:
+        if column not in dataset.column_names or len(dataset) == 0:
+            continue
+        if all(value is None or not str(value).strip() for value in dataset[column]):
+            raise DatasetError(f"{where}: the column {column!r} that the rewards score against is empty in all "
+                               f"{len(dataset)} rows, so no completion could be scored. Fix: fill it with the answers, "
+                               "or point the reward's column parameter at the column that holds them.")
+
+
+def math_gold_column(reward, column_names) -> str | None:
+    """The column a math-verify reward (``accuracy`` and TRL's math rewards) reads its gold answers from in a split
+    with ``column_names``, or ``None`` for another reward (or when the column is absent: refused elsewhere)."""
+    from ..rewards.math import Accuracy
+    from ..rewards.text import DEFAULT_ANSWER_COLUMNS
+
+    if isinstance(reward, Accuracy):
+        candidates = (reward.column,) if reward.column else DEFAULT_ANSWER_COLUMNS
+    elif getattr(reward, "_math_gold", False):
+        candidates = ("solution",)
+    else:
+        return None
+    return next((c for c in candidates if c in column_names), None)
+
+
+def check_math_golds(dataset, where: str, specs) -> list[str]:
+    r"""Refuse a split none of whose gold answers a math-verify reward can score; warn when some cannot be.
+
+    Each distinct gold of the column the reward reads (:func:`math_gold_column`) is read as the reward reads it
+    (`rewards.math.gold_latex`: bare LaTeX wrapped in ``$...$``, ``\boxed{}``, ``####``; a gold that is not one
+    whole answer, or a blank one, is unscorable and its completions get ``None``).
+
+    Args:
+        dataset (`datasets.Dataset`): the split. where (`str`): how to name it (:func:`describe`).
+        specs (iterable of `RewardSpec`): the run's rewards; import paths and rewards that do not build are skipped
+            (the config checks report those).
+
+    Returns:
+        `list[str]`: one warning per reward whose column holds some unscorable golds (how many, the first row, why).
+
+    Raises:
+        DatasetError: every gold of such a column is unscorable: the reward would score no completion.
+    """
+    from ..rewards.registry import get_reward, is_import_path
+
+    warnings = []
+    for spec in specs:
+        if is_import_path(spec.name):
+            continue
+        try:
+            reward = get_reward(spec.name, **spec.kwargs)
+        except (TypeError, ValueError):
+            continue
+        column = math_gold_column(reward, dataset.column_names)
+        if column is None or len(dataset) == 0:
+            continue
+        try:
+            reasons = _gold_reasons(dataset[column], getattr(reward, "answer_tag", "answer"))
+        except ImportError:  # math-verify missing: the package check names the install
+            continue
+        bad = [i for i, value in enumerate(dataset[column]) if reasons[_key(value)]]
+        if not bad:
+            continue
+        first = dataset[column][bad[0]]
+        shown = repr(str(first) if len(str(first)) <= 60 else str(first)[:57] + "...")
+        detail = f"row {bad[0]}: {shown}, {reasons[_key(first)]}"
+        if len(bad) == len(dataset):
+            raise DatasetError(
+                f"{where}: none of the {len(dataset)} gold answers in column {column!r} can be scored by reward "
+                f"{spec.name!r} ({detail}), so it would score no completion. Fix: give each answer as a number, a "
+                "LaTeX expression such as 10 - 2\\sqrt{5}, a solution ending in \\boxed{...} or GSM8K's '#### N', "
+                "or point the reward's column parameter at the column that holds them.")
+        warnings.append(f"{where}: {len(bad)} of {len(dataset)} gold answers in column {column!r} cannot be scored "
+                        f"by reward {spec.name!r} ({detail}); their completions get None (left out of that reward).")
+    return warnings
+
+
+def _key(value) -> str:
+    return "" if value is None else str(value)
+
+
+_PLAIN_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+
+
+def _gold_reasons(values, answer_tag: str) -> dict[str, str]:
+    """Each distinct gold (as text) -> why math-verify cannot score it (``""``: it can)."""
+    from ..rewards.math import _math_verify, gold_latex, quiet_off_main_thread
+
+    mv, _ = _math_verify()
+    timeout = quiet_off_main_thread(5)
+    reasons: dict[str, str] = {}
+    for value in map(_key, values):
+        if value in reasons:
+            continue
+        if _PLAIN_NUMBER.fullmatch(value.strip()):  # math-verify reads a plain number as itself (GSM8K: 7k of them)
+            reasons[value] = ""
+        else:
+            reasons[value] = "it is empty" if not value.strip() else gold_latex(mv, value, answer_tag, timeout)[1]
+    return reasons

@@ -1,0 +1,26 @@
+"""Evaluation: the eval plan, generation and scoring of completions, statistics, and :func:`evaluate_model`.
+
+The public names of ``evaluate`` (``trl_grpo_ext.evaluation`` was one module before the package was laid out by
+concern) load from here on first use, so importing a sibling module stays light.
+"""
+
+from importlib import import_module
+
+#: Names re-exported from ``evaluate``.
+_EXPORTS = frozenset({
+    "EVAL_RESULTS_FILE",
+    "EvalResult",
+    "FinalEvaluation",
+    "compare",
+    "evaluate_model",
+    "final_evaluation",
+    "format_comparison",
+    "format_result",
+    "pass_at_k_values",
+})
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(".evaluate", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,3 @@
+"""Training: the pieces the trainer wires in (sampling, engine steps, generation, checkpoints, interrupts, console
+output, adapter precision).
+"""

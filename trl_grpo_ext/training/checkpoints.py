@@ -1,0 +1,199 @@
+"""Which checkpoint a resume uses, and whether its saved plan allows it (no trainer import).
+
+Resume compatibility lives here, in one place: :data:`RESUME_SAFE_FIELDS`, :func:`check_resume_compatible` (a saved
+plan against the new one) and :func:`check_checkpoint_plan` (a checkpoint folder against the new plan), called once
+per run before any model loads (the recipe) or when training starts (`GRPOExtTrainer.train`, for library users).
+
+A checkpoint is *complete* when transformers wrote its ``trainer_state.json``, which happens last in
+`Trainer._save_checkpoint`: a folder killed mid-save lacks it and is never picked by ``resume_from_checkpoint:
+last``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+
+from ..plan import QuantityError, RunPlan
+
+PLAN_FILE = "run_plan.json"
+ZERO_VARIANCE_STATE_FILE = "zero_variance_state.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The ``checkpoint-N`` folder of ``output_dir`` with the largest N that holds ``trainer_state.json``, or None."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir()]
+    for _, path in sorted(found, reverse=True):
+        if (path / "trainer_state.json").is_file():
+            return str(path)
+    return None
+
+
+def resolve_resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:
+    """Map ``resume_from_checkpoint`` (None/False, True, ``"last"`` or a path) to a checkpoint folder or None.
+
+    Raises:
+        ValueError: ``True``/``"last"`` with no complete checkpoint in ``output_dir``, or a path that is not a
+            folder holding ``trainer_state.json``; the message says what to do instead.
+    """
+    if resume_from_checkpoint in (None, False, "", "false", "False"):
+        return None
+    if resume_from_checkpoint is True or str(resume_from_checkpoint).lower() in ("last", "true"):
+        checkpoint = last_complete_checkpoint(output_dir)
+        if checkpoint is None:
+            raise ValueError(
+                f"resume_from_checkpoint={resume_from_checkpoint!r}, but {output_dir} holds no complete checkpoint-* "
+                "folder (one with trainer_state.json). Start without it, or point it at a checkpoint folder."
+            )
+        return checkpoint
+    path = Path(resume_from_checkpoint)
+    if not (path / "trainer_state.json").is_file():
+        raise ValueError(
+            f"resume_from_checkpoint={str(path)!r} is not a complete checkpoint folder (no trainer_state.json). "
+            f"Use resume_from_checkpoint: last to take the newest complete one in {output_dir}."
+        )
+    return str(path)
+
+
+#: The fixes :func:`check_output_dir` offers, in the words of the command line (the recipe) and of Python.
+OUTPUT_DIR_FIXES = {
+    "command line": "Resume it with --resume_from_checkpoint last, choose another --output_dir, or delete the folder.",
+    "python": "Resume it with trainer.train(resume_from_checkpoint=True) (or resume_from_checkpoint=True in the "
+              "config), choose another output_dir, pass trainer.train(overwrite_output_dir=True) to start over in it, "
+              "or delete the folder.",
+}
+
+
+def check_output_dir(output_dir: str | os.PathLike, resuming: bool, fixes: str = "command line") -> None:
+    """Refuse to start a new run in an ``output_dir`` that holds checkpoints of another: they would be overwritten.
+
+    Args:
+        output_dir (`str` or `os.PathLike`): the run's output folder (may not exist yet).
+        resuming (`bool`): the run resumes (or was told to overwrite): nothing is refused but a file.
+        fixes (`str`, defaults to ``"command line"``): a key of :data:`OUTPUT_DIR_FIXES`, the wording of the fix.
+
+    Raises:
+        ValueError: ``output_dir`` is a file, or holds a complete ``checkpoint-*`` folder and ``resuming`` is False;
+            the message offers resuming, another ``output_dir``, or deleting the old run.
+    """
+    root = Path(output_dir)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"output_dir={str(root)!r} is a file, not a directory. Choose another output_dir.")
+    newest = last_complete_checkpoint(root)
+    if newest is not None and not resuming:
+        raise ValueError(
+            f"output_dir={str(root)!r} already holds a run ({Path(newest).name}); starting a new one would overwrite "
+            f"it. {OUTPUT_DIR_FIXES[fixes]}"
+        )
+
+
+#: Plan fields that may differ on resume: they change how the same steps are computed (batch split across devices
+#: and micro-batches, the completion length cap, or the label of the stop rule), not which prompts a step sees, the
+#: number of steps, nor the stop point. Every other field must be equal.
+RESUME_SAFE_FIELDS = frozenset({
+    "world_size", "micro_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+    "max_completion_length", "token_budget", "token_budget_total", "stop_semantics",
+})
+
+
+def check_resume_compatible(saved: dict, plan: RunPlan) -> None:
+    """Refuse to resume when the quantities that decide the data order, the step count or the stop point changed.
+
+    Args:
+        saved (`dict`): the plan saved with the checkpoint (:meth:`RunPlan.to_dict`).
+        plan (`RunPlan`): the plan of the resumed run.
+
+    Differences in :data:`RESUME_SAFE_FIELDS` (e.g. a new micro_batch_size or number of devices with the same
+    prompts_per_step) are allowed and explained with a ``UserWarning``: transformers skips ``global_step`` optimizer
+    steps of data, and every step still sees the same prompts. Any other difference (prompts_per_step,
+    num_generations, dataset_size, steps_per_epoch, a limit, total_steps, ...) would silently move the learning-rate
+    schedule, the data skipped on resume, or the stop point.
+
+    Raises:
+        QuantityError: listing every unsafe difference ("prompts_per_step: 4 in the checkpoint, 8 now") and the fix.
+    """
+    now = plan.to_dict()
+    unsafe, safe = [], []
+    for key, value in now.items():
+        if key not in saved:
+            unsafe.append(f"{key}: missing in the checkpoint, {value} now")
+        elif saved[key] != value:
+            (safe if key in RESUME_SAFE_FIELDS else unsafe).append(f"{key}: {saved[key]} in the checkpoint, {value} now")
+    if unsafe:
+        raise QuantityError(
+            "cannot resume: the run's quantities differ from the checkpoint's plan (" + "; ".join(unsafe) + "); "
+            "resume with the original config, or start a new output_dir (load the checkpoint as the model)")
+    if safe:
+        warnings.warn("resuming with changes that keep the data order, step count and stop point: " + "; ".join(safe),
+                      UserWarning, stacklevel=2)
+
+
+class CheckedCheckpoint(str):
+    """A checkpoint folder (its path, a `str`) whose saved plan was checked against :attr:`plan`.
+
+    Returned by :func:`check_checkpoint_plan`; `GRPOExtTrainer.train` takes it as ``resume_from_checkpoint`` and does
+    not check it again when its plan is the trainer's (the recipe checks before any model loads, so the check runs
+    once per run).
+    """
+
+    plan: RunPlan
+
+    def __new__(cls, path: str, plan: RunPlan) -> CheckedCheckpoint:
+        checked = super().__new__(cls, path)
+        checked.plan = plan
+        return checked
+
+
+def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan) -> CheckedCheckpoint | None:
+    """Refuse (`QuantityError`) a checkpoint whose saved plan differs from ``plan`` (see `check_resume_compatible`).
+
+    Returns:
+        `CheckedCheckpoint` or `None`: the checkpoint, marked as checked against ``plan`` (None when ``checkpoint``
+        is None). A checkpoint without ``run_plan.json`` (saved by another tool) is not checked.
+    """
+    if checkpoint is None:
+        return None
+    saved = Path(checkpoint) / PLAN_FILE
+    if saved.is_file():
+        check_resume_compatible(json.loads(saved.read_text()), plan)
+    check_checkpoint_unfinished(checkpoint, plan)
+    return CheckedCheckpoint(checkpoint, plan)
+
+
+def check_checkpoint_unfinished(checkpoint: str, plan: RunPlan) -> None:
+    """Refuse (`QuantityError`) resuming a checkpoint that already holds the plan's last step.
+
+    transformers 5.24 does not stop there: resumed at ``global_step == max_steps`` it trains one more step and saves
+    ``checkpoint-<max_steps + 1>`` (measured with plain TRL on the tiny model: a 2-step run resumed with
+    ``resume_from_checkpoint=True`` ends at step 3), past the plan the run was sized for. A checkpoint without
+    ``trainer_state.json`` is not judged.
+    """
+    state = Path(checkpoint) / "trainer_state.json"
+    try:
+        step = json.loads(state.read_text()).get("global_step")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(step, int) and step >= plan.total_steps:
+        raise QuantityError(
+            f"resume_from_checkpoint: {checkpoint} already holds step {step} of the plan's {plan.total_steps}: the run "
+            "is complete, and resuming it would train a step past its plan (transformers runs one more). Fix: use "
+            "the adapter it saved; to train further, start a new output_dir with model_name_or_path set to that "
+            "checkpoint (its adapter is continued), or set overwrite_output_dir: true to start over.")
+
+
+def write_json(directory: str | os.PathLike, name: str, values: dict) -> None:
+    """Write ``values`` as ``directory/name`` (JSON, indented)."""
+    Path(directory, name).write_text(json.dumps(values, indent=2))
+
+
+def write_plan(plan: RunPlan, directory: str) -> None:
+    """Save ``plan`` as ``directory/run_plan.json`` (`RunPlan.to_json`; `RunPlan.read` rebuilds it)."""
+    with open(os.path.join(directory, PLAN_FILE), "w") as f:
+        f.write(plan.to_json())

@@ -1,0 +1,182 @@
+"""What a training run shows on the console: a progress bar sized by the plan, and one short line per logging step.
+
+transformers prints every log as a Python dict (28 keys for a GRPO step); that belongs in the trackers and in a file,
+not on the screen. `StepLineCallback` replaces transformers' `ProgressCallback` / `PrinterCallback`: it keeps the
+bar (``state.max_steps``, which `GRPOExtTrainer.set_initial_training_values` sets to the plan's total) and writes,
+per log,
+
+    step 12/120  reward 0.452 ± 0.131  zero-std 0.25  kl 0.0012  lr 2.0e-03  0.42 s/step
+
+(mean reward, its standard deviation, the share of the generated groups whose rewards all tie —
+`zero_variance.report.uniform_share`, the filter's own count when it is on — the KL to the reference — shown only
+when TRL logs it, i.e. ``beta`` ≠ 0 — the learning rate and seconds per optimizer step since the previous log). A
+step that made no optimizer update says so: ``no update: 3 of 3 groups uniform``.
+`MetricsFileCallback` appends every full log to ``output_dir/metrics.jsonl`` (one JSON object per line, with
+``step``), for any run, tracker or not. `ZeroLossNoteCallback` explains once why a logged loss of 0 is expected
+(``beta`` 0, one policy update per generation batch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+from transformers.trainer_callback import ProgressCallback, TrainerCallback
+
+from ..zero_variance.report import no_update_steps, uniform_share
+
+METRICS_FILE = "metrics.jsonl"
+_SUMMARY_KEYS = ("train_runtime", "train_loss")
+
+
+def _number(value, spec: str) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return format(value, spec)
+    return "-"
+
+
+def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | None,
+              groups_per_step: int | None = None, steps_in_interval: int = 1) -> str:
+    """The one-line summary of a training log (see the module docstring).
+
+    Args:
+        logs (`dict`): one training log. step (`int`), max_steps (`int`): optimizer steps done, planned.
+        seconds_per_step (`float`, *optional*): since the previous log.
+        groups_per_step (`int`, *optional*): prompts per step (named in a no-update notice).
+        steps_in_interval (`int`, defaults to `1`): optimizer steps this log covers (``logging_steps``).
+
+    >>> step_line({"reward": 0.5, "reward_std": 0.25, "frac_reward_zero_std": 0.0, "learning_rate": 1e-3}, 3, 10, 0.5)
+    'step 3/10  reward 0.500 ± 0.250  zero-std 0.00  lr 1.0e-03  0.50 s/step'
+    >>> step_line({"reward": 0.2, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
+    ...            "zero_variance/frac_uniform_before": 1.0, "zero_variance/no_update": 1.0}, 9, 24, None, 3)
+    'step 9/24  reward 0.200 ± 0.000  zero-std 1.00  lr -  no update: 3 of 3 groups uniform'
+    """
+    parts = [f"step {step}/{max_steps}",
+             f"reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}",
+             f"zero-std {_number(uniform_share(logs), '.2f')}"]
+    if "kl" in logs:
+        parts.append(f"kl {_number(logs['kl'], '.4f')}")
+    parts.append(f"lr {_number(logs.get('learning_rate'), '.1e')}")
+    if seconds_per_step is not None:
+        parts.append(f"{seconds_per_step:.2f} s/step")
+    skipped = no_update_steps(logs, steps_in_interval)
+    if skipped and steps_in_interval == 1:
+        groups = f"{groups_per_step} of {groups_per_step}" if groups_per_step else "all"
+        parts.append(f"no update: {groups} groups uniform")
+    elif skipped:
+        parts.append(f"no update on {skipped} of {steps_in_interval} steps (all groups uniform)")
+    return "  ".join(parts)
+
+
+def other_line(logs: dict, step: int) -> str:
+    """A log that is not a training step: an evaluation in the step line's terms (``eval_reward`` ± its std, the
+    fraction of zero-std groups, seconds taken), anything else as its numbers with 4 significant digits.
+
+    >>> other_line({"eval_reward": 0.5, "eval_reward_std": 0.1, "eval_frac_reward_zero_std": 0.25,
+    ...             "eval_runtime": 3.2, "eval_loss": 0.01}, 40)
+    'eval at step 40  reward 0.500 ± 0.100  zero-std 0.25  3.2 s'
+    """
+    if "eval_reward" in logs:
+        return (f"eval at step {step}  reward {_number(logs.get('eval_reward'), '.3f')} ± "
+                f"{_number(logs.get('eval_reward_std'), '.3f')}  zero-std "
+                f"{_number(logs.get('eval_frac_reward_zero_std'), '.2f')}  {_number(logs.get('eval_runtime'), '.1f')} s")
+    shown = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                      for k, v in logs.items() if isinstance(v, (int, float)) and not k.endswith("_flos"))
+    return f"step {step}  {shown}"
+
+
+class StepLineCallback(ProgressCallback):
+    """transformers' progress bar (``bar=True``) or none, with one line per log instead of the dict.
+
+    Args:
+        bar (`bool`, defaults to `True`): show the bar (``False`` when ``disable_tqdm`` is set: lines only).
+        groups_per_step (`int`, *optional*): the plan's prompts per step, named in a no-update notice.
+    """
+
+    def __init__(self, bar: bool = True, groups_per_step: int | None = None):
+        super().__init__()
+        self.bar, self.groups_per_step = bar, groups_per_step
+        self._last = None  # (time, step) of the previous training log
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last = (time.perf_counter(), state.global_step)
+        if self.bar:
+            super().on_train_begin(args, state, control, **kwargs)
+        else:
+            self.current_step = state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar:
+            super().on_step_end(args, state, control, **kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar and self.training_bar is not None:
+            super().on_train_end(args, state, control, **kwargs)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or any(k in logs for k in _SUMMARY_KEYS):
+            return  # the recipe prints the run's summary itself
+        if "reward" in logs or "learning_rate" in logs:
+            now = time.perf_counter()
+            seconds, interval = None, 1
+            if self._last is not None and state.global_step > self._last[1]:
+                interval = state.global_step - self._last[1]
+                seconds = (now - self._last[0]) / interval
+            self._last = (now, state.global_step)
+            line = step_line(logs, state.global_step, state.max_steps, seconds, self.groups_per_step, interval)
+        else:
+            line = other_line(logs, state.global_step)
+        if self.bar and self.training_bar is not None:
+            self.training_bar.write(line)
+        else:
+            print(line, flush=True)
+
+
+class ZeroLossNoteCallback(TrainerCallback):
+    """Explains, once per run, a logged training loss of 0 when the settings make 0 the expected value (``beta`` 0,
+    every update on-policy: `loss_settings.zero_loss_note`), the most asked GRPO question (trl#2703, trl#3452)."""
+
+    def __init__(self):
+        self.shown = False
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        from ..config.loss_settings import zero_loss_note
+
+        if self.shown or not state.is_world_process_zero or not logs or "loss" not in logs:
+            return
+        entropy = getattr(args, "entropy_coef", 0.0) or float(bool(getattr(args, "use_adaptive_entropy", False)))
+        note = zero_loss_note(logs["loss"], beta=args.beta, loss_type=args.loss_type,
+                              gradient_accumulation_steps=args.gradient_accumulation_steps,
+                              steps_per_generation=args.steps_per_generation or args.gradient_accumulation_steps,
+                              num_iterations=args.num_iterations, entropy_coef=entropy)
+        if note:
+            from tqdm.auto import tqdm
+
+            self.shown = True
+            tqdm.write(note)  # above the progress bar, like the step lines
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Appends every log (all metrics) to ``output_dir/metrics.jsonl`` on the main process."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            os.makedirs(args.output_dir, exist_ok=True)
+            with open(os.path.join(args.output_dir, METRICS_FILE), "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": state.global_step, **logs}, default=str) + "\n")
+
+
+def install(trainer) -> None:
+    """Replace ``trainer``'s log printer (bar or dicts) by `StepLineCallback`; add `ZeroLossNoteCallback` and
+    `MetricsFileCallback`."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.pop_callback(ProgressCallback)
+    trainer.pop_callback(PrinterCallback)
+    plan = getattr(trainer, "plan", None)
+    groups = plan.prompts_per_step if plan is not None and isinstance(plan.prompts_per_step, int) else None
+    trainer.add_callback(StepLineCallback(bar=not trainer.args.disable_tqdm, groups_per_step=groups))
+    trainer.add_callback(ZeroLossNoteCallback())
+    trainer.add_callback(MetricsFileCallback())
