@@ -155,7 +155,7 @@ LAYERS = {
         "validation.problems", "validation.engines", "validation.collected", "validation.packages",
         "config.recipe_parse"],
     6: ["trainer", "training.interrupt", "training.console"],
-    7: ["cli.main", "cli.plan", "cli.train", "cli.eval", "rewards.cli", "hub.cli", "quantifiers"],
+    7: ["cli.main", "cli.__main__", "cli.plan", "cli.train", "cli.eval", "rewards.cli", "hub.cli", "quantifiers"],
 }
 
 
