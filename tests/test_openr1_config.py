@@ -28,8 +28,11 @@ CPU_OVERRIDES = ["--bf16", "false", "--use_cpu", "true", "--torch_dtype", "float
 
 
 #: The packages the config needs that this machine lacks (flash-attn, vLLM, wandb: plan refuses them,
-#: tests/test_run_packages.py), set aside; the quantities are the config's own.
-PACKAGE_OVERRIDES = ["--attn_implementation", "sdpa", "--use_vllm", "false", "--report_to", "none"]
+#: tests/test_run_packages.py), set aside, and its push: open-r1 pushes the fully fine-tuned model, the recipe pushes
+#: adapters only, so `push_to_hub: true` without `use_peft` is refused (test_its_full_model_push_is_refused); the
+#: quantities are the config's own.
+PACKAGE_OVERRIDES = ["--attn_implementation", "sdpa", "--use_vllm", "false", "--report_to", "none",
+                     "--push_to_hub", "false"]
 
 
 @pytest.fixture
@@ -63,6 +66,17 @@ def test_it_parses_with_every_key_taking_effect(swapped, capsys):
     err = capsys.readouterr().err
     for note in ("reward_funcs read as rewards", "torch_dtype read as dtype", "warmup_ratio read as warmup_steps"):
         assert f"note: {note}" in err
+
+
+def test_its_full_model_push_is_refused(swapped):
+    """open-r1 trains the whole model and pushes it; the recipe pushes adapters (or merges): refused before any model
+    loads, naming both fields, instead of a traceback after training."""
+    overrides = PACKAGE_OVERRIDES[:-2]  # all but --push_to_hub false
+    result = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli.main", "plan", "--config", str(swapped),
+                             "--dataset-size", str(len(ROWS)), *overrides],
+                            capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 2
+    assert "push_to_hub_mode='adapter'" in result.stderr and "use_peft=False" in result.stderr
 
 
 def test_it_plans(swapped):

@@ -235,6 +235,21 @@ def compare_base_adapter(v: RunView) -> None:
                                "use_peft: false set final_eval: adapter (the trained model alone) or none.")
 
 
+def push_needs_adapter(v: RunView) -> None:
+    """The recipe pushes a LoRA adapter (``push_to_hub_mode: adapter``, or TRL's ``push_to_hub: true``) or the base
+    merged with it (``merged``): a full fine-tune (``use_peft: false``) has neither, so the push would fail after
+    training."""
+    mode = v.get("push_to_hub_mode") or "none"
+    if mode == "none" and v.get("push_to_hub") is True:
+        mode = "adapter"
+    if mode != "none" and not v.get("use_peft"):
+        raise RunArgumentError(
+            f"push_to_hub_mode={mode!r} pushes a LoRA adapter (merged: the base merged with it), but use_peft=False "
+            "trains the whole model, which the recipe does not push: the push would fail after training. Fix: set "
+            "use_peft: true, or push_to_hub_mode: none (and push_to_hub: false) and upload output_dir yourself "
+            "(huggingface_hub's upload_folder).")
+
+
 def normalize_then_sum(v: RunView) -> None:
     """`normalize_then_sum` is TRL's fixed formula: advantage settings set next to it would be ignored."""
     if v.get("multi_objective_aggregation") != "normalize_then_sum":
@@ -327,6 +342,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ordered", ordered, (), blocked_by=()),
     Rule("evaluation_split", evaluation_split, ("eval_strategy", "do_eval", "final_eval", "dataset_test_split")),
     Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
+    Rule("push_needs_adapter", push_needs_adapter, ("push_to_hub_mode", "push_to_hub", "use_peft")),
     Rule("reward_specs", _reward_specs, _REWARDS),
     Rule("normalize_then_sum", normalize_then_sum, ("multi_objective_aggregation", *NORMALIZE_THEN_SUM_IGNORES),
          scope="run"),
