@@ -24,6 +24,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from .trainer import GRPOExtTrainer  # noqa: F401
 
 
+def _lazy_exports(package: str, module: str, names: frozenset):
+    """A module ``__getattr__`` for ``package`` that loads ``names`` from its submodule ``module`` (e.g.
+    ``".ext_config"``) on first use, so importing a sibling submodule stays light."""
+
+    def getattr_(name: str):
+        if name in names:
+            return getattr(import_module(module, package), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return getattr_
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)

@@ -5,7 +5,7 @@ The public names of ``ext_config`` (``trl_grpo_ext.config`` was one module befor
 load from here on first use, so importing a sibling module stays light.
 """
 
-from importlib import import_module
+from .. import _lazy_exports
 
 #: Names re-exported from ``ext_config``.
 _EXPORTS = frozenset({
@@ -16,8 +16,4 @@ _EXPORTS = frozenset({
     "ZERO_VARIANCE_MODES",
 })
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(import_module(".ext_config", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazy_exports(__name__, ".ext_config", _EXPORTS)

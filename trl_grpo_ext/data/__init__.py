@@ -4,7 +4,7 @@ The public names of ``load`` (``trl_grpo_ext.data`` was one module before the pa
 from here on first use, so importing a sibling module stays light.
 """
 
-from importlib import import_module
+from .. import _lazy_exports
 
 #: Names re-exported from ``load``.
 _EXPORTS = frozenset({
@@ -22,8 +22,4 @@ _EXPORTS = frozenset({
     "to_chat_prompt",
 })
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(import_module(".load", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazy_exports(__name__, ".load", _EXPORTS)

@@ -4,7 +4,7 @@ The public names of ``evaluate`` (``trl_grpo_ext.evaluation`` was one module bef
 concern) load from here on first use, so importing a sibling module stays light.
 """
 
-from importlib import import_module
+from .. import _lazy_exports
 
 #: Names re-exported from ``evaluate``.
 _EXPORTS = frozenset({
@@ -19,8 +19,4 @@ _EXPORTS = frozenset({
     "pass_at_k_values",
 })
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(import_module(".evaluate", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazy_exports(__name__, ".evaluate", _EXPORTS)

@@ -57,6 +57,13 @@ MERGE_METHODS = ("dequantized", "original")
 MERGE_DTYPES = ("bfloat16", "float16", "float32")
 #: What the recipe pushes after training (``HubPushArguments.push_to_hub_mode``): nothing, the adapter, or the merge.
 PUSH_MODES = ("none", "adapter", "merged")
+
+
+def push_mode(push_to_hub_mode: str | None, push_to_hub: bool = False) -> str:
+    """What the recipe pushes: ``push_to_hub_mode``, except that TRL's ``push_to_hub: true`` next to ``none`` (or
+    unset) pushes the adapter."""
+    mode = push_to_hub_mode or "none"
+    return "adapter" if mode == "none" and push_to_hub else mode
 #: The modes a push uploads (and a model card is written for): :data:`PUSH_MODES` without ``"none"``.
 UPLOAD_MODES = PUSH_MODES[1:]
 #: Written next to the merged weights: how they were made, and which files they are.

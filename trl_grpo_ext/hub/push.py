@@ -37,6 +37,7 @@ from .merge import (
     check_adapter_dir,
     export_merged,
     merged_export_is_current,
+    push_mode,
     read_json,
 )
 from .secrets import redact_text, scrub_secrets
@@ -136,10 +137,8 @@ class HubPushArguments:
         Raises:
             ValueError: when a push is asked for but no repository is named.
         """
-        mode = self.push_to_hub_mode
         trl_push = bool(getattr(training_args, "push_to_hub", False))
-        if mode == "none" and trl_push:
-            mode = "adapter"
+        mode = push_mode(self.push_to_hub_mode, trl_push)
         if trl_push:
             training_args.push_to_hub = False
         repo_id = self.hub_repo_id or getattr(training_args, "hub_model_id", None)

@@ -5,7 +5,7 @@ The public names of ``settings`` (``trl_grpo_ext.models`` was one module before 
 load from here on first use, so importing a sibling module stays light.
 """
 
-from importlib import import_module
+from .. import _lazy_exports
 
 #: Names re-exported from ``settings``.
 _EXPORTS = frozenset({
@@ -30,8 +30,4 @@ _EXPORTS = frozenset({
     "torch_dtype",
 })
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(import_module(".settings", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazy_exports(__name__, ".settings", _EXPORTS)

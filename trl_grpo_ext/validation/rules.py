@@ -239,9 +239,9 @@ def push_needs_adapter(v: RunView) -> None:
     """The recipe pushes a LoRA adapter (``push_to_hub_mode: adapter``, or TRL's ``push_to_hub: true``) or the base
     merged with it (``merged``): a full fine-tune (``use_peft: false``) has neither, so the push would fail after
     training."""
-    mode = v.get("push_to_hub_mode") or "none"
-    if mode == "none" and v.get("push_to_hub") is True:
-        mode = "adapter"
+    from ..hub.merge import push_mode
+
+    mode = push_mode(v.get("push_to_hub_mode"), v.get("push_to_hub") is True)
     if mode != "none" and not v.get("use_peft"):
         raise RunArgumentError(
             f"push_to_hub_mode={mode!r} pushes a LoRA adapter (merged: the base merged with it), but use_peft=False "
