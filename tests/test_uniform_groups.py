@@ -84,15 +84,23 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
                 "zero_variance/no_update": 1.0},
                {"step": 3, "reward": 0.3, "frac_reward_zero_std": 0.25, "zero_variance/frac_uniform_before": 0.5,
                 "zero_variance/no_update": 0.0}]
-    assert run_summary(history) == {"uniform_share": 0.5, "no_update_steps": 1, "steps": 3, "logged_steps": 3}
+    assert run_summary(history) == {"uniform_share": 0.5, "no_update_steps": 1, "all_uniform_steps": 1,
+                                    "filter_on": True, "steps": 3, "logged_steps": 3}
     # logging_steps 2: each log is the mean of its 2 steps; 12 groups over 4 steps, 2 of them without an update
     every_two = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5},
                  {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5}]
-    assert run_summary(every_two) == {"uniform_share": 0.75, "no_update_steps": 2, "steps": 4, "logged_steps": 2}
+    assert run_summary(every_two) == {"uniform_share": 0.75, "no_update_steps": 2, "all_uniform_steps": 2,
+                                      "filter_on": True, "steps": 4, "logged_steps": 2}
     from trl_grpo_ext.zero_variance.report import summary_line
 
     assert summary_line(every_two, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: "
                                           "75% of the completions); 2 of 4 steps made no update")
+    # filter off: TRL's figure only; an all-uniform step has a zero gradient but still steps the optimizer
+    off = [{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 1.0},
+           {"step": 3, "frac_reward_zero_std": 1.0}]  # 2 + 4 + 4 of 12 groups (4 a step) uniform
+    assert summary_line(off, 4) == ("Uniform groups (σ = 0): 83% of the 12 groups generated (their generation: 83% of "
+                                    "the completions); 2 of 3 steps had every group uniform (zero gradient; with "
+                                    "zero_variance_filter off the optimizer still stepped)")
 
 
 # --- dropped rows: the gradient of masking, without the forward/backward of the masked rows -----------------------------

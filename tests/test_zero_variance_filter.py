@@ -79,7 +79,7 @@ def test_loss_rescale_skip_and_guarded_step():
     zv.end_window()  # nothing kept in the window: the next optimizer step is skipped
     calls = []
     step = zv.guard_step(lambda: calls.append("step") or "stepped")
-    assert step() is None and calls == [] and zv.own_metrics["zero_variance/skipped_updates"] == [1.0]
+    assert step() is None and calls == [] and zv.own_metrics["zero_variance/no_update"] == [1.0]
     assert step() == "stepped" and calls == ["step"]
     zv.scale_loss(torch.tensor(0.5), {"zero_variance_keep": torch.tensor([1.0, 0.0]),
                                       "zero_variance_loss_scale": torch.tensor(2.0)})

@@ -41,7 +41,7 @@ def test_two_processes_resample_with_identical_decisions(tmp_path):
     # step 2: constant reward, nothing to find: both rounds spent, every group short, the update skipped on all ranks
     assert history[1]["zero_variance/resample_rounds"] == 2
     assert history[1]["zero_variance/shortfall_groups"] == 4
-    assert history[1]["zero_variance/skipped_updates"] == 1
+    assert history[1]["zero_variance/no_update"] == 1.0
     assert first[1]["kept"] == [0] * 16
 
 

@@ -68,7 +68,7 @@ def test_training_step_filters_the_zero_variance_groups_of_the_judged_reward(tmp
     assert log["zero_variance/frac_uniform_before"] == fraction
     assert log["zero_variance/completions_masked"] == fraction * 8
     if judged == "accuracy":  # both groups filtered: no update
-        assert log["zero_variance/skipped_updates"] == 1
+        assert log["zero_variance/no_update"] == 1.0
     else:  # kept: the format reward drives the advantages, ≈ [0.5, -1.5, 0.5, 0.5] per group
         assert log["advantages/abs_mean"] == pytest.approx((3 * 0.025 + 0.075) / 4 / (0.05 + 1e-4), rel=1e-4)
 

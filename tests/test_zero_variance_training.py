@@ -6,7 +6,6 @@ have zero variance is therefore known from the prompt text alone, independently 
 """
 
 import copy
-import time
 
 import pytest
 import torch
@@ -193,11 +192,11 @@ def test_all_zero_variance_step_leaves_weights_and_optimizer_state_untouched(tmp
         assert weights_unchanged and state_unchanged
         assert logs[1]["zero_variance/frac_uniform_before"] == 1.0
         assert logs[1]["zero_variance/completions_masked"] == 16
-        assert logs[1]["zero_variance/skipped_updates"] == 1
-        assert "zero_variance/skipped_updates" not in logs[0]
+        assert logs[1]["zero_variance/no_update"] == 1.0
+        assert logs[0]["zero_variance/no_update"] == 0.0
     else:  # TRL's behaviour: zero advantages, yet Adam's momentum still moves the weights and its state changes
         assert not weights_unchanged and not state_unchanged
-        assert "zero_variance/skipped_updates" not in logs[1]
+        assert "zero_variance/no_update" not in logs[1]
 
 
 # --- resample -------------------------------------------------------------------------------------------------------
@@ -232,15 +231,14 @@ def test_resample_without_informative_groups_finishes_with_the_shortfall_logged(
         total_training_steps=2,
         max_resample_rounds=2,
     )
-    start = time.perf_counter()
-    trainer.train()
-    assert time.perf_counter() - start < 60  # bounded: 2 steps × (1 + 2) generation rounds of 16 completions
+    trainer.train()  # bounded: 2 steps × (1 + 2) generation rounds (resample_rounds below)
 
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert trainer.state.global_step == 2 and len(logs) == 2
-    for step, entry in enumerate(logs, start=1):
+    for entry in logs:
         assert entry["zero_variance/resample_rounds"] == 2
         assert entry["zero_variance/prompts_drawn"] == 8  # 2 rounds × 4 prompts
         assert entry["zero_variance/shortfall_groups"] == 4  # every group of the step
         assert entry["zero_variance/frac_uniform_after"] == 1.0
-        assert entry["zero_variance/skipped_updates"] == step
+        assert entry["zero_variance/no_update"] == 1.0
+    assert trainer.zero_variance.skipped_updates == 2

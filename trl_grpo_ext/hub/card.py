@@ -160,7 +160,11 @@ def _final_metrics(results: dict, state: dict) -> list[tuple]:
     if summary:  # the same figure the console and the plot show (zero_variance.report)
         rows.append((f"uniform (σ = 0) share of generated groups ({summary['steps']} steps, {summary['logged_steps']} "
                      "logs)", round(summary["uniform_share"], 4)))
-        rows.append(("optimizer steps that made no update (every group uniform)", summary["no_update_steps"]))
+        if summary["filter_on"]:
+            rows.append(("optimizer steps that made no update (every group uniform)", summary["no_update_steps"]))
+        else:  # TRL's behaviour: zero advantages, yet the optimizer steps (its moments move the weights)
+            rows.append(("optimizer steps whose every group was uniform (zero gradient; the filter was off, so the "
+                         "optimizer still stepped)", summary["all_uniform_steps"]))
     return rows
 
 

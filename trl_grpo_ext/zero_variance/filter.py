@@ -324,13 +324,13 @@ class ZeroVarianceFilter:
 
     def guard_step(self, step: Callable) -> Callable:
         """``step`` (an optimizer's ``step``), skipped when `end_window` found nothing kept: no update, no state
-        change; each skip is counted in ``zero_variance/skipped_updates``."""
+        change; each skip is logged as ``zero_variance/no_update`` 1.0 and counted in ``skipped_updates`` (not logged:
+        TRL averages a logged value over the logging interval, which would turn a running count into a mean)."""
         def guarded_step(*args, **kwargs):
             skip, self.skip_next_step = self.skip_next_step, False
             self._record("no_update", float(skip))
             if skip:  # every group of this step had zero variance
                 self.skipped_updates += 1
-                self._record("skipped_updates", float(self.skipped_updates))
                 return None
             return step(*args, **kwargs)
 

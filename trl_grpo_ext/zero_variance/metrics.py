@@ -17,7 +17,6 @@ METRICS = {
     "fraction_before": "zero_variance/frac_uniform_before",  # zero-variance rows / rows, first generation round
     "fraction_after": "zero_variance/frac_uniform_after",  # after resampling: the rows masked out of the loss
     "completions_masked": "zero_variance/completions_masked",  # rows masked out of the loss, all processes
-    "skipped_updates": "zero_variance/skipped_updates",  # optimizer steps skipped so far (nothing kept)
     "resample_rounds": "zero_variance/resample_rounds",  # extra generation rounds this step
     "prompts_drawn": "zero_variance/prompts_drawn",  # extra prompts drawn this step, all processes
     "shortfall_groups": "zero_variance/shortfall_groups",  # zero-variance groups left after the last round

@@ -59,26 +59,31 @@ def run_summary(log_history: list[dict]) -> dict[str, float | int]:
 
     Returns:
         ``{"uniform_share": the share of generated groups that were uniform over the logged steps, "no_update_steps":
-        steps that made no update, "steps": optimizer steps the logs cover, "logged_steps": training logs counted}``;
-        ``{}`` when no training log holds a share.
+        steps that made no update, "all_uniform_steps": steps whose every group was uniform (a lower bound when a log
+        covers several steps: only a log whose share is 1 counts its steps), "filter_on": whether the filter logged
+        (without it an all-uniform step still steps the optimizer), "steps": optimizer steps the logs cover,
+        "logged_steps": training logs counted}``; ``{}`` when no training log holds a share.
 
     >>> run_summary([{"step": 1, "frac_reward_zero_std": 0.0}, {"step": 3, "frac_reward_zero_std": 0.75,
     ...               "zero_variance/no_update": 0.5}])
-    {'uniform_share': 0.5, 'no_update_steps': 1, 'steps': 3, 'logged_steps': 2}
+    {'uniform_share': 0.5, 'no_update_steps': 1, 'all_uniform_steps': 0, 'filter_on': True, 'steps': 3, 'logged_steps': 2}
     """
-    previous, skipped, covered, weighted, logs = 0, 0, 0, 0.0, 0
+    previous, skipped, everything, covered, weighted, logs, filter_on = 0, 0, 0, 0, 0.0, 0, False
     for row in log_history:
         share = uniform_share(row) if "step" in row else None
         if share is None:
             continue
         interval = max(1, row["step"] - previous)
         skipped += no_update_steps(row, interval)
+        everything += interval if share == 1.0 else 0
+        filter_on = filter_on or NO_UPDATE_KEY in row or FILTER_SHARE_KEY in row
         weighted += share * interval
         covered += interval
         previous, logs = row["step"], logs + 1
     if not logs:
         return {}
-    return {"uniform_share": weighted / covered, "no_update_steps": skipped, "steps": covered, "logged_steps": logs}
+    return {"uniform_share": weighted / covered, "no_update_steps": skipped, "all_uniform_steps": everything,
+            "filter_on": filter_on, "steps": covered, "logged_steps": logs}
 
 
 def summary_line(log_history: list[dict], groups_per_step: int | None = None) -> str | None:
@@ -91,11 +96,17 @@ def summary_line(log_history: list[dict], groups_per_step: int | None = None) ->
     >>> summary_line([{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 1.0,
     ...               "zero_variance/frac_uniform_before": 1.0, "zero_variance/no_update": 1.0}], 3)
     'Uniform groups (σ = 0): 75% of the 6 groups generated (their generation: 75% of the completions); 1 of 2 steps made no update'
+    >>> summary_line([{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 1.0}], 3)
+    'Uniform groups (σ = 0): 75% of the 6 groups generated (their generation: 75% of the completions); 1 of 2 steps had every group uniform (zero gradient; with zero_variance_filter off the optimizer still stepped)'
     """
     summary = run_summary(log_history)
     if not summary:
         return None
     steps, share = summary["steps"], summary["uniform_share"]
     groups = f"the {steps * groups_per_step} groups" if groups_per_step else "the groups"
-    return (f"Uniform groups (σ = 0): {share:.0%} of {groups} generated (their generation: {share:.0%} of the "
-            f"completions); {summary['no_update_steps']} of {steps} steps made no update")
+    head = (f"Uniform groups (σ = 0): {share:.0%} of {groups} generated (their generation: {share:.0%} of the "
+            f"completions); ")
+    if summary["filter_on"]:
+        return head + f"{summary['no_update_steps']} of {steps} steps made no update"
+    return head + (f"{summary['all_uniform_steps']} of {steps} steps had every group uniform (zero gradient; with "
+                   f"zero_variance_filter off the optimizer still stepped)")
