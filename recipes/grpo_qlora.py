@@ -183,7 +183,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
             print(f"Reward plot: {plot}")
         build_model_card(training_args.output_dir, mode=push.mode if push.enabled else "adapter",
                          repo_id=push.repo_id).save(f"{training_args.output_dir}/README.md")
-        print(f"Adapter and tokenizer: {training_args.output_dir}")
+        saved = "Adapter" if model_args.use_peft or source.continued else "Model"  # a full fine-tune saves the model
+        print(f"{saved} and tokenizer: {training_args.output_dir}")
 
         ################
         # Push (optional)

@@ -209,6 +209,23 @@ def test_pushed_card_snippet_differs_only_by_the_repo_id(run):
     assert pushed == local.replace(str(run[0].resolve()), REPO)
 
 
+def test_a_full_fine_tune_is_not_called_an_adapter(run, tmp_path):
+    copy = tmp_path / "run"  # use_peft false: the folder holds the model (config.json), no adapter_config.json
+    shutil.copytree(run[0], copy)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (copy / name).unlink()
+    (copy / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    config = json.loads((copy / "run_config.json").read_text())
+    config["model_args"].update(use_peft=False, load_in_4bit=False)
+    (copy / "run_config.json").write_text(json.dumps(config))
+    card = build_model_card(copy, repo_id=REPO)
+    assert card.data.library_name == "transformers" and card.data.tags == ["trl", "grpo", "trl-grpo-ext"]
+    assert "fully fine-tuned (every weight, no adapter)" in card.text and "LoRA adapter" not in card.text
+    assert "a full fine-tune, no adapter." in card.text
+    assert 'AutoModelForCausalLM.from_pretrained(model_id, dtype="auto")' in card.text and "Peft" not in card.text
+    assert "hu2022lora" not in card.text and "dettmers2023qlora" not in card.text
+
+
 def test_card_has_license_and_citations(run, card, tmp_path):
     assert card.data.license == "apache-2.0" and "## License" in card.text
     for key in ("shao2024deepseekmath", "dettmers2023qlora", "vonwerra2020trl", "yu2025dapo"):  # the run masked

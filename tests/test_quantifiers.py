@@ -164,6 +164,10 @@ def test_raw_trl_defaults_alone():
     plan = plan_of({}, 64)
     assert (plan.prompts_per_step, plan.steps_per_epoch, plan.total_steps) == (1, 64, 192)
     assert plan.stop_semantics == "trl"
+    # TRL's default max_steps -1 is no step limit: the table does not credit a "max_steps > 0" rule that did not apply
+    assert "stopped by the epoch limit (TRL's rule: max_steps ≤ 0, so num_train_epochs decides)" in plan.format_table()
+    raw = plan_of({"max_steps": 50, "num_train_epochs": 0.2}, 100)
+    assert "stopped by the step limit (TRL's rule: max_steps > 0 wins)" in raw.format_table()
 
 
 def test_raw_generation_batch_size():

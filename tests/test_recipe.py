@@ -29,6 +29,23 @@ def short_run(tmp_path_factory):
     return out, result
 
 
+def test_a_full_fine_tune_saves_and_names_the_model(tmp_path):
+    # the tiny config without LoRA and its 4-bit base (a full fine-tune needs float weights; compare_base an adapter)
+    dropped = ("load_in_4bit", "bnb_4bit", "use_bnb", "use_peft", "lora_", "final_eval", "adapter_dtype")
+    lines = [line for line in (ROOT / "recipes/configs/tiny_cpu.yaml").read_text().splitlines()
+             if not line.startswith(dropped)]
+    config = tmp_path / "full.yaml"
+    config.write_text("\n".join(lines + ["use_peft: false"]) + "\n")
+    out = tmp_path / "run"
+    result = launch(["--config", str(config), "--output_dir", str(out), "--total_training_steps", "2",
+                     "--save_strategy", "no", "--eval_strategy", "no"])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"Model and tokenizer: {out}" in result.stdout and "Adapter and tokenizer" not in result.stdout
+    assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
+    card = (out / "README.md").read_text()
+    assert "fully fine-tuned (every weight, no adapter)" in card and "LoRA adapter" not in card
+
+
 def test_outputs_are_written(short_run):
     out, result = short_run
     for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "trainer_state.json",

@@ -179,7 +179,7 @@ def _generate_lines(chat: bool) -> str:
 
 
 def _load_section(mode: str, model_ref: str, base_model: str | None, adapter_config: dict, chat: bool = True,
-                  loading: card_facts.BaseLoading | None = None) -> str:
+                  loading: card_facts.BaseLoading | None = None, full: bool = False) -> str:
     """How to load and run the model: ``model_ref`` is the Hub repo id once pushed, else the local folder; the
     second snippet loads the quantized base the run trained on (none for a run on an unquantized base)."""
     generate = (
@@ -189,8 +189,9 @@ def _load_section(mode: str, model_ref: str, base_model: str | None, adapter_con
     )
     if mode == "merged":
         return (
-            "A plain transformers model: the adapter is merged in, no peft or bitsandbytes needed.\n\n"
-            "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+            ("A plain transformers model (a full fine-tune), no peft needed.\n\n" if full else
+             "A plain transformers model: the adapter is merged in, no peft or bitsandbytes needed.\n\n")
+            + "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
             f'model_id = "{model_ref}"\n'
             'model = AutoModelForCausalLM.from_pretrained(model_id, dtype="auto")\n'
             "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
@@ -311,13 +312,14 @@ def build_model_card(
     license_id = (config.get("push_args") or {}).get("hub_license") or DEFAULT_LICENSE
 
     evaluation = read_json(path / "eval_results.json")
+    full = mode == "adapter" and not adapter_config and (path / "config.json").is_file()  # use_peft false: the model
     card_data = ModelCardData(
         eval_results=_eval_results_metadata(evaluation, dataset, script_args) or None,
         base_model=source.hub_id if source is not None and is_hub_id(source.hub_id) else None,
         datasets=[dataset] if is_hub_id(dataset) else None,
-        library_name="transformers" if mode == "merged" else "peft",
+        library_name="transformers" if mode == "merged" or full else "peft",
         pipeline_tag="text-generation",
-        tags=card_facts.tags(loading, mode),
+        tags=card_facts.tags(loading, "full" if full else mode),
         model_name=model_name,
         license=license_id,
     )
@@ -340,6 +342,9 @@ def build_model_card(
             f"{_name_link(dataset, 'dataset')} with trl-grpo-ext{on_base}. The adapter was merged into {into}; see "
             "`merge_info.json` for the method and dtype."
         )
+    elif full:
+        summary = (f"{base_link}, fully fine-tuned (every weight, no adapter) with GRPO on "
+                   f"{_name_link(dataset, 'dataset')} with trl-grpo-ext{on_base}.")
     else:
         summary = (
             f"A LoRA adapter{lora} for {base_link}{continued} trained with GRPO on "
@@ -355,10 +360,11 @@ def build_model_card(
         template_str=CARD_TEMPLATE,
         model_name=model_name,
         summary=summary,
-        load_section=_load_section(mode, model_ref, base_model, adapter_config, _has_chat_template(path), loading),
-        training_sentence=card_facts.training_sentence(loading),
+        load_section=_load_section("merged" if full else mode, model_ref, base_model, adapter_config,
+                                   _has_chat_template(path), loading, full=full),
+        training_sentence=card_facts.training_sentence(loading, full),
         license=license_id,
-        citations="\n\n".join((CITATIONS[0], card_facts.method_citation(loading), *CITATIONS[1:])
+        citations="\n\n".join((CITATIONS[0], *filter(None, [card_facts.method_citation(loading, full)]), *CITATIONS[1:])
                               + ((DAPO_CITATION,) if _uses_dapo(training_args) else ())
                               + ((GRESO_CITATION,) if training_args.get("zero_variance_filter") == "skip" else ())),
         rewards_table=markdown_table(("reward", "weight", "kwargs"), reward_rows),

@@ -75,19 +75,25 @@ def model_source(config: dict, output_dir: str | Path, adapter_config: dict) -> 
 
 
 def tags(loading: BaseLoading | None, mode: str) -> list[str]:
-    """The card's tags: ``trl``, ``grpo``, ``qlora`` only for a 4-bit run, ``trl-grpo-ext``, then ``lora`` or
-    ``merged``."""
+    """The card's tags: ``trl``, ``grpo``, ``qlora`` only for a 4-bit run, ``trl-grpo-ext``, then ``lora``
+    (``mode`` ``"adapter"``), ``merged`` or nothing (``"full"``: a full fine-tune, no adapter)."""
     return ["trl", "grpo"] + (["qlora"] if loading is not None and loading.qlora else []) + [
-        "trl-grpo-ext", "lora" if mode == "adapter" else "merged"]
+        "trl-grpo-ext"] + {"adapter": ["lora"], "merged": ["merged"]}.get(mode, [])
 
 
-def method_citation(loading: BaseLoading | None) -> str:
-    """QLoRA's BibTeX for a 4-bit run, else LoRA's."""
+def method_citation(loading: BaseLoading | None, full: bool = False) -> str | None:
+    """QLoRA's BibTeX for a 4-bit run, else LoRA's; None for a full fine-tune (``full``: no adapter)."""
+    if full:
+        return None
     return QLORA_CITATION if loading is not None and loading.qlora else LORA_CITATION
 
 
-def training_sentence(loading: BaseLoading | None) -> str:
-    """The sentence of the card's "Training procedure" that names the adapter method and the base."""
+def training_sentence(loading: BaseLoading | None, full: bool = False) -> str:
+    """The sentence of the card's "Training procedure" that names the adapter method (none for a ``full`` fine-tune)
+    and the base."""
+    if full:
+        base = "" if loading is None else f" ({loading.phrase()})"
+        return f"with every weight of the base trained{base}: a full fine-tune, no adapter."
     if loading is not None and loading.qlora:
         return (f"with a LoRA adapter on a 4-bit {loading.quant_type.upper()} base "
                 "([QLoRA, Dettmers et al., 2023](https://huggingface.co/papers/2305.14314)).")

@@ -154,6 +154,12 @@ class RunPlan:
         """
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
+    def _semantics_text(self) -> str:
+        """How the stop conditions combine, as the plan table says it."""
+        if self.stop_semantics == "trl" and self.step_limit is None:
+            return "TRL's rule: max_steps ≤ 0, so num_train_epochs decides"
+        return _SEMANTICS_TEXT[self.stop_semantics]
+
     def format_table(self) -> str:
         """A readable table: quantity, value with its unit, and the arithmetic that produced it (printed by the run
         when training starts and by ``trl-grpo-ext plan``, through :func:`format_plan_report`)."""
@@ -204,7 +210,7 @@ class RunPlan:
         rows += [
             ("total steps", f"{self.total_steps} steps",
              f"{total_arith} stopped by the {self.stop_reason.replace('_', ' ')} "
-             f"({_SEMANTICS_TEXT[self.stop_semantics]})".strip()),
+             f"({self._semantics_text()})".strip()),
             ("epochs covered", "unknown" if self.epochs_covered is None else f"{round(self.epochs_covered, 4)} epochs",
              "" if self.steps_per_epoch is None else f"= {self.total_steps} / {self.steps_per_epoch}"),
             ("completions total", f"{self.completions_total:,} completions",
