@@ -130,3 +130,12 @@ def test_trl_grpo_trainer_accepts_the_built_funcs(tmp_path, monkeypatch):
         assert log["rewards/half_nan/invalid"] == 1.0  # one NaN per call of 4 completions, counted, not fatal
         assert log["rewards/half_nan/mean"] == 0.5 and log["rewards/char_fraction/invalid"] == 0.0
         assert 0.0 <= log["rewards/char_fraction/mean"] <= 1.0 and 0.0 <= log["rewards/length/mean"] <= 1.0
+
+
+def test_a_cli_list_string_is_read_as_the_list():
+    # `--rewards '[accuracy, {"name": "format", "weight": 0.5}]'` reaches the parser as one string
+    specs = parse_reward_specs(['[accuracy, {"name": "format", "weight": 0.5}]'])
+    assert specs == [RewardSpec("accuracy", 1.0, {}), RewardSpec("format", 0.5, {})]
+    assert parse_reward_specs('["accuracy"]') == [RewardSpec("accuracy", 1.0, {})]
+    with pytest.raises(ValueError, match=r"is not a valid list .* --rewards accuracy format"):
+        parse_reward_specs(["[accuracy, "])

@@ -57,6 +57,21 @@ def _weight(value: Any, where: str) -> float:
     return float(check_number(f"{where}: weight", value, _WEIGHT))
 
 
+def _list_string(item: Any) -> list:
+    """A CLI string holding a JSON/YAML list (``--rewards '[accuracy, {"name": "format", "weight": 0.5}]'``) as its
+    items; any other item as itself."""
+    if not (isinstance(item, str) and item.strip().startswith("[")):
+        return [item]
+    import yaml
+
+    try:
+        items = yaml.safe_load(item)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"rewards ({item!r}) is not a valid list ({type(exc).__name__}); {_EXAMPLE}, or on the CLI "
+                         "--rewards accuracy format (one name each).") from exc
+    return items if isinstance(items, list) else [item]
+
+
 def _item(item: Any, index: int) -> tuple[RewardSpec, bool]:
     """Parse one item; returns the spec and whether it set its own weight."""
     where = f"rewards[{index}] ({item!r})"
@@ -121,6 +136,7 @@ def parse_reward_specs(
         items = list(value)
     else:
         raise ValueError(f"rewards={value!r} must be a list of rewards; {_EXAMPLE}.")
+    items = [entry for item in items for entry in _list_string(item)]
     parsed = [_item(item, i) for i, item in enumerate(items)]
     specs = [spec for spec, _ in parsed]
     if reward_weights is not None:
