@@ -85,11 +85,13 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
     world = processes if isinstance(processes, int) and processes > 0 else 1
     try:
         from ..validation.collected import check_skip_epochs, dataset_size_of
+        from ..validation.dataset_stage import DatasetSurvey, dataset_check
 
         def skip_epochs(run):
             check_skip_epochs(run, dataset_size_of(run.script_args), world)
 
-        read_run_args(argv, light=True, announce=False, world_size=world, checks=(skip_epochs,))
+        read_run_args(argv, light=True, announce=False, world_size=world,
+                      checks=(skip_epochs, dataset_check(world, DatasetSurvey())))
     except (ValueError, OSError) as err:  # ConfigError, RunArgumentError, QuantityError are ValueErrors
         return problem_lines(err)
     return []
