@@ -9,7 +9,6 @@ dataset size and process count: docs/quantifiers.md. Errors exit 2, one ``trl-gr
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import fields
 
@@ -93,7 +92,6 @@ def build_plan(args: argparse.Namespace):
     world = world_size_from(args.num_processes, engine)
     # the same reader and checks as the recipe's argument stage (torch is imported only the first time a model's module
     # names are needed for LoRA targets; they are cached afterwards)
-    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # plan prints its table, not datasets' bars
     survey = DatasetSurvey()
     run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world,
                         engine=engine, checks=_collected_checks(args.dataset_size, world, survey))
@@ -165,7 +163,7 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
         if survey.train_rows is None or dataset_size is not None:  # else checked on the rows read
             check_skip_epochs(run, dataset_size_of(run.script_args, dataset_size), world)
 
-    return dataset_check(world, survey, read_hub=False), size_flag, skip_epochs
+    return dataset_check(world, survey, read_hub=False, quiet=True), size_flag, skip_epochs
 
 
 def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | None) -> None:

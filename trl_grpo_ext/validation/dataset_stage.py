@@ -21,11 +21,13 @@ from typing import Any
 from .tables import enum_value, flatten_values
 
 #: The fields each part of the stage reads: a problem already reported for one of them skips that part.
+#: (``embedded_target`` is not one of them: the rule ``reward_columns`` names it with every problem it finds; a
+#: target the embedded task cannot use is found by :func:`_embedded_target_refused`.)
 TRAIN_FIELDS = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_format", "dataset_prompt_column",
-                "system_prompt", "embedded_num_prompts", "embedded_target", "dataset_streaming", "seed")
+                "system_prompt", "embedded_num_prompts", "dataset_streaming", "seed")
 EVAL_FIELDS = ("dataset_name", "dataset_config", "dataset_test_split", "dataset_format", "dataset_prompt_column",
-               "system_prompt", "eval_num_prompts", "embedded_target", "dataset_streaming", "seed", "eval_strategy",
-               "do_eval", "final_eval")
+               "system_prompt", "eval_num_prompts", "dataset_streaming", "seed", "eval_strategy", "do_eval",
+               "final_eval")
 REWARD_FIELDS = ("rewards", "reward_weights", "max_completion_length")
 _TRUE = ("1", "true", "yes", "on")
 
@@ -61,7 +63,8 @@ def offline() -> bool:
     return any(os.environ.get(var, "").strip().lower() in _TRUE for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
-def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True) -> Callable[[Any], None]:
+def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True,
+                  quiet: bool = False) -> Callable[[Any], None]:
     """A check for `frontdoor.read_run_args` (``checks=``) that runs :func:`check_datasets` on its `RunArgs` and
     fills ``survey``.
 
@@ -70,10 +73,21 @@ def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True)
         survey (`DatasetSurvey`): filled in place.
         read_hub (`bool`, defaults to `True`): read a Hub dataset (the recipe); `False` for `plan`, which reads one
             only offline (from the datasets cache) and otherwise records why it did not (``survey.not_run``).
+        quiet (`bool`, defaults to `False`): without datasets' progress bars (`plan`'s output is its table).
     """
     def check(run) -> None:
-        found = check_datasets(run, world_size, run.problems, read_hub=read_hub)
-        vars(survey).update(vars(found))
+        if not quiet:
+            vars(survey).update(vars(check_datasets(run, world_size, run.problems, read_hub=read_hub)))
+            return
+        from datasets.utils import logging as datasets_logging
+
+        shown = datasets_logging.is_progress_bar_enabled()
+        datasets_logging.disable_progress_bar()
+        try:
+            vars(survey).update(vars(check_datasets(run, world_size, run.problems, read_hub=read_hub)))
+        finally:
+            if shown:
+                datasets_logging.enable_progress_bar()
 
     return check
 
@@ -96,7 +110,14 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     values = flatten_values(*run)
     survey = DatasetSurvey()
     name = values.get("dataset_name")
-    if problems.blocked(TRAIN_FIELDS):
+    if problems.blocked(TRAIN_FIELDS) or _embedded_target_refused(values):
+        return survey
+    if not isinstance(name, str) or not name.strip():
+        if read_hub:
+            problems.add(f"dataset_name={name!r}: the recipe needs a dataset. Fix: set dataset_name to a Hub id, a "
+                         "local folder, or embedded:count-char.", ["dataset_name"])
+        else:
+            survey.not_run = "dataset checks not run: dataset_name is not set"
         return survey
     if not is_local_dataset(name) and not read_hub and not offline():
         survey.not_run = (f"dataset checks not run: dataset_name={name!r} is a Hub dataset and plan downloads nothing "
@@ -107,7 +128,11 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     specs = _specs(values, problems)
     train = read_prompt_split(script_args, seed, "train")
     if train.rows is None and not read_hub and not is_local_dataset(name):  # offline, not in the cache
-        survey.not_run = f"dataset checks not run: {' '.join(str(train.problems[0]).split())}"
+        reason = " ".join(str(train.problems[0]).split())
+        if "OfflineModeIsEnabled" in reason or "Couldn't reach" in reason:
+            reason = (f"dataset_name={name!r} is a Hub dataset that is not in the datasets cache, and HF_HUB_OFFLINE "
+                      "is set (the recipe checks it once downloaded)")
+        survey.not_run = f"dataset checks not run: {reason}"
         return survey
     for problem in train.problems:
         problems.add(problem)
@@ -132,6 +157,19 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
         survey.eval_rows = None if test.dataset is None else len(test.dataset)
         _reward_checks(test, specs, "evaluation", problems, survey)
     return survey
+
+
+def _embedded_target_refused(values) -> bool:
+    """Whether the embedded count-char task refuses ``embedded_target`` (the config rules report it)."""
+    from ..models.embedded import tiny
+
+    if values.get("dataset_name") != tiny.TINY_DATASET_ID:
+        return False
+    try:
+        tiny.count_char_rows(1, target=values.get("embedded_target") or "a")
+    except (ValueError, TypeError):
+        return True
+    return False
 
 
 def _specs(values, problems) -> list | None:
@@ -175,8 +213,9 @@ def _size_checks(run, found, world_size: int, problems, exact: bool) -> None:
         return
     try:
         quantities = {k: view.batch.get(k) for k in QUANTITY_FIELDS}
-        resolve_plan(quantities, None, world_size, run.training_args.max_completion_length)
-    except (ValueError, TypeError):  # the config's own problem, reported by the checks of those fields
+        # any dataset size large enough for a step: what fails here is the config's own problem
+        resolve_plan(quantities, 10**12, world_size, run.training_args.max_completion_length)
+    except (ValueError, TypeError):  # reported by the checks of those fields
         return
     try:
         resolve_plan(quantities, found.rows, world_size, run.training_args.max_completion_length)
