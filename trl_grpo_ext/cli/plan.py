@@ -188,8 +188,8 @@ def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | N
     cut = getattr(script_args, "max_prompt_length", None)
     if dataset_size > rows or (cut is None and dataset_size != rows):
         left = f", or give at most {rows} (the rows max_prompt_length={cut} leaves)" if cut is not None else ""
-        raise ValueError(f"--dataset-size {dataset_size}: the training split of dataset_name={name!r} has {rows} rows, "
-                         f"which the run trains on. Fix: remove --dataset-size (plan counts the rows){left}.")
+        raise ValueError(f"--dataset-size {dataset_size}: the training split of dataset_name={name!r} has {rows} "
+                         f"row{'' if rows == 1 else 's'}, which the run trains on. Fix: remove --dataset-size (plan counts the rows){left}.")
 
 
 def _trl_defaults(config_class) -> dict:
