@@ -9,7 +9,7 @@ the accelerate configs as package data (`frontdoor.recipes_dir`), so ``--config`
 path or a shipped name. The exit status is the recipe's: 0 on success, 2 for a refused config (every problem, one
 ``error:`` line each), 1 for a failed push. Under accelerate, the config is first checked in this process as `plan`
 checks it (:func:`check_before_launch`): accelerate turns any failure of its child into status 1, so a refused config
-is answered here, with 2, before accelerate starts. ``--quiet`` is passed so that a failure inside the recipe (what
+is answered here, with 2, before accelerate starts (its dataset too: `validation.dataset_stage`). ``--quiet`` is passed so that a failure inside the recipe (what
 only it checks, or a failed push) ends with the recipe's error lines rather than accelerate's ``CalledProcessError``
 traceback (accelerate offers that for single-process and DeepSpeed launches only; a multi-process launch still prints
 torch's error summary), with status 1.

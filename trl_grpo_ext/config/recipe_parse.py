@@ -45,7 +45,7 @@ def _recipe_checks(run) -> None:
     problems = Problems()
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
     if training_args.rewards is None:  # `rewards: []` is the rule list's `empty_rewards`
-        problems.add("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
+        problems.add("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one reward (see `trl-grpo-ext rewards`).")
     problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
     problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), _world_size(), fields=["zero_variance_filter"])
     problems.raise_if_any(ValueError)
