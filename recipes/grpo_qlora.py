@@ -37,6 +37,7 @@ from trl_grpo_ext.models.settings import (
 )
 from trl_grpo_ext.models.source import resolve_model_source
 from trl_grpo_ext.plan import resolve_plan
+from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.training.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
 from trl_grpo_ext.training.interrupt import GracefulInterrupt
 from trl_grpo_ext.validation import check_reward_columns
@@ -92,7 +93,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
         return 2
-    for warning in gold_warnings:
+    for warning in gold_warnings + weight_warnings(training_args.resolved.rewards):
         print(f"warning: {warning}", file=sys.stderr)
 
     ################

@@ -243,3 +243,32 @@ def recipe_without_models(monkeypatch):
     recipe = importlib.machinery.SourceFileLoader("grpo_qlora_recipe", str(ROOT / "recipes/grpo_qlora.py")).load_module()
     monkeypatch.setattr(recipe.tiny, "ensure_tiny_model", fail)
     return recipe
+
+
+def recipe_stages(argv: list[str], monkeypatch, capsys) -> tuple[int, list[str], list[str], str]:
+    """The recipe's refusal of ``argv`` at both of its stages, models forbidden (:func:`recipe_without_models`).
+
+    Returns ``(code, errors, main_errors, err)``: the exit status of the argument stage (`parse_recipe_args`, which
+    lists the dataset's problems with the config's: 2, or 0 when it accepts), its ``error:`` lines, the ``error:``
+    lines of the recipe's own checks in ``main`` (run on ``parse_recipe_args(argv, datasets=False)``: what a caller
+    of ``main`` from Python gets; ``[]`` when the config itself is refused), and all of stderr.
+    """
+    import logging
+
+    from trl_grpo_ext.config.recipe_parse import RecipeArgumentError, parse_recipe_args
+
+    monkeypatch.setattr(logging, "raiseExceptions", False)  # datasets' handler may hold a closed capture stream
+    code = 0
+    try:
+        parse_recipe_args(argv)
+    except RecipeArgumentError as refused:
+        code = refused.code
+    first = capsys.readouterr().err
+    errors = [line for line in first.splitlines() if line.startswith("error:")]
+    try:
+        args = parse_recipe_args(argv, datasets=False)
+    except RecipeArgumentError:
+        return code, errors, [], first + capsys.readouterr().err
+    assert recipe_without_models(monkeypatch).main(*args) == 2  # main refuses it too
+    second = capsys.readouterr().err
+    return code, errors, [line for line in second.splitlines() if line.startswith("error:")], first + second

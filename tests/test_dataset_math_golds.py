@@ -18,7 +18,7 @@ MIXED = ["72", r"10 - 2\sqrt{5}", r"\frac{\pi}{4}", "#### 18", "we have $x = 2$ 
 def _run(tmp_path, monkeypatch, capsys, golds, reward="accuracy", column="answer", **changes):
     import logging
 
-    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
+    from trl_grpo_ext.config.recipe_parse import RecipeArgumentError, parse_recipe_args
 
     monkeypatch.setattr(logging, "raiseExceptions", False)
     data = tmp_path / "data"
@@ -31,7 +31,10 @@ def _run(tmp_path, monkeypatch, capsys, golds, reward="accuracy", column="answer
         "rewards": [reward, "format"], "prompts_per_step": 2, "num_generations": 4, "total_training_steps": 1,
         "use_cpu": True, "bf16": False, "report_to": "none", "output_dir": str(tmp_path / "out"),
         "max_completion_length": 8, **changes}))
-    args = parse_recipe_args(["--config", str(config)])
+    try:
+        args = parse_recipe_args(["--config", str(config)])
+    except RecipeArgumentError as refused:  # the argument stage lists the dataset's problems with the config's
+        return f"refused with the arguments ({refused.code})", capsys.readouterr().err
     recipe = recipe_without_models(monkeypatch)
     try:
         code = recipe.main(*args)
@@ -46,7 +49,7 @@ def _run(tmp_path, monkeypatch, capsys, golds, reward="accuracy", column="answer
 def test_a_split_whose_golds_are_all_unscorable_is_refused(reward, column, tmp_path, monkeypatch, capsys):
     code, err = _run(tmp_path, monkeypatch, capsys, PROSE, reward, column)
     reward = reward if isinstance(reward, str) else reward["name"]
-    assert code == 2, err
+    assert code == "refused with the arguments (2)", err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err
     assert errors[0].startswith(f"error: dataset_name='{tmp_path / 'data'}' ('train' split: train.jsonl): none of the "

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import yaml
-from factories import recipe_without_models
+from factories import recipe_stages
 
 
 def _rows(rows):
@@ -25,20 +25,16 @@ def _config(tmp_path, dataset_name, **changes):
 
 
 def _recipe_errors(tmp_path, monkeypatch, capsys, files, **changes):
-    """Run the recipe (models forbidden) on a dataset folder holding ``files``; its exit status and error lines."""
-    import logging
-
-    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
-
-    monkeypatch.setattr(logging, "raiseExceptions", False)  # datasets' handler may hold a closed capture stream
+    """Run the recipe (models forbidden) on a dataset folder holding ``files``: the exit status and error lines of its
+    argument stage, which lists the dataset's problems with the config's; its ``main`` refuses with the same lines."""
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     for name, content in files.items():
         (data / name).write_bytes(content if isinstance(content, bytes) else content.encode())
-    args = parse_recipe_args(["--config", str(_config(tmp_path, data, **changes))])
-    code = recipe_without_models(monkeypatch).main(*args)
-    err = capsys.readouterr().err
-    return code, [line for line in err.splitlines() if line.startswith("error:")], err
+    code, errors, main_errors, err = recipe_stages(["--config", str(_config(tmp_path, data, **changes))],
+                                                   monkeypatch, capsys)
+    assert main_errors == errors, err
+    return code, errors, err
 
 
 PROMPT_KINDS = {
@@ -110,16 +106,11 @@ def test_a_load_error_gets_the_advice_of_its_format(case, tmp_path, monkeypatch,
 
 def test_a_missing_relative_folder_is_named_as_a_missing_folder(tmp_path, monkeypatch, capsys):
     """`data/gsm8k` (no leading ./) is a Hub id in datasets' eyes; when no such folder exists the line says so too."""
-    import logging
-
-    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
-
-    monkeypatch.setattr(logging, "raiseExceptions", False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    args = parse_recipe_args(["--config", str(_config(tmp_path, "data/gsm8k"))])
-    assert recipe_without_models(monkeypatch).main(*args) == 2
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    code, errors, main_errors, _ = recipe_stages(["--config", str(_config(tmp_path, "data/gsm8k"))], monkeypatch,
+                                                 capsys)
+    assert code == 2 and main_errors == errors
     assert errors == [f"error: dataset_name='data/gsm8k' ('train' split) cannot be read (ConnectionError: Couldn't "
                       "reach 'data/gsm8k' on the Hub (OfflineModeIsEnabled)). Fix: no local folder 'data/gsm8k' exists "
                       f"(relative to {tmp_path}) either: point dataset_name at the folder holding the split files, or "

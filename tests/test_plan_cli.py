@@ -50,7 +50,10 @@ def test_tutorial_table(capsys, write_yaml, monkeypatch):
     assert "floor(2000 / 4) × 1 = 500" in out  # steps per epoch
     assert "min(1000, 1500) stopped by the step limit" in out
     assert "32 completions" in out and "8,192 tokens" in out  # 32 × 256
-    assert err == ""  # G = 8 for an instruct model, 4 prompts/step, 2 epochs: nothing to warn about
+    # G = 8 for an instruct model, 4 prompts/step, 2 epochs: nothing to warn about; a Hub dataset plan does not read
+    # (offline and not in the datasets cache, or online: plan downloads nothing) is said in one line
+    assert err.count("\n") == 1 and err.startswith("note: dataset checks not run: dataset_name='openai/gsm8k' is a "
+                                                     "Hub dataset"), err
 
 
 def test_tutorial_json(capsys, write_yaml, monkeypatch):
@@ -80,11 +83,18 @@ def test_embedded_dataset_defaults_to_512_prompts(capsys, write_yaml, monkeypatc
     assert (json.loads(out)["dataset_size"], json.loads(out)["total_steps"]) == (512, 128)
 
 
-def test_dataset_size_flag_wins_over_embedded(capsys, write_yaml, monkeypatch):
+def test_dataset_size_flag_that_differs_from_the_embedded_size_is_refused(capsys, write_yaml, monkeypatch):
+    """--dataset-size 40 on an embedded task of 64 prompts planned 10 steps for a run that trains 16 (it used to win
+    silently); the same size is accepted."""
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     text = "dataset_name: 'embedded:count-char'\nembedded_num_prompts: 64\nprompts_per_step: 4\ntotal_epochs: 1\n"
-    code, out, _ = run_plan(capsys, "--config", write_yaml(text), "--dataset-size", "40", "--json")
-    assert code == 0 and json.loads(out)["total_steps"] == 10  # 40 / 4
+    code, out, err = run_plan(capsys, "--config", write_yaml(text), "--dataset-size", "40", "--json")
+    assert code == 2 and out == ""
+    assert err == ("trl-grpo-ext plan: error: --dataset-size 40: dataset_name='embedded:count-char' is embedded and "
+                   "the run trains on its embedded_num_prompts=64 prompts. Fix: remove --dataset-size, or set "
+                   "embedded_num_prompts: 40.\n")
+    code, out, _ = run_plan(capsys, "--config", write_yaml(text), "--dataset-size", "64", "--json")
+    assert code == 0 and json.loads(out)["total_steps"] == 16  # 64 / 4
 
 
 def test_unknown_dataset_plans_steps_only(capsys, write_yaml, monkeypatch):

@@ -37,13 +37,13 @@ def test_plan_refuses_a_reward_argument_a_local_dataset_lacks(name, text, tmp_pa
     data = tmp_path / "data"
     data.mkdir()
     (data / name).write_text(text)
-    assert plan_main(["--config", str(_config(tmp_path, data, user_reward)), "--dataset-size", "4"]) == 2
+    assert plan_main(["--config", str(_config(tmp_path, data, user_reward))]) == 2
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert "takes the argument 'assistant', which TRL fills only from the dataset column of that name" in line
     assert "but the training dataset has the columns ['answer', 'prompt']" in line
     # with the column, it plans
     (data / name).write_text(text.replace("answer", "assistant"))
-    assert plan_main(["--config", str(_config(tmp_path, data, user_reward)), "--dataset-size", "4"]) == 0
+    assert plan_main(["--config", str(_config(tmp_path, data, user_reward))]) == 0
 
 
 def test_columns_are_every_key_of_every_line_or_unknown(tmp_path):

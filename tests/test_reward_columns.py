@@ -164,7 +164,12 @@ def test_the_recipe_refuses_it_on_either_split_before_the_model_loads(user_rewar
         import trl_grpo_ext.validation.rules as rules
 
         monkeypatch.setattr(rules, "known_columns", lambda values: None)  # as for a Hub dataset
-    args = parse_recipe_args(["--config", str(config)])
+        # the dataset stage reads the split and refuses it with the config's problems
+        with pytest.raises(SystemExit) as refused:
+            parse_recipe_args(["--config", str(config)])
+        assert refused.value.code == 2
+        assert "the training dataset has the columns ['prompt']" in capsys.readouterr().err
+    args = parse_recipe_args(["--config", str(config)], datasets=False)  # the recipe's main checks it again
 
     recipe = recipe_without_models(monkeypatch)
     if broken_split == "test":  # held-out prompts from elsewhere, without the column (the recipe's check is the same)

@@ -65,7 +65,8 @@ def test_the_recipe_and_train_refuse_them_before_any_model(none_installed, capsy
 def test_the_open_r1_config_names_its_three_packages(none_installed, tmp_path, capsys):
     data = tmp_path / "data"
     data.mkdir()
-    (data / "train.jsonl").write_text(json.dumps({"problem": "1+1?", "solution": "$2$"}) + "\n")
+    # 64 rows: plan reads the dataset, and fewer than one step's prompts would be a problem of their own
+    (data / "train.jsonl").write_text((json.dumps({"problem": "1+1?", "solution": "$2$"}) + "\n") * 64)
     config = tmp_path / "openr1.yaml"
     config.write_text(OPENR1.read_text().replace("open-r1/OpenR1-Math-220k", str(data))
                       .replace("Qwen/Qwen2.5-1.5B-Instruct", "embedded:tiny-qwen2"))

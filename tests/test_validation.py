@@ -210,12 +210,13 @@ def test_every_shipped_config_passes(monkeypatch):
 
 
 def test_recipe_refuses_a_missing_column_after_loading_the_dataset_before_the_model(tmp_path, monkeypatch, capsys):
-    """A local prompt dataset whose columns `plan` cannot read without `datasets` (Parquet; JSON lines and CSV it
-    reads, `local_columns`) without the reward's column: exit 2 before any weight."""
+    """A local Parquet prompt dataset (whose columns the config rules cannot read without `datasets`: JSON lines and
+    CSV they read, `local_columns`) without the reward's column: exit 2 before any weight, from the recipe's argument
+    stage, its main, and `plan` (which reads the dataset with `datasets`, as the recipe does)."""
     from datasets import Dataset
-    from factories import recipe_without_models
+    from factories import recipe_stages
 
-    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
+    from trl_grpo_ext.cli.plan import main as plan_main
 
     data = tmp_path / "data"
     data.mkdir()
@@ -227,12 +228,12 @@ def test_recipe_refuses_a_missing_column_after_loading_the_dataset_before_the_mo
         "use_cpu": True, "bf16": False, "report_to": "none", "output_dir": str(tmp_path / "out"),
         "max_completion_length": 8,
     }))
-    args = parse_recipe_args(["--config", str(config)])
-
-    recipe = recipe_without_models(monkeypatch)
-    assert recipe.main(*args) == 2
-    err = capsys.readouterr().err
-    assert "'exact_match' reads the dataset column 'solution' or 'answer'" in err and "['label', 'prompt']" in err
+    code, errors, main_errors, err = recipe_stages(["--config", str(config)], monkeypatch, capsys)
+    assert code == 2 and len(errors) == 1 and main_errors == errors, err
+    assert "'exact_match' reads the dataset column 'solution' or 'answer'" in errors[0]
+    assert "['label', 'prompt']" in errors[0]
+    assert plan_main(["--config", str(config)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"trl-grpo-ext plan: {errors[0]}"]
 
 
 def test_a_reward_failing_on_a_missing_package_is_not_told_to_use_on_error_none():

@@ -9,6 +9,7 @@ model builder and safetensors' loader raise `AssertionError`, which no error han
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -43,6 +44,7 @@ BASE = {
     "report_to": "none",
 }
 DROP = object()
+SOLUTION_ROWS = str(Path(__file__).resolve().parent / "data" / "solution_rows")  # 8 prompts with a solution column
 FIX = "Fix:"
 
 
@@ -237,9 +239,9 @@ INVALID = [
         ["length", "max_length", "max_completion_length"]),
     row("accuracy without math-verify", {"rewards": [{"name": "accuracy", "kwargs": {"column": "target"}}]},
         ["accuracy", "math-verify"], "pip install math-verify", missing_module="math_verify"),
-    # (a Hub dataset, whose columns plan cannot know: on the embedded one, the missing `solution` column would be a
-    # second problem, reported too; see test_every_problem_is_reported_at_once)
-    row("accuracy_reward without math-verify", {"rewards": ["accuracy_reward"], "dataset_name": "AI-MO/NuminaMath-TIR",
+    # (a local dataset with a `solution` column, tests/data/solution_rows: on the embedded one, the missing column
+    # would be a second problem, reported too; see test_every_problem_is_reported_at_once)
+    row("accuracy_reward without math-verify", {"rewards": ["accuracy_reward"], "dataset_name": SOLUTION_ROWS,
                                                 "embedded_num_prompts": DROP},
         ["accuracy_reward", "math-verify"], "pip install math-verify", missing_module="math_verify"),
     row("accuracy_reward needs solution", {"rewards": ["accuracy_reward"]}, ["accuracy_reward", "solution"]),
@@ -284,6 +286,8 @@ INVALID = [
         missing_module="wandb"),
     row("lora target on another model's names", {"lora_target_modules": ["c_attn", "c_proj"]},
         ["lora_target_modules", "c_attn"]),
+    # an empty reward list (plan passed it; the recipe refused it, with another message)
+    row("rewards: []", {"rewards": []}, ["rewards=[]"], "Fix: list at least one reward"),
 ]
 
 
@@ -310,6 +314,7 @@ RULE_ROWS = {
     "engine_settings": "DeepSpeed with use_cpu",
     "lora_names": "lora target lm_head",
     "lora_targets": "lora target typo",
+    "empty_rewards": "rewards: []",
 }
 
 

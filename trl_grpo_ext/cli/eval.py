@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         return _fail(f"--output {args.output!r} must be a file path in an existing folder, e.g. eval.json.")
     try:
         script_args, training_args, model_args, _ = parse_recipe_args(
-            ["--config", resolve_config_path(args.config), *(overrides or [])]
+            ["--config", resolve_config_path(args.config), *(overrides or [])], datasets=False
         )
     except RecipeArgumentError:
         return 2  # the parser printed the error lines (one per problem)

@@ -1,6 +1,8 @@
 """``trl-grpo-ext plan``: print a run's plan from its config without loading a model or importing torch.
 
-The config is read through the front door, as the recipe reads it; the table is the one the run prints. Options,
+The config is read through the front door, as the recipe reads it, and a dataset plan can read without the network
+(local, embedded, or in the datasets cache offline) is checked as the recipe checks it, its problems listed with the
+config's (`validation.dataset_stage`); the table is the one the run prints. Options,
 dataset size and process count: docs/quantifiers.md. Errors exit 2, one ``trl-grpo-ext plan: error:`` line each.
 """
 
@@ -15,6 +17,8 @@ from trl_grpo_ext.config.frontdoor import read_run_args
 from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.evaluation.plan import zero_variance_forecast_warning
 from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
+from trl_grpo_ext.rewards.spec import weight_warnings
+from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
 from trl_grpo_ext.validation.problems import problem_lines
 from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings, resample_note, skip_note
 
@@ -88,11 +92,13 @@ def build_plan(args: argparse.Namespace):
     world = world_size_from(args.num_processes, engine)
     # the same reader and checks as the recipe's argument stage (torch is imported only the first time a model's module
     # names are needed for LoRA targets; they are cached afterwards)
+    survey = DatasetSurvey()
     run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world,
-                        engine=engine, checks=_collected_checks(args.dataset_size, world))
+                        engine=engine, checks=_collected_checks(args.dataset_size, world, survey))
     script_args, training, model_args, _ = run
     resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults(type(training)))
-    plan = resolve_plan(resolved.quantity_fields(), dataset_size_from(script_args, args.dataset_size), world,
+    size = args.dataset_size if args.dataset_size is not None else survey.train_rows
+    plan = resolve_plan(resolved.quantity_fields(), dataset_size_from(script_args, size), world,
                         training.max_completion_length)
     model = model_args.model_name_or_path
     instruct = True if isinstance(model, str) and "instruct" in model.lower() else None
@@ -100,7 +106,13 @@ def build_plan(args: argparse.Namespace):
                           model_params=args.model_params,
                           loss_type=resolved.trl_fields().get("loss_type") or training.loss_type)
     rewards = resolved.rewards
-    notes = []
+    warns += survey.warnings + weight_warnings(rewards or [])
+    notes = [survey.not_run] if survey.not_run else []
+    cut = getattr(script_args, "max_prompt_length", None)
+    if survey.train_rows is not None and cut is not None and args.dataset_size is None:
+        notes.append(f"max_prompt_length={cut}: the plan counts all {survey.train_rows} rows of the training split; "
+                     f"the run first drops the prompts longer than {cut} tokens (plan loads no tokenizer). Pass "
+                     "--dataset-size N with the rows left for the exact plan.")
     if isinstance(model, str):
         from trl_grpo_ext.models.source import resolve_model_source
 
@@ -135,16 +147,49 @@ def build_plan(args: argparse.Namespace):
     return plan, warns, notes, rewards
 
 
-def _collected_checks(dataset_size: int | None, world: int) -> tuple:
-    """The checks `read_run_args` lists with the config's other problems (`validation.collected`): skip's one-epoch
-    refusal on the plan of ``dataset_size`` prompts (``use_vllm`` on a quantized base is the rule list's
-    ``vllm_quantization``)."""
+def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurvey) -> tuple:
+    """The checks `read_run_args` lists with the config's other problems: the dataset stage
+    (`validation.dataset_stage`: a local or embedded dataset, or a Hub dataset in the datasets cache offline, is read
+    and checked as the recipe checks it; ``survey`` is filled), ``--dataset-size`` against the size read, and skip's
+    one-epoch refusal on the plan of ``dataset_size`` prompts (`validation.collected`; ``use_vllm`` on a quantized
+    base is the rule list's ``vllm_quantization``)."""
     from trl_grpo_ext.validation.collected import check_skip_epochs, dataset_size_of
+    from trl_grpo_ext.validation.dataset_stage import dataset_check
+
+    def size_flag(run):
+        check_dataset_size_flag(run.script_args, dataset_size, survey.train_rows)
 
     def skip_epochs(run):
-        check_skip_epochs(run, dataset_size_of(run.script_args, dataset_size), world)
+        if survey.train_rows is None or dataset_size is not None:  # else checked on the rows read
+            check_skip_epochs(run, dataset_size_of(run.script_args, dataset_size), world)
 
-    return (skip_epochs,)
+    return dataset_check(world, survey, read_hub=False, quiet=True), size_flag, skip_epochs
+
+
+def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | None) -> None:
+    """Refuse ``--dataset-size`` that differs from a size plan knows: the embedded task's ``embedded_num_prompts``,
+    or the ``rows`` it read (with ``max_prompt_length``, at most ``rows``: the run drops the longer prompts first).
+
+    Raises:
+        ValueError: naming the flag, the size the run trains on and the fix.
+    """
+    if dataset_size is None:
+        return
+    name = script_args.dataset_name
+    if isinstance(name, str) and name.startswith(EMBEDDED_PREFIX):
+        known = rows if rows is not None else script_args.embedded_num_prompts
+        if dataset_size != known:
+            raise ValueError(f"--dataset-size {dataset_size}: dataset_name={name!r} is embedded and the run trains on "
+                             f"its embedded_num_prompts={known} prompts. Fix: remove --dataset-size, or set "
+                             f"embedded_num_prompts: {dataset_size}.")
+        return
+    if rows is None:
+        return
+    cut = getattr(script_args, "max_prompt_length", None)
+    if dataset_size > rows or (cut is None and dataset_size != rows):
+        left = f", or give at most {rows} (the rows max_prompt_length={cut} leaves)" if cut is not None else ""
+        raise ValueError(f"--dataset-size {dataset_size}: the training split of dataset_name={name!r} has {rows} "
+                         f"row{'' if rows == 1 else 's'}, which the run trains on. Fix: remove --dataset-size (plan counts the rows){left}.")
 
 
 def _trl_defaults(config_class) -> dict:

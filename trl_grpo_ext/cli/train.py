@@ -9,7 +9,7 @@ the accelerate configs as package data (`frontdoor.recipes_dir`), so ``--config`
 path or a shipped name. The exit status is the recipe's: 0 on success, 2 for a refused config (every problem, one
 ``error:`` line each), 1 for a failed push. Under accelerate, the config is first checked in this process as `plan`
 checks it (:func:`check_before_launch`): accelerate turns any failure of its child into status 1, so a refused config
-is answered here, with 2, before accelerate starts. ``--quiet`` is passed so that a failure inside the recipe (what
+is answered here, with 2, before accelerate starts (its dataset too: `validation.dataset_stage`). ``--quiet`` is passed so that a failure inside the recipe (what
 only it checks, or a failed push) ends with the recipe's error lines rather than accelerate's ``CalledProcessError``
 traceback (accelerate offers that for single-process and DeepSpeed launches only; a multi-process launch still prints
 torch's error summary), with status 1.
@@ -85,11 +85,13 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
     world = processes if isinstance(processes, int) and processes > 0 else 1
     try:
         from ..validation.collected import check_skip_epochs, dataset_size_of
+        from ..validation.dataset_stage import DatasetSurvey, dataset_check
 
         def skip_epochs(run):
             check_skip_epochs(run, dataset_size_of(run.script_args), world)
 
-        read_run_args(argv, light=True, announce=False, world_size=world, checks=(skip_epochs,))
+        read_run_args(argv, light=True, announce=False, world_size=world,
+                      checks=(skip_epochs, dataset_check(world, DatasetSurvey())))
     except (ValueError, OSError) as err:  # ConfigError, RunArgumentError, QuantityError are ValueErrors
         return problem_lines(err)
     return []

@@ -37,6 +37,8 @@ class RunArgs:
             judged by these, never by comparing a value with its default.
         config_path (`str` or `None`): the YAML file read.
         light (`bool`): True when the twins were used (no torch).
+        problems: the front door's collector (`validation.problems.Problems`) while its ``checks`` run, for a check
+            that records several problems or skips fields already refused (`validation.dataset_stage`).
     """
 
     script_args: Any
@@ -47,6 +49,7 @@ class RunArgs:
     config_path: str | None
     light: bool
     user_values: dict | None = None
+    problems: Any = None
 
     def __iter__(self):
         """``script_args, training_args, model_args, push_args = run`` (the recipe's ``main`` signature)."""
@@ -290,6 +293,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values,
                  light=not any(cls.__module__.startswith("trl_grpo_ext.config.recipe_args") for cls in twins))
     validate(run, world, problems=problems, engine=engine)
+    run.problems = problems
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)

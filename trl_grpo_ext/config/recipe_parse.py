@@ -17,6 +17,7 @@ from ..models.settings import check_bf16_machine, check_model_path
 from ..models.source import resolve_model_source
 from ..rewards.spec import build_reward_funcs, with_run_defaults
 from ..validation.collected import check_skip_epochs, dataset_size_of
+from ..validation.dataset_stage import DatasetSurvey, dataset_check
 from ..validation.problems import Problems, problem_lines
 from .frontdoor import read_run_args
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
@@ -43,8 +44,8 @@ def _recipe_checks(run) -> None:
     model_args, training_args = run.model_args, run.training_args
     problems = Problems()
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
-    if not training_args.rewards:
-        problems.add("rewards is empty: the recipe needs `rewards: [name, ...]` (see `trl-grpo-ext rewards`).")
+    if training_args.rewards is None:  # `rewards: []` is the rule list's `empty_rewards`
+        problems.add("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one reward (see `trl-grpo-ext rewards`).")
     problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
     problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), _world_size(), fields=["zero_variance_filter"])
     problems.raise_if_any(ValueError)
@@ -58,11 +59,13 @@ def _world_size() -> int:
         return 1
 
 
-def parse_recipe_args(argv: list[str] | None = None):
+def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
     """Parse ``--config NAME_OR_PATH`` plus CLI overrides through the front door (`trl_grpo_ext.config.frontdoor`).
 
     Every problem of the config is reported at once, one ``error:`` line each on stderr (see
-    `frontdoor.read_run_args` for the two stages that stop the collection).
+    `frontdoor.read_run_args` for the two stages that stop the collection); with ``datasets`` (the default) the
+    problems of the dataset's rows too (`validation.dataset_stage`: the training split, and the test split when the
+    run evaluates, are read here; ``trl-grpo-ext eval`` passes ``datasets=False``).
 
     Returns the front door's ``RunArgs``, which unpacks as ``(script_args, training_args, model_args, push_args)``.
 
@@ -70,7 +73,8 @@ def parse_recipe_args(argv: list[str] | None = None):
         RecipeArgumentError: with the problems printed to stderr; nothing has been loaded.
     """
     try:
-        run = read_run_args(argv, checks=(_recipe_checks,))
+        checks = (_recipe_checks, dataset_check(_world_size(), DatasetSurvey())) if datasets else (_recipe_checks,)
+        run = read_run_args(argv, checks=checks)
         script_args, training_args, model_args, push_args = run
         problems = Problems()
         problems.check(check_continued_model, resolve_model_source(model_args.model_name_or_path), model_args,

@@ -193,6 +193,11 @@ def check_prompt_rows(dataset, where: str, column: str = "prompt", chat: bool = 
     """
     check_not_empty(dataset, where)
     check_prompt_kinds(dataset, where, column, chat=chat)
+    check_empty_prompts(dataset, where, column)
+
+
+def check_empty_prompts(dataset, where: str, column: str = "prompt") -> None:
+    """Refuse a split with rows whose ``column`` is missing or empty (`DatasetError` naming the first rows)."""
     empty = [i for i, prompt in enumerate(dataset[column]) if _empty_prompt(prompt)]
     if empty:
         rows = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")

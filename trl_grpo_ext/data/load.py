@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..config.checks import Range, check_choice
 from ..config.data_sizes import EMBEDDED_TEST_SIZES
 from ..models.embedded import tiny
 from .arithmetic import ARITHMETIC_DATASET_ID, arithmetic_rows
-from .checks import DatasetError, check_not_empty, check_prompt_rows, describe, read_dataset
+from .checks import (
+    DatasetError,
+    check_empty_prompts,
+    check_not_empty,
+    check_prompt_kinds,
+    check_prompt_rows,
+    describe,
+    read_dataset,
+)
 
 GSM8K_SYSTEM_PROMPT = (
     "Solve the math problem step by step. Put your reasoning between <think> and </think>, then give the final "
@@ -103,58 +113,138 @@ def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
             ``dataset_test_split``.
 
     Raises:
-        ValueError: an unknown embedded dataset, or rows without a usable prompt column.
+        ValueError: an unknown embedded dataset, or rows without a usable prompt column: the first problem
+            :func:`read_prompt_split` finds.
     """
+    found = read_prompt_split(script_args, seed, split)
+    if found.problems:
+        raise found.problems[0]
+    return found.dataset
+
+
+@dataclass
+class PromptSplit:
+    """What :func:`read_prompt_split` found in one split.
+
+    Attributes:
+        dataset (`datasets.Dataset` or `None`): the prompts (mapped as `load_prompt_dataset` maps them) when there
+            is no problem; the rows as read when only their prompts have problems (the reward checks can still read
+            their columns); ``None`` when the split could not be read, is empty or is GSM8K rows with problems.
+        rows (`int` or `None`): rows read (``None``: not read).
+        problems (`list[ValueError]`): every problem found (`DatasetError` and the prompt-column `ValueError`), in
+            the order found.
+        where (`str`): how the messages name the split (`describe`).
+    """
+
+    dataset: Any = None
+    rows: int | None = None
+    problems: list = field(default_factory=list)
+    where: str = ""
+
+
+def read_prompt_split(script_args, seed: int = 0, split: str = "train") -> PromptSplit:
+    """One split of a recipe's dataset read and checked as :func:`load_prompt_dataset` does, every problem of its
+    rows collected instead of the first raised: unreadable, empty, no prompt column, prompts of another kind,
+    empty prompts, GSM8K rows without ``question`` / ``answer`` or without ``####`` (arguments: see
+    :func:`load_prompt_dataset`). Never raises `ValueError`: returns a :class:`PromptSplit`."""
     name = script_args.dataset_name
     column = getattr(script_args, "dataset_prompt_column", "prompt")
     system_prompt = getattr(script_args, "system_prompt", None)
+    if split not in ("train", "test") or getattr(script_args, "dataset_streaming", False) or tiny.is_embedded(name):
+        try:
+            dataset = _embedded_split(script_args, seed, split)
+        except ValueError as err:
+            return PromptSplit(problems=[err], where=f"dataset_name={name!r}")
+        return PromptSplit(dataset, len(dataset), [], f"dataset_name={name!r} ({split!r} split)")
+    split_field = "dataset_train_split" if split == "train" else "dataset_test_split"
+    split_name = getattr(script_args, split_field)
+    where = describe(name, split_name)
+    try:
+        dataset = read_dataset(name, script_args.dataset_config, split_name, split_field)
+        check_not_empty(dataset, where)
+    except ValueError as err:
+        return PromptSplit(problems=[err], where=where)
+    found = PromptSplit(dataset, len(dataset), [], where)
+
+    def attempt(check, *args, **kwargs) -> None:
+        try:
+            check(*args, **kwargs)
+        except ValueError as err:
+            found.problems.append(err)
+
+    if script_args.dataset_format == "gsm8k":
+        attempt(check_gsm8k_columns, dataset, where)
+        if not found.problems:
+            attempt(check_prompt_kinds, dataset, where, "question", chat=False)
+            if not found.problems:  # a question of another kind is not also called empty
+                attempt(check_empty_prompts, dataset, where, "question")
+            attempt(check_gsm8k_answers, dataset, where)
+        if found.problems:
+            found.dataset = None  # the rewards read the mapped rows (prompt, answer): the config rules check those
+            return found
+        gsm8k_system = system_prompt or GSM8K_SYSTEM_PROMPT
+        found.dataset = dataset.map(lambda row: gsm8k_to_prompt(row, gsm8k_system), remove_columns=dataset.column_names)
+        return found
+    if column == "prompt" and "prompt" not in dataset.column_names:
+        found.problems.append(ValueError(
+            f"dataset {name!r} has no 'prompt' column (columns: {dataset.column_names}). Set dataset_prompt_column "
+            "to the column holding the prompts, or dataset_format: gsm8k for question/answer rows."))
+    elif column in dataset.column_names:
+        attempt(check_prompt_kinds, dataset, where, column)
+        if not found.problems:
+            attempt(check_empty_prompts, dataset, where, column)
+    if not found.problems:
+        try:
+            found.dataset = apply_prompt_settings(dataset, column, system_prompt)
+        except ValueError as err:
+            found.problems.append(err)
+    return found
+
+
+def _embedded_split(script_args, seed: int, split: str):
+    """The rows of an embedded task's split (raises `ValueError` for another split, streaming, or an unknown name)."""
+    name = script_args.dataset_name
     check_choice("split", split, ("train", "test"), error=ValueError)
     if getattr(script_args, "dataset_streaming", False):
         raise ValueError("dataset_streaming=True is not supported by the recipe: the plan counts the prompts. Remove it "
                          "(the dataset is downloaded once and cached).")
-    if tiny.is_embedded(name):
-        if name not in EMBEDDED_DATASETS:
-            raise ValueError(f"dataset_name={name!r} is not an embedded dataset; use one of {list(EMBEDDED_DATASETS)}.")
-        if split == "train":
-            num = script_args.embedded_num_prompts
-        else:
-            num = getattr(script_args, "eval_num_prompts", None) or EMBEDDED_TEST_SIZES[name]
-        if name == tiny.TINY_DATASET_ID:
-            # The test split draws its filler words from another seed: other prompts, the same task.
-            dataset = tiny.count_char_dataset(num, target=script_args.embedded_target,
-                                              seed=seed if split == "train" else seed + 10_000)
-            return apply_prompt_settings(dataset, "prompt", system_prompt)
-        from datasets import Dataset
+    if name not in EMBEDDED_DATASETS:
+        raise ValueError(f"dataset_name={name!r} is not an embedded dataset; use one of {list(EMBEDDED_DATASETS)}.")
+    if split == "train":
+        num = script_args.embedded_num_prompts
+    else:
+        num = getattr(script_args, "eval_num_prompts", None) or EMBEDDED_TEST_SIZES[name]
+    if name == tiny.TINY_DATASET_ID:
+        # The test split draws its filler words from another seed: other prompts, the same task.
+        dataset = tiny.count_char_dataset(num, target=script_args.embedded_target,
+                                          seed=seed if split == "train" else seed + 10_000)
+        return apply_prompt_settings(dataset, "prompt", getattr(script_args, "system_prompt", None))
+    from datasets import Dataset
 
-        rows = arithmetic_rows(split, num, seed=seed)
-        return Dataset.from_list([gsm8k_to_prompt(row, system_prompt or ARITHMETIC_SYSTEM_PROMPT) for row in rows])
-    split_field = "dataset_train_split" if split == "train" else "dataset_test_split"
-    split_name = getattr(script_args, split_field)
-    dataset = read_dataset(name, script_args.dataset_config, split_name, split_field)
-    where = describe(name, split_name)
-    check_not_empty(dataset, where)
-    if script_args.dataset_format == "gsm8k":
-        check_gsm8k_rows(dataset, where)
-        gsm8k_system = system_prompt or GSM8K_SYSTEM_PROMPT
-        return dataset.map(lambda row: gsm8k_to_prompt(row, gsm8k_system), remove_columns=dataset.column_names)
-    if column == "prompt" and "prompt" not in dataset.column_names:
-        raise ValueError(
-            f"dataset {name!r} has no 'prompt' column (columns: {dataset.column_names}). Set dataset_prompt_column "
-            "to the column holding the prompts, or dataset_format: gsm8k for question/answer rows.")
-    if column in dataset.column_names:
-        check_prompt_rows(dataset, where, column)
-    return apply_prompt_settings(dataset, column, system_prompt)
+    rows = arithmetic_rows(split, num, seed=seed)
+    system_prompt = getattr(script_args, "system_prompt", None) or ARITHMETIC_SYSTEM_PROMPT
+    return Dataset.from_list([gsm8k_to_prompt(row, system_prompt) for row in rows])
 
 
 def check_gsm8k_rows(dataset, where: str) -> None:
     """Refuse GSM8K-format rows without ``question`` / ``answer`` columns, with empty questions, or with answers that
     have no ``#### <number>`` line (`data_checks.DatasetError` naming the split, the column and the rows)."""
+    check_gsm8k_columns(dataset, where)
+    check_prompt_rows(dataset, where, "question", chat=False)
+    check_gsm8k_answers(dataset, where)
+
+
+def check_gsm8k_columns(dataset, where: str) -> None:
+    """Refuse GSM8K-format rows without a ``question`` or an ``answer`` column (`DatasetError`)."""
     missing = [c for c in ("question", "answer") if c not in dataset.column_names]
     if missing:
         raise DatasetError(f"{where} has no {' or '.join(map(repr, missing))} column (columns: {dataset.column_names}); "
                            "dataset_format: gsm8k reads question and answer rows. Fix: set dataset_format: prompt "
                            "with dataset_prompt_column, or rename the columns.")
-    check_prompt_rows(dataset, where, "question", chat=False)
+
+
+def check_gsm8k_answers(dataset, where: str) -> None:
+    """Refuse GSM8K-format answers without a ``#### <number>`` line (`DatasetError` naming the rows)."""
     bad = [i for i, answer in enumerate(dataset["answer"]) if not isinstance(answer, str) or not _GSM8K_ANSWER.search(answer)]
     if bad:
         rows = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")

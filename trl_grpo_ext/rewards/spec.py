@@ -53,6 +53,18 @@ class RewardSpec:
 _WEIGHT = Range(fix="e.g. `weight: 0.5`.")
 
 
+def weight_warnings(specs: Sequence[RewardSpec]) -> list[str]:
+    """A warning per reward of weight 0: TRL computes and logs it (``rewards/<name>/mean``) but it adds nothing to
+    the weighted sum, so it does not train. A negative weight is a penalty (it subtracts) and is not warned about.
+
+    >>> weight_warnings([RewardSpec("accuracy", 1.0), RewardSpec("format", 0.0)])[0][:41]
+    "rewards[1] 'format' has weight 0: it is c"
+    """
+    return [f"rewards[{i}] {spec.name!r} has weight 0: it is computed and logged (rewards/{spec.name}/mean) but adds "
+            "nothing to the advantages, so it does not train (a metric only). Give it a weight if it should train, "
+            "or remove it." for i, spec in enumerate(specs) if spec.weight == 0]
+
+
 def _weight(value: Any, where: str) -> float:
     return float(check_number(f"{where}: weight", value, _WEIGHT))
 

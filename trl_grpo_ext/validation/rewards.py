@@ -119,7 +119,7 @@ def known_columns(values: Mapping[str, Any]) -> list[str] | None:
     return columns
 
 
-def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: str = "training") -> None:
+def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: str = "training", start: int = 0) -> None:
     """Every dataset column a selected reward reads must be in ``columns``: its declared ``required_columns`` and
     every named argument of the reward callable that only a column can fill
     (:func:`~trl_grpo_ext.rewards.parameters.column_arguments`), for built-in, decorated, entry-point and
@@ -129,6 +129,7 @@ def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: st
         columns (`list[str]`): the dataset's column names.
         specs_or_values: a list of `RewardSpec`, or a `GRPOExtConfig` / mapping holding ``rewards``.
         split (`str`, defaults to ``"training"``): which dataset, for the message (``"evaluation"``).
+        start (`int`, defaults to `0`): the index in ``rewards`` of the first spec (named ``rewards[i]``).
 
     Raises:
         RunArgumentError: naming the reward, the column or argument, the dataset's columns and the fix.
@@ -140,7 +141,7 @@ def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: st
     else:
         specs = reward_specs(flatten_values(specs_or_values))
     present = set(columns)
-    for i, spec in enumerate(specs):
+    for i, spec in enumerate(specs, start):
         reward = _reward_object(spec, import_paths=True)
         for alternatives in getattr(reward, "required_columns", ()) or ():
             if not present.intersection(alternatives):

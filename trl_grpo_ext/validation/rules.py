@@ -314,6 +314,14 @@ def reward_columns(v: RunView) -> None:
         check_reward_columns(columns, _reward_specs(v))
 
 
+def empty_rewards(v: RunView) -> None:
+    """``rewards: []`` selects no reward: the recipe would have nothing to score completions with."""
+    rewards = v.values.get("rewards")
+    if isinstance(rewards, (list, tuple)) and not rewards:
+        raise RunArgumentError("rewards=[] selects no reward, so no completion could be scored. Fix: list at least one "
+                               "reward, e.g. `rewards: [accuracy]` (`trl-grpo-ext rewards` lists them).")
+
+
 def lora_targets(v: RunView) -> None:
     if v.check_model and v.get("use_peft"):
         check_lora_targets(v.values)
@@ -365,6 +373,7 @@ RULES: tuple[Rule, ...] = (
     Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
     Rule("lora_targets", lora_targets, _LORA, blocked_by=(*_LORA, "use_peft", "model_name_or_path",
                                                           "model_revision")),
+    Rule("empty_rewards", empty_rewards, ("rewards",)),
 )
 
 

@@ -1,0 +1,226 @@
+"""The dataset stage of the checks, listed with the config's problems: `plan` and the recipe read the training split
+(and the test split when the run evaluates) and report every problem of the rows with the config's own, in one go.
+
+:func:`dataset_check` is one of the front door's ``checks`` (`frontdoor.read_run_args`); it records each problem in
+the front door's collector, skipping the checks whose fields already have a problem (a misspelt split is reported
+once, by its own check). What it finds in the rows: :func:`trl_grpo_ext.data.load.read_prompt_split` (unreadable,
+empty, no prompt column, prompts of another kind or empty, GSM8K rows without ``####``), then the reward columns of
+both splits (`rewards.check_reward_columns`), the answer columns empty in every row (`data.checks.check_reward_values`),
+the golds math-verify cannot score (`data.checks.check_math_golds`), a training split too small for one step and
+skip's one-epoch refusal on the real size (`collected.check_skip_epochs`). docs/real-data.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .tables import enum_value, flatten_values
+
+#: The fields each part of the stage reads: a problem already reported for one of them skips that part.
+#: (``embedded_target`` is not one of them: the rule ``reward_columns`` names it with every problem it finds; a
+#: target the embedded task cannot use is found by :func:`_embedded_target_refused`.)
+TRAIN_FIELDS = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_format", "dataset_prompt_column",
+                "system_prompt", "embedded_num_prompts", "dataset_streaming", "seed")
+EVAL_FIELDS = ("dataset_name", "dataset_config", "dataset_test_split", "dataset_format", "dataset_prompt_column",
+               "system_prompt", "eval_num_prompts", "dataset_streaming", "seed", "eval_strategy", "do_eval",
+               "final_eval")
+REWARD_FIELDS = ("rewards", "reward_weights", "max_completion_length")
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass
+class DatasetSurvey:
+    """What the dataset stage found.
+
+    Attributes:
+        train_rows (`int` or `None`): rows of the training split as read (before ``max_prompt_length`` drops any);
+            ``None`` when it was not read.
+        eval_rows (`int` or `None`): held-out prompts the run evaluates on (after ``eval_num_prompts``).
+        warnings (`list[str]`): golds some of which math-verify cannot score (`data.checks.check_math_golds`).
+        not_run (`str` or `None`): why the checks were not run (a Hub dataset `plan` does not download), one line.
+    """
+
+    train_rows: int | None = None
+    eval_rows: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    not_run: str | None = None
+
+
+def is_local_dataset(name: Any) -> bool:
+    """Whether ``dataset_name`` is embedded or a local path (an existing one, or one written as a path: ``./x``,
+    ``/x``, ``~/x``): what `plan` reads without the network."""
+    if not isinstance(name, str):
+        return False
+    return name.startswith(("embedded:", ".", "/", "~")) or Path(name).expanduser().exists()
+
+
+def offline() -> bool:
+    """``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` is set (datasets then reads a Hub dataset from its cache)."""
+    return any(os.environ.get(var, "").strip().lower() in _TRUE for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True,
+                  quiet: bool = False) -> Callable[[Any], None]:
+    """A check for `frontdoor.read_run_args` (``checks=``) that runs :func:`check_datasets` on its `RunArgs` and
+    fills ``survey``.
+
+    Args:
+        world_size (`int`): training processes (the size of one step).
+        survey (`DatasetSurvey`): filled in place.
+        read_hub (`bool`, defaults to `True`): read a Hub dataset (the recipe); `False` for `plan`, which reads one
+            only offline (from the datasets cache) and otherwise records why it did not (``survey.not_run``).
+        quiet (`bool`, defaults to `False`): without datasets' progress bars (`plan`'s output is its table).
+    """
+    def check(run) -> None:
+        if not quiet:
+            vars(survey).update(vars(check_datasets(run, world_size, run.problems, read_hub=read_hub)))
+            return
+        from datasets.utils import logging as datasets_logging
+
+        shown = datasets_logging.is_progress_bar_enabled()
+        datasets_logging.disable_progress_bar()
+        try:
+            vars(survey).update(vars(check_datasets(run, world_size, run.problems, read_hub=read_hub)))
+        finally:
+            if shown:
+                datasets_logging.enable_progress_bar()
+
+    return check
+
+
+def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> DatasetSurvey:
+    """Read the run's training split (and test split when it evaluates) and record every problem in ``problems``.
+
+    Args:
+        run: the front door's `RunArgs` (twins with the values as given, or the real dataclasses).
+        world_size (`int`): training processes.
+        problems (`validation.problems.Problems`): the collector; parts whose fields have a problem are skipped.
+        read_hub (`bool`): see :func:`dataset_check`.
+
+    Returns:
+        `DatasetSurvey`.
+    """
+    from ..data.load import read_prompt_split
+
+    script_args = run.script_args
+    values = flatten_values(*run)
+    survey = DatasetSurvey()
+    name = values.get("dataset_name")
+    if problems.blocked(TRAIN_FIELDS) or _embedded_target_refused(values):
+        return survey
+    if not isinstance(name, str) or not name.strip():
+        if read_hub:
+            problems.add(f"dataset_name={name!r}: the recipe needs a dataset. Fix: set dataset_name to a Hub id, a "
+                         "local folder, or embedded:count-char.", ["dataset_name"])
+        else:
+            survey.not_run = "dataset checks not run: dataset_name is not set"
+        return survey
+    if not is_local_dataset(name) and not read_hub and not offline():
+        survey.not_run = (f"dataset checks not run: dataset_name={name!r} is a Hub dataset and plan downloads nothing "
+                          "(the recipe checks it once downloaded; with HF_HUB_OFFLINE=1 plan checks a copy in the "
+                          "datasets cache)")
+        return survey
+    seed = values.get("seed") or 0
+    specs = _specs(values, problems)
+    train = read_prompt_split(script_args, seed, "train")
+    if train.rows is None and not read_hub and not is_local_dataset(name):  # offline, not in the cache
+        reason = " ".join(str(train.problems[0]).split())
+        if "OfflineModeIsEnabled" in reason or "Couldn't reach" in reason:
+            reason = (f"dataset_name={name!r} is a Hub dataset that is not in the datasets cache, and HF_HUB_OFFLINE "
+                      "is set (the recipe checks it once downloaded)")
+        survey.not_run = f"dataset checks not run: {reason}"
+        return survey
+    for problem in train.problems:
+        problems.add(problem)
+    survey.train_rows = train.rows
+    _reward_checks(train, specs, "training", problems, survey)
+    if train.rows:
+        _size_checks(run, train, world_size, problems, values.get("max_prompt_length") is None)
+    evaluating = enum_value(values.get("eval_strategy")) not in (None, "no") or \
+        (enum_value(values.get("final_eval")) or "none") != "none"
+    if evaluating and not problems.blocked(EVAL_FIELDS):
+        test = read_prompt_split(script_args, seed, "test")
+        for problem in test.problems:
+            problems.add(problem)
+        wanted = values.get("eval_num_prompts")
+        if test.dataset is not None and isinstance(wanted, int) and test.rows is not None:
+            if wanted > test.rows:
+                problems.add(f"eval_num_prompts={wanted} exceeds the {test.rows} prompts of the 'test' split of "
+                             f"{name!r}; lower it.", ["eval_num_prompts"])
+                test.dataset = None
+            else:
+                test.dataset = test.dataset.select(range(wanted))
+        survey.eval_rows = None if test.dataset is None else len(test.dataset)
+        _reward_checks(test, specs, "evaluation", problems, survey)
+    return survey
+
+
+def _embedded_target_refused(values) -> bool:
+    """Whether the embedded count-char task refuses ``embedded_target`` (the config rules report it)."""
+    from ..models.embedded import tiny
+
+    if values.get("dataset_name") != tiny.TINY_DATASET_ID:
+        return False
+    try:
+        tiny.count_char_rows(1, target=values.get("embedded_target") or "a")
+    except (ValueError, TypeError):
+        return True
+    return False
+
+
+def _specs(values, problems) -> list | None:
+    """The run's `RewardSpec` list, or ``None`` when its rewards have a problem (reported by the config rules)."""
+    from .rewards import reward_specs
+
+    if problems.blocked(REWARD_FIELDS):
+        return None
+    try:
+        return reward_specs(values)
+    except ValueError:
+        return None
+
+
+def _reward_checks(found, specs, split: str, problems, survey: DatasetSurvey) -> None:
+    """The columns each reward reads, the answer columns empty in every row, the golds math-verify cannot score."""
+    from ..data.checks import check_math_golds, check_reward_values, reward_columns
+    from .rewards import check_reward_columns
+
+    if found.dataset is None or not specs:
+        return
+    columns = found.dataset.column_names
+    for i, spec in enumerate(specs):
+        problems.check(check_reward_columns, columns, [spec], split, start=i)
+    for column in reward_columns(specs):
+        problems.check(check_reward_values, found.dataset, found.where, [column])
+    for spec in specs:
+        survey.warnings += problems.check(check_math_golds, found.dataset, found.where, [spec]) or []
+
+
+def _size_checks(run, found, world_size: int, problems, exact: bool) -> None:
+    """A training split smaller than one generation batch (TRL's sampler would train 0 steps), and skip's one-epoch
+    refusal on its real size (only when ``exact``: ``max_prompt_length`` drops rows plan cannot count)."""
+    from ..plan import resolve_plan
+    from ..plan.resolve import QuantityError
+    from .collected import QUANTITY_FIELDS, check_skip_epochs
+    from .rules import RunView
+
+    view = RunView({}, run.user_values or {}, world_size)
+    if problems.blocked(view.quantity_keys()):
+        return
+    try:
+        quantities = {k: view.batch.get(k) for k in QUANTITY_FIELDS}
+        # any dataset size large enough for a step: what fails here is the config's own problem
+        resolve_plan(quantities, 10**12, world_size, run.training_args.max_completion_length)
+    except (ValueError, TypeError):  # reported by the checks of those fields
+        return
+    try:
+        resolve_plan(quantities, found.rows, world_size, run.training_args.max_completion_length)
+    except QuantityError as err:
+        problems.add(f"{found.where} has {found.rows} row{'' if found.rows == 1 else 's'}: {err}")
+        return
+    if exact:
+        problems.check(check_skip_epochs, run, found.rows, world_size, fields=["zero_variance_filter"])
