@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunArgumentError", "Range", "check_choice", "closest_choice", "as_number", "format_number",
-           "world_size_from_env"]
+__all__ = ["RunArgumentError", "Range", "Choices", "check_choice", "closest_choice", "as_number", "format_number",
+           "world_size_from_env", "declared_checks"]
 
 
 class RunArgumentError(ValueError):
@@ -92,6 +92,42 @@ class Range:
         if self.integer:
             return int(number)
         return value if isinstance(value, (int, float)) else number
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The valid values of a string field, declared on its type: ``Annotated[str, Choices(("off", "mask"))]``."""
+
+    values: tuple[str, ...]
+
+    def check(self, name: str, value: Any, error: type[ValueError] = RunArgumentError) -> Any:
+        """Return ``value`` if it is one of :attr:`values`, else raise ``error`` (see :func:`check_choice`)."""
+        return check_choice(name, value, self.values, error=error)
+
+
+def declared_checks(cls) -> dict[str, dict[str, Any]]:
+    """``{field: {"choices": (...)} or {"range": Range(...)}}`` for the init fields of dataclass ``cls`` that declare
+    one: ``Annotated[..., Range(...)]`` / ``Annotated[..., Choices(...)]`` on the type, or, for this package's own
+    fields, a ``choices`` key of the argparse metadata (TRL's and transformers' argparse choices are left to them)."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls, include_extras=True)
+    ours = {name for klass in cls.__mro__ if klass.__module__.split(".")[0] == __name__.split(".")[0]
+            for name in vars(klass).get("__annotations__", {})}
+    out: dict[str, dict[str, Any]] = {}
+    for f in dataclasses.fields(cls):
+        checks: dict[str, Any] = {}
+        if "choices" in f.metadata and f.name in ours:
+            checks["choices"] = tuple(getattr(v, "value", v) for v in f.metadata["choices"])
+        for extra in getattr(hints.get(f.name), "__metadata__", ()):
+            if isinstance(extra, Choices):
+                checks["choices"] = tuple(extra.values)
+            elif isinstance(extra, Range):
+                checks["range"] = extra
+        if checks and f.init:
+            out[f.name] = checks
+    return out
 
 
 def check_choice(name: str, value: Any, choices: Iterable[str], error: type[ValueError] = RunArgumentError,

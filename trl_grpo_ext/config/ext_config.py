@@ -19,12 +19,10 @@ from ..models.settings import check_bf16_machine
 from ..plan import QuantityError
 from ..plan.resolve import NO_STEP_LIMIT_FIX
 from ..rewards.guard import REWARD_ERROR_POLICIES
-from ..validation.engines import check_engine_device
 from ..zero_variance.settings import ZeroVarianceSettings
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
-from .checks import Range, choice_from_yaml, world_size_from_env
+from .checks import Choices, Range, choice_from_yaml, declared_checks, world_size_from_env
 from .engines import resolve_engine
-from .fieldtable import Choices, declared_checks
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
@@ -172,7 +170,7 @@ class GRPOExtConfig(GRPOConfig):
                 setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
         world_size = world_size_from_env()
         self._resolve(world_size)
-        for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
+        for name, check in _FIELD_CHECKS.items():  # the checks each field declares, one value each
             if getattr(self, name) is None and name not in _UNSET_BY_NONE:
                 raise ValueError(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
                                  f"{_DEFAULTS[name]!r}) or give a value.")
@@ -181,6 +179,8 @@ class GRPOExtConfig(GRPOConfig):
         self._check_rules(world_size)
         self._check_bf16()
         self._adopt_activation_checkpointing()
+        from ..validation.engines import check_engine_device
+
         check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
         super().__post_init__()
         if self.world_size != world_size:

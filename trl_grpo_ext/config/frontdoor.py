@@ -1,12 +1,14 @@
 """The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way:
 ``--config NAME_OR_PATH`` (a YAML file or a shipped name) plus ``--key value`` overrides, other tools' keys translated
-(`keymap`), unknown keys refused, TRL's parser over the torch-free twins (`fieldtable`), then `validate`; every
+(`keymap`), unknown keys refused, TRL's parser over twins of the argument classes, then `validate`; every
 problem reported at once, one line each (docs/configuration.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import os
 import sys
 from dataclasses import dataclass, fields
@@ -36,7 +38,7 @@ class RunArgs:
         given (`frozenset[str]`): the keys the user set (YAML file or command line, after translation): conflicts are
             judged by these, never by comparing a value with its default.
         config_path (`str` or `None`): the YAML file read.
-        light (`bool`): True when the twins were used (no torch).
+        light (`bool`): True when the twins were used (no ``__post_init__`` ran).
     """
 
     script_args: Any
@@ -105,15 +107,28 @@ def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 
 def dataclass_types(light: bool) -> tuple[type, ...]:
-    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or their torch-free twins when ``light``
-    and ``_fields.py`` was generated on the installed TRL, transformers and PEFT (`fieldtable.tables_current`)."""
-    from .fieldtable import light_dataclasses, tables_current
-
-    if light and tables_current():
-        return light_dataclasses()
+    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or with ``light`` their twins: plain
+    dataclasses with the same init fields (types, defaults, argparse metadata) read from the real classes, and no
+    ``__post_init__``, so that they hold the values as given."""
     from .recipe_args import RECIPE_DATACLASSES
 
-    return RECIPE_DATACLASSES
+    return _twins() if light else RECIPE_DATACLASSES
+
+
+@functools.lru_cache(maxsize=1)
+def _twins() -> tuple[type, ...]:
+    import typing
+
+    from .recipe_args import RECIPE_DATACLASSES
+
+    twins = []
+    for cls in RECIPE_DATACLASSES:
+        hints = typing.get_type_hints(cls)
+        spec = [(f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                         metadata=f.metadata))
+                for f in dataclasses.fields(cls) if f.init]
+        twins.append(dataclasses.make_dataclass(cls.__name__, spec, repr=False, eq=False))
+    return tuple(twins)
 
 
 def hf_argument_parser(types_: tuple[type, ...]):
@@ -156,7 +171,7 @@ def load_yaml(path: Path) -> dict:
 def yaml_choices(config: dict) -> dict:
     """``config`` with each YAML 1.1 boolean of a choice field read as the word the user wrote
     (`checks.choice_from_yaml`: ``zero_variance_filter: off`` -> ``"off"``, ``save_strategy: no`` -> ``"no"``)."""
-    from ..validation.tables import CHOICES
+    from ..validation.user_values import CHOICES
     from .checks import choice_from_yaml
 
     return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
@@ -226,7 +241,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
 
     Args:
         argv: the arguments (default ``sys.argv[1:]``).
-        light: parse with the torch-free twins only (values as given; the real classes when the twins are stale).
+        light: parse with the twins only (values as given; no real dataclass is built).
         announce: print the translation notes (``note: torch_dtype read as dtype ...``) on stderr.
         world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
         checks: more checks of the values as given: callables taking the `RunArgs`, raising `ValueError`.
@@ -260,7 +275,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
     config = yaml_choices(config)
-    twins = dataclass_types(True)  # the real classes when _fields.py is stale for the installed versions
+    twins = dataclass_types(True)
     # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
     unknown, cli_given = _unknown_keys(config, args, twins)
@@ -287,13 +302,12 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
     check_user_values(user_values, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
-    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values,
-                 light=not any(cls.__module__.startswith("trl_grpo_ext.config.recipe_args") for cls in twins))
+    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values, light=True)
     validate(run, world, problems=problems, engine=engine)
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
-    if not light and run.light:  # the real dataclasses: what only they check, then the checks on their resolved values
+    if not light:  # the real dataclasses: what only they check, then the checks on their resolved values
         run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
                      light=False, user_values=user_values)
         validate(run, world, problems=problems, engine=engine)

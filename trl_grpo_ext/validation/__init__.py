@@ -13,8 +13,8 @@ from .lora import check_lora_targets, model_modules, peft_target_matches
 from .rewards import check_reward_columns
 from .rules import RULES, Rule, RunView
 from .run import validate_run_args
-from .tables import CHOICES, DEFAULTS, EXCLUSIVE, RANGES, REQUIRES, UNCHECKED_NUMERIC
-from .user_values import UserValues, check_user_values, user_values_from_argv
+from .tables import EXCLUSIVE, REQUIRES, UNCHECKED_NUMERIC
+from .user_values import CHOICES, DEFAULTS, RANGES, UserValues, check_user_values, user_values_from_argv
 
 __all__ = [
     "RunArgumentError",

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from ..config.checks import RunArgumentError
-from .tables import flatten_values
 
 
 def check_lora_names(values: Mapping[str, Any]) -> None:
@@ -124,7 +123,7 @@ def check_lora_targets(values: Any) -> None:
         RunArgumentError: a target that matches no module, or only modules LoRA cannot wrap (naming the closest), or a
             ``lora_modules_to_save`` entry that matches nothing.
     """
-    values = values if isinstance(values, Mapping) else flatten_values(values)
+    values = values if isinstance(values, Mapping) else vars(values)
     targets = values.get("lora_target_modules")
     to_save = values.get("lora_modules_to_save") or []
     if not targets and not to_save:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config.checks import RunArgumentError, as_number, format_number
-from .tables import flatten_values, typed_value
+from .tables import typed_value
 
 
 def reward_specs(values: Mapping[str, Any]) -> list:
@@ -138,7 +138,7 @@ def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: st
     if isinstance(specs_or_values, list):
         specs = specs_or_values
     else:
-        specs = reward_specs(flatten_values(specs_or_values))
+        specs = reward_specs(specs_or_values if isinstance(specs_or_values, Mapping) else vars(specs_or_values))
     present = set(columns)
     for i, spec in enumerate(specs):
         reward = _reward_object(spec, import_paths=True)

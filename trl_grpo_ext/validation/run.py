@@ -9,8 +9,8 @@ from ..config.checks import RunArgumentError, check_choice, choice_from_yaml
 from ..config.engines import Engine
 from .problems import Problems
 from .rules import RunView, run_rules
-from .tables import _TABLE_DEFAULTS, CHOICES, RANGES, enum_value, flatten_values
-from .user_values import UserValues
+from .tables import enum_value
+from .user_values import CHOICES, FIELD_DEFAULTS, RANGES, UserValues, flatten_values
 
 
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
@@ -51,9 +51,9 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     for name, rng in RANGES.items():
         if checked(name):
             continue
-        if user.get(name, 0) is None and _TABLE_DEFAULTS.get(name) is not None:  # YAML's null for a number
+        if user.get(name, 0) is None and FIELD_DEFAULTS.get(name) is not None:  # YAML's null for a number
             problems.add(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
-                         f"{_TABLE_DEFAULTS[name]!r}) or give a value.", (name,))
+                         f"{FIELD_DEFAULTS[name]!r}) or give a value.", (name,))
             continue
         if name in values and not isinstance(values[name], (list, tuple, dict)):
             problems.check(rng.check, name, values[name], fields=[name])
