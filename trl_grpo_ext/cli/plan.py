@@ -16,7 +16,8 @@ from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.evaluation.plan import zero_variance_forecast_warning
 from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.validation.problems import problem_lines
-from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings, resample_note, skip_note
+from trl_grpo_ext.zero_variance.report import resample_note, skip_note
+from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings
 
 EMBEDDED_PREFIX = "embedded:"
 #: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.

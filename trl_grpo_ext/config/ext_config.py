@@ -1,10 +1,6 @@
-"""`GRPOExtConfig`: TRL's `GRPOConfig` with the quantities of a run in the units people think in.
-
-Config flows one way: YAML + CLI (TRL's `TrlParser`) -> `GRPOExtConfig.__post_init__` (resolve the user's fields
-into one frozen `ResolvedConfig`, `config.resolved`, and write TRL's own fields from it; the user's fields stay as
-given) -> `super().__post_init__()` -> `GRPOExtTrainer`. The pure resolution lives in `resolved` (which calls `plan`,
-`advantage_settings` and `rewards.spec`); this module only calls it.
-"""
+"""`GRPOExtConfig`: TRL's `GRPOConfig` with the quantities of a run in the units people think in. Config flows one way
+(docs/architecture.md): YAML + CLI -> `__post_init__` (resolve into ``config.resolved``, write TRL's fields from it)
+-> `super().__post_init__()` -> `GRPOExtTrainer`; the pure resolution lives in `resolved`."""
 
 from __future__ import annotations
 
@@ -43,40 +39,12 @@ RewardEntry = NewType("RewardEntry", str | dict)
 
 @dataclass
 class GRPOExtConfig(GRPOConfig):
-    r"""Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus the fields below (types, defaults,
-    units and valid values: docs/configuration.md, generated from these declarations).
-
-    Quantities (docs/quantifiers.md; unset: TRL's raw fields decide):
-        prompts_per_step (`int`, *optional*): distinct prompts per optimizer step, all processes [prompts].
-        micro_batch_size (`int`, *optional*): completions per forward/backward on one device [completions].
-        total_training_steps (`int`, *optional*): hard stop [optimizer steps].
-        total_epochs (`float`, *optional*): fallback stop [passes]; with both, the first reached stops the run.
-    Advantages (docs/advantages.md):
-        advantage_preset (`str`, *optional*): `"grpo"`, `"dr_grpo"`, `"rloo"`, `"dapo"`.
-        advantage_baseline (`str`, *optional*, defaults to `"group_mean"`): or `"leave_one_out"`.
-        advantage_std_scaling (`str`, *optional*): `"group"`, `"batch"` or `"none"` (one truth with `scale_rewards`).
-        advantage_epsilon (`float`, *optional*, defaults to `1e-4`): ε in A = (R − b) / (σ + ε) [reward units].
-        advantage_std_kind (`str`, *optional*, defaults to `"sample"`): or `"population"`.
-    Zero-variance groups (docs/zero_variance.md):
-        zero_variance_filter (`str`, defaults to `"off"`): `"mask"`, `"resample"` (DAPO) or `"skip"` (GRESO).
-        zero_variance_tolerance (`float`, defaults to `0.0`): largest std of a uniform group [reward units].
-        zero_variance_reward (`str`, *optional*): the reward the filter judges (unset: the weighted total).
-        max_resample_rounds (`int`, defaults to `3`): extra generation rounds per step in resample mode.
-        skip_exploration_probability (`float`, defaults to `0.25`): p in (0, 1) of skip mode.
-    Rewards (docs/rewards.md):
-        rewards (`list[RewardEntry]`, *optional*): registry names or `{name, weight, kwargs}` (parsed: `resolved.rewards`).
-        reward_error_policy (`str`, defaults to `"raise"`): or `"none"` (a bad value counts as missing).
-    QLoRA adapter precision (docs/adapter_precision.md):
-        adapter_dtype (`str`, defaults to `"float32"`): or `"bfloat16"` (TRL's behaviour).
-        lost_update_steps (`int`, defaults to `0`): measure the lost-update fraction every N steps (0: never).
-        lost_update_warning_threshold (`float`, defaults to `0.2`): warn above this fraction.
-    Generation (docs/generation.md):
-        allow_vllm_4bit_merge (`bool`, defaults to `False`): let `use_vllm` run on a 4-bit base (logs `vllm/base_drift`).
+    """Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus ours (types, defaults, units
+    and valid values: docs/configuration.md, generated from these declarations).
 
     Attributes set by `__post_init__`:
         resolved (`ResolvedConfig`): what the fields resolve to; TRL's own fields are written from it; in `to_dict()`.
-        run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`.
-    """
+        run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`."""
 
     # Quantities
     prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.",
@@ -205,8 +173,8 @@ class GRPOExtConfig(GRPOConfig):
             self.reward_weights = None  # written for `rewards` that a replace() removed: not the user's weights
 
     def _check_rules(self, world_size: int) -> None:
-        """The rules of `validation.rules.RULES` whose scope is ``"run"``, on this config's values and resolved batch
-        fields; the canonical name of `zero_variance_reward` goes to ``resolved.zero_variance_reward``."""
+        """The rules of scope ``"run"`` (`validation.rules.RULES`) on this config's values and resolved batch; sets
+        the canonical ``zero_variance_reward`` and the `ZeroVarianceSettings` in ``resolved``."""
         from ..validation.problems import Problems
         from ..validation.rules import RunView, run_rules, zero_variance
 
@@ -222,10 +190,8 @@ class GRPOExtConfig(GRPOConfig):
             ZeroVarianceSettings.from_values(self, zero_variance_reward=canonical)))
 
     def _adopt_activation_checkpointing(self) -> None:
-        """transformers 5.24 renamed `gradient_checkpointing(_kwargs)` `activation_checkpointing(_kwargs)` and warns
-        (FutureWarning) whenever only the old name holds a value — which TRL's default `gradient_checkpointing=True`
-        always does. Carry the value over to the new name (the effect is the same) so that no run warns about a key
-        its user never wrote."""
+        """Carry `gradient_checkpointing(_kwargs)` over to transformers 5.24's `activation_checkpointing(_kwargs)`,
+        so that TRL's default never warns about a key the user did not write."""
         for old, new in (("gradient_checkpointing", "activation_checkpointing"),
                          ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
             if getattr(self, new, False) is None and getattr(self, old) is not None:
@@ -246,10 +212,8 @@ class GRPOExtConfig(GRPOConfig):
         return self.resolved.quantity_fields()
 
     def to_dict(self) -> dict[str, Any]:
-        """`TrainingArguments.to_dict`, plus ``resolved`` (`ResolvedConfig.to_dict`) and ``run_plan`` (the resolved
-        `RunPlan` as a dict) once the trainer has set ``self.run_plan``: the trackers (wandb, TensorBoard, MLflow,
-        trackio, ...) log ``args.to_dict()``, and `launch.write_run_config` writes it to ``run_config.json``, so they
-        get both too."""
+        """`TrainingArguments.to_dict`, plus ``resolved`` and ``run_plan`` (once the trainer set it): what the trackers
+        log and ``run_config.json`` holds."""
         values = super().to_dict()
         resolved = getattr(self, "resolved", None)  # set by __post_init__
         if resolved is not None:

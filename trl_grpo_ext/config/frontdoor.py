@@ -1,8 +1,5 @@
-"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way:
-``--config NAME_OR_PATH`` (a YAML file or a shipped name) plus ``--key value`` overrides, other tools' keys translated
-(`keymap`), unknown keys refused, TRL's parser over twins of the argument classes, then `validate`; every
-problem reported at once, one line each (docs/configuration.md).
-"""
+"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way
+(docs/configuration.md): every problem reported at once, one line each."""
 
 from __future__ import annotations
 
@@ -22,24 +19,13 @@ CONFIG_SUFFIXES = (".yaml", ".yml")
 
 
 class ConfigError(ValueError):
-    """A config the front door refuses: one line per problem, each naming the key(s), the value and the fix (with
-    several problems, ``problems`` lists the lines; see `validation.problems.problem_lines`)."""
+    """A config the front door refuses: one line per problem (several: listed in ``problems``)."""
 
 
 @dataclass
 class RunArgs:
-    """The parsed arguments of a run.
-
-    Attributes:
-        script_args: ``RecipeArguments`` (or its twin): data and recipe options.
-        training_args: ``GRPOExtConfig`` (or its twin, whose values are as given, not yet resolved).
-        model_args: ``trl.ModelConfig`` (or its twin).
-        push_args: ``HubPushArguments`` (or its twin).
-        given (`frozenset[str]`): the keys the user set (YAML file or command line, after translation): conflicts are
-            judged by these, never by comparing a value with its default.
-        config_path (`str` or `None`): the YAML file read.
-        light (`bool`): True when the twins were used (no ``__post_init__`` ran).
-    """
+    """The parsed arguments of a run: the four dataclasses (or their twins, values as given); ``given``: the keys
+    the user set (conflicts are judged by these); ``light``: True when the twins were used."""
 
     script_args: Any
     training_args: Any
@@ -51,20 +37,13 @@ class RunArgs:
     user_values: dict | None = None
 
     def __iter__(self):
-        """``script_args, training_args, model_args, push_args = run`` (the recipe's ``main`` signature)."""
+        """``script_args, training_args, model_args, push_args = run``."""
         return iter((self.script_args, self.training_args, self.model_args, self.push_args))
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Config files by name
-# --------------------------------------------------------------------------------------------------------------------
-
 def recipes_dir() -> Path:
-    """The folder holding ``grpo_qlora.py``, ``configs/`` and ``accelerate_configs/``.
-
-    In an installed wheel it is package data (``trl_grpo_ext/recipes``); in a source checkout, ``recipes/`` beside
-    the package. Raises FileNotFoundError when neither exists.
-    """
+    """The folder holding ``grpo_qlora.py``, ``configs/`` and ``accelerate_configs/``: package data in a wheel,
+    ``recipes/`` in a checkout. Raises FileNotFoundError when neither exists."""
     here = Path(__file__).resolve().parent.parent  # trl_grpo_ext/, this module being in trl_grpo_ext/config/
     for candidate in (here / "recipes", here.parent / "recipes"):
         if (candidate / "configs").is_dir():
@@ -73,19 +52,16 @@ def recipes_dir() -> Path:
 
 
 def shipped_configs(kind: str = "configs") -> dict[str, Path]:
-    """The shipped configs by name: ``{"tiny_cpu": Path(...), ...}``; ``kind`` is ``"configs"`` (run configs) or
-    ``"accelerate_configs"``."""
+    """The shipped configs of ``kind`` (``"configs"`` or ``"accelerate_configs"``) by name."""
     folder = recipes_dir() / kind
     return {p.stem: p for p in sorted(folder.iterdir()) if p.suffix in CONFIG_SUFFIXES}
 
 
 def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
-    """A config file from a path or the name of a shipped config (``tiny_cpu``, ``tiny_cpu.yaml``; for
-    ``kind="accelerate_configs"``: ``cpu``, ``single_gpu``, ...).
+    """A config file from a path or a shipped name (``tiny_cpu``, ``tiny_cpu.yaml``).
 
     Raises:
-        ConfigError: neither a file nor a shipped name; the message lists the shipped names.
-    """
+        ConfigError: neither; the message lists the shipped names."""
     path = Path(name_or_path)
     if path.is_file():
         return path
@@ -102,14 +78,9 @@ def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
                       f"Shipped: {', '.join(shipped)}.")
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Parsing
-# --------------------------------------------------------------------------------------------------------------------
-
 def dataclass_types(light: bool) -> tuple[type, ...]:
     """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or with ``light`` their twins: plain
-    dataclasses with the same init fields (types, defaults, argparse metadata) read from the real classes, and no
-    ``__post_init__``, so that they hold the values as given."""
+    dataclasses with the same init fields read from the installed classes, without ``__post_init__``."""
     from .recipe_args import RECIPE_DATACLASSES
 
     return _twins() if light else RECIPE_DATACLASSES
@@ -132,8 +103,7 @@ def _twins() -> tuple[type, ...]:
 
 
 def hf_argument_parser(types_: tuple[type, ...]):
-    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_``, loaded without TRL's import-time
-    package scan while TRL is not imported yet (`_trl_compat.hf_argparser_module`)."""
+    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_`` (`_trl_compat.hf_argparser_module`)."""
     from .._trl_compat import hf_argparser_module
 
     module = hf_argparser_module()
@@ -154,7 +124,7 @@ def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def load_yaml(path: Path) -> dict:
-    """The YAML mapping in ``path`` (empty for an empty file). Raises ConfigError on a non-mapping or bad YAML."""
+    """The YAML mapping in ``path`` ({} when empty). Raises ConfigError on bad YAML or a non-mapping."""
     import yaml
 
     try:
@@ -169,8 +139,7 @@ def load_yaml(path: Path) -> dict:
 
 
 def yaml_choices(config: dict) -> dict:
-    """``config`` with each YAML 1.1 boolean of a choice field read as the word the user wrote
-    (`checks.choice_from_yaml`: ``zero_variance_filter: off`` -> ``"off"``, ``save_strategy: no`` -> ``"no"``)."""
+    """``config`` with each YAML 1.1 boolean of a choice field read as the word written (`checks.choice_from_yaml`)."""
     from ..validation.user_values import CHOICES
     from .checks import choice_from_yaml
 
@@ -186,8 +155,7 @@ def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
 
 
 def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tuple[list[str], set[str]]:
-    """The keys of ``config`` and ``args`` that are no field of ``types_`` (command-line ones as ``--key``), and the
-    fields the command line sets."""
+    """The keys of ``config`` and ``args`` that are no field of ``types_``, and the fields the command line sets."""
     known = _known_keys(types_)
     unknown = [key for key in config if key not in known]
     cli = set()
@@ -216,7 +184,7 @@ def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
 
 
 def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, list[str]]:
-    """``config`` and ``args`` without the keys ``keys`` (canonical names; a command-line key with its values)."""
+    """``config`` and ``args`` without ``keys`` (a command-line key with its values)."""
     config = {k: v for k, v in config.items() if k not in keys}
     out, skipping = [], False
     for token in args:
@@ -233,24 +201,18 @@ def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, 
 
 def read_run_args(argv: list[str] | None = None, *, light: bool = False, announce: bool = True,
                   world_size: int | None = None, checks=(), engine=None) -> RunArgs:
-    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides.
+    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (default ``sys.argv[1:]``).
 
-    Every problem is reported at once; two things stop the collection: a missing or unreadable config file, and a
-    refusal of the real dataclasses (built, and validated again on their resolved values, only without ``light`` and
-    when no problem was found).
+    Every problem is reported at once; a missing or unreadable file, and a refusal of the real dataclasses (built and
+    validated on their resolved values unless ``light``), stop the collection.
 
     Args:
-        argv: the arguments (default ``sys.argv[1:]``).
-        light: parse with the twins only (values as given; no real dataclass is built).
-        announce: print the translation notes (``note: torch_dtype read as dtype ...``) on stderr.
-        world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
-        checks: more checks of the values as given: callables taking the `RunArgs`, raising `ValueError`.
-        engine: the `engines.Engine` of an accelerate config (``plan --accelerate-config``).
+        light: the twins only. announce: print translation notes on stderr. world_size: processes (default
+            ``$WORLD_SIZE``, else 1). checks: more checks of the `RunArgs` (raising `ValueError`). engine: the
+            `engines.Engine` of ``plan --accelerate-config``.
 
     Raises:
-        ConfigError: nothing has been loaded; several problems: one ``ConfigError`` listing them in ``problems``; a
-            single one: the error its check raised (a ``ConfigError`` or ``RunArgumentError``).
-    """
+        ConfigError: several problems listed in ``problems``; a single one as the error its check raised."""
     from ..validation import UserValues, check_user_values, user_values_from_argv
     from ..validation.problems import Problems
     from .keymap import ALIASES, REMOVED, RENAMED
@@ -327,11 +289,8 @@ def _argument_problem(err: argparse.ArgumentError) -> ConfigError:
 
 def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None, light: bool,
            user_values) -> RunArgs:
-    """TrlParser's semantics (the file's values are the parser's defaults, the command line wins) into `RunArgs`.
-
-    A YAML value its field's type cannot read is recorded in ``problems`` (unless its field already has one) and left
-    out, and the rest parsed again; a dataclass's own refusal (``GRPOExtConfig.__post_init__``) is recorded and raised.
-    """
+    """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs`: a YAML value its
+    type cannot read is recorded and left out; a dataclass's own refusal is recorded and raised."""
     config = dict(config)
     original = {key: parser.get_default(key) for key in config}
     while True:
@@ -355,9 +314,7 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
 
 
 def validate(run: RunArgs, world_size: int = 1, problems=None, engine=None) -> None:
-    """`validation.validate_run_args` on ``run`` (the twins with the values as given, or the resolved dataclasses),
-    judging conflicts on ``run.user_values``; with ``problems`` each problem is recorded there instead of raised.
-    """
+    """`validation.validate_run_args` on ``run``, recording into ``problems`` when given."""
     from ..validation import validate_run_args
 
     validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,

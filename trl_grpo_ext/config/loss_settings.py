@@ -1,7 +1,5 @@
-"""Settings of TRL's policy loss that take effect only under other settings: the clip (acts only off-policy,
-trl#3757) and ``bnpo``'s per-micro-batch normaliser (trl#3021); see docs/quantifiers.md. Pure Python, restating
-TRL 1.16's ``GRPOTrainer``.
-"""
+"""Settings of TRL's policy loss that take effect only under others: the clip (acts only off-policy, trl#3757) and
+``bnpo``'s per-micro-batch normaliser (trl#3021); docs/quantifiers.md. Pure Python, restating TRL 1.16's trainer."""
 
 from __future__ import annotations
 
@@ -18,28 +16,17 @@ CLIPPED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 
 
 def clip_takes_effect(gradient_accumulation_steps: int, steps_per_generation: int, num_iterations: int) -> bool:
-    """Whether some update of the run is off-policy, so that the clip can act (TRL's own test, see the module).
-
-    >>> clip_takes_effect(4, 4, 1), clip_takes_effect(4, 4, 2), clip_takes_effect(1, 4, 1), clip_takes_effect(4, 2, 2)
-    (False, True, True, False)
-    """
+    """Whether some update of the run is off-policy, so that the clip can act."""
     return gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0
 
 
 def ignored_clipping(settings: Mapping[str, Any], *, loss_type: str, gradient_accumulation_steps: int,
                      steps_per_generation: int, num_iterations: int) -> str | None:
-    """The message refusing clip settings that would change nothing, or ``None`` when they take effect.
+    """The message refusing clip settings that would change nothing, or None when they take effect.
 
     Args:
-        settings (`Mapping[str, Any]`): the clip fields the user set (``epsilon``, ``epsilon_high``, ``delta``);
-            ``epsilon`` at TRL's default 0.2 and ``None`` values count as not set.
-        loss_type (`str`): TRL's ``loss_type``; only :data:`CLIPPED_LOSSES` clip. A value that is not a number >= 0
-            is left to the range checks (``None`` here).
-        gradient_accumulation_steps, steps_per_generation, num_iterations (`int`): TRL's fields, as the run
-            resolves them.
-
-    Returns:
-        `str | None`: one line naming the fields, the numbers and the fix.
+        settings: the clip fields the user set (``epsilon`` at 0.2 and None count as unset; a value not >= 0 is left to
+            the range checks). loss_type: only :data:`CLIPPED_LOSSES` clip. The other arguments: TRL's fields as resolved.
     """
     given = {name: value for name, value in settings.items()
              if name in CLIP_DEFAULTS and value is not None and value != CLIP_DEFAULTS[name]}
@@ -63,12 +50,8 @@ def ignored_clipping(settings: Mapping[str, Any], *, loss_type: str, gradient_ac
 
 def bnpo_accumulation_warning(loss_type: str, gradient_accumulation_steps: int, micro_batch_size: int,
                               completions_per_step: int, world_size: int = 1) -> str | None:
-    """A warning that ``loss_type: bnpo`` changes with ``micro_batch_size``, with the run's numbers; ``None`` for
-    another loss type or a single micro-batch per step (one normaliser, the whole step's tokens).
-
-    >>> bnpo_accumulation_warning("dapo", 4, 8, 32) is None, bnpo_accumulation_warning("bnpo", 1, 32, 32) is None
-    (True, True)
-    """
+    """A warning that ``loss_type: bnpo`` changes with ``micro_batch_size``, with the run's numbers; None for
+    another loss type or one micro-batch per step."""
     if loss_type != "bnpo" or gradient_accumulation_steps <= 1:
         return None
     per_process = completions_per_step // max(1, world_size)
@@ -93,18 +76,8 @@ ZERO_LOSS_ATOL = 1e-3
 
 def zero_loss_note(loss: float, *, beta: float, loss_type: str, gradient_accumulation_steps: int,
                    steps_per_generation: int, num_iterations: int, entropy_coef: float = 0.0) -> str | None:
-    """The console's one-time explanation of a logged loss of 0, when 0 is what the settings give (beta 0, no entropy
-    bonus, every update on-policy, an advantage-weighted loss: docs/quantifiers.md, "Why is my loss 0?"); else ``None``.
-
-    Args:
-        loss (`float`): the logged loss. beta (`float`): the KL coefficient. loss_type (`str`): TRL's loss type.
-        gradient_accumulation_steps, steps_per_generation, num_iterations (`int`): TRL's fields.
-        entropy_coef (`float`, defaults to `0.0`): the entropy bonus (non-zero: the loss is not 0).
-
-    >>> zero_loss_note(0.0, beta=0.04, loss_type="grpo", gradient_accumulation_steps=1, steps_per_generation=1,
-    ...                num_iterations=1) is None
-    True
-    """
+    """The console's one-time explanation of a logged loss of 0 when the settings give 0 (beta 0, no entropy bonus,
+    every update on-policy, an advantage-weighted loss: docs/quantifiers.md, "Why is my loss 0?"); else None."""
     if not isinstance(loss, (int, float)) or abs(loss) > ZERO_LOSS_ATOL or beta != 0 or entropy_coef != 0:
         return None
     if loss_type not in ADVANTAGE_WEIGHTED_LOSSES:

@@ -240,11 +240,6 @@ DEFAULT_FIELDS: tuple[str, ...] = (
 NORMALIZE_THEN_SUM_IGNORES = ADVANTAGE_FIELDS
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# reading a run's values
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def typed_value(value: Any) -> Any:
     """A numeric string as TRL's parser types it ("4" -> 4, "1.5" -> 1.5); anything else unchanged."""
     if isinstance(value, str):

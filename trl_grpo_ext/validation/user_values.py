@@ -64,28 +64,18 @@ def flatten_values(*objects: Any) -> dict[str, Any]:
 
 
 class UserValues(dict):
-    """The keys a user set and their values (a `dict`), with ``command_line_keys``: those given on the command line."""
+    """The keys a user set and their values, with ``command_line_keys``: those given on the command line."""
 
     command_line_keys: frozenset = frozenset()
 
 
 def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> UserValues:
-    """The keys the user set and their values: the ``--config`` YAML mapping, overridden by command-line arguments.
-
-    Args:
-        argv (`list[str]`): the arguments as given to TRL's ``TrlParser.parse_args_and_config``.
-        parser (`argparse.ArgumentParser`, *optional*): the parser that will read ``argv`` (a ``TrlParser``). The
-            command line is parsed into a namespace pre-filled with a sentinel, so exactly the destinations an
-            argument wrote are kept (abbreviations, ``--no_x`` flags and dashed aliases included), typed as the
-            parser types them. Without a parser, ``--key value`` / ``--key=value`` tokens are read as strings.
-
-    Returns:
-        `UserValues`: field name -> value, only for keys the user set (the YAML's ``env`` key excluded); its
-        ``command_line_keys`` are the keys the command line set.
+    """The keys the user set: the ``--config`` YAML mapping (its ``env`` key excluded), overridden by the command
+    line. With ``parser`` (the one that will read ``argv``) the command line is parsed into a namespace of sentinels, so
+    exactly the destinations an argument wrote are kept, typed; without, ``--key value`` tokens are read as strings.
 
     Raises:
-        RunArgumentError: the YAML file is not a mapping. (A missing file is reported by the caller.)
-    """
+        RunArgumentError: the YAML file is not a mapping."""
     import yaml
 
     args = list(argv)
@@ -122,13 +112,8 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser |
 
 
 def check_user_values(user_values: Mapping[str, Any], problems: Problems | None = None) -> None:
-    """The single-value checks (ranges, choices) of the keys the user set, before any dataclass is built, so that a
-    value the parser cannot read (``learning_rate: fast``) is answered with its range and a fix.
-
-    Raises:
-        RunArgumentError: without ``problems``: every problem found (one line each, naming the field, the value and a
-            fix; a single problem as the error its check raised).
-    """
+    """The single-value checks (ranges, choices) of the keys the user set, before any dataclass is built (so that
+    ``learning_rate: fast`` gets its range and a fix); into ``problems``, else raised."""
     own = problems is None
     problems = Problems() if own else problems
     for name, value in user_values.items():
