@@ -135,7 +135,7 @@ def test_grpo_ext_config_and_validation_read_false_as_off(tmp_path):
 
 
 def test_the_former_docstring_examples():
-    from trl_grpo_ext.config.loss_settings import zero_loss_note
+    from trl_grpo_ext.training.console import zero_loss_note
 
     assert [clip_takes_effect(4, 4, 1), clip_takes_effect(4, 4, 2), clip_takes_effect(1, 4, 1),
             clip_takes_effect(4, 2, 2)] == [False, True, True, False]

@@ -253,7 +253,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
             break
         except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
             field_ = _argument_field(err)
-            problems.add(_argument_problem(err), [field_] if field_ else [])
+            problems.add(ConfigError(f"{str(err).rstrip('.')}."), [field_] if field_ else [])
             _, shorter = _without_keys({}, args, {field_} if field_ else set())
             if shorter == args:  # nothing left out: the parse cannot go on
                 problems.raise_if_any(ConfigError)
@@ -283,10 +283,6 @@ def _argument_field(err: argparse.ArgumentError) -> str | None:
     return name.lstrip("-").replace("-", "_") if name.startswith("--") else None
 
 
-def _argument_problem(err: argparse.ArgumentError) -> ConfigError:
-    return ConfigError(f"{str(err).rstrip('.')}.")
-
-
 def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None, light: bool,
            user_values) -> RunArgs:
     """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs`: a YAML value its
@@ -301,7 +297,7 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
         except argparse.ArgumentError as err:  # e.g. `learning_rate: fast`: argparse types a string default
             field_ = _argument_field(err)
             if not problems.blocked([field_] if field_ else []):
-                problems.add(_argument_problem(err), [field_] if field_ else [])
+                problems.add(ConfigError(f"{str(err).rstrip('.')}."), [field_] if field_ else [])
             if field_ not in config:  # not from the file (the command line was read before): nothing to leave out
                 problems.raise_if_any(ConfigError)
             config.pop(field_)

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CLIP_DEFAULTS", "CLIPPED_LOSSES", "bnpo_accumulation_warning", "clip_takes_effect", "ignored_clipping",
-           "zero_loss_note"]
+__all__ = ["CLIP_DEFAULTS", "CLIPPED_LOSSES", "bnpo_accumulation_warning", "clip_takes_effect", "ignored_clipping"]
 
 #: TRL's clip fields and their defaults: a value other than the default is a setting the user made.
 CLIP_DEFAULTS: dict[str, Any] = {"epsilon": 0.2, "epsilon_high": None, "delta": None}
@@ -63,32 +62,4 @@ def bnpo_accumulation_warning(loss_type: str, gradient_accumulation_steps: int, 
         "(trl#3021). micro_batch_size is then not a pure memory setting. Fix: use loss_type: dapo (normalised over "
         f"the whole step, the same for any micro_batch_size), or micro_batch_size: {per_process} (one micro-batch "
         "per step)"
-    )
-
-
-#: Loss types whose policy term is ``−clip(ratio) × advantage``: on-policy (ratio 1) their value is a weighted sum
-#: of the advantages. (``sapo``'s gate weighs positive and negative advantages differently; ``cispo`` and ``vespo``
-#: multiply by log π: their loss is not 0.)
-ADVANTAGE_WEIGHTED_LOSSES = CLIPPED_LOSSES
-#: A logged loss at most this far from 0 counts as "a loss of 0" for :func:`zero_loss_note`.
-ZERO_LOSS_ATOL = 1e-3
-
-
-def zero_loss_note(loss: float, *, beta: float, loss_type: str, gradient_accumulation_steps: int,
-                   steps_per_generation: int, num_iterations: int, entropy_coef: float = 0.0) -> str | None:
-    """The console's one-time explanation of a logged loss of 0 when the settings give 0 (beta 0, no entropy bonus,
-    every update on-policy, an advantage-weighted loss: docs/quantifiers.md, "Why is my loss 0?"); else None."""
-    if not isinstance(loss, (int, float)) or abs(loss) > ZERO_LOSS_ATOL or beta != 0 or entropy_coef != 0:
-        return None
-    if loss_type not in ADVANTAGE_WEIGHTED_LOSSES:
-        return None
-    if clip_takes_effect(gradient_accumulation_steps, steps_per_generation, num_iterations):
-        return None
-    return (
-        f"note: a loss of {loss:.4g} is expected here, and training still works. With beta=0 (no KL term) and one "
-        f"policy update per generation batch (num_iterations={num_iterations}), π/π_old = 1 and the {loss_type} loss "
-        "is minus a weighted mean of the advantages, which sum to 0 in each group: its value is "
-        f"{'exactly 0' if loss_type == 'grpo' else '0 when the completions of a group are equally long, else small'}"
-        ", while its gradient, the advantage-weighted mean of ∇log π, is not. Watch the reward, not the loss "
-        "(docs/quantifiers.md, \"Why is my loss 0?\"). Shown once."
     )

@@ -13,7 +13,13 @@ from ..zero_variance.settings import ZeroVarianceSettings
 from .advantage_settings import AdvantageSettings, resolve_advantage_settings
 from .checks import Range
 
-__all__ = ["ResolvedConfig", "resolve_config", "resolve_reward_specs", "USER_FIELDS"]
+__all__ = ["ResolvedConfig", "resolve_config", "resolve_reward_specs", "USER_FIELDS", "QUANTITY_FIELDS"]
+
+#: What `plan.resolve_plan` takes (`ResolvedConfig.quantity_fields`).
+QUANTITY_FIELDS = ("prompts_per_step", "micro_batch_size", "total_training_steps", "total_epochs",
+                   "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+                   "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
+                   "stop_semantics")
 
 #: The fields `resolve_config` reads: the quantities (ours and TRL's raw batch/stop fields), the advantage fields
 #: (ours and TRL's ``scale_rewards``/``loss_type``) and the rewards (ours and TRL's ``reward_weights``).
@@ -57,11 +63,7 @@ class ResolvedConfig:
 
     def quantity_fields(self) -> dict[str, Any]:
         """The resolved quantity fields, as `plan.resolve_plan` takes them."""
-        names = ("prompts_per_step", "micro_batch_size", "total_training_steps", "total_epochs",
-                 "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-                 "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
-                 "stop_semantics")
-        return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in QUANTITY_FIELDS}
 
     def trl_fields(self) -> dict[str, Any]:
         """TRL's own fields to write into the config (with `rewards`, ``reward_weights`` too)."""

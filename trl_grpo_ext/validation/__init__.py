@@ -11,23 +11,7 @@ from .tables import EXCLUSIVE, REQUIRES, UNCHECKED_NUMERIC
 from .user_values import CHOICES, DEFAULTS, RANGES, UserValues, check_user_values, user_values_from_argv
 
 __all__ = [
-    "RunArgumentError",
-    "Range",
-    "RANGES",
-    "CHOICES",
-    "EXCLUSIVE",
-    "REQUIRES",
-    "DEFAULTS",
-    "UNCHECKED_NUMERIC",
-    "validate_run_args",
-    "RULES",
-    "Rule",
-    "RunView",
-    "check_user_values",
-    "check_reward_columns",
-    "check_lora_targets",
-    "model_modules",
-    "peft_target_matches",
-    "user_values_from_argv",
-    "UserValues",
+    "RunArgumentError", "Range", "RANGES", "CHOICES", "EXCLUSIVE", "REQUIRES", "DEFAULTS", "UNCHECKED_NUMERIC",
+    "validate_run_args", "RULES", "Rule", "RunView", "check_user_values", "check_reward_columns", "check_lora_targets",
+    "model_modules", "peft_target_matches", "user_values_from_argv", "UserValues"
 ]

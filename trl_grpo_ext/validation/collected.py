@@ -5,14 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.checks import RunArgumentError
+from ..config.resolved import QUANTITY_FIELDS
 from .tables import enum_value
 
 EMBEDDED_PREFIX = "embedded:"
-#: What `plan.resolve_plan` takes (`ResolvedConfig.quantity_fields`).
-QUANTITY_FIELDS = ("prompts_per_step", "micro_batch_size", "total_training_steps", "total_epochs",
-                   "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-                   "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
-                   "stop_semantics")
 
 
 def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | None:
