@@ -37,6 +37,10 @@ TRL_FIELD_RANGES = {
 RewardEntry = NewType("RewardEntry", str | dict)
 
 
+def _help(default: Any, text: str) -> Any:
+    return field(default=default, metadata={"help": text})
+
+
 @dataclass
 class GRPOExtConfig(GRPOConfig):
     """Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus ours (types, defaults, units
@@ -48,39 +52,30 @@ class GRPOExtConfig(GRPOConfig):
 
     # Quantities
     prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.",
-                                                  source="quantifiers")] = field(
-        default=None, metadata={"help": "Distinct prompts per optimizer step across all processes [prompts]."}
-    )
+                                                  source="quantifiers")] = _help(
+        None, "Distinct prompts per optimizer step across all processes [prompts].")
     micro_batch_size: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. micro_batch_size: 8.",
-                                                  source="quantifiers")] = field(
-        default=None, metadata={"help": "Completions per forward/backward pass on one device [completions]."}
-    )
+                                                  source="quantifiers")] = _help(
+        None, "Completions per forward/backward pass on one device [completions].")
     total_training_steps: Annotated[int | None, Range(
         low=1, integer=True, fix=NO_STEP_LIMIT_FIX,
-        source="quantifiers")] = field(
-        default=None, metadata={"help": "Hard stop [optimizer steps]; with total_epochs, the first reached stops."}
-    )
+        source="quantifiers")] = _help(
+        None, "Hard stop [optimizer steps]; with total_epochs, the first reached stops.")
     total_epochs: Annotated[float | None, Range(
         low=0, low_open=True, fix="use a positive number of passes (e.g. 1, 2.5), or remove it.",
-        source="quantifiers")] = field(
-        default=None, metadata={"help": "Fallback stop [passes over the prompts]; fractions allowed."}
-    )
+        source="quantifiers")] = _help(
+        None, "Fallback stop [passes over the prompts]; fractions allowed.")
     # Advantages
-    advantage_preset: Annotated[str | None, Choices(tuple(PRESETS))] = field(
-        default=None, metadata={"help": "Published variant setting the advantage fields: grpo, dr_grpo, rloo, ..."}
-    )
-    advantage_baseline: Annotated[str | None, Choices(BASELINES)] = field(
-        default=None, metadata={"help": "Baseline: group_mean (GRPO) or leave_one_out (RLOO). Default group_mean."}
-    )
-    advantage_std_scaling: Annotated[str | None, Choices(STD_SCALINGS)] = field(
-        default=None, metadata={"help": "Std scaling: group, batch or none (one truth with scale_rewards)."}
-    )
-    advantage_epsilon: Annotated[float | None, EPSILON_RANGE] = field(
-        default=None, metadata={"help": "Epsilon added to the std before dividing. Default 1e-4 (TRL's)."}
-    )
-    advantage_std_kind: Annotated[str | None, Choices(STD_KINDS)] = field(
-        default=None, metadata={"help": "sample (unbiased, TRL's) or population standard deviation."}
-    )
+    advantage_preset: Annotated[str | None, Choices(tuple(PRESETS))] = _help(
+        None, "Published variant setting the advantage fields: grpo, dr_grpo, rloo, ...")
+    advantage_baseline: Annotated[str | None, Choices(BASELINES)] = _help(
+        None, "Baseline: group_mean (GRPO) or leave_one_out (RLOO). Default group_mean.")
+    advantage_std_scaling: Annotated[str | None, Choices(STD_SCALINGS)] = _help(
+        None, "Std scaling: group, batch or none (one truth with scale_rewards).")
+    advantage_epsilon: Annotated[float | None, EPSILON_RANGE] = _help(
+        None, "Epsilon added to the std before dividing. Default 1e-4 (TRL's).")
+    advantage_std_kind: Annotated[str | None, Choices(STD_KINDS)] = _help(
+        None, "sample (unbiased, TRL's) or population standard deviation.")
     # Zero-variance groups
     zero_variance_filter: Annotated[str, Choices(ZERO_VARIANCE_MODES)] = field(
         default="off",
@@ -88,49 +83,35 @@ class GRPOExtConfig(GRPOConfig):
                           "predicted uniform before rollout, GRESO)."}
     )
     zero_variance_tolerance: Annotated[float, Range(
-        low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = field(
-        default=0.0, metadata={"help": "A group is uniform when its rewards are equal or their std is at most this."}
-    )
-    zero_variance_reward: str | None = field(
-        default=None,
-        metadata={"help": "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total."},
-    )
+        low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = _help(
+        0.0, "A group is uniform when its rewards are equal or their std is at most this.")
+    zero_variance_reward: str | None = _help(
+        None, "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total.")
     max_resample_rounds: Annotated[int, Range(low=0, integer=True, fix="use e.g. 3.",
-                                              source="zero_variance resample")] = field(
-        default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
-    )
+                                              source="zero_variance resample")] = _help(
+        3, "Extra generation rounds per step in resample mode (bounded).")
     skip_exploration_probability: Annotated[float, Range(
         low=0, high=1, low_open=True, high_open=True, fix="use a probability in (0, 1), e.g. 0.25 (1 would skip "
         "nothing: use zero_variance_filter: mask).",
-        source="zero_variance skip")] = field(
-        default=0.25,
-        metadata={"help": "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k."}
-    )
+        source="zero_variance skip")] = _help(
+        0.25, "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k.")
     # Rewards
-    rewards: list[RewardEntry] | None = field(
-        default=None,
-        metadata={"help": "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}."},
-    )
-    reward_error_policy: Annotated[str, Choices(REWARD_ERROR_POLICIES)] = field(
-        default="raise", metadata={"help": "raise (fail the step) or none (treat a bad reward value as missing)."}
-    )
+    rewards: list[RewardEntry] | None = _help(
+        None, "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}.")
+    reward_error_policy: Annotated[str, Choices(REWARD_ERROR_POLICIES)] = _help(
+        "raise", "raise (fail the step) or none (treat a bad reward value as missing).")
     # Adapter precision
-    adapter_dtype: Annotated[str, Choices(ADAPTER_DTYPES)] = field(
-        default="float32", metadata={"help": "Trainable adapter weights on a quantized model: float32 or bfloat16."}
-    )
+    adapter_dtype: Annotated[str, Choices(ADAPTER_DTYPES)] = _help(
+        "float32", "Trainable adapter weights on a quantized model: float32 or bfloat16.")
     lost_update_steps: Annotated[int, Range(low=0, integer=True, fix="use 0 (off) or e.g. 10.",
-                                            source="adapter_precision")] = field(
-        default=0, metadata={"help": "Measure the lost-update fraction every N optimizer steps (0 = off)."}
-    )
+                                            source="adapter_precision")] = _help(
+        0, "Measure the lost-update fraction every N optimizer steps (0 = off).")
     lost_update_warning_threshold: Annotated[float, Range(low=0, high=1, fix="use e.g. 0.2.",
-                                                          source="adapter_precision (a fraction)")] = field(
-        default=0.2, metadata={"help": "Warn when the lost-update fraction exceeds this."}
-    )
+                                                          source="adapter_precision (a fraction)")] = _help(
+        0.2, "Warn when the lost-update fraction exceeds this.")
     # Generation
-    allow_vllm_4bit_merge: bool = field(
-        default=False,
-        metadata={"help": "Let use_vllm run on a 4-bit base (its sync re-quantizes the base); logs vllm/base_drift."},
-    )
+    allow_vllm_4bit_merge: bool = _help(
+        False, "Let use_vllm run on a 4-bit base (its sync re-quantizes the base); logs vllm/base_drift.")
 
     def __post_init__(self):
         for name, check in _FIELD_CHECKS.items():  # a YAML 1.1 boolean (`zero_variance_filter: off`) as meant
