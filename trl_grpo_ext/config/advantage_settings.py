@@ -113,17 +113,11 @@ def _is_explicit(name: str, value: Any, defaults: Mapping[str, Any]) -> bool:
     return value != default
 
 
-def resolve_advantage_settings(
-    *,
-    preset: str | None = None,
-    scale_rewards: bool | str = "group",
-    advantage_baseline: str | None = None,
-    advantage_std_scaling: str | None = None,
-    advantage_epsilon: float | None = None,
-    advantage_std_kind: str | None = None,
-    loss_type: str | None = "dapo",
-    defaults: Mapping[str, Any] | None = None,
-) -> tuple[AdvantageSettings, dict[str, Any]]:
+def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool | str = "group",
+                               advantage_baseline: str | None = None, advantage_std_scaling: str | None = None,
+                               advantage_epsilon: float | None = None, advantage_std_kind: str | None = None,
+                               loss_type: str | None = "dapo", defaults: Mapping[str, Any] | None = None,
+                               ) -> tuple[AdvantageSettings, dict[str, Any]]:
     """Merge a preset, TRL's `scale_rewards` and our advantage fields into one `AdvantageSettings`.
 
     A field counts as set when not None and not its default in ``defaults`` (:data:`FIELD_DEFAULTS`); the preset and the
@@ -141,20 +135,14 @@ def resolve_advantage_settings(
     if preset is not None and preset not in PRESETS:
         _check_choice("advantage_preset", preset, tuple(PRESETS))
     # Validate every value first, so an unknown value is reported as such and not as a conflict.
-    values: dict[str, Any] = {
-        "advantage_baseline": advantage_baseline,
-        "advantage_std_scaling": advantage_std_scaling,
-        "scale_rewards": normalize_scale_rewards(scale_rewards),
-        "advantage_epsilon": advantage_epsilon,
-        "advantage_std_kind": advantage_std_kind,
-        "loss_type": loss_type,
-    }
-    if advantage_baseline is not None:
-        _check_choice("advantage_baseline", advantage_baseline, BASELINES)
-    if advantage_std_scaling is not None:
-        _check_choice("advantage_std_scaling", advantage_std_scaling, STD_SCALINGS)
-    if advantage_std_kind is not None:
-        _check_choice("advantage_std_kind", advantage_std_kind, STD_KINDS)
+    values: dict[str, Any] = {"advantage_baseline": advantage_baseline, "advantage_std_scaling": advantage_std_scaling,
+                              "scale_rewards": normalize_scale_rewards(scale_rewards),
+                              "advantage_epsilon": advantage_epsilon, "advantage_std_kind": advantage_std_kind,
+                              "loss_type": loss_type}
+    for name, valid in (("advantage_baseline", BASELINES), ("advantage_std_scaling", STD_SCALINGS),
+                        ("advantage_std_kind", STD_KINDS)):
+        if values[name] is not None:
+            _check_choice(name, values[name], valid)
     if advantage_epsilon is not None:
         values["advantage_epsilon"] = _check_epsilon("advantage_epsilon", advantage_epsilon)
     raw = {**values, "scale_rewards": scale_rewards}
