@@ -137,11 +137,11 @@ def test_the_cycle_finder_finds_a_known_cycle():
 #: The layers of docs/architecture.md: a module may import from its own layer or the layers above (lower numbers).
 LAYERS = {
     0: ["training", "cli", "models.embedded", "config.checks", "models.cache", "config.data_sizes",
-        "data.local_columns", "config._fields", "hub.secrets", "hub.card_template"],
+        "data.local_columns", "hub.secrets", "hub.card_template"],
     1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "config.resolved",
         "config.advantage_settings", "training.checkpoints", "evaluation.plan", "evaluation.stats", "rewards",
         "rewards.registry", "rewards.parameters", "rewards.spec", "rewards.guard", "rewards.builtin", "rewards.math",
-        "rewards.text", "rewards.trl_rewards", "zero_variance.settings", "zero_variance.report", "config.fieldtable",
+        "rewards.text", "rewards.trl_rewards", "zero_variance.settings", "zero_variance.report",
         "config.keymap", "config.loss_settings", "models.source", "config.engines"],
     2: ["advantages", "zero_variance", "zero_variance.groups", "zero_variance.merge", "zero_variance.resample",
         "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "training.sampling",

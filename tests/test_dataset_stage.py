@@ -247,17 +247,20 @@ def test_the_recipe_stage_and_main_agree_on_a_good_dataset(tmp_path, capsys, mon
     assert (code, len(errors), main_errors) == (2, 1, []), err
 
 
-def test_plan_reads_a_local_dataset_without_torch_trl_or_transformers(tmp_path):
+def test_plan_reads_a_local_dataset_without_loading_a_model_or_tokenizer(tmp_path):
     import subprocess
     import sys
 
     data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD)})
     config = _config(tmp_path, data, rewards=["accuracy"])  # math-verify reads the golds too
-    code = (
-        "import sys\n"
+    code = (  # any model or tokenizer load fails the run
+        "import transformers\n"
+        "def refuse(*a, **k): raise AssertionError('plan loaded a model or tokenizer')\n"
+        "for name in ('AutoModelForCausalLM', 'AutoTokenizer', 'PreTrainedModel', 'PreTrainedTokenizerBase'):\n"
+        "    setattr(getattr(transformers, name), 'from_pretrained', classmethod(refuse))\n"
         "from trl_grpo_ext.cli import plan as plan_cli\n"
         f"assert plan_cli.main(['--config', {config!r}, '--json']) == 0\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))\n"
+        "print('[]')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})

@@ -1,25 +1,17 @@
-"""The torch-free twins `plan` parses with (trl_grpo_ext/config/_fields.py) match the recipe's dataclasses exactly."""
+"""The twins `plan` parses with (plain dataclasses read from the recipe's dataclasses, without `__post_init__`) give
+the parser exactly the real classes' options, and the field declarations reach the checks and the reference."""
 
 import argparse
+import dataclasses
 import enum
 
 import pytest
 
-from tools.fieldgen import recipe_tables
-from trl_grpo_ext.config.fieldtable import installed_versions, light_dataclasses
-from trl_grpo_ext.config.frontdoor import hf_argument_parser
+from trl_grpo_ext.config.frontdoor import dataclass_types, hf_argument_parser
 
 
-def test_the_generated_table_is_current():
-    """Fails after a TRL/transformers upgrade or a new field: regenerate with `python tools/fieldgen.py`."""
-    from trl_grpo_ext.config._fields import TABLES, VERSIONS
-
-    assert VERSIONS == installed_versions()
-
-    current = recipe_tables()
-    assert list(TABLES) == list(current) == ["RecipeArguments", "GRPOExtConfig", "ModelConfig", "HubPushArguments"]
-    for name in current:
-        assert [tuple(row) for row in TABLES[name]] == [tuple(row) for row in current[name]], name
+def light_dataclasses():
+    return dataclass_types(True)
 
 
 def _plain(value):
@@ -89,57 +81,49 @@ def test_the_reference_shows_what_validation_enforces():
     assert "`learning_rate`" not in tables  # TRL's fields are TRL's to document
 
 
-def test_declared_checks_reach_the_config_and_the_torch_free_table(tmp_path):
-    """A field's Annotated Range/Choices is what GRPOExtConfig refuses with and what `_fields.py` carries to `plan`."""
+def test_declared_checks_reach_the_config_and_the_validation_tables(tmp_path):
+    """A field's Annotated Range/Choices is what GRPOExtConfig refuses with and what the validation tables hold."""
     from trl_grpo_ext import GRPOExtConfig
-    from trl_grpo_ext.config.checks import Range
-    from trl_grpo_ext.config.fieldtable import declared_checks, table_checks
+    from trl_grpo_ext.config.checks import Range, declared_checks
+    from trl_grpo_ext.validation import CHOICES, RANGES
 
     declared = declared_checks(GRPOExtConfig)
     assert declared["max_resample_rounds"] == {"range": Range(low=0, integer=True, fix="use e.g. 3.",
                                                               source="zero_variance resample")}
     assert declared["adapter_dtype"] == {"choices": ("float32", "bfloat16")}
     assert "learning_rate" not in declared  # TRL's field: a row of validation.RANGES instead
-    light = table_checks()
-    assert {name: light[name] for name in declared} == declared
-    assert light["final_eval"] == {"choices": ("none", "adapter", "compare_base")}  # launch.py's argparse choices
+    assert RANGES["max_resample_rounds"] is declared["max_resample_rounds"]["range"]
+    assert CHOICES["adapter_dtype"] == declared["adapter_dtype"]["choices"]
+    assert CHOICES["final_eval"] == ("none", "adapter", "compare_base")  # RecipeArguments' argparse choices
     with pytest.raises(ValueError, match=r"max_resample_rounds=-1 must be an integer >= 0\. Fix: use e\.g\. 3\."):
         GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_resample_rounds=-1)
     with pytest.raises(ValueError, match=r"adapter_dtype='float16' is not valid\. Did you mean 'bfloat16'\? Choose one of 'float32', 'bfloat16'\."):
         GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], adapter_dtype="float16")
 
 
-def _table_with_a_field_the_installed_classes_lack(monkeypatch, versions):
-    """``_fields.py`` as if generated on ``versions`` by a TRL whose GRPOConfig had a field ``only_in_the_table``."""
-    from trl_grpo_ext.config import _fields
-
-    rows = [*_fields.TABLES["GRPOExtConfig"], ("only_in_the_table", "int", 0, {}, {})]
-    monkeypatch.setattr(_fields, "TABLES", {**_fields.TABLES, "GRPOExtConfig": rows})
-    monkeypatch.setattr(_fields, "VERSIONS", versions)
-    light_dataclasses.cache_clear()
-
-
-@pytest.fixture
-def fresh_twins():
-    light_dataclasses.cache_clear()
-    yield
-    light_dataclasses.cache_clear()
-
-
-def test_a_table_generated_on_other_versions_is_not_used(monkeypatch, fresh_twins):
-    """The drift check: on other installed versions than `_fields.VERSIONS`, `plan` parses with the real classes, so a
-    field only the table has is an unknown key; on the table's own versions the twins are used (and accept it)."""
-    from trl_grpo_ext.config.frontdoor import ConfigError, dataclass_types, read_run_args
+def test_the_twins_are_read_from_the_installed_classes(monkeypatch):
+    """No copy of the fields to drift: a field the installed GRPOExtConfig gains is a field of its twin (and one it
+    lacks is an unknown key), and the twin holds the value as given (no `__post_init__`)."""
+    from trl_grpo_ext.config import frontdoor
     from trl_grpo_ext.config.recipe_args import RECIPE_DATACLASSES
 
-    argv = ["--config", "tiny_cpu", "--only_in_the_table", "3"]
-    _table_with_a_field_the_installed_classes_lack(monkeypatch, installed_versions())
-    assert dataclass_types(True) is not RECIPE_DATACLASSES
-    assert read_run_args(argv, light=True, announce=False).training_args.only_in_the_table == 3
+    assert [t.__name__ for t in light_dataclasses()] == [c.__name__ for c in RECIPE_DATACLASSES]
+    real = {f.name for f in dataclasses.fields(RECIPE_DATACLASSES[1]) if f.init}
+    assert {f.name for f in dataclasses.fields(light_dataclasses()[1])} == real
+    assert not hasattr(light_dataclasses()[1], "__post_init__")
+    with pytest.raises(frontdoor.ConfigError, match="unknown key.*only_in_a_newer_trl"):
+        frontdoor.read_run_args(["--config", "tiny_cpu", "--only_in_a_newer_trl", "3"], light=True, announce=False)
 
-    _table_with_a_field_the_installed_classes_lack(monkeypatch, {**installed_versions(), "transformers": "5.20.0"})
-    assert dataclass_types(True) is RECIPE_DATACLASSES
-    with pytest.raises(ConfigError, match="unknown key.*only_in_the_table"):
-        read_run_args(argv, light=True, announce=False)
-    run = read_run_args(["--config", "tiny_cpu"], light=True, announce=False)  # a valid config still reads
-    assert not run.light and run.training_args.resolved.prompts_per_step == 2
+    @dataclasses.dataclass
+    class Newer(RECIPE_DATACLASSES[1]):
+        only_in_a_newer_trl: int = 0
+
+    frontdoor._twins.cache_clear()
+    monkeypatch.setattr("trl_grpo_ext.config.recipe_args.RECIPE_DATACLASSES",
+                        (RECIPE_DATACLASSES[0], Newer, *RECIPE_DATACLASSES[2:]))
+    try:
+        run = frontdoor.read_run_args(["--config", "tiny_cpu", "--only_in_a_newer_trl", "3"], light=True,
+                                      announce=False)
+        assert run.training_args.only_in_a_newer_trl == 3 and run.training_args.zero_variance_filter == "off"
+    finally:
+        frontdoor._twins.cache_clear()

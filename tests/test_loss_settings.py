@@ -132,3 +132,13 @@ def test_grpo_ext_config_and_validation_read_false_as_off(tmp_path):
     validate_run_args(None, {"zero_variance_filter": False, "save_strategy": False}, None, None, check_model=False)
     with pytest.raises(RunArgumentError, match=r"zero_variance_filter=True is not valid\..*write the value in quotes"):
         validate_run_args(None, {"zero_variance_filter": True}, None, None, check_model=False)
+
+
+def test_the_former_docstring_examples():
+    from trl_grpo_ext.training.console import zero_loss_note
+
+    assert [clip_takes_effect(4, 4, 1), clip_takes_effect(4, 4, 2), clip_takes_effect(1, 4, 1),
+            clip_takes_effect(4, 2, 2)] == [False, True, True, False]
+    assert bnpo_accumulation_warning("dapo", 4, 8, 32) is None and bnpo_accumulation_warning("bnpo", 1, 32, 32) is None
+    assert zero_loss_note(0.0, beta=0.04, loss_type="grpo", gradient_accumulation_steps=1, steps_per_generation=1,
+                          num_iterations=1) is None

@@ -332,8 +332,7 @@ def test_each_rule_refuses_its_row(name, monkeypatch):
     """The row of each rule is refused by that rule (run alone on the row's values), not only by another check."""
     from trl_grpo_ext.validation.problems import Problems
     from trl_grpo_ext.validation.rules import RULES, RunView
-    from trl_grpo_ext.validation.tables import flatten_values
-    from trl_grpo_ext.validation.user_values import UserValues
+    from trl_grpo_ext.validation.user_values import UserValues, flatten_values
 
     (param,) = [p for p in INVALID if p.id == RULE_ROWS[name]]
     if param.values[3]:
@@ -391,10 +390,12 @@ def test_the_base_config_is_valid(tmp_path, capsys, no_weights):
 def test_every_declared_check_is_refused_end_to_end():
     """Each range or choice a field declares (and each row of RANGES/CHOICES for a field of ours) has a row above
     whose value that very check refuses, so the parametrized test shows plan and recipe refusing it."""
-    from trl_grpo_ext.config.fieldtable import Choices, table_checks
+    from trl_grpo_ext.config.checks import Choices, declared_checks
+    from trl_grpo_ext.config.recipe_args import RECIPE_DATACLASSES
     from trl_grpo_ext.validation import RANGES
 
-    checks = {name: found.get("range") or Choices(found["choices"]) for name, found in table_checks().items()}
+    declared = {name: found for cls in RECIPE_DATACLASSES for name, found in declared_checks(cls).items()}
+    checks = {name: found.get("range") or Choices(found["choices"]) for name, found in declared.items()}
     checks.update({name: RANGES[name] for name in ("embedded_num_prompts", "eval_num_prompts")})
     assert len(checks) >= 15
 

@@ -8,8 +8,7 @@ from types import SimpleNamespace
 import pytest
 from factories import tiny_config
 
-from trl_grpo_ext.config.loss_settings import zero_loss_note
-from trl_grpo_ext.training.console import ZeroLossNoteCallback
+from trl_grpo_ext.training.console import ZeroLossNoteCallback, zero_loss_note
 
 ON_POLICY = dict(gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=1)
 

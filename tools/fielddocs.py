@@ -2,7 +2,7 @@
 
 For every field this package declares (``GRPOExtConfig``'s own fields, ``RecipeArguments``' own fields,
 ``HubPushArguments``): its type, default, help text (with its unit in brackets), and the choices or range it declares
-(see `trl_grpo_ext.config.fieldtable`; the same objects the validation refuses a value with), or for a field that
+(see `trl_grpo_ext.config.checks`; the same objects the validation refuses a value with), or for a field that
 declares none, its row in the validation tables. The text between
 :data:`BEGIN` and :data:`END` is rewritten; everything else in the file (the prose above and below) is kept::
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tools.fieldgen import type_text
-from trl_grpo_ext.config.fieldtable import declared_checks
-from trl_grpo_ext.validation.tables import CHOICES, RANGES
+from trl_grpo_ext.config.checks import declared_checks
+from trl_grpo_ext.validation import CHOICES, RANGES
 
 #: The reference this module writes into.
 DOCS_FILE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"

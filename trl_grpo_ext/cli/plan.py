@@ -20,7 +20,8 @@ from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
 from trl_grpo_ext.validation.problems import problem_lines
-from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings, resample_note, skip_note
+from trl_grpo_ext.zero_variance.report import resample_note, skip_note
+from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings
 
 EMBEDDED_PREFIX = "embedded:"
 #: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.

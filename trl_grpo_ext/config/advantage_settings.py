@@ -1,6 +1,5 @@
-"""Advantage settings (baseline, std scaling, ε, std kind) and their presets, resolved against TRL's own
-``scale_rewards`` and ``loss_type`` into one `AdvantageSettings` (pure: no torch). Formulas: docs/advantages.md.
-"""
+"""Advantage settings (baseline, std scaling, ε, std kind) and their presets, resolved against TRL's
+``scale_rewards`` and ``loss_type`` into one `AdvantageSettings` (pure: no torch; docs/advantages.md)."""
 
 from __future__ import annotations
 
@@ -16,64 +15,26 @@ STD_SCALINGS = ("group", "batch", "none")
 STD_KINDS = ("sample", "population")
 
 TRL_EPSILON = 1e-4
-"""The ε TRL 1.16 hard-codes in `(r - μ) / (σ + 1e-4)` (`GRPOTrainer._generate_and_score_completions`)."""
+"""The ε TRL 1.16 hard-codes in `(r - μ) / (σ + 1e-4)`."""
 
 EPSILON_RANGE = Range(low=0, fix="use 1e-4 (TRL's).", source="advantages: A = (R - b) / (σ + ε)")
-"""The valid ε (`advantage_epsilon`, declared on `GRPOExtConfig`'s field too): a finite number >= 0."""
 
+#: The published variants (sources and reasoning: docs/advantages.md, "Presets").
+_GROUP_STD = {"advantage_baseline": "group_mean", "advantage_std_scaling": "group", "advantage_std_kind": "sample",
+              "advantage_epsilon": TRL_EPSILON}
 PRESETS: dict[str, dict[str, Any]] = {
-    # Shao et al. 2024, DeepSeekMath, arXiv 2402.03300, §4.1.2 and eq. (3): outcome-supervised advantage
-    # (r_i - mean(r)) / std(r) over the group, and a loss that averages each completion's tokens (1/|o_i|) before
-    # averaging over the group: TRL's loss_type "grpo" (TRL's *default* is "dapo", not the paper's loss).
-    # The paper does not state ε or the std kind; TRL's sample std and ε = 1e-4 are kept.
-    "grpo": {
-        "advantage_baseline": "group_mean",
-        "advantage_std_scaling": "group",
-        "advantage_std_kind": "sample",
-        "advantage_epsilon": TRL_EPSILON,
-        "loss_type": "grpo",
-    },
-    # Liu et al. 2025, Understanding R1-Zero-Like Training (Dr. GRPO), arXiv 2503.20783: drop the std division
-    # (question-level difficulty bias) and the 1/|o_i| length normalisation (length bias): TRL's loss_type "dr_grpo"
-    # (token sum divided by the constant max_completion_length). ε and std kind have no effect without std scaling.
-    "dr_grpo": {
-        "advantage_baseline": "group_mean",
-        "advantage_std_scaling": "none",
-        "loss_type": "dr_grpo",
-    },
-    # Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback
-    # in LLMs, arXiv 2402.14740 (leave-one-out baseline of Kool et al. 2019): A_i = r_i - mean_{j != i} r_j, no std.
-    # RLOO is sequence-level REINFORCE: gradient sum_i A_i * grad log pi(o_i), i.e. the sum of the token log-prob
-    # gradients of each completion. Of GRPOTrainer's losses, "dr_grpo" (token sum over a constant) has that gradient
-    # up to a constant factor; "grpo" (token mean) would rescale each completion by 1/|o_i|.
-    "rloo": {
-        "advantage_baseline": "leave_one_out",
-        "advantage_std_scaling": "none",
-        "loss_type": "dr_grpo",
-    },
-    # Yu et al. 2025, DAPO, arXiv 2503.14476: GRPO's group-normalised advantage with a token-level loss normalised by
-    # all active tokens of the batch (TRL's loss_type "dapo"). DAPO's other parts are separate settings: dynamic
-    # sampling is the zero-variance filter, clip-higher is TRL's `epsilon_high` (0.28 in the paper).
-    "dapo": {
-        "advantage_baseline": "group_mean",
-        "advantage_std_scaling": "group",
-        "advantage_std_kind": "sample",
-        "advantage_epsilon": TRL_EPSILON,
-        "loss_type": "dapo",
-    },
+    "grpo": {**_GROUP_STD, "loss_type": "grpo"},  # Shao et al. 2024, DeepSeekMath, arXiv 2402.03300, eq. (3)
+    # Liu et al. 2025, Dr. GRPO, arXiv 2503.20783: no std division, no 1/|o_i| length normalisation
+    "dr_grpo": {"advantage_baseline": "group_mean", "advantage_std_scaling": "none", "loss_type": "dr_grpo"},
+    # Ahmadian et al. 2024, RLOO, arXiv 2402.14740: leave-one-out baseline, sequence-level REINFORCE (a token sum)
+    "rloo": {"advantage_baseline": "leave_one_out", "advantage_std_scaling": "none", "loss_type": "dr_grpo"},
+    "dapo": {**_GROUP_STD, "loss_type": "dapo"},  # Yu et al. 2025, DAPO, arXiv 2503.14476 (token-level loss)
 }
 
-FIELD_DEFAULTS: dict[str, Any] = {
-    "advantage_preset": None,
-    "scale_rewards": "group",
-    "advantage_baseline": None,
-    "advantage_std_scaling": None,
-    "advantage_epsilon": None,
-    "advantage_std_kind": None,
-    "loss_type": "dapo",
-}
-"""Recommended config defaults. TRL's fields keep TRL's defaults; ours default to `None` ("not set"), which makes
-"explicitly set" exact for them (see `resolve_advantage_settings`)."""
+FIELD_DEFAULTS: dict[str, Any] = {"advantage_preset": None, "scale_rewards": "group", "advantage_baseline": None,
+                                  "advantage_std_scaling": None, "advantage_epsilon": None,
+                                  "advantage_std_kind": None, "loss_type": "dapo"}
+"""Config defaults: TRL's fields keep TRL's; ours are None ("not set")."""
 
 #: The config fields of the advantages (ours, then TRL's ``scale_rewards``), in the order the card shows them; TRL's
 #: ``normalize_then_sum`` ignores each of them (`validation.rules.normalize_then_sum`).
@@ -84,7 +45,7 @@ _FALLBACKS = {"baseline": "group_mean", "epsilon": TRL_EPSILON, "std_kind": "sam
 
 
 class AdvantageConfigError(ValueError):
-    """Advantage settings that are unknown or contradict each other (a `ValueError`, so TRL's parser reports it)."""
+    """Advantage settings that are unknown or contradict each other."""
 
 
 def _check_choice(field_name: str, value: Any, valid: tuple[str, ...]) -> str:
@@ -96,12 +57,10 @@ def _check_epsilon(field_name: str, value: Any) -> float:
 
 
 def normalize_scale_rewards(value: Any) -> str:
-    """Map TRL's `scale_rewards` onto one of `STD_SCALINGS`: `True` / `"true"` -> `"group"`, `False` / `"false"` ->
-    `"none"` (as `GRPOConfig.__post_init__` does), `"group"` / `"batch"` / `"none"` unchanged.
+    """TRL's `scale_rewards` as one of `STD_SCALINGS` (`True` -> `"group"`, `False` -> `"none"`, as TRL does).
 
     Raises:
-        AdvantageConfigError: any other value, listing the valid ones.
-    """
+        AdvantageConfigError: any other value."""
     if value is True:
         return "group"
     if value is False:
@@ -115,17 +74,12 @@ def normalize_scale_rewards(value: Any) -> str:
 
 @dataclass(frozen=True)
 class AdvantageSettings:
-    """How rewards become advantages (formulas: `advantages.compute_advantages`, docs/advantages.md).
-
-    Args:
-        baseline (`str`, defaults to `"group_mean"`): or `"leave_one_out"` (RLOO).
-        std_scaling (`str`, defaults to `"group"`): divide by the group's std, the batch's (`"batch"`), or not (`"none"`).
-        epsilon (`float`, defaults to `1e-4`): added to the std [reward units]; >= 0.
-        std_kind (`str`, defaults to `"sample"`): n − 1 (TRL's `nanstd`) or `"population"` (n).
+    """How rewards become advantages (`advantages.compute_advantages`): ``baseline`` (or ``"leave_one_out"``),
+    ``std_scaling`` (``"group"``, ``"batch"``, ``"none"``), ``epsilon`` >= 0 [reward units], ``std_kind`` (``"sample"``:
+    n − 1, or ``"population"``).
 
     Raises:
-        AdvantageConfigError: an unknown value, or an ε that is negative, not finite or not a number.
-    """
+        AdvantageConfigError: an unknown value, or a bad ε."""
 
     baseline: str = "group_mean"
     std_scaling: str = "group"
@@ -140,17 +94,13 @@ class AdvantageSettings:
 
     @property
     def is_trl_native(self) -> bool:
-        """`True` when TRL 1.16's own GRPO advantage formula computes exactly these settings.
-
-        That is: group-mean baseline and either no std scaling, or sample std with ε = 1e-4. Anything else
-        (leave-one-out, population std, another ε) must be computed by `compute_advantages` instead.
-        """
+        """Whether TRL's own formula computes these settings (group mean; no std, or sample std with ε = 1e-4)."""
         if self.baseline != "group_mean":
             return False
         return self.std_scaling == "none" or (self.std_kind == "sample" and self.epsilon == TRL_EPSILON)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain `dict` of the four fields (JSON-serialisable), e.g. for logs and the model card."""
+        """The four fields as a plain `dict`."""
         return asdict(self)
 
 
@@ -163,57 +113,36 @@ def _is_explicit(name: str, value: Any, defaults: Mapping[str, Any]) -> bool:
     return value != default
 
 
-def resolve_advantage_settings(
-    *,
-    preset: str | None = None,
-    scale_rewards: bool | str = "group",
-    advantage_baseline: str | None = None,
-    advantage_std_scaling: str | None = None,
-    advantage_epsilon: float | None = None,
-    advantage_std_kind: str | None = None,
-    loss_type: str | None = "dapo",
-    defaults: Mapping[str, Any] | None = None,
-) -> tuple[AdvantageSettings, dict[str, Any]]:
+def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool | str = "group",
+                               advantage_baseline: str | None = None, advantage_std_scaling: str | None = None,
+                               advantage_epsilon: float | None = None, advantage_std_kind: str | None = None,
+                               loss_type: str | None = "dapo", defaults: Mapping[str, Any] | None = None,
+                               ) -> tuple[AdvantageSettings, dict[str, Any]]:
     """Merge a preset, TRL's `scale_rewards` and our advantage fields into one `AdvantageSettings`.
 
-    A field counts as set when it is not `None` and differs from its default in `defaults` (`FIELD_DEFAULTS` when
-    `None`); the preset's value and every set field must agree, else the field's own value, then the fallback
-    (group_mean, ε = 1e-4, sample std) decides. `advantage_std_scaling` and `scale_rewards` both set the std scaling.
-
-    Args:
-        preset (`str`, *optional*): one of `PRESETS`. scale_rewards (`bool` or `str`, defaults to `"group"`): TRL's
-            field (`normalize_scale_rewards`). advantage_baseline, advantage_std_scaling, advantage_std_kind (`str`,
-            *optional*): one of `BASELINES`, `STD_SCALINGS`, `STD_KINDS`. advantage_epsilon (`float`, *optional*): ε >= 0
-            [reward units]. loss_type (`str`, *optional*, defaults to `"dapo"`): TRL's field, unless a preset sets it.
-        defaults (`Mapping[str, Any]`, *optional*): each field's default, keyed by config field name.
+    A field counts as set when not None and not its default in ``defaults`` (:data:`FIELD_DEFAULTS`); the preset and the
+    set fields must agree, else the field's value, then the fallback (group_mean, ε = 1e-4, sample std) decides.
 
     Returns:
-        `tuple[AdvantageSettings, dict]`: the settings, and ``{"scale_rewards": ..., "loss_type": ...}`` to write.
+        ``(settings, {"scale_rewards": ..., "loss_type": ...})``: the settings and TRL's fields to write.
 
     Raises:
-        AdvantageConfigError: an unknown preset or value; two set fields, or a preset and a set field, that disagree.
+        AdvantageConfigError: an unknown preset or value; a preset or set fields that disagree.
 
     Warns:
-        UserWarning: `advantage_epsilon` or `advantage_std_kind` set while the std scaling is `"none"`.
-    """
+        UserWarning: `advantage_epsilon` or `advantage_std_kind` set while the std scaling is `"none"`."""
     defaults = FIELD_DEFAULTS if defaults is None else defaults
     if preset is not None and preset not in PRESETS:
         _check_choice("advantage_preset", preset, tuple(PRESETS))
     # Validate every value first, so an unknown value is reported as such and not as a conflict.
-    values: dict[str, Any] = {
-        "advantage_baseline": advantage_baseline,
-        "advantage_std_scaling": advantage_std_scaling,
-        "scale_rewards": normalize_scale_rewards(scale_rewards),
-        "advantage_epsilon": advantage_epsilon,
-        "advantage_std_kind": advantage_std_kind,
-        "loss_type": loss_type,
-    }
-    if advantage_baseline is not None:
-        _check_choice("advantage_baseline", advantage_baseline, BASELINES)
-    if advantage_std_scaling is not None:
-        _check_choice("advantage_std_scaling", advantage_std_scaling, STD_SCALINGS)
-    if advantage_std_kind is not None:
-        _check_choice("advantage_std_kind", advantage_std_kind, STD_KINDS)
+    values: dict[str, Any] = {"advantage_baseline": advantage_baseline, "advantage_std_scaling": advantage_std_scaling,
+                              "scale_rewards": normalize_scale_rewards(scale_rewards),
+                              "advantage_epsilon": advantage_epsilon, "advantage_std_kind": advantage_std_kind,
+                              "loss_type": loss_type}
+    for name, valid in (("advantage_baseline", BASELINES), ("advantage_std_scaling", STD_SCALINGS),
+                        ("advantage_std_kind", STD_KINDS)):
+        if values[name] is not None:
+            _check_choice(name, values[name], valid)
     if advantage_epsilon is not None:
         values["advantage_epsilon"] = _check_epsilon("advantage_epsilon", advantage_epsilon)
     raw = {**values, "scale_rewards": scale_rewards}

@@ -1,13 +1,5 @@
-"""The one validation helper: numeric ranges and string choices, with one-line messages that name the field, the
-value and a fix (no torch, no TRL).
-
->>> Range(low=1, integer=True, fix="try 8.").check("num_generations", 4.0)
-4
->>> check_choice("zero_variance_filter", "masc", ("off", "mask", "resample"))
-Traceback (most recent call last):
-...
-trl_grpo_ext.config.checks.RunArgumentError: zero_variance_filter='masc' is not valid. Did you mean 'mask'? Choose one of 'off', 'mask', 'resample'.
-"""
+"""The one validation helper: numeric ranges and string choices, one-line messages naming the field, the value and
+a fix (no torch, no TRL). Examples: tests/test_checks.py."""
 
 from __future__ import annotations
 
@@ -17,24 +9,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunArgumentError", "Range", "check_choice", "closest_choice", "as_number", "format_number",
-           "world_size_from_env"]
+__all__ = ["RunArgumentError", "Range", "Choices", "check_choice", "closest_choice", "as_number", "format_number",
+           "world_size_from_env", "declared_checks"]
 
 
 class RunArgumentError(ValueError):
-    """A run argument that would fail late or be silently ignored; the one-line message names field, value, fix."""
+    """A run argument that would fail late or be silently ignored; the message names field, value, fix."""
 
 
 @dataclass(frozen=True)
 class Range:
-    """The valid values of one numeric field.
-
-    Args:
-        low, high (`float`, *optional*): bounds (``None`` = unbounded).
-        low_open, high_open (`bool`): the bound itself excluded (``>`` / ``<``) instead of included.
-        integer (`bool`): a whole number is required (``4.0`` is accepted as 4).
-        fix (`str`): what to do instead, appended to the message.
-        source (`str`): who reads the field and why the bound holds (documentation for the table).
+    """The valid values of one numeric field: bounds ``low`` / ``high`` (None: unbounded; ``*_open`` excludes the
+    bound), ``integer`` (``4.0`` accepted as 4), ``fix`` (appended to the message), ``source`` (who reads the field).
     """
 
     low: float | None = None
@@ -58,28 +44,14 @@ class Range:
         return f"a finite {kind.split()[-1]}"
 
     def check(self, name: str, value: Any, error: type[ValueError] = RunArgumentError, typed: bool = False) -> Any:
-        """Return ``value`` if valid (as an `int` when :attr:`integer`), else raise ``error``.
-
-        Args:
-            name (`str`): the field's name, quoted in the message.
-            value: a number, or a string TRL's parser would cast (``"1e-4"``); ``None`` is accepted and returned
-                (the fields that may be ``None`` mean "unset" by it; TRL's parser rejects it for the others).
-            error (`type[ValueError]`, defaults to :class:`RunArgumentError`): the exception class raised, so that a
-                concept keeps its own error type (``QuantityError``, ``AdvantageConfigError``).
-            typed (`bool`, defaults to `False`): for values that arrive typed (from Python or a YAML mapping, not a
-                command line): only an `int` or a `float` is accepted (an `int` for an integer range; never a bool,
-                a string or ``None``).
-
-        Raises:
-            ``error``: "``name=value`` must be <the range in words>. Fix: <fix>".
-        """
-        if typed and (isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float))):
-            fix = f" Fix: {self.fix}" if self.fix else ""
-            raise error(f"{name}={value!r} must be {self.describe()}.{fix}")
-        if value is None:
+        """``value`` if valid (an `int` when :attr:`integer`; ``None`` passes: "unset"), else raise ``error``
+        ("``name=value`` must be <the range in words>. Fix: <fix>"). A numeric string is read as TRL's parser would; with
+        ``typed`` only an `int` or `float` is accepted (never a bool, a string or None)."""
+        if value is None and not typed:
             return None
         number = as_number(value)
-        ok = number is not None and math.isfinite(number)
+        ok = number is not None and math.isfinite(number) and not (typed and (
+            isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float))))
         if ok and self.integer:
             ok = float(number).is_integer()
         if ok and self.low is not None:
@@ -94,15 +66,46 @@ class Range:
         return value if isinstance(value, (int, float)) else number
 
 
+@dataclass(frozen=True)
+class Choices:
+    """The valid values of a string field, declared on its type: ``Annotated[str, Choices(("off", "mask"))]``."""
+
+    values: tuple[str, ...]
+
+    def check(self, name: str, value: Any, error: type[ValueError] = RunArgumentError) -> Any:
+        """``value`` if it is one of :attr:`values`, else raise ``error`` (:func:`check_choice`)."""
+        return check_choice(name, value, self.values, error=error)
+
+
+def declared_checks(cls) -> dict[str, dict[str, Any]]:
+    """``{field: {"choices": (...)} or {"range": Range(...)}}`` for the init fields of dataclass ``cls`` that declare
+    one: ``Annotated[..., Range(...)]`` / ``Annotated[..., Choices(...)]`` on the type, or, for this package's own
+    fields, a ``choices`` key of the argparse metadata (TRL's and transformers' argparse choices are left to them)."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls, include_extras=True)
+    ours = {name for klass in cls.__mro__ if klass.__module__.split(".")[0] == __name__.split(".")[0]
+            for name in vars(klass).get("__annotations__", {})}
+    out: dict[str, dict[str, Any]] = {}
+    for f in dataclasses.fields(cls):
+        checks: dict[str, Any] = {}
+        if "choices" in f.metadata and f.name in ours:
+            checks["choices"] = tuple(getattr(v, "value", v) for v in f.metadata["choices"])
+        for extra in getattr(hints.get(f.name), "__metadata__", ()):
+            if isinstance(extra, Choices):
+                checks["choices"] = tuple(extra.values)
+            elif isinstance(extra, Range):
+                checks["range"] = extra
+        if checks and f.init:
+            out[f.name] = checks
+    return out
+
+
 def check_choice(name: str, value: Any, choices: Iterable[str], error: type[ValueError] = RunArgumentError,
                  fix: str = "") -> Any:
-    """Return ``value`` if it is one of ``choices``, else raise ``error`` with a "Did you mean" hint.
-
-    Args:
-        name (`str`): the field's name. value: the user's value. choices (iterable of `str`): the valid values, in
-        the order the message lists them. error (`type[ValueError]`): the exception class raised. fix (`str`): an
-        extra sentence appended to the message.
-    """
+    """``value`` if it is one of ``choices``, else raise ``error``: "Did you mean" (:func:`closest_choice`), the
+    choices in order, ``fix``, and for a boolean the YAML 1.1 hint."""
     choices = tuple(choices)
     if isinstance(value, str) and value in choices:
         return value
@@ -121,15 +124,8 @@ YAML_BOOLEAN_CHOICES = {False: ("off", "no"), True: ("on", "yes")}
 
 
 def choice_from_yaml(value: Any, choices: Iterable[str]) -> Any:
-    """The choice a YAML 1.1 boolean meant for a string field with ``choices``: ``False`` -> ``"off"`` (else
-    ``"no"``) and ``True`` -> ``"on"`` (else ``"yes"``), only where that word is one of the choices; any other
-    value is returned unchanged (and judged by :func:`check_choice`).
-
-    >>> choice_from_yaml(False, ("off", "mask", "resample")), choice_from_yaml(False, ("no", "steps", "epoch"))
-    ('off', 'no')
-    >>> choice_from_yaml(True, ("off", "mask")), choice_from_yaml("mask", ("off", "mask"))
-    (True, 'mask')
-    """
+    """The choice a YAML 1.1 boolean meant for a field with ``choices``: ``False`` -> ``"off"`` (else ``"no"``),
+    ``True`` -> ``"on"`` (else ``"yes"``), where that word is a choice; any other value unchanged."""
     if not isinstance(value, bool):
         return value
     choices = tuple(choices)
@@ -137,14 +133,8 @@ def choice_from_yaml(value: Any, choices: Iterable[str]) -> Any:
 
 
 def closest_choice(value: Any, choices: Iterable[str]) -> str | None:
-    """The choice ``value`` most likely means: the same letters in another case (``"INFO"`` -> ``"info"``), else the
-    closest spelling (`difflib`, ignoring case), else ``None``.
-
-    >>> closest_choice("Dr_GRPO", ("grpo", "dr_grpo", "rloo"))
-    'dr_grpo'
-    >>> closest_choice("fp32", ("auto", "bfloat16", "float16", "float32")) is None
-    True
-    """
+    """The choice ``value`` most likely means: the same letters in another case, else the closest spelling
+    (`difflib`, ignoring case), else None."""
     choices = tuple(choices)
     lowered = {choice.lower(): choice for choice in choices}
     text = str(value).lower()
@@ -155,14 +145,14 @@ def closest_choice(value: Any, choices: Iterable[str]) -> str | None:
 
 
 def format_number(x: Any) -> str:
-    """A number as a person writes it: ``1`` for 1.0, otherwise as `repr` (``0.0001``, ``2.5``); not a number: `str`."""
+    """A number as a person writes it: ``1`` for 1.0, else `repr`; not a number: `str`."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return str(x)
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
 
 
 def as_number(value: Any) -> float | None:
-    """``value`` as a number (a numeric string cast as TRL's parser would), or ``None`` (booleans are not numbers)."""
+    """``value`` as a number (a numeric string cast as TRL's parser would), or None (booleans are not numbers)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -176,12 +166,11 @@ def as_number(value: Any) -> float | None:
 
 
 def world_size_from_env(environ=None) -> int:
-    """Training processes as `accelerate launch` / `torchrun` set them (``WORLD_SIZE`` in ``environ``, default
-    ``os.environ``), else 1; at least 1.
+    """``WORLD_SIZE`` of ``environ`` (default ``os.environ``; set by `accelerate launch` / `torchrun`), at least
+    1; 1 when unset.
 
     Raises:
-        RunArgumentError: ``WORLD_SIZE`` is not a whole number.
-    """
+        RunArgumentError: not a whole number."""
     import os
 
     raw = (os.environ if environ is None else environ).get("WORLD_SIZE", "1")

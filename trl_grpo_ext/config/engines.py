@@ -1,19 +1,6 @@
-"""Which distributed engine a run uses (DDP, DeepSpeed ZeRO, FSDP), read before any model loads.
-
-Three places name an engine, and `resolve_engine` reads them in this order (the first that names one wins):
-
-1. the run's own fields ``deepspeed`` (a DeepSpeed JSON path or dict: ``zero_optimization.stage``) and ``fsdp``
-   (with ``fsdp_config.version``), which transformers turns into accelerate plugins;
-2. the environment `accelerate launch` sets from its config file: ``ACCELERATE_USE_DEEPSPEED``,
-   ``ACCELERATE_DEEPSPEED_ZERO_STAGE`` (or the stage inside ``ACCELERATE_DEEPSPEED_CONFIG_FILE``),
-   ``ACCELERATE_USE_FSDP``, ``FSDP_VERSION``;
-3. an accelerate config file given to ``trl-grpo-ext plan --accelerate-config`` (`engine_from_accelerate_config`:
-   ``distributed_type``, ``deepspeed_config.zero_stage``, ``fsdp_config.fsdp_version``, ``num_processes`` — the total
-   over all machines, as accelerate counts it — and ``num_machines``).
-
-Nothing here imports torch, DeepSpeed or accelerate: ``trl-grpo-ext plan`` uses it. The refusals of engine and run
-settings that do not work together are in `validation.engines`; docs/scaling.md explains them.
-"""
+"""Which distributed engine a run uses (DDP, DeepSpeed ZeRO, FSDP), read before any model loads, without torch: the
+run's ``deepspeed`` / ``fsdp`` fields, else the environment `accelerate launch` sets, else an accelerate config given
+to ``plan --accelerate-config`` (docs/scaling.md). The refusals are in `validation.engines`."""
 
 from __future__ import annotations
 
@@ -29,18 +16,9 @@ KINDS = ("single", "ddp", "deepspeed", "fsdp")
 
 @dataclass(frozen=True)
 class Engine:
-    """A run's engine.
-
-    Attributes:
-        kind (`str`): one of `KINDS`.
-        zero_stage (`int` or `None`): the ZeRO stage (``deepspeed`` only; None when the DeepSpeed config leaves it out).
-        fsdp_version (`int` or `None`): 1 or 2 (``fsdp`` only).
-        num_processes (`int` or `None`): all processes over all machines, when the source says (accelerate config).
-        num_machines (`int` or `None`): machines, when the source says.
-        source (`str`): where it was read, for messages (e.g. ``"ACCELERATE_USE_DEEPSPEED"``).
-        optimizer_section (`bool`): the DeepSpeed config (JSON) has its own ``optimizer`` section, so DeepSpeed builds
-            the optimizer and the trainer's ``create_optimizer`` (with the zero-variance guard) is never called.
-    """
+    """A run's engine: ``kind`` (one of `KINDS`), ``zero_stage``, ``fsdp_version``, the process and machine counts when
+    the source says, the ``source`` it was read from, and ``optimizer_section`` (the DeepSpeed JSON builds its own
+    optimizer, so the trainer's ``create_optimizer`` is never called)."""
 
     kind: str = "single"
     zero_stage: int | None = None
@@ -79,7 +57,6 @@ def _deepspeed_json(config: Any) -> Mapping:
 
 
 def _deepspeed_engine(config: Any, source: str, zero_stage: Any = None, **counts) -> Engine:
-    """The DeepSpeed engine of a DeepSpeed config (its ``zero_optimization.stage`` unless ``zero_stage`` is given)."""
     ds = _deepspeed_json(config)
     if zero_stage is None:
         zero_stage = (ds.get("zero_optimization") or {}).get("stage")
@@ -112,11 +89,8 @@ def engine_from_env(environ: Mapping[str, str] | None = None) -> Engine | None:
 
 
 def engine_from_accelerate_config(config: Mapping[str, Any], source: str = "the accelerate config") -> Engine:
-    """The engine and process counts of an accelerate config file's contents (a parsed YAML mapping).
-
-    ``num_processes`` is accelerate's: all processes over all machines (``accelerate launch --num_machines 2
-    --num_processes 16`` runs 8 per machine), which is the world size the plan counts.
-    """
+    """The engine and counts of an accelerate config's contents (``num_processes``: over all machines, the world
+    size the plan counts)."""
     kind = str(config.get("distributed_type", "NO")).upper()
     counts = {"num_processes": config.get("num_processes"), "num_machines": config.get("num_machines")}
     counts = {k: int(v) for k, v in counts.items() if v is not None}
@@ -132,8 +106,8 @@ def engine_from_accelerate_config(config: Mapping[str, Any], source: str = "the 
 
 def resolve_engine(values: Mapping[str, Any], environ: Mapping[str, str] | None = None,
                    accelerate_config: Engine | None = None) -> Engine:
-    """The run's engine: its own fields, else the launch environment, else ``accelerate_config``, else one process
-    (or DDP when ``WORLD_SIZE`` > 1)."""
+    """The run's engine: its fields, else the launch environment, else ``accelerate_config``, else one process (DDP when
+    ``WORLD_SIZE`` > 1)."""
     env = os.environ if environ is None else environ
     found = engine_from_run_values(values) or engine_from_env(env) or accelerate_config
     if found is not None:

@@ -1,10 +1,6 @@
-"""`GRPOExtConfig`: TRL's `GRPOConfig` with the quantities of a run in the units people think in.
-
-Config flows one way: YAML + CLI (TRL's `TrlParser`) -> `GRPOExtConfig.__post_init__` (resolve the user's fields
-into one frozen `ResolvedConfig`, `config.resolved`, and write TRL's own fields from it; the user's fields stay as
-given) -> `super().__post_init__()` -> `GRPOExtTrainer`. The pure resolution lives in `resolved` (which calls `plan`,
-`advantage_settings` and `rewards.spec`); this module only calls it.
-"""
+"""`GRPOExtConfig`: TRL's `GRPOConfig` with the quantities of a run in the units people think in. Config flows one way
+(docs/architecture.md): YAML + CLI -> `__post_init__` (resolve into ``config.resolved``, write TRL's fields from it)
+-> `super().__post_init__()` -> `GRPOExtTrainer`; the pure resolution lives in `resolved`."""
 
 from __future__ import annotations
 
@@ -19,12 +15,10 @@ from ..models.settings import check_bf16_machine
 from ..plan import QuantityError
 from ..plan.resolve import NO_STEP_LIMIT_FIX
 from ..rewards.guard import REWARD_ERROR_POLICIES
-from ..validation.engines import check_engine_device
 from ..zero_variance.settings import ZeroVarianceSettings
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
-from .checks import Range, choice_from_yaml, world_size_from_env
+from .checks import Choices, Range, choice_from_yaml, declared_checks, world_size_from_env
 from .engines import resolve_engine
-from .fieldtable import Choices, declared_checks
 from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
@@ -43,78 +37,45 @@ TRL_FIELD_RANGES = {
 RewardEntry = NewType("RewardEntry", str | dict)
 
 
+def _help(default: Any, text: str) -> Any:
+    return field(default=default, metadata={"help": text})
+
+
 @dataclass
 class GRPOExtConfig(GRPOConfig):
-    r"""Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus the fields below (types, defaults,
-    units and valid values: docs/configuration.md, generated from these declarations).
-
-    Quantities (docs/quantifiers.md; unset: TRL's raw fields decide):
-        prompts_per_step (`int`, *optional*): distinct prompts per optimizer step, all processes [prompts].
-        micro_batch_size (`int`, *optional*): completions per forward/backward on one device [completions].
-        total_training_steps (`int`, *optional*): hard stop [optimizer steps].
-        total_epochs (`float`, *optional*): fallback stop [passes]; with both, the first reached stops the run.
-    Advantages (docs/advantages.md):
-        advantage_preset (`str`, *optional*): `"grpo"`, `"dr_grpo"`, `"rloo"`, `"dapo"`.
-        advantage_baseline (`str`, *optional*, defaults to `"group_mean"`): or `"leave_one_out"`.
-        advantage_std_scaling (`str`, *optional*): `"group"`, `"batch"` or `"none"` (one truth with `scale_rewards`).
-        advantage_epsilon (`float`, *optional*, defaults to `1e-4`): ε in A = (R − b) / (σ + ε) [reward units].
-        advantage_std_kind (`str`, *optional*, defaults to `"sample"`): or `"population"`.
-    Zero-variance groups (docs/zero_variance.md):
-        zero_variance_filter (`str`, defaults to `"off"`): `"mask"`, `"resample"` (DAPO) or `"skip"` (GRESO).
-        zero_variance_tolerance (`float`, defaults to `0.0`): largest std of a uniform group [reward units].
-        zero_variance_reward (`str`, *optional*): the reward the filter judges (unset: the weighted total).
-        max_resample_rounds (`int`, defaults to `3`): extra generation rounds per step in resample mode.
-        skip_exploration_probability (`float`, defaults to `0.25`): p in (0, 1) of skip mode.
-    Rewards (docs/rewards.md):
-        rewards (`list[RewardEntry]`, *optional*): registry names or `{name, weight, kwargs}` (parsed: `resolved.rewards`).
-        reward_error_policy (`str`, defaults to `"raise"`): or `"none"` (a bad value counts as missing).
-    QLoRA adapter precision (docs/adapter_precision.md):
-        adapter_dtype (`str`, defaults to `"float32"`): or `"bfloat16"` (TRL's behaviour).
-        lost_update_steps (`int`, defaults to `0`): measure the lost-update fraction every N steps (0: never).
-        lost_update_warning_threshold (`float`, defaults to `0.2`): warn above this fraction.
-    Generation (docs/generation.md):
-        allow_vllm_4bit_merge (`bool`, defaults to `False`): let `use_vllm` run on a 4-bit base (logs `vllm/base_drift`).
+    """Configuration of [`GRPOExtTrainer`]: every field of TRL's `GRPOConfig`, plus ours (types, defaults, units
+    and valid values: docs/configuration.md, generated from these declarations).
 
     Attributes set by `__post_init__`:
         resolved (`ResolvedConfig`): what the fields resolve to; TRL's own fields are written from it; in `to_dict()`.
-        run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`.
-    """
+        run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`."""
 
     # Quantities
     prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.",
-                                                  source="quantifiers")] = field(
-        default=None, metadata={"help": "Distinct prompts per optimizer step across all processes [prompts]."}
-    )
+                                                  source="quantifiers")] = _help(
+        None, "Distinct prompts per optimizer step across all processes [prompts].")
     micro_batch_size: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. micro_batch_size: 8.",
-                                                  source="quantifiers")] = field(
-        default=None, metadata={"help": "Completions per forward/backward pass on one device [completions]."}
-    )
+                                                  source="quantifiers")] = _help(
+        None, "Completions per forward/backward pass on one device [completions].")
     total_training_steps: Annotated[int | None, Range(
         low=1, integer=True, fix=NO_STEP_LIMIT_FIX,
-        source="quantifiers")] = field(
-        default=None, metadata={"help": "Hard stop [optimizer steps]; with total_epochs, the first reached stops."}
-    )
+        source="quantifiers")] = _help(
+        None, "Hard stop [optimizer steps]; with total_epochs, the first reached stops.")
     total_epochs: Annotated[float | None, Range(
         low=0, low_open=True, fix="use a positive number of passes (e.g. 1, 2.5), or remove it.",
-        source="quantifiers")] = field(
-        default=None, metadata={"help": "Fallback stop [passes over the prompts]; fractions allowed."}
-    )
+        source="quantifiers")] = _help(
+        None, "Fallback stop [passes over the prompts]; fractions allowed.")
     # Advantages
-    advantage_preset: Annotated[str | None, Choices(tuple(PRESETS))] = field(
-        default=None, metadata={"help": "Published variant setting the advantage fields: grpo, dr_grpo, rloo, ..."}
-    )
-    advantage_baseline: Annotated[str | None, Choices(BASELINES)] = field(
-        default=None, metadata={"help": "Baseline: group_mean (GRPO) or leave_one_out (RLOO). Default group_mean."}
-    )
-    advantage_std_scaling: Annotated[str | None, Choices(STD_SCALINGS)] = field(
-        default=None, metadata={"help": "Std scaling: group, batch or none (one truth with scale_rewards)."}
-    )
-    advantage_epsilon: Annotated[float | None, EPSILON_RANGE] = field(
-        default=None, metadata={"help": "Epsilon added to the std before dividing. Default 1e-4 (TRL's)."}
-    )
-    advantage_std_kind: Annotated[str | None, Choices(STD_KINDS)] = field(
-        default=None, metadata={"help": "sample (unbiased, TRL's) or population standard deviation."}
-    )
+    advantage_preset: Annotated[str | None, Choices(tuple(PRESETS))] = _help(
+        None, "Published variant setting the advantage fields: grpo, dr_grpo, rloo, ...")
+    advantage_baseline: Annotated[str | None, Choices(BASELINES)] = _help(
+        None, "Baseline: group_mean (GRPO) or leave_one_out (RLOO). Default group_mean.")
+    advantage_std_scaling: Annotated[str | None, Choices(STD_SCALINGS)] = _help(
+        None, "Std scaling: group, batch or none (one truth with scale_rewards).")
+    advantage_epsilon: Annotated[float | None, EPSILON_RANGE] = _help(
+        None, "Epsilon added to the std before dividing. Default 1e-4 (TRL's).")
+    advantage_std_kind: Annotated[str | None, Choices(STD_KINDS)] = _help(
+        None, "sample (unbiased, TRL's) or population standard deviation.")
     # Zero-variance groups
     zero_variance_filter: Annotated[str, Choices(ZERO_VARIANCE_MODES)] = field(
         default="off",
@@ -122,49 +83,35 @@ class GRPOExtConfig(GRPOConfig):
                           "predicted uniform before rollout, GRESO)."}
     )
     zero_variance_tolerance: Annotated[float, Range(
-        low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = field(
-        default=0.0, metadata={"help": "A group is uniform when its rewards are equal or their std is at most this."}
-    )
-    zero_variance_reward: str | None = field(
-        default=None,
-        metadata={"help": "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total."},
-    )
+        low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = _help(
+        0.0, "A group is uniform when its rewards are equal or their std is at most this.")
+    zero_variance_reward: str | None = _help(
+        None, "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total.")
     max_resample_rounds: Annotated[int, Range(low=0, integer=True, fix="use e.g. 3.",
-                                              source="zero_variance resample")] = field(
-        default=3, metadata={"help": "Extra generation rounds per step in resample mode (bounded)."}
-    )
+                                              source="zero_variance resample")] = _help(
+        3, "Extra generation rounds per step in resample mode (bounded).")
     skip_exploration_probability: Annotated[float, Range(
         low=0, high=1, low_open=True, high_open=True, fix="use a probability in (0, 1), e.g. 0.25 (1 would skip "
         "nothing: use zero_variance_filter: mask).",
-        source="zero_variance skip")] = field(
-        default=0.25,
-        metadata={"help": "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k."}
-    )
+        source="zero_variance skip")] = _help(
+        0.25, "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k.")
     # Rewards
-    rewards: list[RewardEntry] | None = field(
-        default=None,
-        metadata={"help": "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}."},
-    )
-    reward_error_policy: Annotated[str, Choices(REWARD_ERROR_POLICIES)] = field(
-        default="raise", metadata={"help": "raise (fail the step) or none (treat a bad reward value as missing)."}
-    )
+    rewards: list[RewardEntry] | None = _help(
+        None, "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}.")
+    reward_error_policy: Annotated[str, Choices(REWARD_ERROR_POLICIES)] = _help(
+        "raise", "raise (fail the step) or none (treat a bad reward value as missing).")
     # Adapter precision
-    adapter_dtype: Annotated[str, Choices(ADAPTER_DTYPES)] = field(
-        default="float32", metadata={"help": "Trainable adapter weights on a quantized model: float32 or bfloat16."}
-    )
+    adapter_dtype: Annotated[str, Choices(ADAPTER_DTYPES)] = _help(
+        "float32", "Trainable adapter weights on a quantized model: float32 or bfloat16.")
     lost_update_steps: Annotated[int, Range(low=0, integer=True, fix="use 0 (off) or e.g. 10.",
-                                            source="adapter_precision")] = field(
-        default=0, metadata={"help": "Measure the lost-update fraction every N optimizer steps (0 = off)."}
-    )
+                                            source="adapter_precision")] = _help(
+        0, "Measure the lost-update fraction every N optimizer steps (0 = off).")
     lost_update_warning_threshold: Annotated[float, Range(low=0, high=1, fix="use e.g. 0.2.",
-                                                          source="adapter_precision (a fraction)")] = field(
-        default=0.2, metadata={"help": "Warn when the lost-update fraction exceeds this."}
-    )
+                                                          source="adapter_precision (a fraction)")] = _help(
+        0.2, "Warn when the lost-update fraction exceeds this.")
     # Generation
-    allow_vllm_4bit_merge: bool = field(
-        default=False,
-        metadata={"help": "Let use_vllm run on a 4-bit base (its sync re-quantizes the base); logs vllm/base_drift."},
-    )
+    allow_vllm_4bit_merge: bool = _help(
+        False, "Let use_vllm run on a 4-bit base (its sync re-quantizes the base); logs vllm/base_drift.")
 
     def __post_init__(self):
         for name, check in _FIELD_CHECKS.items():  # a YAML 1.1 boolean (`zero_variance_filter: off`) as meant
@@ -172,7 +119,7 @@ class GRPOExtConfig(GRPOConfig):
                 setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
         world_size = world_size_from_env()
         self._resolve(world_size)
-        for name, check in _FIELD_CHECKS.items():  # the checks each field declares (see `fieldtable`), one value each
+        for name, check in _FIELD_CHECKS.items():  # the checks each field declares, one value each
             if getattr(self, name) is None and name not in _UNSET_BY_NONE:
                 raise ValueError(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
                                  f"{_DEFAULTS[name]!r}) or give a value.")
@@ -181,6 +128,8 @@ class GRPOExtConfig(GRPOConfig):
         self._check_rules(world_size)
         self._check_bf16()
         self._adopt_activation_checkpointing()
+        from ..validation.engines import check_engine_device
+
         check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
         super().__post_init__()
         if self.world_size != world_size:
@@ -205,8 +154,8 @@ class GRPOExtConfig(GRPOConfig):
             self.reward_weights = None  # written for `rewards` that a replace() removed: not the user's weights
 
     def _check_rules(self, world_size: int) -> None:
-        """The rules of `validation.rules.RULES` whose scope is ``"run"``, on this config's values and resolved batch
-        fields; the canonical name of `zero_variance_reward` goes to ``resolved.zero_variance_reward``."""
+        """The rules of scope ``"run"`` (`validation.rules.RULES`) on this config's values and resolved batch; sets
+        the canonical ``zero_variance_reward`` and the `ZeroVarianceSettings` in ``resolved``."""
         from ..validation.problems import Problems
         from ..validation.rules import RunView, run_rules, zero_variance
 
@@ -222,10 +171,8 @@ class GRPOExtConfig(GRPOConfig):
             ZeroVarianceSettings.from_values(self, zero_variance_reward=canonical)))
 
     def _adopt_activation_checkpointing(self) -> None:
-        """transformers 5.24 renamed `gradient_checkpointing(_kwargs)` `activation_checkpointing(_kwargs)` and warns
-        (FutureWarning) whenever only the old name holds a value — which TRL's default `gradient_checkpointing=True`
-        always does. Carry the value over to the new name (the effect is the same) so that no run warns about a key
-        its user never wrote."""
+        """Carry `gradient_checkpointing(_kwargs)` over to transformers 5.24's `activation_checkpointing(_kwargs)`,
+        so that TRL's default never warns about a key the user did not write."""
         for old, new in (("gradient_checkpointing", "activation_checkpointing"),
                          ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
             if getattr(self, new, False) is None and getattr(self, old) is not None:
@@ -246,10 +193,8 @@ class GRPOExtConfig(GRPOConfig):
         return self.resolved.quantity_fields()
 
     def to_dict(self) -> dict[str, Any]:
-        """`TrainingArguments.to_dict`, plus ``resolved`` (`ResolvedConfig.to_dict`) and ``run_plan`` (the resolved
-        `RunPlan` as a dict) once the trainer has set ``self.run_plan``: the trackers (wandb, TensorBoard, MLflow,
-        trackio, ...) log ``args.to_dict()``, and `launch.write_run_config` writes it to ``run_config.json``, so they
-        get both too."""
+        """`TrainingArguments.to_dict`, plus ``resolved`` and ``run_plan`` (once the trainer set it): what the trackers
+        log and ``run_config.json`` holds."""
         values = super().to_dict()
         resolved = getattr(self, "resolved", None)  # set by __post_init__
         if resolved is not None:

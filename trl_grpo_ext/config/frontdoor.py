@@ -1,12 +1,11 @@
-"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way:
-``--config NAME_OR_PATH`` (a YAML file or a shipped name) plus ``--key value`` overrides, other tools' keys translated
-(`keymap`), unknown keys refused, TRL's parser over the torch-free twins (`fieldtable`), then `validate`; every
-problem reported at once, one line each (docs/configuration.md).
-"""
+"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way
+(docs/configuration.md): every problem reported at once, one line each."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import os
 import sys
 from dataclasses import dataclass, fields
@@ -20,26 +19,14 @@ CONFIG_SUFFIXES = (".yaml", ".yml")
 
 
 class ConfigError(ValueError):
-    """A config the front door refuses: one line per problem, each naming the key(s), the value and the fix (with
-    several problems, ``problems`` lists the lines; see `validation.problems.problem_lines`)."""
+    """A config the front door refuses: one line per problem (several: listed in ``problems``)."""
 
 
 @dataclass
 class RunArgs:
-    """The parsed arguments of a run.
-
-    Attributes:
-        script_args: ``RecipeArguments`` (or its twin): data and recipe options.
-        training_args: ``GRPOExtConfig`` (or its twin, whose values are as given, not yet resolved).
-        model_args: ``trl.ModelConfig`` (or its twin).
-        push_args: ``HubPushArguments`` (or its twin).
-        given (`frozenset[str]`): the keys the user set (YAML file or command line, after translation): conflicts are
-            judged by these, never by comparing a value with its default.
-        config_path (`str` or `None`): the YAML file read.
-        light (`bool`): True when the twins were used (no torch).
-        problems: the front door's collector (`validation.problems.Problems`) while its ``checks`` run, for a check
-            that records several problems or skips fields already refused (`validation.dataset_stage`).
-    """
+    """The parsed arguments of a run: the four dataclasses (or their twins, values as given); ``given``: the keys
+    the user set (conflicts are judged by these); ``light``: True when the twins were used; ``problems``: the
+    collector (`validation.problems.Problems`) while the front door's ``checks`` run (`validation.dataset_stage`)."""
 
     script_args: Any
     training_args: Any
@@ -52,20 +39,13 @@ class RunArgs:
     problems: Any = None
 
     def __iter__(self):
-        """``script_args, training_args, model_args, push_args = run`` (the recipe's ``main`` signature)."""
+        """``script_args, training_args, model_args, push_args = run``."""
         return iter((self.script_args, self.training_args, self.model_args, self.push_args))
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Config files by name
-# --------------------------------------------------------------------------------------------------------------------
-
 def recipes_dir() -> Path:
-    """The folder holding ``grpo_qlora.py``, ``configs/`` and ``accelerate_configs/``.
-
-    In an installed wheel it is package data (``trl_grpo_ext/recipes``); in a source checkout, ``recipes/`` beside
-    the package. Raises FileNotFoundError when neither exists.
-    """
+    """The folder holding ``grpo_qlora.py``, ``configs/`` and ``accelerate_configs/``: package data in a wheel,
+    ``recipes/`` in a checkout. Raises FileNotFoundError when neither exists."""
     here = Path(__file__).resolve().parent.parent  # trl_grpo_ext/, this module being in trl_grpo_ext/config/
     for candidate in (here / "recipes", here.parent / "recipes"):
         if (candidate / "configs").is_dir():
@@ -74,19 +54,16 @@ def recipes_dir() -> Path:
 
 
 def shipped_configs(kind: str = "configs") -> dict[str, Path]:
-    """The shipped configs by name: ``{"tiny_cpu": Path(...), ...}``; ``kind`` is ``"configs"`` (run configs) or
-    ``"accelerate_configs"``."""
+    """The shipped configs of ``kind`` (``"configs"`` or ``"accelerate_configs"``) by name."""
     folder = recipes_dir() / kind
     return {p.stem: p for p in sorted(folder.iterdir()) if p.suffix in CONFIG_SUFFIXES}
 
 
 def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
-    """A config file from a path or the name of a shipped config (``tiny_cpu``, ``tiny_cpu.yaml``; for
-    ``kind="accelerate_configs"``: ``cpu``, ``single_gpu``, ...).
+    """A config file from a path or a shipped name (``tiny_cpu``, ``tiny_cpu.yaml``).
 
     Raises:
-        ConfigError: neither a file nor a shipped name; the message lists the shipped names.
-    """
+        ConfigError: neither; the message lists the shipped names."""
     path = Path(name_or_path)
     if path.is_file():
         return path
@@ -103,25 +80,32 @@ def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
                       f"Shipped: {', '.join(shipped)}.")
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Parsing
-# --------------------------------------------------------------------------------------------------------------------
-
 def dataclass_types(light: bool) -> tuple[type, ...]:
-    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or their torch-free twins when ``light``
-    and ``_fields.py`` was generated on the installed TRL, transformers and PEFT (`fieldtable.tables_current`)."""
-    from .fieldtable import light_dataclasses, tables_current
-
-    if light and tables_current():
-        return light_dataclasses()
+    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or with ``light`` their twins: plain
+    dataclasses with the same init fields read from the installed classes, without ``__post_init__``."""
     from .recipe_args import RECIPE_DATACLASSES
 
-    return RECIPE_DATACLASSES
+    return _twins() if light else RECIPE_DATACLASSES
+
+
+@functools.lru_cache(maxsize=1)
+def _twins() -> tuple[type, ...]:
+    import typing
+
+    from .recipe_args import RECIPE_DATACLASSES
+
+    twins = []
+    for cls in RECIPE_DATACLASSES:
+        hints = typing.get_type_hints(cls)
+        spec = [(f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                         metadata=f.metadata))
+                for f in dataclasses.fields(cls) if f.init]
+        twins.append(dataclasses.make_dataclass(cls.__name__, spec, repr=False, eq=False))
+    return tuple(twins)
 
 
 def hf_argument_parser(types_: tuple[type, ...]):
-    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_``, loaded without TRL's import-time
-    package scan while TRL is not imported yet (`_trl_compat.hf_argparser_module`)."""
+    """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_`` (`_trl_compat.hf_argparser_module`)."""
     from .._trl_compat import hf_argparser_module
 
     module = hf_argparser_module()
@@ -142,7 +126,7 @@ def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def load_yaml(path: Path) -> dict:
-    """The YAML mapping in ``path`` (empty for an empty file). Raises ConfigError on a non-mapping or bad YAML."""
+    """The YAML mapping in ``path`` ({} when empty). Raises ConfigError on bad YAML or a non-mapping."""
     import yaml
 
     try:
@@ -157,9 +141,8 @@ def load_yaml(path: Path) -> dict:
 
 
 def yaml_choices(config: dict) -> dict:
-    """``config`` with each YAML 1.1 boolean of a choice field read as the word the user wrote
-    (`checks.choice_from_yaml`: ``zero_variance_filter: off`` -> ``"off"``, ``save_strategy: no`` -> ``"no"``)."""
-    from ..validation.tables import CHOICES
+    """``config`` with each YAML 1.1 boolean of a choice field read as the word written (`checks.choice_from_yaml`)."""
+    from ..validation.user_values import CHOICES
     from .checks import choice_from_yaml
 
     return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
@@ -174,8 +157,7 @@ def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
 
 
 def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tuple[list[str], set[str]]:
-    """The keys of ``config`` and ``args`` that are no field of ``types_`` (command-line ones as ``--key``), and the
-    fields the command line sets."""
+    """The keys of ``config`` and ``args`` that are no field of ``types_``, and the fields the command line sets."""
     known = _known_keys(types_)
     unknown = [key for key in config if key not in known]
     cli = set()
@@ -204,7 +186,7 @@ def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
 
 
 def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, list[str]]:
-    """``config`` and ``args`` without the keys ``keys`` (canonical names; a command-line key with its values)."""
+    """``config`` and ``args`` without ``keys`` (a command-line key with its values)."""
     config = {k: v for k, v in config.items() if k not in keys}
     out, skipping = [], False
     for token in args:
@@ -221,24 +203,18 @@ def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, 
 
 def read_run_args(argv: list[str] | None = None, *, light: bool = False, announce: bool = True,
                   world_size: int | None = None, checks=(), engine=None) -> RunArgs:
-    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides.
+    """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (default ``sys.argv[1:]``).
 
-    Every problem is reported at once; two things stop the collection: a missing or unreadable config file, and a
-    refusal of the real dataclasses (built, and validated again on their resolved values, only without ``light`` and
-    when no problem was found).
+    Every problem is reported at once; a missing or unreadable file, and a refusal of the real dataclasses (built and
+    validated on their resolved values unless ``light``), stop the collection.
 
     Args:
-        argv: the arguments (default ``sys.argv[1:]``).
-        light: parse with the torch-free twins only (values as given; the real classes when the twins are stale).
-        announce: print the translation notes (``note: torch_dtype read as dtype ...``) on stderr.
-        world_size: processes, for the quantity conflicts (default: ``$WORLD_SIZE``, else 1).
-        checks: more checks of the values as given: callables taking the `RunArgs`, raising `ValueError`.
-        engine: the `engines.Engine` of an accelerate config (``plan --accelerate-config``).
+        light: the twins only. announce: print translation notes on stderr. world_size: processes (default
+            ``$WORLD_SIZE``, else 1). checks: more checks of the `RunArgs` (raising `ValueError`). engine: the
+            `engines.Engine` of ``plan --accelerate-config``.
 
     Raises:
-        ConfigError: nothing has been loaded; several problems: one ``ConfigError`` listing them in ``problems``; a
-            single one: the error its check raised (a ``ConfigError`` or ``RunArgumentError``).
-    """
+        ConfigError: several problems listed in ``problems``; a single one as the error its check raised."""
     from ..validation import UserValues, check_user_values, user_values_from_argv
     from ..validation.problems import Problems
     from .keymap import ALIASES, REMOVED, RENAMED
@@ -263,7 +239,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
     config = yaml_choices(config)
-    twins = dataclass_types(True)  # the real classes when _fields.py is stale for the installed versions
+    twins = dataclass_types(True)
     # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
     unknown, cli_given = _unknown_keys(config, args, twins)
@@ -279,7 +255,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
             break
         except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
             field_ = _argument_field(err)
-            problems.add(_argument_problem(err), [field_] if field_ else [])
+            problems.add(ConfigError(f"{str(err).rstrip('.')}."), [field_] if field_ else [])
             _, shorter = _without_keys({}, args, {field_} if field_ else set())
             if shorter == args:  # nothing left out: the parse cannot go on
                 problems.raise_if_any(ConfigError)
@@ -290,14 +266,13 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
     check_user_values(user_values, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
-    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values,
-                 light=not any(cls.__module__.startswith("trl_grpo_ext.config.recipe_args") for cls in twins))
+    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values, light=True)
     validate(run, world, problems=problems, engine=engine)
     run.problems = problems
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
-    if not light and run.light:  # the real dataclasses: what only they check, then the checks on their resolved values
+    if not light:  # the real dataclasses: what only they check, then the checks on their resolved values
         run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
                      light=False, user_values=user_values)
         validate(run, world, problems=problems, engine=engine)
@@ -311,17 +286,10 @@ def _argument_field(err: argparse.ArgumentError) -> str | None:
     return name.lstrip("-").replace("-", "_") if name.startswith("--") else None
 
 
-def _argument_problem(err: argparse.ArgumentError) -> ConfigError:
-    return ConfigError(f"{str(err).rstrip('.')}.")
-
-
 def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None, light: bool,
            user_values) -> RunArgs:
-    """TrlParser's semantics (the file's values are the parser's defaults, the command line wins) into `RunArgs`.
-
-    A YAML value its field's type cannot read is recorded in ``problems`` (unless its field already has one) and left
-    out, and the rest parsed again; a dataclass's own refusal (``GRPOExtConfig.__post_init__``) is recorded and raised.
-    """
+    """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs`: a YAML value its
+    type cannot read is recorded and left out; a dataclass's own refusal is recorded and raised."""
     config = dict(config)
     original = {key: parser.get_default(key) for key in config}
     while True:
@@ -332,7 +300,7 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
         except argparse.ArgumentError as err:  # e.g. `learning_rate: fast`: argparse types a string default
             field_ = _argument_field(err)
             if not problems.blocked([field_] if field_ else []):
-                problems.add(_argument_problem(err), [field_] if field_ else [])
+                problems.add(ConfigError(f"{str(err).rstrip('.')}."), [field_] if field_ else [])
             if field_ not in config:  # not from the file (the command line was read before): nothing to leave out
                 problems.raise_if_any(ConfigError)
             config.pop(field_)
@@ -345,9 +313,7 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
 
 
 def validate(run: RunArgs, world_size: int = 1, problems=None, engine=None) -> None:
-    """`validation.validate_run_args` on ``run`` (the twins with the values as given, or the resolved dataclasses),
-    judging conflicts on ``run.user_values``; with ``problems`` each problem is recorded there instead of raised.
-    """
+    """`validation.validate_run_args` on ``run``, recording into ``problems`` when given."""
     from ..validation import validate_run_args
 
     validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,

@@ -62,11 +62,7 @@ _WARMUP_RATIO = Range(low=0, high=1, high_open=True, fix="it is a fraction of th
 
 def cli_keys(args: list[str]) -> list[tuple[int, str]]:
     """``(index, key)`` of each ``--key`` token of ``args`` (``--key=value`` included)."""
-    out = []
-    for i, token in enumerate(args):
-        if token.startswith("--") and len(token) > 2:
-            out.append((i, token[2:].split("=", 1)[0]))
-    return out
+    return [(i, token[2:].split("=", 1)[0]) for i, token in enumerate(args) if token.startswith("--") and len(token) > 2]
 
 
 def cli_value(args: list[str], key: str):

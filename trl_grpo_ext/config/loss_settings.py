@@ -1,15 +1,12 @@
-"""Settings of TRL's policy loss that take effect only under other settings: the clip (acts only off-policy,
-trl#3757) and ``bnpo``'s per-micro-batch normaliser (trl#3021); see docs/quantifiers.md. Pure Python, restating
-TRL 1.16's ``GRPOTrainer``.
-"""
+"""Settings of TRL's policy loss that take effect only under others: the clip (acts only off-policy, trl#3757) and
+``bnpo``'s per-micro-batch normaliser (trl#3021); docs/quantifiers.md. Pure Python, restating TRL 1.16's trainer."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CLIP_DEFAULTS", "CLIPPED_LOSSES", "bnpo_accumulation_warning", "clip_takes_effect", "ignored_clipping",
-           "zero_loss_note"]
+__all__ = ["CLIP_DEFAULTS", "CLIPPED_LOSSES", "bnpo_accumulation_warning", "clip_takes_effect", "ignored_clipping"]
 
 #: TRL's clip fields and their defaults: a value other than the default is a setting the user made.
 CLIP_DEFAULTS: dict[str, Any] = {"epsilon": 0.2, "epsilon_high": None, "delta": None}
@@ -18,28 +15,17 @@ CLIPPED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 
 
 def clip_takes_effect(gradient_accumulation_steps: int, steps_per_generation: int, num_iterations: int) -> bool:
-    """Whether some update of the run is off-policy, so that the clip can act (TRL's own test, see the module).
-
-    >>> clip_takes_effect(4, 4, 1), clip_takes_effect(4, 4, 2), clip_takes_effect(1, 4, 1), clip_takes_effect(4, 2, 2)
-    (False, True, True, False)
-    """
+    """Whether some update of the run is off-policy, so that the clip can act."""
     return gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0
 
 
 def ignored_clipping(settings: Mapping[str, Any], *, loss_type: str, gradient_accumulation_steps: int,
                      steps_per_generation: int, num_iterations: int) -> str | None:
-    """The message refusing clip settings that would change nothing, or ``None`` when they take effect.
+    """The message refusing clip settings that would change nothing, or None when they take effect.
 
     Args:
-        settings (`Mapping[str, Any]`): the clip fields the user set (``epsilon``, ``epsilon_high``, ``delta``);
-            ``epsilon`` at TRL's default 0.2 and ``None`` values count as not set.
-        loss_type (`str`): TRL's ``loss_type``; only :data:`CLIPPED_LOSSES` clip. A value that is not a number >= 0
-            is left to the range checks (``None`` here).
-        gradient_accumulation_steps, steps_per_generation, num_iterations (`int`): TRL's fields, as the run
-            resolves them.
-
-    Returns:
-        `str | None`: one line naming the fields, the numbers and the fix.
+        settings: the clip fields the user set (``epsilon`` at 0.2 and None count as unset; a value not >= 0 is left to
+            the range checks). loss_type: only :data:`CLIPPED_LOSSES` clip. The other arguments: TRL's fields as resolved.
     """
     given = {name: value for name, value in settings.items()
              if name in CLIP_DEFAULTS and value is not None and value != CLIP_DEFAULTS[name]}
@@ -63,12 +49,8 @@ def ignored_clipping(settings: Mapping[str, Any], *, loss_type: str, gradient_ac
 
 def bnpo_accumulation_warning(loss_type: str, gradient_accumulation_steps: int, micro_batch_size: int,
                               completions_per_step: int, world_size: int = 1) -> str | None:
-    """A warning that ``loss_type: bnpo`` changes with ``micro_batch_size``, with the run's numbers; ``None`` for
-    another loss type or a single micro-batch per step (one normaliser, the whole step's tokens).
-
-    >>> bnpo_accumulation_warning("dapo", 4, 8, 32) is None, bnpo_accumulation_warning("bnpo", 1, 32, 32) is None
-    (True, True)
-    """
+    """A warning that ``loss_type: bnpo`` changes with ``micro_batch_size``, with the run's numbers; None for
+    another loss type or one micro-batch per step."""
     if loss_type != "bnpo" or gradient_accumulation_steps <= 1:
         return None
     per_process = completions_per_step // max(1, world_size)
@@ -80,42 +62,4 @@ def bnpo_accumulation_warning(loss_type: str, gradient_accumulation_steps: int, 
         "(trl#3021). micro_batch_size is then not a pure memory setting. Fix: use loss_type: dapo (normalised over "
         f"the whole step, the same for any micro_batch_size), or micro_batch_size: {per_process} (one micro-batch "
         "per step)"
-    )
-
-
-#: Loss types whose policy term is ``−clip(ratio) × advantage``: on-policy (ratio 1) their value is a weighted sum
-#: of the advantages. (``sapo``'s gate weighs positive and negative advantages differently; ``cispo`` and ``vespo``
-#: multiply by log π: their loss is not 0.)
-ADVANTAGE_WEIGHTED_LOSSES = CLIPPED_LOSSES
-#: A logged loss at most this far from 0 counts as "a loss of 0" for :func:`zero_loss_note`.
-ZERO_LOSS_ATOL = 1e-3
-
-
-def zero_loss_note(loss: float, *, beta: float, loss_type: str, gradient_accumulation_steps: int,
-                   steps_per_generation: int, num_iterations: int, entropy_coef: float = 0.0) -> str | None:
-    """The console's one-time explanation of a logged loss of 0, when 0 is what the settings give (beta 0, no entropy
-    bonus, every update on-policy, an advantage-weighted loss: docs/quantifiers.md, "Why is my loss 0?"); else ``None``.
-
-    Args:
-        loss (`float`): the logged loss. beta (`float`): the KL coefficient. loss_type (`str`): TRL's loss type.
-        gradient_accumulation_steps, steps_per_generation, num_iterations (`int`): TRL's fields.
-        entropy_coef (`float`, defaults to `0.0`): the entropy bonus (non-zero: the loss is not 0).
-
-    >>> zero_loss_note(0.0, beta=0.04, loss_type="grpo", gradient_accumulation_steps=1, steps_per_generation=1,
-    ...                num_iterations=1) is None
-    True
-    """
-    if not isinstance(loss, (int, float)) or abs(loss) > ZERO_LOSS_ATOL or beta != 0 or entropy_coef != 0:
-        return None
-    if loss_type not in ADVANTAGE_WEIGHTED_LOSSES:
-        return None
-    if clip_takes_effect(gradient_accumulation_steps, steps_per_generation, num_iterations):
-        return None
-    return (
-        f"note: a loss of {loss:.4g} is expected here, and training still works. With beta=0 (no KL term) and one "
-        f"policy update per generation batch (num_iterations={num_iterations}), π/π_old = 1 and the {loss_type} loss "
-        "is minus a weighted mean of the advantages, which sum to 0 in each group: its value is "
-        f"{'exactly 0' if loss_type == 'grpo' else '0 when the completions of a group are equally long, else small'}"
-        ", while its gradient, the advantage-weighted mean of ∇log π, is not. Watch the reward, not the loss "
-        "(docs/quantifiers.md, \"Why is my loss 0?\"). Shown once."
     )

@@ -1,6 +1,4 @@
-"""The recipe's argument dataclasses: `RecipeArguments` and `RECIPE_DATACLASSES` (`RecipeArguments`,
-`GRPOExtConfig`, TRL's `ModelConfig`, `HubPushArguments`), apart from `launch` so the front door imports them alone.
-"""
+"""The recipe's argument dataclasses: `RecipeArguments` and `RECIPE_DATACLASSES`."""
 
 from __future__ import annotations
 
@@ -17,23 +15,8 @@ __all__ = ["RecipeArguments", "RECIPE_DATACLASSES"]
 
 @dataclass
 class RecipeArguments(ScriptArguments):
-    """Data arguments of the recipes, on top of TRL's `ScriptArguments` (docs/configuration.md, docs/recipes.md).
-
-    Args:
-        dataset_format (`str`, defaults to `"prompt"`): `"gsm8k"` (question → chat prompt, the number after `####` as
-            answer) or `"prompt"` (a `prompt` column already).
-        system_prompt (`str`, *optional*): system message prepended to every prompt (open-r1's key).
-        dataset_prompt_column (`str`, defaults to `"prompt"`): the column holding the prompts (open-r1's key).
-        chat_template (`str`, *optional*): a Jinja chat template replacing the tokenizer's (open-r1's key).
-        max_prompt_length (`int`, *optional*): drop training prompts longer than this after the chat template [tokens].
-        overwrite_output_dir (`bool`, defaults to `False`): start a new run in an `output_dir` holding checkpoints.
-        embedded_num_prompts (`int`, defaults to `512`): prompts of `embedded:count-char` [prompts].
-        eval_num_prompts (`int`, *optional*): held-out prompts, the first N of `dataset_test_split` [prompts].
-        final_eval (`str`, defaults to `"none"`): `"adapter"` or `"compare_base"` after training (`evaluation`).
-        final_eval_num_samples (`int`, defaults to `0`): K samples per held-out prompt in the final evaluation.
-        embedded_target (`str`, defaults to `"a"`): the character the embedded task rewards.
-        plot (`bool`, defaults to `True`): write `reward_plot.png` after training.
-"""
+    """Data arguments of the recipes, on top of TRL's `ScriptArguments` (each field's type, default, unit and help:
+    docs/configuration.md; docs/recipes.md)."""
 
     dataset_format: str = field(default="prompt", metadata={"help": "gsm8k or prompt (rows already have 'prompt')."})
     system_prompt: str | None = field(default=None, metadata={"help": "System message prepended to every prompt."})

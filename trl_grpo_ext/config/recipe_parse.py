@@ -1,6 +1,5 @@
-"""What the recipes need around the trainer: parsing their arguments through the front door (every problem before
-any model loads, one ``error:`` line each, exit 2) and the run record ``run_config.json``.
-"""
+"""The recipes' arguments through the front door (every problem before any model loads, one ``error:`` line each,
+exit 2) and the run record ``run_config.json``."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ RUN_CONFIG_FILE = "run_config.json"
 
 
 class RecipeArgumentError(SystemExit):
-    """Raised (exit code 2) when a recipe's arguments are wrong: ``message`` holds one line per problem (one line for
-    a single problem), ``problems`` lists them."""
+    """A recipe's wrong arguments (exit code 2): ``message``, one line per problem; ``problems`` lists them."""
 
     def __init__(self, message: str, problems: list[str] | None = None):
         super().__init__(2)
@@ -39,8 +37,7 @@ class RecipeArgumentError(SystemExit):
 
 
 def _recipe_checks(run) -> None:
-    """What the recipe needs besides valid values, checked with them on the values as given: a model it can find
-    (`models.check_model_path`) and at least one reward."""
+    """What the recipe needs besides valid values: a model it can find, a reward, bf16 on this machine, skip's epochs."""
     model_args, training_args = run.model_args, run.training_args
     problems = Problems()
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
@@ -60,18 +57,12 @@ def _world_size() -> int:
 
 
 def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
-    """Parse ``--config NAME_OR_PATH`` plus CLI overrides through the front door (`trl_grpo_ext.config.frontdoor`).
-
-    Every problem of the config is reported at once, one ``error:`` line each on stderr (see
-    `frontdoor.read_run_args` for the two stages that stop the collection); with ``datasets`` (the default) the
-    problems of the dataset's rows too (`validation.dataset_stage`: the training split, and the test split when the
-    run evaluates, are read here; ``trl-grpo-ext eval`` passes ``datasets=False``).
-
-    Returns the front door's ``RunArgs``, which unpacks as ``(script_args, training_args, model_args, push_args)``.
+    """``--config NAME_OR_PATH`` plus overrides through the front door (`frontdoor.read_run_args`), and the checks
+    that need the real classes; with ``datasets`` (default) the dataset's rows too (`validation.dataset_stage`;
+    ``trl-grpo-ext eval`` passes False). Returns the `RunArgs` (unpacks as the four dataclasses).
 
     Raises:
-        RecipeArgumentError: with the problems printed to stderr; nothing has been loaded.
-    """
+        RecipeArgumentError: the problems, printed to stderr; nothing has been loaded."""
     try:
         checks = (_recipe_checks, dataset_check(_world_size(), DatasetSurvey())) if datasets else (_recipe_checks,)
         run = read_run_args(argv, checks=checks)
@@ -91,12 +82,10 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
 
 
 def check_continued_model(source, model_args, training_args) -> None:
-    """Refuse, before any model loads, a continued adapter (`model_source.ModelSource`) the run cannot train.
+    """Refuse a continued adapter (`models.source.ModelSource`) the run cannot train.
 
     Raises:
-        ValueError: ``use_peft: false`` (the adapter would be dropped), an ``output_dir`` that is the adapter's own
-            folder (the new adapter would overwrite it), or a base that cannot be found (`check_model_path`).
-    """
+        ValueError: ``use_peft: false``, an ``output_dir`` that is the adapter's folder, or a base not found."""
     if not source.continued:
         return
     name = model_args.model_name_or_path
@@ -116,14 +105,9 @@ def _fail(problems: list[str]) -> RecipeArgumentError:
 
 
 def write_run_config(output_dir: str, script_args, training_args, model_args, push_args, model_source=None) -> Path:
-    """Write ``run_config.json``: every argument of the run, secrets redacted (`hub.secrets.scrub_secrets`). Returns its path.
-
-    ``training_args`` is `GRPOExtConfig.to_dict()`: the user's fields as given, TRL's fields as written, the resolved
-    values under ``"resolved"`` (`ResolvedConfig.to_dict`) and the plan under ``"run_plan"`` once training started.
-    ``model_source`` (`model_source.ModelSource`, defaults to resolving ``model_args.model_name_or_path`` now) is
-    recorded under ``"model_source"``: the base as an absolute folder when it was local, and the adapter continued
-    from, so that the model card reads them from any directory.
-    """
+    """Write ``run_config.json`` (every argument, secrets redacted; ``training_args`` as `GRPOExtConfig.to_dict()`)
+    and, under ``"model_source"``, the base and adapter continued from (default: resolved from ``model_args`` now).
+    Returns its path."""
     if model_source is None:
         try:
             model_source = resolve_model_source(model_args.model_name_or_path)
@@ -146,5 +130,5 @@ def write_run_config(output_dir: str, script_args, training_args, model_args, pu
 
 
 def set_offline_defaults() -> None:
-    """Keep the embedded default and tests off the network: telemetry off; offline when the model is local."""
+    """Telemetry off for the embedded default and the tests."""
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -1,6 +1,6 @@
 """Advice on a plan: the tutorial's rules of thumb as warnings that say how to fix them (pure Python: no torch, no TRL
 import). The note printed under the table in ``zero_variance_filter: resample`` mode is the zero-variance unit's
-(`trl_grpo_ext.zero_variance.settings.resample_note`)."""
+(`trl_grpo_ext.zero_variance.report.resample_note`)."""
 
 from __future__ import annotations
 

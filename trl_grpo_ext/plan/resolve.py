@@ -1,7 +1,5 @@
-"""The user's quantities -> TRL's own fields (pure Python: no torch, no TRL import), following
-``GRPOConfig.__post_init__`` (docs/quantifiers.md). Bad input raises :class:`QuantityError` naming the field, the value
-and a fix.
-"""
+"""The user's quantities -> TRL's own fields (pure: no torch), following ``GRPOConfig.__post_init__``
+(docs/quantifiers.md). Bad input raises :class:`QuantityError` naming the field, the value and a fix."""
 
 from __future__ import annotations
 
@@ -46,14 +44,9 @@ _INPUT_FIELDS = (*OUR_BATCH_FIELDS, *OUR_STOP_FIELDS, *RAW_BATCH_FIELDS, *RAW_ST
 #: step on one process that is at most this (TRL's default ``per_device_train_batch_size``).
 DEFAULT_MICRO_BATCH_CAP = 8
 
-# --------------------------------------------------------------------------------------------------------------------
-# small validators
-# --------------------------------------------------------------------------------------------------------------------
-
 
 class _AsGiven:
-    """A value :class:`Range` must refuse although it could read it as a number (``None``, a numeric string: the
-    plan takes numbers, not the parser's text), shown in the message as given."""
+    """A value :class:`Range` must refuse although it reads as a number (None, a numeric string), shown as given."""
 
     def __init__(self, value):
         self.value = value
@@ -67,44 +60,33 @@ def _number(value):
 
 
 def _as_int(name: str, value, minimum: int | None, fix: str) -> int:
-    """Return ``value`` as an int >= ``minimum`` (None: unbounded; integral floats such as ``4.0`` accepted), else
-    raise QuantityError ("name=value must be an integer >= minimum. Fix: fix")."""
+    """``value`` as an int >= ``minimum`` (None: unbounded; ``4.0`` accepted), else raise QuantityError."""
     return Range(low=minimum, integer=True, fix=fix).check(name, _number(value), error=QuantityError)
 
 
 def _as_float(name: str, value, fix: str, positive: bool) -> float:
-    """Return ``value`` as a finite float (> 0 when ``positive``), else raise QuantityError."""
+    """``value`` as a finite float (> 0 when ``positive``), else raise QuantityError."""
     number = Range(low=0 if positive else None, low_open=True, fix=fix).check(name, _number(value),
                                                                               error=QuantityError)
     return float(number)
 
 
 def _divisors(n: int) -> list[int]:
-    """All positive divisors of ``n`` in increasing order."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
 
 
 def _near_multiples(value: int, step: int) -> str:
-    """The multiples of ``step`` nearest to ``value`` (one below if positive, one above), e.g. ``"12 or 16"``."""
+    """The multiples of ``step`` nearest to ``value``, e.g. ``"12 or 16"``."""
     below, above = (value // step) * step, (value // step + 1) * step
     return f"{below} or {above}" if below > 0 else f"{above}"
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# our fields -> TRL fields
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def _our_batch(prompts_per_step: int | None, micro_batch_size: int | None, num_generations: int, world_size: int):
-    """Resolve (prompts_per_step, micro_batch_size, gradient_accumulation_steps) from our fields; raise if invalid.
-
-    - Only ``micro_batch_size`` set: the smallest step that is a whole number of micro-batches on every process and a
-      whole number of groups: ``lcm(micro_batch_size × world_size, G)`` completions, i.e. TRL's default
-      ``gradient_accumulation_steps=1`` when ``micro_batch_size × world_size`` is a multiple of G.
-    - Only ``prompts_per_step`` set: ``micro_batch_size`` = largest divisor of the completions per step on one process
-      that is <= :data:`DEFAULT_MICRO_BATCH_CAP` (8).
-    """
+    """(prompts_per_step, micro_batch_size, gradient_accumulation_steps) from our fields. Only
+    ``micro_batch_size``: the smallest step of whole micro-batches on every process and whole groups,
+    ``lcm(micro_batch_size × world_size, G)`` completions. Only ``prompts_per_step``: ``micro_batch_size`` is the largest
+    divisor of the completions per process that is <= :data:`DEFAULT_MICRO_BATCH_CAP`."""
     g = num_generations
     if prompts_per_step is None:
         unit = micro_batch_size * world_size
@@ -133,10 +115,8 @@ def _our_batch(prompts_per_step: int | None, micro_batch_size: int | None, num_g
 
 def _trl_generation_batch(per_device: int, world_size: int, ga: int, spg: int | None, gbs: int | None, g: int,
                           allow_both: bool = False):
-    """TRL's derivation of (steps_per_generation, generation_batch_size) from ``GRPOConfig.__post_init__``.
-
-    ``allow_both`` accepts both set when they agree (a config after TRL's ``__post_init__`` has both filled in).
-    """
+    """TRL's derivation of (steps_per_generation, generation_batch_size) (``GRPOConfig.__post_init__``);
+    ``allow_both``: both set and agreeing is accepted."""
     global_batch = per_device * world_size
     if spg is not None and gbs is not None and not (allow_both and gbs == global_batch * spg):
         raise QuantityError(
@@ -181,22 +161,18 @@ def _conflict(ours: dict, raw_name: str, raw_value, expected, why: str, fix: str
 
 
 def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
-    """Validate the user's quantities and compute the TRL fields to write (rules: docs/quantifiers.md).
+    """Validate the user's quantities and compute the TRL fields to write (docs/quantifiers.md).
 
     Args:
-        values (`dict`): our ``prompts_per_step`` [prompts], ``micro_batch_size`` [completions],
-            ``total_training_steps`` [optimizer steps], ``total_epochs`` [passes] (``None`` or absent = unset), and TRL's
-            raw batch/stop fields (absent = :data:`TRL_DEFAULTS`; without ``set_fields`` a raw field counts as set when
-            it differs from its default).
-        world_size (`int`): training processes.
-        set_fields (`set[str]`, *optional*): the keys the user set; a raw field in it counts as set whatever its value.
+        values (`dict`): ours (``prompts_per_step`` [prompts], ``micro_batch_size`` [completions],
+            ``total_training_steps`` [steps], ``total_epochs`` [passes]; None or absent: unset) and TRL's raw batch/stop
+            fields (absent: :data:`TRL_DEFAULTS`; without ``set_fields`` one counts as set when not its default).
+        world_size (`int`): training processes. set_fields (`set[str]`, *optional*): the keys the user set.
 
     Returns:
-        `dict`: TRL's ``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``max_steps``,
-        ``num_train_epochs``, ``steps_per_generation``, ``generation_batch_size`` (at most one of the two not None),
-        ``num_generations``, ``num_iterations``; our ``prompts_per_step``, ``micro_batch_size`` (None when the batch is
-        given in TRL's fields), ``total_training_steps``, ``total_epochs`` and ``stop_semantics`` (``"first_reached"``
-        for our stop fields, ``"trl"`` for TRL's).
+        `dict`: TRL's batch and stop fields (at most one of ``steps_per_generation`` / ``generation_batch_size``),
+        ``num_generations``, ``num_iterations``, ours (None when TRL's fields give the batch) and ``stop_semantics``
+        (``"first_reached"`` or ``"trl"``).
 
     Raises:
         QuantityError: an invalid value, a conflict (both fields named), or a divisibility error (nearest valid values).

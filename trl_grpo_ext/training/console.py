@@ -25,6 +25,7 @@ import time
 
 from transformers.trainer_callback import ProgressCallback, TrainerCallback
 
+from ..config.loss_settings import CLIPPED_LOSSES, clip_takes_effect
 from ..zero_variance.report import no_update_steps, uniform_share
 
 METRICS_FILE = "metrics.jsonl"
@@ -136,14 +137,12 @@ class StepLineCallback(ProgressCallback):
 
 class ZeroLossNoteCallback(TrainerCallback):
     """Explains, once per run, a logged training loss of 0 when the settings make 0 the expected value (``beta`` 0,
-    every update on-policy: `loss_settings.zero_loss_note`), the most asked GRPO question (trl#2703, trl#3452)."""
+    every update on-policy: :func:`zero_loss_note`), the most asked GRPO question (trl#2703, trl#3452)."""
 
     def __init__(self):
         self.shown = False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        from ..config.loss_settings import zero_loss_note
-
         if self.shown or not state.is_world_process_zero or not logs or "loss" not in logs:
             return
         entropy = getattr(args, "entropy_coef", 0.0) or float(bool(getattr(args, "use_adaptive_entropy", False)))
@@ -180,3 +179,31 @@ def install(trainer) -> None:
     trainer.add_callback(StepLineCallback(bar=not trainer.args.disable_tqdm, groups_per_step=groups))
     trainer.add_callback(ZeroLossNoteCallback())
     trainer.add_callback(MetricsFileCallback())
+
+
+#: Loss types whose policy term is ``−clip(ratio) × advantage``: on-policy (ratio 1) their value is a weighted sum
+#: of the advantages. (``sapo``'s gate weighs positive and negative advantages differently; ``cispo`` and ``vespo``
+#: multiply by log π: their loss is not 0.)
+ADVANTAGE_WEIGHTED_LOSSES = CLIPPED_LOSSES
+#: A logged loss at most this far from 0 counts as "a loss of 0" for :func:`zero_loss_note`.
+ZERO_LOSS_ATOL = 1e-3
+
+
+def zero_loss_note(loss: float, *, beta: float, loss_type: str, gradient_accumulation_steps: int,
+                   steps_per_generation: int, num_iterations: int, entropy_coef: float = 0.0) -> str | None:
+    """The console's one-time explanation of a logged loss of 0 when the settings give 0 (beta 0, no entropy bonus,
+    every update on-policy, an advantage-weighted loss: docs/quantifiers.md, "Why is my loss 0?"); else None."""
+    if not isinstance(loss, (int, float)) or abs(loss) > ZERO_LOSS_ATOL or beta != 0 or entropy_coef != 0:
+        return None
+    if loss_type not in ADVANTAGE_WEIGHTED_LOSSES:
+        return None
+    if clip_takes_effect(gradient_accumulation_steps, steps_per_generation, num_iterations):
+        return None
+    return (
+        f"note: a loss of {loss:.4g} is expected here, and training still works. With beta=0 (no KL term) and one "
+        f"policy update per generation batch (num_iterations={num_iterations}), π/π_old = 1 and the {loss_type} loss "
+        "is minus a weighted mean of the advantages, which sum to 0 in each group: its value is "
+        f"{'exactly 0' if loss_type == 'grpo' else '0 when the completions of a group are equally long, else small'}"
+        ", while its gradient, the advantage-weighted mean of ∇log π, is not. Watch the reward, not the loss "
+        "(docs/quantifiers.md, \"Why is my loss 0?\"). Shown once."
+    )

@@ -1,28 +1,18 @@
-"""Checks that used to run one at a time after the config's problems were listed, now part of that list.
-
-`plan`, the recipe and ``trl-grpo-ext train --accelerate_config`` reported these only once every other problem was
-fixed: a skip filter that one epoch leaves with nothing to skip (`zero_variance.settings.check_skip_plan`, on the
-plan). It is a small function the front door's ``checks`` run with the others (`frontdoor.read_run_args`), so a config with three problems shows three.
-"""
+"""Checks of the plan listed with the config's other problems (`frontdoor.read_run_args`'s ``checks``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..config.checks import RunArgumentError
+from ..config.resolved import QUANTITY_FIELDS
 from .tables import enum_value
 
 EMBEDDED_PREFIX = "embedded:"
-#: What `plan.resolve_plan` takes (`ResolvedConfig.quantity_fields`).
-QUANTITY_FIELDS = ("prompts_per_step", "micro_batch_size", "total_training_steps", "total_epochs",
-                   "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-                   "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
-                   "stop_semantics")
 
 
 def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | None:
-    """``dataset_size`` if given, else ``embedded_num_prompts`` for an embedded dataset, else ``None`` (unknown
-    before the dataset is read)."""
+    """``dataset_size`` if given, else ``embedded_num_prompts`` for an embedded dataset, else None."""
     if dataset_size is not None:
         return dataset_size
     name = getattr(script_args, "dataset_name", None)
@@ -32,13 +22,11 @@ def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | 
 
 
 def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> None:
-    """`check_skip_plan` on the plan of ``run`` (the front door's `RunArgs`, twins or real) with ``dataset_size``
-    prompts; nothing when the filter is not ``skip`` or the size is unknown (the recipe checks it again once it has
-    read the dataset). A plan that does not resolve is left to the checks that report its fields.
+    """`check_skip_plan` on the plan of ``run`` (the front door's `RunArgs`) with ``dataset_size`` prompts; nothing when
+    the filter is not ``skip``, the size is unknown or the plan does not resolve.
 
     Raises:
-        RunArgumentError: the run covers at most one epoch (skip would act as mask), naming the fix.
-    """
+        RunArgumentError: the run covers at most one epoch."""
     from ..plan import resolve_plan
     from ..zero_variance.settings import check_skip_plan
     from .rules import RunView

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tables import enum_value, flatten_values
+from .tables import enum_value
+from .user_values import flatten_values
 
 #: The fields each part of the stage reads: a problem already reported for one of them skips that part.
 #: (``embedded_target`` is not one of them: the rule ``reward_columns`` names it with every problem it finds; a

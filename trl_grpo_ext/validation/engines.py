@@ -1,8 +1,4 @@
-"""Engine settings the run cannot honour, refused before any model loads (docs/scaling.md, "Refused combinations").
-
-:func:`check_engine_settings` is called by `validate_run_args` (the recipe, ``train`` and ``plan``) with the engine
-`engines.resolve_engine` found; ``plan --accelerate-config FILE`` passes the engine of that file.
-"""
+"""Engine settings the run cannot honour, refused before any model loads (docs/scaling.md, "Refused combinations")."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ DEEPSPEED_MIXED_DTYPE_FIX = "0.19.3"
 
 
 def installed_deepspeed() -> str | None:
-    """The installed DeepSpeed version (package metadata; nothing is imported), or None."""
+    """The installed DeepSpeed version (package metadata; nothing imported), or None."""
     try:
         return metadata.version("deepspeed")
     except metadata.PackageNotFoundError:
@@ -43,17 +39,11 @@ def _compute_dtype(values: Mapping[str, Any]) -> str:
 
 
 def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_version: str | None = "installed") -> None:
-    """Refuse the combinations of ``engine`` and the run's ``values`` that fail after loading or are silently changed.
-
-    Args:
-        engine (`Engine`): the run's engine.
-        values (`Mapping[str, Any]`): the run's fields (`tables.flatten_values`).
-        deepspeed_version (`str` or `None`): the DeepSpeed that will run; ``"installed"`` (the default) reads the
-            installed package's version, None means not installed.
+    """Refuse the combinations of ``engine`` and the run's ``values`` that fail after loading or are silently
+    changed; ``deepspeed_version``: ``"installed"`` reads the installed one, None means not installed.
 
     Raises:
-        RunArgumentError: one line naming the engine, the field(s), the value(s) and a fix.
-    """
+        RunArgumentError: naming the engine, the field(s), the value(s) and a fix."""
     where = engine.describe()
     if engine.kind == "deepspeed":
         if values.get("use_cpu"):
@@ -105,14 +95,11 @@ def _check_zero3(where: str, values: Mapping[str, Any], version: str) -> None:
 
 
 def check_engine_device(engine: Engine, accelerator_available: bool) -> None:
-    """Refuse FSDP where accelerate cannot run it: accelerate 1.15 enables FSDP only for GPU-like devices (its
-    ``AcceleratorState``); on a CPU-only machine two processes start with ``DistributedType.NO``, neither sharded nor
-    synchronised (measured: the first gather of the zero-variance filter then fails; without it each process would
-    train its own copy). Called by `GRPOExtConfig` (which knows the machine) before TRL's own setup.
+    """Refuse FSDP without an accelerator: accelerate 1.15 runs FSDP only on GPU-like devices; on a CPU its
+    processes would train unsharded and unsynchronised (measured).
 
     Raises:
-        RunArgumentError: ``engine`` is FSDP and ``accelerator_available`` is False.
-    """
+        RunArgumentError: ``engine`` is FSDP and ``accelerator_available`` is False."""
     if engine.kind == "fsdp" and not accelerator_available:
         raise RunArgumentError(
             f"{engine.describe()} on a machine without a GPU: accelerate runs FSDP only on GPUs; here its processes "

@@ -8,15 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config.checks import RunArgumentError
-from .tables import flatten_values
 
 
 def check_lora_names(values: Mapping[str, Any]) -> None:
-    """Refuse ``lm_head`` in ``lora_target_modules`` (TRL refuses it after the model loads), model or not.
+    """Refuse ``lm_head`` in ``lora_target_modules`` (TRL refuses it after the model loads).
 
     Raises:
-        RunArgumentError: naming ``lora_modules_to_save: [lm_head]`` as the fix.
-    """
+        RunArgumentError: naming ``lora_modules_to_save: [lm_head]`` as the fix."""
     targets = values.get("lora_target_modules")
     if not values.get("use_peft") or not targets:
         return
@@ -29,8 +27,7 @@ def check_lora_names(values: Mapping[str, Any]) -> None:
 
 
 def _config_text(values: Mapping[str, Any]) -> str | None:
-    """The model's config as JSON text, read without transformers: the embedded model's shape, a local directory's
-    ``config.json``, or the Hugging Face cache's copy (None when none is available offline)."""
+    """The model's config JSON without transformers: the embedded shape, a local ``config.json`` or the Hub cache's."""
     import json
 
     from ..models.embedded import tiny
@@ -56,15 +53,8 @@ def _config_text(values: Mapping[str, Any]) -> str | None:
 
 
 def model_modules(values: Mapping[str, Any]) -> dict[str, str] | None:
-    """``{module name: module class name}`` of the model, without reading a weight.
-
-    Built once per config from the config on the meta device (``accelerate.init_empty_weights`` +
-    ``AutoModelForCausalLM.from_config``), then cached as JSON under ``model_cache.cache_dir() / "module-names"``, keyed by
-    the SHA-256 of the config text, so later calls (``plan``) import neither torch nor transformers.
-
-    Returns:
-        the mapping, or None when the model's config cannot be read offline (`check_model_path` reports that).
-    """
+    """``{module name: class name}`` of the model without a weight (meta device), cached as JSON under
+    ``cache_dir() / "module-names"`` by the SHA-256 of the config; None when the config cannot be read offline."""
     import hashlib
     import json
     import os
@@ -98,9 +88,8 @@ def model_modules(values: Mapping[str, Any]) -> dict[str, str] | None:
 
 
 def peft_target_matches(target: str | set[str], name: str) -> bool:
-    """PEFT's rule (`peft.tuners.tuners_utils.check_target_module_exists`, PEFT 0.18): a string is a regular
-    expression over the full module name (`re.fullmatch`); a set matches a name equal to an item or ending in
-    ``.item``. Restated here so `plan` needs no torch; tests/test_validation.py compares it with PEFT's function."""
+    """PEFT's rule (``check_target_module_exists``, PEFT 0.18): a string is a regular expression over the full name;
+    a set matches an item or a name ending in ``.item`` (tests/test_validation.py compares it with PEFT's)."""
     if isinstance(target, str):
         return re.fullmatch(target, name) is not None
     return name in target or any(name.endswith(f".{t}") for t in target)
@@ -112,19 +101,13 @@ _LORA_LAYER_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1
 
 
 def check_lora_targets(values: Any) -> None:
-    """Check ``lora_target_modules`` and ``lora_modules_to_save`` against the model's module names
-    (:func:`model_modules`: no weights read), with PEFT's matching (:func:`peft_target_matches`). TRL's `ModelConfig`
-    turns a one-item list into a string, so ``[q_proj]`` is the regular expression ``q_proj``.
-
-    Args:
-        values: a mapping or `trl.ModelConfig` with ``model_name_or_path``, ``lora_target_modules``,
-            ``lora_modules_to_save`` (optionally ``model_revision``, ``trust_remote_code``).
+    """``lora_target_modules`` and ``lora_modules_to_save`` against the model's module names (:func:`model_modules`),
+    with PEFT's matching; a one-item list is a regular expression (as `trl.ModelConfig` makes it).
 
     Raises:
-        RunArgumentError: a target that matches no module, or only modules LoRA cannot wrap (naming the closest), or a
-            ``lora_modules_to_save`` entry that matches nothing.
-    """
-    values = values if isinstance(values, Mapping) else flatten_values(values)
+        RunArgumentError: a target matching no module, or only modules LoRA cannot wrap; a ``lora_modules_to_save``
+            entry matching nothing."""
+    values = values if isinstance(values, Mapping) else vars(values)
     targets = values.get("lora_target_modules")
     to_save = values.get("lora_modules_to_save") or []
     if not targets and not to_save:

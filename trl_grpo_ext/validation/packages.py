@@ -1,11 +1,5 @@
-"""The optional packages a run's settings need, checked before any model loads.
-
-An open-r1 config sets ``attn_implementation: flash_attention_2``, ``use_vllm: true``, ``report_to: [wandb]`` and
-sometimes ``use_liger_kernel: true``. Without the package behind each, transformers or TRL fails only after the
-model has loaded (flash-attn, vLLM, Liger) or when the trainer starts (wandb). :func:`package_problems` names each
-missing one, with the pip command and the setting that avoids it. Whether a package is installed is asked of
-`importlib.util.find_spec`, which imports nothing.
-"""
+"""The optional packages a run's settings need (flash-attn, vLLM, Liger, the trackers), checked before any model
+loads with `importlib.util.find_spec` (nothing imported)."""
 
 from __future__ import annotations
 
@@ -41,15 +35,8 @@ def _report_to(value: Any) -> list[str]:
 
 
 def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(field, problem)`` for each package a setting of ``values`` needs and this environment lacks.
-
-    Args:
-        values (`Mapping[str, Any]`): the run's fields (`tables.flatten_values`): reads ``attn_implementation``,
-            ``use_vllm``, ``use_liger_kernel`` and ``report_to``.
-
-    Returns:
-        `list[tuple[str, str]]`: one line each, naming the field, its value, the missing package, the pip command and
-        the setting that needs no package.
+    """``(field, problem)`` for each package a setting of ``values`` (``attn_implementation``, ``use_vllm``,
+    ``use_liger_kernel``, ``report_to``) needs and this environment lacks: the pip command and the setting without it.
     """
     out = []
     attn = enum_value(values.get("attn_implementation"))
@@ -77,7 +64,7 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def check_run_packages(values: Mapping[str, Any], problems) -> None:
-    """Record each of :func:`package_problems` in ``problems`` (`problems.Problems`), under its field."""
+    """Record each of :func:`package_problems` in ``problems`` under its field (a refused value not restated)."""
     found = package_problems(values)
     refused = {name for name, _ in found if problems.blocked((name,))}  # a value already refused: not restated
     for field_name, problem in found:

@@ -1,6 +1,4 @@
-"""Every problem of a config in one go: a collector the checks report to instead of stopping at the first one. A
-check that reads a field already reported is skipped (``blocked_by``); identical lines are kept once.
-"""
+"""Every problem of a config in one go: a collector the checks report to instead of stopping at the first one."""
 
 from __future__ import annotations
 
@@ -11,19 +9,13 @@ __all__ = ["Problems", "problem_lines"]
 
 
 def problem_lines(err: BaseException) -> list[str]:
-    """The problems ``err`` reports, one line each: its ``problems`` when it carries several (raised by
-    :meth:`Problems.raise_if_any`), else its message with newlines and repeated spaces folded into one line."""
+    """The problems ``err`` reports, one line each: its ``problems``, else its message folded into one line."""
     problems = getattr(err, "problems", None)
     return list(problems) if problems else [" ".join(str(err).split())]
 
 
 class Problems:
-    """The problems found so far, in the order found, each with the fields it names.
-
-    Attributes:
-        messages (`list[str]`): one line per problem.
-        fields (`set[str]`): every field named by a problem so far (what :meth:`check`'s ``blocked_by`` consults).
-    """
+    """The problems found so far (``messages``), in order, with every field they name (``fields``)."""
 
     def __init__(self) -> None:
         self.messages: list[str] = []
@@ -37,8 +29,7 @@ class Problems:
         return bool(self.messages)
 
     def add(self, problem: str | BaseException, fields: Iterable[str] = ()) -> None:
-        """Record a problem (a message, or the error a check raised; an error carrying several problems adds each)
-        naming ``fields``. A line already recorded is not repeated."""
+        """Record a problem (a message or a check's error; one carrying several adds each), once per line."""
         self.fields.update(fields)
         self.fields.update(getattr(problem, "fields", ()))
         error = problem if isinstance(problem, BaseException) else None
@@ -53,17 +44,8 @@ class Problems:
 
     def check(self, func: Callable[..., Any], *args: Any, fields: Iterable[str] = (),
               blocked_by: Iterable[str] | None = None, **kwargs: Any) -> Any:
-        """``func(*args, **kwargs)``, recording the `ValueError` it raises instead of propagating it.
-
-        Args:
-            func: a check that raises `ValueError` (``RunArgumentError``, ``QuantityError``, ...) on a problem.
-            fields (iterable of `str`): the fields the check judges; recorded with its problem.
-            blocked_by (iterable of `str`, *optional*, defaults to ``fields``): skip the check when one of these
-                fields already has a problem (the check reads it, so it would restate that problem).
-
-        Returns:
-            what ``func`` returns; ``None`` when it was skipped or found a problem.
-        """
+        """``func(*args, **kwargs)``, recording the `ValueError` it raises under ``fields``; skipped (None) when one of
+        ``blocked_by`` (default ``fields``) already has a problem. Returns what ``func`` returns, or None."""
         fields = tuple(fields)
         if self.blocked(fields if blocked_by is None else blocked_by):
             return None
@@ -74,9 +56,8 @@ class Problems:
             return None
 
     def raise_if_any(self, error: type[ValueError] = ValueError) -> None:
-        """Raise when a problem was recorded: a single problem as the error its check raised (its type and message
-        unchanged; a message-only problem as ``error``), several as one ``error`` whose message holds one line per
-        problem and whose ``problems`` attribute lists them."""
+        """Raise what was recorded: one problem as its check raised it (a message as ``error``), several as one
+        ``error`` with one line each, listed in ``problems``."""
         if not self.messages:
             return
         if len(self.messages) == 1:

@@ -7,16 +7,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config.checks import RunArgumentError, as_number, format_number
-from .tables import flatten_values, typed_value
+from .tables import typed_value
 
 
 def reward_specs(values: Mapping[str, Any]) -> list:
-    """The run's `RewardSpec` list from ``values["rewards"]`` / ``values["reward_weights"]`` (``[]`` without
-    rewards), with the run's defaults (``max_completion_length``) filled in.
+    """The run's `RewardSpec` list from ``values["rewards"]`` / ``["reward_weights"]`` ([] without rewards), with the
+    run's ``max_completion_length`` filled in.
 
     Raises:
-        RunArgumentError: an unknown reward, parameter or weight (the message of `rewards.spec`).
-    """
+        RunArgumentError: an unknown reward, parameter or weight."""
     from ..config.resolved import resolve_reward_specs
     from ..rewards.spec import with_run_defaults
 
@@ -32,8 +31,7 @@ def reward_specs(values: Mapping[str, Any]) -> list:
 
 
 def _reward_object(spec, import_paths: bool = False) -> Any | None:
-    """The reward callable of a registered reward; of an import path only with ``import_paths`` (else None: its
-    module is the user's and may import torch, which `plan` does not load unless a dataset check needs it)."""
+    """The callable of a registered reward; of an import path only with ``import_paths`` (its module may import torch)."""
     from ..rewards.registry import get_reward, is_import_path
 
     if is_import_path(spec.name) and not import_paths:
@@ -46,12 +44,11 @@ def _reward_object(spec, import_paths: bool = False) -> Any | None:
 
 
 def check_rewards_against_run(specs: Sequence, values: Mapping[str, Any]) -> None:
-    """Refuse reward parameters that, with the run's ``max_completion_length``, make a reward constant (no learning
-    signal): ``soft_overlong`` that cannot punish any completion, ``length`` that scores every one 1.0.
+    """Refuse reward parameters that, with ``max_completion_length``, make a reward constant (``soft_overlong`` that
+    punishes nothing, ``length`` scoring every completion 1.0).
 
     Raises:
-        RunArgumentError: naming the reward, the parameter, ``max_completion_length`` and the fix.
-    """
+        RunArgumentError: naming the reward, the parameter and the fix."""
     max_len = as_number(values.get("max_completion_length"))
     if max_len is None:
         return
@@ -82,8 +79,7 @@ def check_reward_packages(specs: Sequence) -> None:
     """Each reward's ``required_packages`` ((import name, pip requirement), ...) must be importable.
 
     Raises:
-        RunArgumentError: naming the reward, the package and ``pip install <requirement>``.
-    """
+        RunArgumentError: naming the reward, the package and ``pip install <requirement>``."""
     for spec in specs:
         reward = _reward_object(spec)
         for module, requirement in getattr(reward, "required_packages", ()) or ():
@@ -95,12 +91,11 @@ def check_reward_packages(specs: Sequence) -> None:
 
 
 def known_columns(values: Mapping[str, Any]) -> list[str] | None:
-    """The training dataset's columns when known without loading it (the embedded tasks, GSM8K-format data, and a
-    local folder of JSON lines or CSV: `local_columns`), else ``None``.
+    """The training dataset's columns when known without loading it (the embedded tasks, GSM8K-format data, a local
+    JSON-lines or CSV folder), else None.
 
     Raises:
-        RunArgumentError: an ``embedded_target`` the embedded count-char task cannot use.
-    """
+        RunArgumentError: an ``embedded_target`` the count-char task cannot use."""
     from ..models.embedded import tiny
 
     name = values.get("dataset_name")
@@ -120,26 +115,21 @@ def known_columns(values: Mapping[str, Any]) -> list[str] | None:
 
 
 def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: str = "training", start: int = 0) -> None:
-    """Every dataset column a selected reward reads must be in ``columns``: its declared ``required_columns`` and
-    every named argument of the reward callable that only a column can fill
-    (:func:`~trl_grpo_ext.rewards.parameters.column_arguments`), for built-in, decorated, entry-point and
-    import-path rewards alike (an import path is imported here).
+    """Every dataset column a selected reward reads must be in ``columns``: its ``required_columns`` and every
+    argument of the callable only a column can fill (`rewards.parameters.column_arguments`); import paths are imported.
 
     Args:
-        columns (`list[str]`): the dataset's column names.
-        specs_or_values: a list of `RewardSpec`, or a `GRPOExtConfig` / mapping holding ``rewards``.
-        split (`str`, defaults to ``"training"``): which dataset, for the message (``"evaluation"``).
-        start (`int`, defaults to `0`): the index in ``rewards`` of the first spec (named ``rewards[i]``).
+        columns: the dataset's columns. specs_or_values: `RewardSpec` list, or a config / mapping holding ``rewards``.
+        split: ``"training"`` or ``"evaluation"``, for the message. start: the index in ``rewards`` of the first spec.
 
     Raises:
-        RunArgumentError: naming the reward, the column or argument, the dataset's columns and the fix.
-    """
+        RunArgumentError: naming the reward, the column or argument, the dataset's columns and the fix."""
     from ..rewards.parameters import TRAINER_KWARGS, TRL_DROPPED_COLUMNS, column_arguments
 
     if isinstance(specs_or_values, list):
         specs = specs_or_values
     else:
-        specs = reward_specs(flatten_values(specs_or_values))
+        specs = reward_specs(specs_or_values if isinstance(specs_or_values, Mapping) else vars(specs_or_values))
     present = set(columns)
     for i, spec in enumerate(specs, start):
         reward = _reward_object(spec, import_paths=True)
@@ -167,4 +157,3 @@ def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: st
             )
 
 
-# ---------------------------------------------------------------------------------------------------------------------

@@ -1,8 +1,6 @@
-"""Every cross-field rule of a run, each one small function in :data:`RULES`, run on the same values by `plan`, the
-recipe (`validate_run_args`) and `GRPOExtConfig.__post_init__` (the rules whose ``scope`` is ``"run"``).
-
-A rule reads a :class:`RunView` and raises a `ValueError` whose one line names the fields, the values and a fix.
-"""
+"""Every cross-field rule of a run, one small function each in :data:`RULES`, run on the same values by `plan`, the
+recipe (`validate_run_args`) and `GRPOExtConfig.__post_init__` (scope ``"run"``). A rule reads a :class:`RunView` and
+raises a `ValueError` whose line names the fields, the values and a fix."""
 
 from __future__ import annotations
 
@@ -28,18 +26,10 @@ from .tables import EXCLUSIVE, GOVERNED_BY, NORMALIZE_THEN_SUM_IGNORES, ORDERED,
 
 
 class RunView:
-    """The values a rule reads.
-
-    Args:
-        values (`Mapping[str, Any]`): every field of the run (`tables.flatten_values`, or a config's ``vars``).
-        user (`Mapping[str, Any]`, *optional*): the keys the user set (YAML + command line); ``None`` for a config
-            built in Python, whose rules judge a field "set" when its value is not its default.
-        world_size (`int`): processes. batch (`dict`, *optional*): TRL's batch fields as resolved (a config's
-            ``resolved``); else resolved from the user's keys (`plan.resolve_trl_fields`).
-        on_cpu (`bool`, *optional*): training runs on the CPU (default: ``use_cpu``). engine: an `engines.Engine` of
-            an accelerate config. problems: the front door's collector (`blocked`). defaults: field defaults, for
-            :meth:`is_set` without ``user``. reward_names: the run's registry rewards (None: unknown or none).
-    """
+    """The values a rule reads: ``values`` (every field: `user_values.flatten_values` or a config's ``vars``),
+    ``user`` (the keys the user set; None for a config built in Python, judged against ``defaults``), ``world_size``,
+    ``batch`` (TRL's batch fields as resolved; else resolved from the user's keys), ``on_cpu`` (default ``use_cpu``),
+    ``engine`` (of an accelerate config), ``problems`` (the collector), ``reward_names`` (None: unknown or none)."""
 
     def __init__(self, values: Mapping[str, Any], user: Mapping[str, Any] | None = None, world_size: int = 1, *,
                  batch: dict | None = None, on_cpu: bool | None = None, engine=None, problems=None,
@@ -55,7 +45,7 @@ class RunView:
         return enum_value(self.values.get(name, default))
 
     def is_set(self, name: str) -> bool:
-        """Whether the user set ``name`` (for a config built in Python: whether its value is not its default)."""
+        """Whether the user set ``name`` (for a config built in Python: whether it is not its default)."""
         if self.user is not None:
             return self.user.get(name) is not None
         value, default = self.values.get(name), self.defaults.get(name)
@@ -70,12 +60,10 @@ class RunView:
 
     @cached_property
     def batch(self) -> dict:
-        """TRL's batch and stop fields: ``per_device_train_batch_size``, ``gradient_accumulation_steps``,
-        ``steps_per_generation``, ``generation_batch_size``, ``num_generations``, ``num_iterations``, ...
+        """TRL's batch and stop fields (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ...).
 
         Raises:
-            RunArgumentError: invalid or conflicting quantities among the user's keys.
-        """
+            RunArgumentError: invalid or conflicting quantities among the user's keys."""
         if self._batch is not None:
             return self._batch
         from ..plan.resolve import _INPUT_FIELDS, QuantityError, resolve_trl_fields
@@ -90,7 +78,7 @@ class RunView:
 
     @cached_property
     def reward_names(self) -> list[str] | None:
-        """The names of the run's registry rewards (None: none, or passed to the trainer as ``reward_funcs=``)."""
+        """The names of the run's registry rewards (None: none, or ``reward_funcs=``)."""
         if self._reward_names is not None or self.values.get("rewards") is None:
             return self._reward_names
         try:
@@ -104,7 +92,7 @@ class RunView:
         return [k for k in (self.user or {}) if k in _INPUT_FIELDS and self.user[k] is not None]
 
     def loss_type(self) -> str:
-        """TRL's ``loss_type`` as the run resolves it: an ``advantage_preset``'s (it sets one), else the field's."""
+        """TRL's ``loss_type`` as the run resolves it (an ``advantage_preset``'s first)."""
         from ..config.advantage_settings import PRESETS
 
         preset = PRESETS.get(self.get("advantage_preset") or "", {})
@@ -113,16 +101,10 @@ class RunView:
 
 @dataclass(frozen=True)
 class Rule:
-    """One cross-field rule.
-
-    Attributes:
-        name (`str`): its id (tests/test_validation_table.py has a row for each).
-        check (`Callable[[RunView], Any]`): raises `ValueError` on a problem.
-        fields (`tuple[str, ...]` or `Callable[[RunView], tuple]`): the fields its problem names (recorded).
-        blocked_by (same, *optional*): skip it when one of these already has a problem (default ``fields``).
-        scope (`str`): ``"run"`` (also `GRPOExtConfig.__post_init__`) or ``"args"`` (`plan` and the recipe only: it
-            reads the keys the user set, or fields of the recipe's other dataclasses).
-    """
+    """One cross-field rule: ``name`` (tests/test_validation_table.py has a row for each), ``check`` (raises
+    `ValueError`), ``fields`` (named by its problem; a tuple or a callable of the view), ``blocked_by`` (skip it when one
+    of these has a problem; default ``fields``), ``scope`` (``"run"``: also `GRPOExtConfig.__post_init__`; ``"args"``:
+    `plan` and the recipe only)."""
 
     name: str
     check: Callable[[RunView], Any]
@@ -183,8 +165,7 @@ def exclusive(v: RunView) -> None:
 
 
 def ignored_settings(v: RunView) -> None:
-    """`tables.REQUIRES`: fields the user set that only take effect under a setting that is off, one line per
-    setting (fields whose own value, or whose setting, was already refused are left out)."""
+    """`tables.REQUIRES`: set fields whose setting is off, one line per setting (refused ones left out)."""
     user = v.user or {}
     cli_keys = getattr(v.user, "command_line_keys", frozenset())
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
@@ -216,8 +197,7 @@ def ordered(v: RunView) -> None:
 
 
 def evaluation_split(v: RunView) -> None:
-    """Evaluation needs a test split: ``dataset_test_split`` not null or "" (whether the split exists is checked by
-    the recipe's data stage, before the model)."""
+    """Evaluation needs a ``dataset_test_split`` (not null or "")."""
     strategy, final_eval = v.get("eval_strategy"), v.get("final_eval") or "none"
     if not (strategy not in (None, "no") or v.get("do_eval") or final_eval != "none") or v.get("dataset_test_split"):
         return
@@ -236,9 +216,8 @@ def compare_base_adapter(v: RunView) -> None:
 
 
 def push_needs_adapter(v: RunView) -> None:
-    """The recipe pushes a LoRA adapter (``push_to_hub_mode: adapter``, or TRL's ``push_to_hub: true``) or the base
-    merged with it (``merged``): a full fine-tune (``use_peft: false``) has neither, so the push would fail after
-    training."""
+    """The recipe pushes a LoRA adapter or the base merged with it: a full fine-tune has neither, so the push would
+    fail after training."""
     from ..hub.merge import push_mode
 
     mode = push_mode(v.get("push_to_hub_mode"), v.get("push_to_hub") is True)
@@ -263,8 +242,7 @@ def normalize_then_sum(v: RunView) -> None:
 
 
 def zero_variance(v: RunView) -> str | None:
-    """`zero_variance.settings.check_zero_variance_settings` on the run's resolved batch fields; returns the canonical
-    name of ``zero_variance_reward``."""
+    """`zero_variance.settings.check_zero_variance_settings` on the resolved batch; returns the canonical judged reward."""
     from ..zero_variance.settings import check_zero_variance_settings
 
     mode = v.get("zero_variance_filter") or "off"
@@ -378,9 +356,8 @@ RULES: tuple[Rule, ...] = (
 
 
 def run_rules(view: RunView, problems, scope: str = "args") -> None:
-    """Run every rule of :data:`RULES` (with ``scope="run"``: only those marked ``"run"``) on ``view``, recording
-    each problem in ``problems`` (`validation.problems.Problems`); a rule reading a field already refused is
-    skipped."""
+    """Run :data:`RULES` (with ``scope="run"``: those marked ``"run"``) on ``view``, recording each problem in ``problems``;
+    a rule reading a field already refused is skipped."""
     view.problems = problems
     for rule in RULES:
         if scope == "run" and rule.scope != "run":

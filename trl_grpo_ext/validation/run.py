@@ -9,8 +9,8 @@ from ..config.checks import RunArgumentError, check_choice, choice_from_yaml
 from ..config.engines import Engine
 from .problems import Problems
 from .rules import RunView, run_rules
-from .tables import _TABLE_DEFAULTS, CHOICES, RANGES, enum_value, flatten_values
-from .user_values import UserValues
+from .tables import enum_value
+from .user_values import CHOICES, FIELD_DEFAULTS, RANGES, UserValues, flatten_values
 
 
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
@@ -18,27 +18,19 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
                       dataset_columns: Sequence[str] | None = None, check_model: bool = True,
                       problems: Problems | None = None, engine: Engine | None = None,
                       user_checked: bool = False) -> None:
-    """Refuse every bad value and combination of a run's arguments before any weight loads, all problems at once.
+    """Refuse every bad value and combination of a run's arguments before any weight loads, all at once.
 
     Args:
-        script_args, training_args, model_args, push_args: the recipe's four argument objects (`RecipeArguments`,
-            `GRPOExtConfig`, `trl.ModelConfig`, `HubPushArguments`), their twins, or mappings holding some of their
-            fields; fields absent from all four take :data:`DEFAULTS`.
-        user_values (`Mapping[str, Any]`, *optional*): the keys the user set and their values (YAML + command line,
-            :func:`user_values_from_argv`); the rules judge conflicts and ignored settings on these keys.
-        world_size (`int`, defaults to `1`): training processes.
-        dataset_columns (`list[str]`, *optional*): the training dataset's columns (else known only for the embedded
-            and GSM8K-format datasets).
-        check_model (`bool`, defaults to `True`): check LoRA target modules against the model's module names.
-        problems (`Problems`, *optional*): record each problem there and return; without it, raise.
-        engine (`engines.Engine`, *optional*): the engine of an accelerate config (``plan --accelerate-config``).
-        user_checked (`bool`, defaults to `False`): the front door already ran `check_user_values` on ``user_values``:
-            a user's value that reached the arguments unchanged is not range- or choice-checked again.
+        script_args, training_args, model_args, push_args: the four argument objects, their twins, or mappings; absent
+            fields take :data:`DEFAULTS`.
+        user_values: the keys the user set (:func:`user_values_from_argv`); conflicts are judged on these.
+        world_size: processes. dataset_columns: the training dataset's columns (else known only for the embedded and
+            GSM8K-format datasets). check_model: check LoRA targets against the model. problems: record there instead
+            of raising. engine: of ``plan --accelerate-config``. user_checked: the front door already checked
+            ``user_values`` (a value that reached the arguments unchanged is not checked again).
 
     Raises:
-        RunArgumentError: without ``problems``: one line per problem, each naming the field(s), the value(s) and a
-            fix (a single problem as the error its check raised).
-    """
+        RunArgumentError: without ``problems``: one line per problem (a single one as its check raised it)."""
     own = problems is None
     problems = Problems() if own else problems
     user = UserValues(user_values or {})
@@ -51,9 +43,9 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     for name, rng in RANGES.items():
         if checked(name):
             continue
-        if user.get(name, 0) is None and _TABLE_DEFAULTS.get(name) is not None:  # YAML's null for a number
+        if user.get(name, 0) is None and FIELD_DEFAULTS.get(name) is not None:  # YAML's null for a number
             problems.add(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
-                         f"{_TABLE_DEFAULTS[name]!r}) or give a value.", (name,))
+                         f"{FIELD_DEFAULTS[name]!r}) or give a value.", (name,))
             continue
         if name in values and not isinstance(values[name], (list, tuple, dict)):
             problems.check(rng.check, name, values[name], fields=[name])

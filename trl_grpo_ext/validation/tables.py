@@ -1,20 +1,14 @@
-"""The tables that drive the checks of `trl_grpo_ext.validation` (ranges, choices, exclusive pairs, settings that
-need another) and the helpers that read a run's values. Our own fields' entries come from their declarations
-(``_fields.py``); TRL's, PEFT's and transformers' fields keep their rows here.
+"""The static tables of `trl_grpo_ext.validation` (ranges and choices of TRL's, PEFT's and transformers' fields,
+exclusive pairs, settings that need another) and the helpers that read a run's values. The entries read from the
+dataclasses themselves (our fields' declarations, argparse choices, defaults) are added in `validation.user_values`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..config.checks import Range
-from ..config.fieldtable import table_argparse_choices, table_checks, table_defaults
-
-#: field -> {"range": Range} / {"choices": (...)}: the checks the recipe's dataclasses declare on their fields.
-_DECLARED: dict[str, dict[str, Any]] = table_checks()
-_TABLE_DEFAULTS: dict[str, Any] = table_defaults()
 
 
 def _int(low, fix, source="", high=None):
@@ -38,7 +32,7 @@ _PORT = _int(1, "use a free TCP port, e.g. 8000.", "vLLM server / NCCL group por
 #: Range of every numeric field read by this package, TRL 1.16 (`GRPOConfig`, `ModelConfig`), PEFT (`LoraConfig`) or
 #: transformers 5 (`TrainingArguments`). Values outside it either raise after the model has loaded, fail at the
 #: first step, or train silently on something meaningless (a negative clip range, a zero learning rate).
-RANGES: dict[str, Range] = {
+TRL_RANGES: dict[str, Range] = {
     # --- optimisation (transformers Trainer / torch.optim.AdamW) ---
     "learning_rate": _pos("QLoRA GRPO typically uses 1e-5 to 1e-4; the embedded default uses 2e-3.",
                           "0 trains nothing; a negative rate ascends the loss"),
@@ -124,13 +118,12 @@ RANGES: dict[str, Range] = {
     "vllm_gpu_memory_utilization": _unit("use e.g. 0.3 (colocate) or 0.9 (server).", "vLLM", low_open=True),
     "vllm_tensor_parallel_size": _int(1, "use 1 or the number of GPUs per vLLM engine.", "vLLM"),
     "vllm_max_model_length": _int(1, "remove it or use prompt + completion tokens.", "vLLM"),
-    # --- ours: declared on GRPOExtConfig's fields (Annotated[..., Range(...)], see fieldtable) ---
-    **{name: checks["range"] for name, checks in _DECLARED.items() if "range" in checks},
-    # --- the recipe's (launch.RecipeArguments) ---
+}
+#: The recipe's (`RecipeArguments`) and LoRA's (trl.ModelConfig -> peft.LoraConfig), after our declared ones.
+OTHER_RANGES: dict[str, Range] = {
     "embedded_num_prompts": _int(1, "use e.g. 240.", "tiny"),
     "eval_num_prompts": _int(1, "remove it (the whole test split) or use e.g. 64.", "data.load_eval_dataset"),
     "final_eval_num_samples": _int(0, "use 0 (greedy only) or e.g. 8 samples per prompt.", "evaluation"),
-    # --- LoRA (trl.ModelConfig -> peft.LoraConfig) ---
     "lora_r": _int(1, "use a rank such as 8 or 16.", "PEFT raises for r <= 0, after the model loads"),
     "lora_alpha": _pos("use e.g. 2 × lora_r (16 for r 8).", "PEFT scales the update by alpha / r"),
     "lora_dropout": _unit("use 0.0 or e.g. 0.05.", "torch.nn.Dropout probability", high_open=True),
@@ -146,10 +139,7 @@ UNCHECKED_NUMERIC: dict[str, str] = {
 }
 
 #: Allowed values of string fields that would otherwise be accepted and fail after the model loads or at step 1.
-CHOICES: dict[str, tuple[str, ...]] = {
-    # every field whose argparse metadata lists choices (log_level, dtype, ddp_backend, ...): argparse refuses other
-    # values on the command line, but a YAML value reaches the dataclass directly
-    **table_argparse_choices(),
+TRL_CHOICES: dict[str, tuple[str, ...]] = {
     "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"),
     "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
     "importance_sampling_level": ("token", "sequence"),
@@ -158,8 +148,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "eval_strategy": ("no", "steps", "epoch"),
     "save_strategy": ("no", "steps", "epoch", "best"),
     "logging_strategy": ("no", "steps", "epoch"),
-    # ours and the recipe's: declared on the fields (`Choices(...)`, or argparse `choices` metadata; see fieldtable)
-    **{name: checks["choices"] for name, checks in _DECLARED.items() if "choices" in checks},
 }
 
 #: Pairs of fields that cannot both be on: (a, b, fix). "On" = true for flags, not None for the others.
@@ -236,25 +224,20 @@ ORDERED: tuple[tuple[str, str], ...] = (
     ("vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max"),
 )
 
-#: Fields whose value the cross-checks read, with their dataclass defaults (from the generated `_fields.py`); used
-#: when a caller passes only the keys a YAML sets (`plan`). tests/test_validation.py compares them with the classes.
-DEFAULTS: dict[str, Any] = {name: _TABLE_DEFAULTS[name] for name in (
+#: Fields whose value the cross-checks read; their dataclass defaults (`validation.DEFAULTS`) fill in what a caller
+#: leaves out when it passes only the keys a YAML sets (`plan`).
+DEFAULT_FIELDS: tuple[str, ...] = (
     "use_peft", "load_in_4bit", "load_in_8bit", "generation_batch_size", "steps_per_generation",
     "zero_variance_filter", "lost_update_steps", "loss_type", "use_adaptive_entropy", "eval_strategy", "do_eval",
     "save_strategy", "dataset_name", "dataset_format", "embedded_target", "final_eval", "dataset_test_split",
     "max_completion_length", "multi_objective_aggregation", "rewards", "reward_weights", "model_name_or_path",
     "model_revision", "trust_remote_code", "lora_target_modules", "lora_modules_to_save", "entropy_coef_min",
     "entropy_coef_max", "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max",
-)}
+)
 
 #: Advantage fields that TRL's `normalize_then_sum` formula ignores (it normalises each reward over its group with
 #: the sample std and ε = 1e-4, sums, then normalises over the batch; `GRPOTrainer._generate_and_score_completions`).
 NORMALIZE_THEN_SUM_IGNORES = ADVANTAGE_FIELDS
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# reading a run's values
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def typed_value(value: Any) -> Any:
@@ -279,14 +262,3 @@ def is_on(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() not in ("false", "0", "no", "none", "null", "")
     return value is not None and value is not False
-
-
-def flatten_values(*objects: Any) -> dict[str, Any]:
-    """One mapping of field -> value: :data:`DEFAULTS`, updated by each object's fields in order (a mapping, or an
-    object's ``vars``; ``None`` skipped)."""
-    values = dict(DEFAULTS)
-    for obj in objects:
-        if obj is None:
-            continue
-        values.update(obj if isinstance(obj, Mapping) else vars(obj))
-    return values

@@ -1,40 +1,81 @@
-"""What the user set (the YAML mapping plus the command line), and the single-value checks of those keys."""
+"""What the user set (the YAML mapping plus the command line), the single-value checks of those keys, and the tables
+read from the recipe's dataclasses themselves (`RECIPE_DATACLASSES`: declared checks, argparse choices, defaults)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config.checks import RunArgumentError, check_choice, closest_choice
+from ..config.checks import Range, RunArgumentError, check_choice, closest_choice, declared_checks
+from ..config.recipe_args import RECIPE_DATACLASSES
 from .problems import Problems
-from .tables import CHOICES, RANGES, enum_value
+from .tables import DEFAULT_FIELDS, OTHER_RANGES, TRL_CHOICES, TRL_RANGES, enum_value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return enum_value(value)
+
+
+def _field_tables() -> tuple[dict, dict, dict]:
+    """``(declared checks, argparse choices, defaults)`` of the init fields of `RECIPE_DATACLASSES` (the first class
+    holding a name gives its choices and default; enum members as their values)."""
+    declared: dict[str, dict[str, Any]] = {}
+    choices: dict[str, tuple] = {}
+    defaults: dict[str, Any] = {}
+    for cls in RECIPE_DATACLASSES:
+        declared.update(declared_checks(cls))
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            if "choices" in f.metadata:
+                choices.setdefault(f.name, tuple(_plain(list(f.metadata["choices"]))))
+            if f.default is not dataclasses.MISSING:
+                defaults.setdefault(f.name, _plain(f.default))
+            elif f.default_factory is not dataclasses.MISSING:
+                defaults.setdefault(f.name, _plain(f.default_factory()))
+    return declared, choices, defaults
+
+
+_DECLARED, _ARGPARSE_CHOICES, FIELD_DEFAULTS = _field_tables()
+#: Range of every numeric field read by this package: TRL's, ours (declared on the fields), the recipe's and LoRA's.
+RANGES: dict[str, Range] = {**TRL_RANGES, **{n: c["range"] for n, c in _DECLARED.items() if "range" in c},
+                            **OTHER_RANGES}
+#: Allowed values of string fields: every argparse ``choices`` (the command line enforces them, a YAML value reaches
+#: the dataclass directly), TRL's, ours (declared on the fields).
+CHOICES: dict[str, tuple[str, ...]] = {**_ARGPARSE_CHOICES, **TRL_CHOICES,
+                                       **{n: c["choices"] for n, c in _DECLARED.items() if "choices" in c}}
+#: The dataclass defaults of the fields the cross-checks read (`tables.DEFAULT_FIELDS`).
+DEFAULTS: dict[str, Any] = {name: FIELD_DEFAULTS[name] for name in DEFAULT_FIELDS}
+
+
+def flatten_values(*objects: Any) -> dict[str, Any]:
+    """One mapping of field -> value: :data:`DEFAULTS`, updated by each object's fields in order (a mapping, or an
+    object's ``vars``; ``None`` skipped)."""
+    values = dict(DEFAULTS)
+    for obj in objects:
+        if obj is not None:
+            values.update(obj if isinstance(obj, Mapping) else vars(obj))
+    return values
 
 
 class UserValues(dict):
-    """The keys a user set and their values (a `dict`), with ``command_line_keys``: those given on the command line."""
+    """The keys a user set and their values, with ``command_line_keys``: those given on the command line."""
 
     command_line_keys: frozenset = frozenset()
 
 
 def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> UserValues:
-    """The keys the user set and their values: the ``--config`` YAML mapping, overridden by command-line arguments.
-
-    Args:
-        argv (`list[str]`): the arguments as given to TRL's ``TrlParser.parse_args_and_config``.
-        parser (`argparse.ArgumentParser`, *optional*): the parser that will read ``argv`` (a ``TrlParser``). The
-            command line is parsed into a namespace pre-filled with a sentinel, so exactly the destinations an
-            argument wrote are kept (abbreviations, ``--no_x`` flags and dashed aliases included), typed as the
-            parser types them. Without a parser, ``--key value`` / ``--key=value`` tokens are read as strings.
-
-    Returns:
-        `UserValues`: field name -> value, only for keys the user set (the YAML's ``env`` key excluded); its
-        ``command_line_keys`` are the keys the command line set.
+    """The keys the user set: the ``--config`` YAML mapping (its ``env`` key excluded), overridden by the command
+    line. With ``parser`` (the one that will read ``argv``) the command line is parsed into a namespace of sentinels, so
+    exactly the destinations an argument wrote are kept, typed; without, ``--key value`` tokens are read as strings.
 
     Raises:
-        RunArgumentError: the YAML file is not a mapping. (A missing file is reported by the caller.)
-    """
+        RunArgumentError: the YAML file is not a mapping."""
     import yaml
 
     args = list(argv)
@@ -71,13 +112,8 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser |
 
 
 def check_user_values(user_values: Mapping[str, Any], problems: Problems | None = None) -> None:
-    """The single-value checks (ranges, choices) of the keys the user set, before any dataclass is built, so that a
-    value the parser cannot read (``learning_rate: fast``) is answered with its range and a fix.
-
-    Raises:
-        RunArgumentError: without ``problems``: every problem found (one line each, naming the field, the value and a
-            fix; a single problem as the error its check raised).
-    """
+    """The single-value checks (ranges, choices) of the keys the user set, before any dataclass is built (so that
+    ``learning_rate: fast`` gets its range and a fix); into ``problems``, else raised."""
     own = problems is None
     problems = Problems() if own else problems
     for name, value in user_values.items():

@@ -45,9 +45,9 @@ _WHERE = {
     "judged_reward_index": "settings",
     "judged_rewards": "groups",
     "masked_loss_scale": "groups",
-    "resample_note": "settings",
+    "resample_note": "report",
     "resample_round_size": "resample",
-    "skip_note": "settings",
+    "skip_note": "report",
     "skip_substitutes": "history",
     "trained_batch_metrics": "metrics",
     "weighted_total": "groups",
@@ -84,11 +84,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from .history import PromptHistory, skip_substitutes  # noqa: F401
     from .merge import fill_zero_variance_groups  # noqa: F401
     from .metrics import METRICS, TRL_METRICS, trained_batch_metrics  # noqa: F401
+    from .report import resample_note, skip_note  # noqa: F401
     from .resample import ResampleSource, ZeroVarianceFractionEstimate, expected_surplus, resample_round_size  # noqa: F401
-    from .settings import (  # noqa: F401
-        check_skip_plan,
-        check_zero_variance_settings,
-        judged_reward_index,
-        resample_note,
-        skip_note,
-    )
+    from .settings import check_skip_plan, check_zero_variance_settings, judged_reward_index  # noqa: F401

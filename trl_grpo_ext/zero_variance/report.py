@@ -110,3 +110,49 @@ def summary_line(log_history: list[dict], groups_per_step: int | None = None) ->
         return head + f"{summary['no_update_steps']} of {steps} steps made no update"
     return head + (f"{summary['all_uniform_steps']} of {steps} steps had every group uniform (zero gradient; with "
                    f"zero_variance_filter off the optimizer still stepped)")
+
+
+def resample_note(plan, max_resample_rounds: int) -> str:
+    """How ``zero_variance_filter: resample`` counts in this plan (printed under the plan table).
+
+    Extra prompts drawn to replace zero-variance groups come from a separate, seeded order of the training prompts
+    and do not advance the main sampler: the epochs and total steps above stay exact; the extra generation is at most
+    ``max_resample_rounds`` × prompts_per_step prompts (× G completions) per optimizer step.
+
+    Args:
+        plan (`RunPlan`): reads ``total_steps``, ``epochs_covered``, ``prompts_per_step`` and ``num_generations``.
+        max_resample_rounds (`int`): the config's field [rounds per optimizer step].
+
+    Returns:
+        `str`: one paragraph.
+    """
+    extra_prompts = max_resample_rounds * plan.prompts_per_step
+    epochs = plan.epochs_covered
+    epochs_text = str(int(epochs)) if isinstance(epochs, float) and epochs.is_integer() else str(epochs)
+    return (
+        "zero_variance_filter=resample: prompts drawn to replace uniform groups do not advance the epoch count "
+        f"(the {plan.total_steps} steps and {epochs_text} epochs above stay exact); each step "
+        f"generates for at most {extra_prompts} extra prompts ({max_resample_rounds} rounds × "
+        f"{plan.prompts_per_step}), i.e. up to {extra_prompts * plan.num_generations} extra completions, logged as "
+        "zero_variance/prompts_drawn."
+    )
+
+
+def skip_note(plan, exploration_probability: float) -> str:
+    """How ``zero_variance_filter: skip`` counts in this plan (printed under the plan table).
+
+    Args:
+        plan (`RunPlan`): reads ``steps_per_epoch``, ``prompts_per_step``, ``total_steps``, ``epochs_covered``.
+        exploration_probability (`float`): ``skip_exploration_probability`` p.
+
+    Returns:
+        `str`: one paragraph.
+    """
+    slots = plan.steps_per_epoch * plan.prompts_per_step
+    return (
+        f"zero_variance_filter=skip: an epoch is still {plan.steps_per_epoch} steps × {plan.prompts_per_step} prompt "
+        f"slots ({slots}); from the second epoch on, a prompt uniform at its last k rollouts keeps its slot with "
+        f"probability {exploration_probability:g}^k, and a skipped prompt's slot goes to another prompt of the epoch "
+        f"(some prompts train twice in an epoch). The {plan.total_steps} steps, {plan.epochs_covered:.3g} epochs and "
+        "stop reason above stay exact; skipped slots are logged as zero_variance/frac_prompts_skipped."
+    )

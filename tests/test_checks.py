@@ -1,0 +1,27 @@
+"""`config.checks`: the examples its docstrings used to carry, as tests."""
+
+import pytest
+
+from trl_grpo_ext.config.checks import Range, RunArgumentError, check_choice, choice_from_yaml, closest_choice
+
+
+def test_a_range_returns_an_integral_float_as_int():
+    assert Range(low=1, integer=True, fix="try 8.").check("num_generations", 4.0) == 4
+
+
+def test_a_choice_typo_names_the_closest_choice():
+    with pytest.raises(RunArgumentError, match=r"^zero_variance_filter='masc' is not valid\. Did you mean 'mask'\? "
+                                               r"Choose one of 'off', 'mask', 'resample'\.$"):
+        check_choice("zero_variance_filter", "masc", ("off", "mask", "resample"))
+
+
+def test_a_yaml_boolean_reads_as_the_word_written():
+    assert choice_from_yaml(False, ("off", "mask", "resample")) == "off"
+    assert choice_from_yaml(False, ("no", "steps", "epoch")) == "no"
+    assert choice_from_yaml(True, ("off", "mask")) is True
+    assert choice_from_yaml("mask", ("off", "mask")) == "mask"
+
+
+def test_closest_choice_by_case_then_spelling():
+    assert closest_choice("Dr_GRPO", ("grpo", "dr_grpo", "rloo")) == "dr_grpo"
+    assert closest_choice("fp32", ("auto", "bfloat16", "float16", "float32")) is None
