@@ -41,7 +41,7 @@ from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.training.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
 from trl_grpo_ext.training.interrupt import GracefulInterrupt
 from trl_grpo_ext.validation import check_reward_columns
-from trl_grpo_ext.zero_variance.report import summary_line
+from trl_grpo_ext.zero_variance.report import steps_per_generation, summary_line
 from trl_grpo_ext.zero_variance.settings import check_skip_plan
 
 
@@ -162,7 +162,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
         if logged:
             first, last = reward_trend(trainer.state.log_history)
             print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
-            uniform = summary_line(trainer.state.log_history, trainer.plan.prompts_per_step)
+            plan = trainer.plan
+            uniform = summary_line(trainer.state.log_history, plan.prompts_per_generation, steps_per_generation(plan))
             if uniform:
                 print(uniform)
         else:

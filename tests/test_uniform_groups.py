@@ -84,23 +84,53 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
                 "zero_variance/no_update": 1.0},
                {"step": 3, "reward": 0.3, "frac_reward_zero_std": 0.25, "zero_variance/frac_uniform_before": 0.5,
                 "zero_variance/no_update": 0.0}]
-    assert run_summary(history) == {"uniform_share": 0.5, "no_update_steps": 1, "all_uniform_steps": 1,
-                                    "filter_on": True, "steps": 3, "logged_steps": 3}
+    assert run_summary(history) == {"uniform_share": 0.5, "generations": 3, "no_update_steps": 1,
+                                    "all_uniform_steps": 1, "exact": True, "filter_on": True, "extra_groups": 0,
+                                    "steps": 3, "logged_steps": 3}
     # logging_steps 2: each log is the mean of its 2 steps; 12 groups over 4 steps, 2 of them without an update
     every_two = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5},
                  {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5}]
-    assert run_summary(every_two) == {"uniform_share": 0.75, "no_update_steps": 2, "all_uniform_steps": 2,
-                                      "filter_on": True, "steps": 4, "logged_steps": 2}
+    assert run_summary(every_two) == {"uniform_share": 0.75, "generations": 4, "no_update_steps": 2,
+                                      "all_uniform_steps": 2, "exact": False, "filter_on": True, "extra_groups": 0,
+                                      "steps": 4, "logged_steps": 2}
     from trl_grpo_ext.zero_variance.report import summary_line
 
     assert summary_line(every_two, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: "
                                           "75% of the completions); 2 of 4 steps made no update")
-    # filter off: TRL's figure only; an all-uniform step has a zero gradient but still steps the optimizer
+    # filter off: TRL's figure only; an all-uniform step has zero advantages but still steps the optimizer
     off = [{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 1.0},
            {"step": 3, "frac_reward_zero_std": 1.0}]  # 2 + 4 + 4 of 12 groups (4 a step) uniform
     assert summary_line(off, 4) == ("Uniform groups (σ = 0): 83% of the 12 groups generated (their generation: 83% of "
-                                    "the completions); 2 of 3 steps had every group uniform (zero gradient; with "
+                                    "the completions); 2 of 3 steps had every group uniform (zero advantages; with "
                                     "zero_variance_filter off the optimizer still stepped)")
+    # logging_steps 2, steps 1 and 3 all uniform, 2 and 4 not: each log reads 0.5, so only a lower bound is known
+    averaged = [{"step": 2, "loss": 0.0, "frac_reward_zero_std": 0.5}, {"step": 4, "loss": 0.0,
+                                                                         "frac_reward_zero_std": 0.5}]
+    assert summary_line(averaged, 2).endswith("at least 0 of 4 steps had every group uniform (zero advantages; with "
+                                              "zero_variance_filter off the optimizer still stepped)")
+
+
+def test_the_summary_counts_generation_batches_and_every_step_s_update():
+    from trl_grpo_ext.zero_variance.report import summary_line
+
+    # num_iterations 2: 4 optimizer steps, 2 generation batches of 2 groups; the first batch all uniform, so its 2
+    # steps made no update; the reward figures are logged on the generation steps only (1 and 3)
+    mu_two = [{"step": 1, "loss": 0.0, "frac_reward_zero_std": 1.0, "zero_variance/frac_uniform_before": 1.0,
+               "zero_variance/no_update": 1.0},
+              {"step": 2, "loss": 0.0, "zero_variance/no_update": 1.0},
+              {"step": 3, "loss": 0.1, "frac_reward_zero_std": 0.0, "zero_variance/frac_uniform_before": 0.0,
+               "zero_variance/no_update": 0.0},
+              {"step": 4, "loss": 0.1, "zero_variance/no_update": 0.0}]
+    assert summary_line(mu_two, 2, steps_per_generation=2) == (
+        "Uniform groups (σ = 0): 50% of the 4 groups generated (their generation: 50% of the completions); 2 of 4 "
+        "steps made no update")
+    # resample: the share is the first round's (2 steps × 4 groups, 4 uniform at step 1), 4 more groups drawn
+    resample = [{"step": 1, "loss": 0.0, "zero_variance/frac_uniform_before": 1.0, "zero_variance/prompts_drawn": 4.0,
+                 "zero_variance/no_update": 0.0},
+                {"step": 2, "loss": 0.0, "zero_variance/frac_uniform_before": 0.0, "zero_variance/prompts_drawn": 0.0,
+                 "zero_variance/no_update": 0.0}]
+    assert summary_line(resample, 4) == ("Uniform groups (σ = 0): 50% of the 8 groups generated first (resampling "
+                                         "generated 4 more groups to replace them); 0 of 2 steps made no update")
 
 
 # --- dropped rows: the gradient of masking, without the forward/backward of the masked rows -----------------------------

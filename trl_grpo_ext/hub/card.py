@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..config.checks import check_choice
-from ..zero_variance.report import run_summary
+from ..zero_variance.report import run_summary, steps_per_generation
 from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
 from . import card_facts
 from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION, GRESO_CITATION
@@ -145,7 +145,7 @@ def _plan_table(plan_file: Path, plan: dict) -> str:
         return markdown_table(("quantity", "value"), list(plan.items()))
 
 
-def _final_metrics(results: dict, state: dict) -> list[tuple]:
+def _final_metrics(results: dict, state: dict, plan: dict) -> list[tuple]:
     rows = card_facts.measured(results)
     if "global_step" in state:
         rows.append(("global_step (optimizer steps run)", state["global_step"]))
@@ -156,15 +156,16 @@ def _final_metrics(results: dict, state: dict) -> list[tuple]:
         for key in ("reward", "reward_std", "frac_reward_zero_std", "loss"):
             if key in last:
                 rows.append((f"{key} (last logged, step {step})", last[key]))
-    summary = run_summary(state.get("log_history", []))
+    summary = run_summary(state.get("log_history", []), steps_per_generation(plan))
     if summary:  # the same figure the console and the plot show (zero_variance.report)
         rows.append((f"uniform (σ = 0) share of generated groups ({summary['steps']} steps, {summary['logged_steps']} "
                      "logs)", round(summary["uniform_share"], 4)))
         if summary["filter_on"]:
             rows.append(("optimizer steps that made no update (every group uniform)", summary["no_update_steps"]))
         else:  # TRL's behaviour: zero advantages, yet the optimizer steps (its moments move the weights)
-            rows.append(("optimizer steps whose every group was uniform (zero gradient; the filter was off, so the "
-                         "optimizer still stepped)", summary["all_uniform_steps"]))
+            rows.append((("" if summary["exact"] else "at least: ") + "optimizer steps whose every group was uniform "
+                         "(zero advantages; the filter was off, so the optimizer still stepped)",
+                         summary["all_uniform_steps"]))
     return rows
 
 
@@ -373,7 +374,7 @@ def build_model_card(
         optimisation_table=markdown_table(("setting", "value"), _selected(
             {**training_args, **{k: v for k, v in script_args.items() if k == "max_prompt_length" and v is not None}},
             OPTIMISATION_KEYS)),
-        metrics_table=markdown_table(("metric", "value"), _final_metrics(results, state)),
+        metrics_table=markdown_table(("metric", "value"), _final_metrics(results, state, plan)),
         eval_section=_eval_section(evaluation),
         has_plot=(path / REWARD_PLOT_FILE).is_file(),
         plot_file=REWARD_PLOT_FILE,
