@@ -92,7 +92,7 @@ def training_sentence(loading: BaseLoading | None, full: bool = False) -> str:
     """The sentence of the card's "Training procedure" that names the adapter method (none for a ``full`` fine-tune)
     and the base."""
     if full:
-        base = "" if loading is None else f" ({loading.phrase()})"
+        base = "" if loading is None else f", on {loading.phrase()}"
         return f"with every weight of the base trained{base}: a full fine-tune, no adapter."
     if loading is not None and loading.qlora:
         return (f"with a LoRA adapter on a 4-bit {loading.quant_type.upper()} base "
