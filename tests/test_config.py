@@ -16,7 +16,7 @@ def _config(tmp_path, **fields):
     [
         ({"zero_variance_filter": "drop"}, r"zero_variance_filter='drop'.*'off', 'mask', 'resample'"),
         ({"zero_variance_tolerance": -0.1}, r"zero_variance_tolerance=-0.1 must be a number >= 0"),
-        ({"max_resample_rounds": -1}, r"max_resample_rounds=-1 must be an integer >= 0"),
+        ({"max_resample_rounds": 0}, r"max_resample_rounds=0 must be an integer >= 1"),
     ],
 )
 def test_bad_zero_variance_fields(tmp_path, fields, match):

@@ -75,7 +75,7 @@ def test_the_reference_shows_what_validation_enforces():
     from tools.fielddocs import render_tables
 
     tables = render_tables()
-    assert "| `max_resample_rounds` | `int` | `3` | an integer >= 0 |" in tables
+    assert "| `max_resample_rounds` | `int` | `3` | an integer >= 1 |" in tables
     assert "| `zero_variance_filter` | `str` | `off` | `off`, `mask`, `resample`, `skip` |" in tables
     assert "| `lost_update_warning_threshold` | `float` | `0.2` | a number in [0, 1] |" in tables
     assert "`learning_rate`" not in tables  # TRL's fields are TRL's to document
@@ -88,15 +88,15 @@ def test_declared_checks_reach_the_config_and_the_validation_tables(tmp_path):
     from trl_grpo_ext.validation import CHOICES, RANGES
 
     declared = declared_checks(GRPOExtConfig)
-    assert declared["max_resample_rounds"] == {"range": Range(low=0, integer=True, fix="use e.g. 3.",
+    assert declared["max_resample_rounds"] == {"range": Range(low=1, integer=True, fix="use e.g. 3 (0 rounds would be zero_variance_filter: mask; set that instead).",
                                                               source="zero_variance resample")}
     assert declared["adapter_dtype"] == {"choices": ("float32", "bfloat16")}
     assert "learning_rate" not in declared  # TRL's field: a row of validation.RANGES instead
     assert RANGES["max_resample_rounds"] is declared["max_resample_rounds"]["range"]
     assert CHOICES["adapter_dtype"] == declared["adapter_dtype"]["choices"]
     assert CHOICES["final_eval"] == ("none", "adapter", "compare_base")  # RecipeArguments' argparse choices
-    with pytest.raises(ValueError, match=r"max_resample_rounds=-1 must be an integer >= 0\. Fix: use e\.g\. 3\."):
-        GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_resample_rounds=-1)
+    with pytest.raises(ValueError, match=r"max_resample_rounds=0 must be an integer >= 1\. Fix: use e\.g\. 3 \(0 rounds would be zero_variance_filter: mask"):
+        GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_resample_rounds=0)
     with pytest.raises(ValueError, match=r"adapter_dtype='float16' is not valid\. Did you mean 'bfloat16'\? Choose one of 'float32', 'bfloat16'\."):
         GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], adapter_dtype="float16")
 

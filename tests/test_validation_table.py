@@ -93,7 +93,7 @@ INVALID = [
     row("seed<0", {"seed": -1}, ["seed"]),
     row("delta<1", {"delta": 0.5}, ["delta"]),
     row("top_entropy_quantile=0", {"top_entropy_quantile": 0}, ["top_entropy_quantile"]),
-    row("max_resample_rounds<0", {"zero_variance_filter": "resample", "max_resample_rounds": -1},
+    row("max_resample_rounds=0", {"zero_variance_filter": "resample", "max_resample_rounds": 0},
         ["max_resample_rounds"]),
     row("zero_variance_tolerance<0", {"zero_variance_filter": "mask", "zero_variance_tolerance": -0.1},
         ["zero_variance_tolerance"]),

@@ -87,7 +87,7 @@ class GRPOExtConfig(GRPOConfig):
         0.0, "A group is uniform when its rewards are equal or their std is at most this.")
     zero_variance_reward: str | None = _help(
         None, "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total.")
-    max_resample_rounds: Annotated[int, Range(low=0, integer=True, fix="use e.g. 3.",
+    max_resample_rounds: Annotated[int, Range(low=1, integer=True, fix="use e.g. 3 (0 rounds would be zero_variance_filter: mask; set that instead).",
                                               source="zero_variance resample")] = _help(
         3, "Extra generation rounds per step in resample mode (bounded).")
     skip_exploration_probability: Annotated[float, Range(
