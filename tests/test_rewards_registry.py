@@ -273,3 +273,12 @@ def test_entry_point_module_that_registers_itself(tmp_path, monkeypatch, registr
         assert get_reward_info("self_reg_alias").source == "entry point self-reg-pkg (self_reg_mod:self_reg)"
     finally:
         sys.modules.pop("self_reg_mod", None)
+
+
+def test_a_reward_model_id_is_refused_with_what_to_do_instead():
+    # TRL's reward_funcs accept a reward model's Hub id; the registry selects functions only
+    from trl_grpo_ext.rewards import UnknownRewardError, check_reward_name
+
+    with pytest.raises(UnknownRewardError, match=r"'Qwen/Qwen2.5-0.5B-reward' looks like a model id or path: reward "
+                                                 r"models .* not selectable here.*@register_reward"):
+        check_reward_name("Qwen/Qwen2.5-0.5B-reward")

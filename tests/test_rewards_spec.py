@@ -66,7 +66,7 @@ def test_reward_weights_list():
         ({"name": "format", "weight": True}, r"weight=True must be a finite number"),
         ({"name": "format", "kwargs": [1]}, r"rewards\[1\] .*: kwargs must be a mapping"),
         (3, r"rewards\[1\] \(3\) must be a reward name or a mapping"),
-        ('{"name": "format",', r"rewards\[1\] .* is not valid JSON"),
+        ('{"name": "format",', r"rewards\[1\] .* is not a valid mapping"),
     ],
 )
 def test_malformed_items_name_the_item(item, message):
@@ -139,3 +139,7 @@ def test_a_cli_list_string_is_read_as_the_list():
     assert parse_reward_specs('["accuracy"]') == [RewardSpec("accuracy", 1.0, {})]
     with pytest.raises(ValueError, match=r"is not a valid list .* --rewards accuracy format"):
         parse_reward_specs(["[accuracy, "])
+
+
+def test_a_yaml_flow_mapping_on_the_cli_is_read_as_json_would_be():
+    assert parse_reward_specs(["{name: accuracy, weight: 2}"]) == [RewardSpec("accuracy", 2.0, {})]

@@ -316,13 +316,18 @@ def check_reward_name(name: str) -> str:
     imported by :func:`get_reward`), and gives its last component as the name.
 
     Raises:
-        UnknownRewardError: an unknown name (with a "did you mean" suggestion) or a malformed path.
+        UnknownRewardError: an unknown name (with a "did you mean" suggestion), a malformed path, or a model id.
     """
     if not isinstance(name, str) or not name:
         raise UnknownRewardError(f"Reward name {name!r} must be a non-empty string such as 'accuracy'.")
     _ensure_loaded()
     if name in _STATE.names:
         return _STATE.names[name]
+    if "/" in name:  # TRL's reward_funcs also take a reward model's Hub id or folder; the registry does not
+        raise UnknownRewardError(
+            f"Reward {name!r} looks like a model id or path: reward models (a sequence-classification model in TRL's "
+            "reward_funcs) are not selectable here. Select reward functions by name, or wrap the model in a reward "
+            "function registered with @register_reward (docs/rewards.md).")
     if is_import_path(name):
         return split_import_path(name)[1].split(".")[-1]
     raise _unknown(name)

@@ -16,7 +16,6 @@ Weights go either on the items or in TRL's ``reward_weights`` list, not both. Pu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,12 +86,14 @@ def _list_string(item: Any) -> list:
 def _item(item: Any, index: int) -> tuple[RewardSpec, bool]:
     """Parse one item; returns the spec and whether it set its own weight."""
     where = f"rewards[{index}] ({item!r})"
-    if isinstance(item, str) and item.strip().startswith("{"):
+    if isinstance(item, str) and item.strip().startswith("{"):  # a JSON or YAML flow mapping from the CLI
+        import yaml
+
         try:
-            item = json.loads(item)
-        except json.JSONDecodeError as exc:
+            item = yaml.safe_load(item)
+        except yaml.YAMLError as exc:
             raise ValueError(
-                f"{where} is not valid JSON ({exc.msg}); {_EXAMPLE}, or on the CLI "
+                f"{where} is not a valid mapping ({type(exc).__name__}); {_EXAMPLE}, or on the CLI "
                 '\'{"name": "format", "weight": 0.5}\'.'
             ) from exc
     if isinstance(item, str):
