@@ -15,7 +15,7 @@ from other jobs on the machine costs neither arm), run alternately (the order fl
 All arms share the shipped CPU config's model settings (LoRA r 16 on every linear layer of the float32 base), learning
 rate, temperature, G and rewards (`recipes/configs/smollm2_arithmetic_cpu.yaml`), with ``--prompts-per-step`` and
 ``--max-completion-length`` (defaults 3 and 48; the config has 3 × 64), on the first ``--train-prompts``
-training problems (default 12: 4 steps an epoch, about 4 epochs in the default budget, so a prompt's history can act). Every arm's
+training problems (default 24: 8 steps an epoch, 2.5 to 4 epochs in the default budget, so a prompt's history can act). Every arm's
 reward functions are wrapped by the same recorder, which counts uniform groups from the rewards themselves (TRL's
 own ``frac_reward_zero_std`` misses float32 noise). After training, each adapter answers the same 200 held-out
 problems greedily (the product's `evaluation.evaluate_model`).
@@ -242,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    parser.add_argument("--cpu-minutes", type=float, default=8.0, help="training budget per arm [CPU minutes]")
-    parser.add_argument("--train-prompts", type=int, default=12, help="training problems (several epochs fit)")
+    parser.add_argument("--cpu-minutes", type=float, default=12.0, help="training budget per arm [CPU minutes]")
+    parser.add_argument("--train-prompts", type=int, default=24, help="training problems (several epochs fit)")
     parser.add_argument("--eval-prompts", type=int, default=200, help="held-out problems")
     parser.add_argument("--prompts-per-step", type=int, default=3, help="prompts per optimizer step (G is 8)")
     parser.add_argument("--max-completion-length", type=int, default=48, help="new tokens per completion")
