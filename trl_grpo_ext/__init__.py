@@ -1,7 +1,8 @@
 """trl-grpo-ext: a GRPO add-on for Hugging Face TRL.
 
-Heavy imports (torch, transformers, trl) are deferred until a trainer or config class is used, so the command line
-(`trl-grpo-ext plan`, `trl-grpo-ext rewards`) answers without importing torch.
+Heavy imports (torch, transformers, trl) are deferred until a trainer or config class is used: `trl-grpo-ext
+rewards` answers without importing torch; `trl-grpo-ext plan` imports TRL (it reads the real dataclasses) but loads no
+model.
 """
 
 from importlib import import_module
