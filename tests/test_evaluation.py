@@ -127,3 +127,25 @@ def test_evaluate_model_scores_with_the_runs_rewards(monkeypatch):
     assert comparison["difference"] == 0.5 and comparison["only_adapter_correct"] == 2
     with pytest.raises(ValueError, match="correctness_reward='format'"):
         evaluate_model(Model(), None, rows, funcs, max_new_tokens=8, correctness_reward="format")
+
+
+def test_eval_of_a_dataset_without_a_test_split_suggests_the_train_split(tmp_path, capsys, monkeypatch):
+    import json
+
+    import transformers
+
+    from trl_grpo_ext.cli.main import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("".join(json.dumps({"prompt": f"say {i}", "answer": str(i)}) + "\n"
+                                              for i in range(8)))
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model_name_or_path: embedded:tiny-qwen2\ndataset_name: {data}\n"
+                      "rewards: [{name: exact_match, kwargs: {column: answer}}]\n")
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("a model was loaded")))
+    assert main(["eval", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "Fix: pass --split train to evaluate the train split instead, or set dataset_test_split" in err, err
+    assert ".." not in err and "eval_strategy: no" not in err

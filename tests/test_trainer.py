@@ -60,3 +60,13 @@ def test_a_reward_invalid_on_every_completion_stops_the_run_even_with_on_error_n
                                                   r" of this call \(completion 0: raised TypeError: .*'assistant'"):
         trainer.train()
     assert trainer.state.global_step == 0
+
+
+def test_an_embedded_model_name_works_from_python(tmp_path, tiny_model_dir):
+    # the README's Python example, offline: the embedded name is built locally as the recipe does (TRL would read it
+    # as a Hub repo id and refuse it); TRL loads the tokenizer from the resolved folder
+    args = tiny_config(tmp_path, rewards=["char_fraction"], **COMMON)
+    trainer = GRPOExtTrainer("embedded:tiny-qwen2", args=args, train_dataset=tiny.count_char_dataset(8))
+    assert trainer.model.name_or_path == str(tiny_model_dir)
+    trainer.train()
+    assert trainer.state.global_step == 1

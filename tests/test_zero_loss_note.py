@@ -53,6 +53,10 @@ def test_the_callback_prints_it_once(capsys):
     state = SimpleNamespace(is_world_process_zero=True)
     callback.on_log(_args(), state, None, logs={"loss": 0.3})  # not zero: nothing, and still waiting
     callback.on_log(_args(), state, None, logs={"eval_reward": 0.5})  # no loss in this log
+    # every group uniform: the gradient is 0 as well, so "training still works" would be false; still waiting
+    callback.on_log(_args(), state, None, logs={"loss": 0.0, "frac_reward_zero_std": 1.0})
+    callback.on_log(_args(), state, None, logs={"loss": 0.0, "zero_variance/frac_uniform_before": 1.0,
+                                                "frac_reward_zero_std": 1.0, "zero_variance/no_update": 1.0})
     assert capsys.readouterr().out == ""
     for _ in range(3):
         callback.on_log(_args(), state, None, logs={"loss": 0.0})

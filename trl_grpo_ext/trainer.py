@@ -106,6 +106,10 @@ class GRPOExtTrainer(GRPOTrainer):
                                     loss_type=args.loss_type):
             logger.warning(advice)
         check_vllm_before_loading(model, args, kwargs.get("quantization_config"))
+        if isinstance(model, str) and model.startswith("embedded:"):  # built locally, as the recipe does
+            from .models.embedded.tiny import resolve_model_path
+
+            model = resolve_model_path(model)
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if is_quantized_model(self.model):
             # TRL casts trainable adapter weights of a quantized model to bf16; "float32" undoes it. Either way plain

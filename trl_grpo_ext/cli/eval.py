@@ -152,7 +152,11 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     from ..models.settings import compute_dtype_name, load_tokenizer, quantization_config, torch_dtype
     from ..rewards.spec import build_reward_funcs, with_run_defaults
 
-    dataset = load_eval_dataset(script_args, training_args.seed, split, num_prompts)
+    other = "train" if split == "test" else "test"
+    dataset = load_eval_dataset(script_args, training_args.seed, split, num_prompts,
+                                fix=f"pass --split {other} to evaluate the {other} split instead, or set "
+                                    f"{'dataset_test_split' if split == 'test' else 'dataset_train_split'} to a "
+                                    "split that exists.")
     specs = with_run_defaults(list(training_args.resolved.rewards), training_args.max_completion_length)
     reward_funcs, reward_weights = build_reward_funcs(specs)
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)

@@ -2,7 +2,7 @@
 
 Each sub-command lives next to the code it exposes and provides two functions: ``add_parser(subparsers)`` that
 declares its arguments and ``run(args) -> int`` that executes it. Importing this module and the sub-command modules
-must not import torch, so ``trl-grpo-ext plan`` answers in well under a second. A sub-command module that sets
+must not import torch (``--help`` and ``rewards`` answer at once; ``plan`` imports TRL when it runs). A sub-command module that sets
 ``ACCEPTS_OVERRIDES = True`` (``plan``, ``train``) receives the arguments it does not declare — config overrides such
 as ``--learning_rate 1e-5`` — as ``args.overrides``; the others refuse them.
 

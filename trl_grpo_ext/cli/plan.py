@@ -1,4 +1,4 @@
-"""``trl-grpo-ext plan``: print a run's plan from its config without loading a model or importing torch.
+"""``trl-grpo-ext plan``: print a run's plan from its config without loading a model or a tokenizer.
 
 The config is read through the front door, as the recipe reads it, and a dataset plan can read without the network
 (local, embedded, or in the datasets cache offline) is checked as the recipe checks it, its problems listed with the

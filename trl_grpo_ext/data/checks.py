@@ -116,7 +116,7 @@ def read_dataset(name: str, config: str | None, split: str, split_field: str):
         reason = _reason(err)
         if "split" in reason.lower() and ("unknown" in reason.lower() or "should be one of" in reason.lower()):
             other = ", or set eval_strategy: no and final_eval: none" if split_field == "dataset_test_split" else ""
-            raise DatasetError(f"{split_field}={split!r}: {reason}. Fix: name a split that exists{other}.") from None
+            raise DatasetError(f"{split_field}={split!r}: {reason.rstrip('.')}. Fix: name a split that exists{other}.") from None
         if local and not files:
             raise DatasetError(f"dataset_name={name!r} holds no file for the {split!r} split ({reason}). Fix: name "
                                f"its file {split}.jsonl (or .csv, .parquet), or set {split_field} to the split's "

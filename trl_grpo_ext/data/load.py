@@ -253,20 +253,27 @@ def check_gsm8k_answers(dataset, where: str) -> None:
                            "use dataset_format: prompt with an answer column the rewards read.")
 
 
-def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_prompts: int | None = None):
+def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_prompts: int | None = None,
+                      fix: str = "name a split that exists, or set eval_strategy: no and final_eval: none."):
     """The held-out prompts of a run: :func:`load_prompt_dataset` of ``split``, cut to its first ``num_prompts``.
+    ``fix``: the advice for a split that does not exist (the default is a training run's).
 
     Raises:
         ValueError: the split cannot be loaded, is empty, or has fewer than ``num_prompts`` rows.
     """
     try:
         dataset = load_prompt_dataset(script_args, seed=seed, split=split)
+    except DatasetError as err:
+        head, sep, _ = str(err).partition(" Fix: name a split that exists")
+        if sep:  # a split the dataset lacks: the caller's advice (trl-grpo-ext eval has --split)
+            raise DatasetError(f"{head} Fix: {fix}") from None
+        raise
     except ValueError as err:
-        if isinstance(err, DatasetError) or "split" not in str(err).lower() or tiny.is_embedded(script_args.dataset_name):
+        if "split" not in str(err).lower() or tiny.is_embedded(script_args.dataset_name):
             raise
         field_name = "dataset_test_split" if split == "test" else "dataset_train_split"
-        raise ValueError(f"{field_name}={getattr(script_args, field_name)!r}: {' '.join(str(err).split())} Fix: name "
-                         "a split that exists, or set eval_strategy: no and final_eval: none.") from None
+        reason = " ".join(str(err).split()).rstrip(".")
+        raise ValueError(f"{field_name}={getattr(script_args, field_name)!r}: {reason}. Fix: {fix}") from None
     if len(dataset) == 0:
         raise ValueError(f"the {split!r} split of dataset {script_args.dataset_name!r} is empty.")
     if num_prompts is not None:

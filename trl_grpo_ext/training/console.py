@@ -26,7 +26,7 @@ import time
 from transformers.trainer_callback import ProgressCallback, TrainerCallback
 
 from ..config.loss_settings import CLIPPED_LOSSES, clip_takes_effect
-from ..zero_variance.report import no_update_steps, uniform_share
+from ..zero_variance.report import NO_UPDATE_KEY, no_update_steps, uniform_share
 
 METRICS_FILE = "metrics.jsonl"
 _SUMMARY_KEYS = ("train_runtime", "train_loss")
@@ -53,6 +53,8 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
     >>> step_line({"reward": 0.2, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
     ...            "zero_variance/frac_uniform_before": 1.0, "zero_variance/no_update": 1.0}, 9, 24, None, 3)
     'step 9/24  reward 0.200 ± 0.000  zero-std 1.00  lr -  no update: 3 of 3 groups uniform'
+    >>> step_line({"reward": 0.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0}, 2, 3, None)
+    'step 2/3  reward 0.000 ± 0.000  zero-std 1.00  lr -  all groups uniform: zero advantages (zero_variance_filter off: the optimizer still steps)'
     """
     parts = [f"step {step}/{max_steps}",
              f"reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}",
@@ -68,6 +70,8 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
         parts.append(f"no update: {groups} groups uniform")
     elif skipped:
         parts.append(f"no update on {skipped} of {steps_in_interval} steps (all groups uniform)")
+    elif uniform_share(logs) == 1.0 and NO_UPDATE_KEY not in logs:  # filter off: TRL steps on zero advantages
+        parts.append("all groups uniform: zero advantages (zero_variance_filter off: the optimizer still steps)")
     return "  ".join(parts)
 
 
@@ -144,6 +148,8 @@ class ZeroLossNoteCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.shown or not state.is_world_process_zero or not logs or "loss" not in logs:
+            return
+        if uniform_share(logs) == 1.0:  # every group uniform: the gradient is 0 too, so "training still works" is false
             return
         entropy = getattr(args, "entropy_coef", 0.0) or float(bool(getattr(args, "use_adaptive_entropy", False)))
         note = zero_loss_note(logs["loss"], beta=args.beta, loss_type=args.loss_type,
