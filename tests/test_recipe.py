@@ -53,6 +53,8 @@ def test_outputs_are_written(short_run):
                  "eval_results.json"):
         assert (out / name).is_file(), name
     assert f"Adapter and tokenizer: {out}" in result.stdout
+    card = (out / "README.md").read_text()  # the 4-bit snippet loads the embedded base from its folder, not its name
+    assert "quantization_config=bnb" in card and 'from_pretrained("embedded:' not in card
     assert f"Reward plot: {out / 'reward_plot.png'}" in result.stdout
     plan = json.loads((out / "run_plan.json").read_text())
     state = json.loads((out / "trainer_state.json").read_text())

@@ -207,7 +207,8 @@ def _load_section(mode: str, model_ref: str, base_model: str | None, adapter_con
         "model = AutoPeftModelForCausalLM.from_pretrained(model_id)\n"
         "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
         + generate
-        + card_facts.quantized_snippet(loading, base_model or base, model_ref)
+        + card_facts.quantized_snippet(  # an embedded base loads from the folder it was built in, not by its name
+            loading, base if str(base_model).startswith("embedded:") else base_model or base, model_ref)
     )
 
 
