@@ -180,6 +180,8 @@ INVALID = [
                                                                                   "use_adaptive_entropy"]),
     row("eval_steps without eval_strategy steps", {"eval_steps": 10}, ["eval_steps", "eval_strategy"]),
     row("save_steps with save_strategy no", {"save_strategy": "no"}, ["save_steps", "save_strategy"]),
+    row("vllm_gpu_memory_utilization without use_vllm", {"vllm_gpu_memory_utilization": 0.5},
+        ["vllm_gpu_memory_utilization", "use_vllm: true"]),
     # clip settings with every update on-policy (num_iterations 1, one generation batch per step): ratio 1, trl#3757
     row("epsilon_high with num_iterations 1", {"epsilon_high": 0.28}, ["epsilon_high", "num_iterations"],
         "Fix: set num_iterations: 2"),

@@ -204,6 +204,10 @@ for _name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_ne
 for _name in ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"):
     REQUIRES[_name] = ("use_adaptive_entropy: true", lambda v: bool(v.get("use_adaptive_entropy")),
                        "set use_adaptive_entropy: true or remove {field}.")
+for _name in ("vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex",
+              "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
+              "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size"):
+    REQUIRES[_name] = ("use_vllm: true", lambda v: bool(v.get("use_vllm")), "set use_vllm: true or remove {field}.")
 REQUIRES["eval_steps"] = ("eval_strategy: steps", lambda v: enum_value(v.get("eval_strategy")) == "steps",
                           "set eval_strategy: steps (with a dataset_test_split) or remove {field}.")
 REQUIRES["save_steps"] = ("save_strategy: steps", lambda v: enum_value(v.get("save_strategy")) == "steps",
@@ -227,7 +231,7 @@ ORDERED: tuple[tuple[str, str], ...] = (
 #: Fields whose value the cross-checks read; their dataclass defaults (`validation.DEFAULTS`) fill in what a caller
 #: leaves out when it passes only the keys a YAML sets (`plan`).
 DEFAULT_FIELDS: tuple[str, ...] = (
-    "use_peft", "load_in_4bit", "load_in_8bit", "generation_batch_size", "steps_per_generation",
+    "use_peft", "use_vllm", "load_in_4bit", "load_in_8bit", "generation_batch_size", "steps_per_generation",
     "zero_variance_filter", "lost_update_steps", "loss_type", "use_adaptive_entropy", "eval_strategy", "do_eval",
     "save_strategy", "dataset_name", "dataset_format", "embedded_target", "final_eval", "dataset_test_split",
     "max_completion_length", "multi_objective_aggregation", "rewards", "reward_weights", "model_name_or_path",
