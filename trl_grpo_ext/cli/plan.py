@@ -20,6 +20,8 @@ from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
 from trl_grpo_ext.validation.problems import problem_lines
+from trl_grpo_ext.validation.rules import switched_off_warning
+from trl_grpo_ext.validation.user_values import flatten_values
 from trl_grpo_ext.zero_variance.report import resample_note, skip_note
 from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings
 
@@ -108,6 +110,7 @@ def build_plan(args: argparse.Namespace):
                           loss_type=resolved.trl_fields().get("loss_type") or training.loss_type)
     rewards = resolved.rewards
     warns += survey.warnings + weight_warnings(rewards or [])
+    warns += [w for w in [switched_off_warning(run.user_values, flatten_values(*run))] if w]
     notes = [survey.not_run] if survey.not_run else []
     cut = getattr(script_args, "max_prompt_length", None)
     if survey.train_rows is not None and cut is not None and args.dataset_size is None:
