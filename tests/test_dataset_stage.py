@@ -266,3 +266,25 @@ def test_plan_reads_a_local_dataset_without_loading_a_model_or_tokenizer(tmp_pat
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     *plan, loaded = result.stdout.strip().splitlines()
     assert json.loads("\n".join(plan))["dataset_size"] == 8 and loaded == "[]"
+
+
+def test_plan_evaluates_on_the_test_rows_it_read_and_refuses_what_the_recipe_refuses(tmp_path, capsys, monkeypatch):
+    """A 3-row test split, eval every 2 steps, eval batch 8, 4 generations: 3 × 4 = 12 completions, not a multiple of
+    8. plan showed "eval prompts 0" and passed; the recipe refused it naming eval_num_prompts, which is unset."""
+    data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD), "test.jsonl": _rows(GOOD[:3])})
+    settings = {"dataset_test_split": "test", "eval_strategy": "steps", "eval_steps": 2, "num_generations_eval": 4}
+    argv = ["--config", _config(tmp_path, data, per_device_eval_batch_size=8, **settings)]
+    expected = ("the test split has 3 rows (all evaluated: eval_num_prompts is unset), and 3 × num_generations_eval=4 "
+                "= 12 completions is not a multiple of the eval batch (8 × 1 process(es)); set eval_num_prompts to a "
+                "multiple of 2 (at most 3), give the test split a multiple of 2 rows, or set "
+                "per_device_eval_batch_size: 4.")
+    code, lines, err = _plan_lines(capsys, argv)
+    assert (code, lines) == (2, [expected]), err
+    # the recipe: its argument stage passes it, its main (models refused) refuses it with the same line
+    code, errors, main_errors, err = recipe_stages(argv, monkeypatch, capsys)
+    assert (code, errors, main_errors) == (0, [], [f"error: {expected}"]), err
+    # 4 per eval batch: 12 / 4 = 3 batches of the 3 rows read
+    capsys.readouterr()
+    assert plan_main(["--config", _config(tmp_path, data, per_device_eval_batch_size=4, **settings)]) == 0
+    out = capsys.readouterr().out
+    assert "eval prompts              3 prompts" in out and "eval batches              3 = 12 / (4 per device" in out
