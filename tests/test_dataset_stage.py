@@ -288,3 +288,42 @@ def test_plan_evaluates_on_the_test_rows_it_read_and_refuses_what_the_recipe_ref
     assert plan_main(["--config", _config(tmp_path, data, per_device_eval_batch_size=4, **settings)]) == 0
     out = capsys.readouterr().out
     assert "eval prompts              3 prompts" in out and "eval batches              3 = 12 / (4 per device" in out
+
+
+_EVALUATING = {"dataset_test_split": "test", "eval_strategy": "steps", "eval_steps": 1, "per_device_eval_batch_size": 4}
+
+
+@pytest.mark.parametrize("test_file, problem", [
+    ("not json\n", " ('test' split: test.jsonl) cannot be read (ValueError: Unexpected character found when decoding "
+                   "'null'). Fix: make each line of test.jsonl one JSON object (JSON lines), e.g. {\"prompt\": \"...\", "
+                   "\"answer\": \"...\"}."),
+    (_rows([{"question": "say 1", "answer": "1"}]),
+     ": the splits have different columns: train ['prompt', 'answer'], test ['question', 'answer']; datasets builds a "
+     "folder's splits together, so it reads none of them. Fix: give every split's file the same columns, of the same "
+     "types."),
+], ids=["test.jsonl not JSON", "test.jsonl other columns"])
+def test_a_bad_test_file_is_blamed_on_itself_not_on_train_jsonl(test_file, problem, tmp_path, capsys):
+    """datasets builds a folder's splits together: a bad test.jsonl failed the read of the training split, and the
+    message blamed train.jsonl ("make each line of train.jsonl one JSON object"), after datasets' own log line."""
+    data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD), "test.jsonl": test_file})
+    expected = f"dataset_name='{data}'{problem}"
+    argv = ["--config", _config(tmp_path, data, **_EVALUATING)]
+    code, lines, err = _plan_lines(capsys, argv)
+    assert (code, lines) == (2, [expected]), err  # once: the training split's read and the test split's agree
+    assert _recipe_lines(capsys, argv) == [expected]
+
+
+def test_datasets_log_line_of_a_bad_file_is_not_printed(tmp_path):
+    """datasets logs "Failed to load JSON from file ..." before raising; plan's one line says it (in a fresh process:
+    datasets' log handler writes to the stderr it found at import)."""
+    import subprocess
+    import sys
+
+    data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD), "test.jsonl": "not json\n"})
+    result = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config",
+                             _config(tmp_path, data, **_EVALUATING)], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"trl-grpo-ext plan: error: dataset_name='{data}' ('test' split: test.jsonl) "
+                                          "cannot be read (ValueError: Unexpected character found when decoding "
+                                          "'null'). Fix: make each line of test.jsonl one JSON object (JSON lines), "
+                                          "e.g. {\"prompt\": \"...\", \"answer\": \"...\"}."], result.stderr
