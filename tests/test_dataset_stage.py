@@ -327,3 +327,13 @@ def test_datasets_log_line_of_a_bad_file_is_not_printed(tmp_path):
                                           "cannot be read (ValueError: Unexpected character found when decoding "
                                           "'null'). Fix: make each line of test.jsonl one JSON object (JSON lines), "
                                           "e.g. {\"prompt\": \"...\", \"answer\": \"...\"}."], result.stderr
+
+
+def test_a_split_the_folder_lacks_is_named_as_such_next_to_good_splits(tmp_path, capsys):
+    """The split-at-fault diagnosis reads each split alone only for a split the folder has: a dataset_test_split the
+    folder lacks keeps its own line (not "the splits have different column types")."""
+    data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD), "test.jsonl": _rows(GOOD[:4])})
+    code, lines, err = _plan_lines(capsys, ["--config", _config(tmp_path, data, **{**_EVALUATING,
+                                                                                  "dataset_test_split": "validation"})])
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("dataset_test_split='validation': "), err
+    assert "Fix: name a split that exists, or set eval_strategy: no and final_eval: none." in lines[0]

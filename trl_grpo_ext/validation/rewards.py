@@ -157,8 +157,6 @@ def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: st
             )
 
 
-
-
 #: The recipe's line for a run that sets no reward (neither ``rewards`` nor TRL's ``reward_funcs``).
 REWARDS_NOT_SET = ("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one reward (see "
                    "`trl-grpo-ext rewards`).")
