@@ -85,7 +85,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
             num_generations_eval=training_args.num_generations_eval,
             per_device_eval_batch_size=training_args.per_device_eval_batch_size,
             world_size=training_args.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch,
-            final_eval=script_args.final_eval,
+            final_eval=script_args.final_eval, split_rows=script_args.eval_num_prompts is None,
         )
         checkpoint = check_checkpoint_plan(  # once per run: the trainer does not check a checked checkpoint again
             resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan)

@@ -76,6 +76,7 @@ def _accepted(adv, aggregation, zero_variance_filter, loss_type) -> bool:
 
 
 def _validated(values) -> bool:
+    values = {"rewards": ["char_fraction"], **values}  # a run needs a reward (the `rewards_set` rule)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

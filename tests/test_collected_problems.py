@@ -92,7 +92,8 @@ def test_vllm_on_a_4bit_base_and_bf16_join_the_list(three, capsys, monkeypatch):
     monkeypatch.setattr(models, "bf16_available", lambda: False)  # a machine without bf16 (this one has none)
     monkeypatch.setattr(packages, "installed", lambda module: True)  # vllm "installed": only the 4-bit rule
     three.write_text(yaml.safe_dump({**THREE, "rewards": ["char_fraction"], "zero_variance_filter": "mask",
-                                     "use_vllm": True, "load_in_4bit": True, "bf16": True, "use_cpu": False}))
+                                     "use_vllm": True, "load_in_4bit": True, "use_peft": True, "bf16": True,
+                                     "use_cpu": False}))  # 4-bit needs an adapter (quantized_needs_adapter)
     assert plan_main(["--config", str(three)]) == 2
     plan_lines = _errors(capsys.readouterr().err, "trl-grpo-ext plan: error: ")
     assert [line[:28] for line in plan_lines] == ["temperature=0 must be a numb", "use_vllm=True with a 4-bit b"]

@@ -266,3 +266,74 @@ def test_plan_reads_a_local_dataset_without_loading_a_model_or_tokenizer(tmp_pat
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     *plan, loaded = result.stdout.strip().splitlines()
     assert json.loads("\n".join(plan))["dataset_size"] == 8 and loaded == "[]"
+
+
+def test_plan_evaluates_on_the_test_rows_it_read_and_refuses_what_the_recipe_refuses(tmp_path, capsys, monkeypatch):
+    """A 3-row test split, eval every 2 steps, eval batch 8, 4 generations: 3 × 4 = 12 completions, not a multiple of
+    8. plan showed "eval prompts 0" and passed; the recipe refused it naming eval_num_prompts, which is unset."""
+    data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD), "test.jsonl": _rows(GOOD[:3])})
+    settings = {"dataset_test_split": "test", "eval_strategy": "steps", "eval_steps": 2, "num_generations_eval": 4}
+    argv = ["--config", _config(tmp_path, data, per_device_eval_batch_size=8, **settings)]
+    expected = ("the test split has 3 rows (all evaluated: eval_num_prompts is unset), and 3 × num_generations_eval=4 "
+                "= 12 completions is not a multiple of the eval batch (8 × 1 process(es)); set eval_num_prompts to a "
+                "multiple of 2 (at most 3), give the test split a multiple of 2 rows, or set "
+                "per_device_eval_batch_size: 4.")
+    code, lines, err = _plan_lines(capsys, argv)
+    assert (code, lines) == (2, [expected]), err
+    # the recipe: its argument stage passes it, its main (models refused) refuses it with the same line
+    code, errors, main_errors, err = recipe_stages(argv, monkeypatch, capsys)
+    assert (code, errors, main_errors) == (0, [], [f"error: {expected}"]), err
+    # 4 per eval batch: 12 / 4 = 3 batches of the 3 rows read
+    capsys.readouterr()
+    assert plan_main(["--config", _config(tmp_path, data, per_device_eval_batch_size=4, **settings)]) == 0
+    out = capsys.readouterr().out
+    assert "eval prompts              3 prompts" in out and "eval batches              3 = 12 / (4 per device" in out
+
+
+_EVALUATING = {"dataset_test_split": "test", "eval_strategy": "steps", "eval_steps": 1, "per_device_eval_batch_size": 4}
+
+
+@pytest.mark.parametrize("test_file, problem", [
+    ("not json\n", " ('test' split: test.jsonl) cannot be read (ValueError: Unexpected character found when decoding "
+                   "'null'). Fix: make each line of test.jsonl one JSON object (JSON lines), e.g. {\"prompt\": \"...\", "
+                   "\"answer\": \"...\"}."),
+    (_rows([{"question": "say 1", "answer": "1"}]),
+     ": the splits have different columns: train ['prompt', 'answer'], test ['question', 'answer']; datasets builds a "
+     "folder's splits together, so it reads none of them. Fix: give every split's file the same columns, of the same "
+     "types."),
+], ids=["test.jsonl not JSON", "test.jsonl other columns"])
+def test_a_bad_test_file_is_blamed_on_itself_not_on_train_jsonl(test_file, problem, tmp_path, capsys):
+    """datasets builds a folder's splits together: a bad test.jsonl failed the read of the training split, and the
+    message blamed train.jsonl ("make each line of train.jsonl one JSON object"), after datasets' own log line."""
+    data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD), "test.jsonl": test_file})
+    expected = f"dataset_name='{data}'{problem}"
+    argv = ["--config", _config(tmp_path, data, **_EVALUATING)]
+    code, lines, err = _plan_lines(capsys, argv)
+    assert (code, lines) == (2, [expected]), err  # once: the training split's read and the test split's agree
+    assert _recipe_lines(capsys, argv) == [expected]
+
+
+def test_datasets_log_line_of_a_bad_file_is_not_printed(tmp_path):
+    """datasets logs "Failed to load JSON from file ..." before raising; plan's one line says it (in a fresh process:
+    datasets' log handler writes to the stderr it found at import)."""
+    import subprocess
+    import sys
+
+    data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD), "test.jsonl": "not json\n"})
+    result = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config",
+                             _config(tmp_path, data, **_EVALUATING)], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"trl-grpo-ext plan: error: dataset_name='{data}' ('test' split: test.jsonl) "
+                                          "cannot be read (ValueError: Unexpected character found when decoding "
+                                          "'null'). Fix: make each line of test.jsonl one JSON object (JSON lines), "
+                                          "e.g. {\"prompt\": \"...\", \"answer\": \"...\"}."], result.stderr
+
+
+def test_a_split_the_folder_lacks_is_named_as_such_next_to_good_splits(tmp_path, capsys):
+    """The split-at-fault diagnosis reads each split alone only for a split the folder has: a dataset_test_split the
+    folder lacks keeps its own line (not "the splits have different column types")."""
+    data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD), "test.jsonl": _rows(GOOD[:4])})
+    code, lines, err = _plan_lines(capsys, ["--config", _config(tmp_path, data, **{**_EVALUATING,
+                                                                                  "dataset_test_split": "validation"})])
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("dataset_test_split='validation': "), err
+    assert "Fix: name a split that exists, or set eval_strategy: no and final_eval: none." in lines[0]

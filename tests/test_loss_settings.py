@@ -129,7 +129,8 @@ def test_unquoted_off_and_no_are_read_as_written_by_plan_and_recipe(tmp_path, ca
 
 def test_grpo_ext_config_and_validation_read_false_as_off(tmp_path):
     assert tiny_config(tmp_path, zero_variance_filter=False).zero_variance_filter == "off"
-    validate_run_args(None, {"zero_variance_filter": False, "save_strategy": False}, None, None, check_model=False)
+    validate_run_args(None, {"zero_variance_filter": False, "save_strategy": False, "rewards": ["format"]}, None, None,
+                      check_model=False)
     with pytest.raises(RunArgumentError, match=r"zero_variance_filter=True is not valid\..*write the value in quotes"):
         validate_run_args(None, {"zero_variance_filter": True}, None, None, check_model=False)
 

@@ -25,7 +25,10 @@ bf16: true
 @pytest.fixture
 def write_yaml(tmp_path):
     def write(text: str, name: str = "config.yaml") -> str:
+        """``text`` as a config file; ``rewards: [format]`` added to a mapping that sets no reward (a run needs one)."""
         path = tmp_path / name
+        if "rewards" not in text and "reward_funcs" not in text and not text.startswith("- "):
+            text += "rewards: [format]\n"
         path.write_text(text)
         return str(path)
 
@@ -169,7 +172,8 @@ def test_resample_note_says_how_resampling_counts(tmp_path, capsys):
 
     config = tmp_path / "rs.yaml"
     config.write_text("dataset_name: embedded:count-char\nprompts_per_step: 4\nnum_generations: 8\n"
-                      "total_training_steps: 100\nzero_variance_filter: resample\nmax_resample_rounds: 2\n")
+                      "total_training_steps: 100\nzero_variance_filter: resample\nmax_resample_rounds: 2\n"
+                      "rewards: [char_fraction]\n")
     assert main(["--config", str(config)]) == 0
     err = capsys.readouterr().err
     # 2 rounds x 4 prompts = 8 extra prompts = 64 extra completions per step at most

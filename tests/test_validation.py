@@ -154,6 +154,7 @@ def test_conflicts_are_judged_by_set_keys_not_values():
     assert resolve_trl_fields({"micro_batch_size": 4, "per_device_train_batch_size": 8}, 1)["micro_batch_size"] == 4
     # ... with the keys the user set it is a conflict naming both
     def validate(user):
+        user = {"rewards": ["format"], **user}  # a run needs a reward (the `rewards_set` rule)
         validate_run_args(None, user, None, None, user_values=user, check_model=False)
 
     with pytest.raises(RunArgumentError, match="micro_batch_size=4 conflicts with per_device_train_batch_size=8"):

@@ -48,6 +48,12 @@ SOLUTION_ROWS = str(Path(__file__).resolve().parent / "data" / "solution_rows") 
 FIX = "Fix:"
 
 
+#: The base's LoRA fields, dropped where a row turns use_peft off (else each is also refused as ignored).
+_NO_LORA = {"lora_r": DROP, "lora_alpha": DROP, "lora_dropout": DROP, "lora_target_modules": DROP}
+#: The base's 4-bit fields off, where a row turns use_peft off (a quantized base needs an adapter).
+_NO_4BIT = {"load_in_4bit": False, "bnb_4bit_quant_type": DROP}
+
+
 def row(id_, change, fields, fix=FIX, missing_module=None):
     return pytest.param(change, fields, fix, missing_module, id=id_)
 
@@ -158,7 +164,7 @@ INVALID = [
     row("scale_rewards=group (default) + dr_grpo preset", {"advantage_preset": "dr_grpo", "scale_rewards": "group"},
         ["advantage_preset", "scale_rewards"], "Remove scale_rewards"),
     # settings that would be silently ignored
-    row("lora_r without use_peft", {"use_peft": False}, ["lora_r", "use_peft"]),
+    row("lora_r without use_peft", {"use_peft": False, **_NO_4BIT}, ["lora_r", "use_peft"]),
     row("bnb_4bit_quant_type without load_in_4bit", {"load_in_4bit": False}, ["bnb_4bit_quant_type", "load_in_4bit"]),
     row("max_resample_rounds without resample", {"max_resample_rounds": 2}, ["max_resample_rounds",
                                                                              "zero_variance_filter"]),
@@ -275,12 +281,10 @@ INVALID = [
                                            "transformers_continuous_batching_config": {"num_blocks": 8}},
         ["use_vllm", "use_transformers_continuous_batching"], "Fix: keep one of them"),
     row("use_vllm on a 4-bit base", {"use_vllm": True}, ["use_vllm", "load_in_4bit"], "allow_vllm_4bit_merge: true"),
-    row("compare_base without an adapter", {"final_eval": "compare_base", "use_peft": False, "lora_r": DROP,
-                                            "lora_alpha": DROP, "lora_dropout": DROP, "lora_target_modules": DROP},
+    row("compare_base without an adapter", {"final_eval": "compare_base", "use_peft": False, **_NO_LORA, **_NO_4BIT},
         ["final_eval=compare_base", "use_peft"], "final_eval: adapter"),
     row("push without an adapter", {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x", "use_peft": False,
-                                    "lora_r": DROP, "lora_alpha": DROP, "lora_dropout": DROP,
-                                    "lora_target_modules": DROP},
+                                    **_NO_LORA, **_NO_4BIT},
         ["push_to_hub_mode='adapter'", "use_peft=False"], "Fix: set use_peft: true"),
     row("DeepSpeed with use_cpu", {"deepspeed": {"zero_optimization": {"stage": 2}}}, ["use_cpu", "DeepSpeed"],
         "Fix: set use_cpu: false"),
@@ -290,6 +294,18 @@ INVALID = [
         ["lora_target_modules", "c_attn"]),
     # an empty reward list (plan passed it; the recipe refused it, with another message)
     row("rewards: []", {"rewards": []}, ["rewards=[]"], "Fix: list at least one reward"),
+    # no reward at all (the recipe refused it, plan passed it)
+    row("rewards not set", {"rewards": DROP}, ["rewards is not set"], "Fix: list at least one reward"),
+    row("rewards: null", {"rewards": None}, ["rewards is not set"], "Fix: list at least one reward"),
+    # every weight 0: every advantage 0, no step updates (plan only warned)
+    row("every reward weight 0", {"rewards": [{"name": "char_fraction", "weight": 0}]},
+        ["every reward has weight 0", "rewards[0] 'char_fraction' weight 0"], "Fix: give at least one reward a "
+        "non-zero weight"),
+    # a quantized base without an adapter: transformers refuses it after the model has loaded
+    row("4-bit base without use_peft", {"use_peft": False, **_NO_LORA}, ["load_in_4bit=True", "use_peft=False"],
+        "Fix: set use_peft: true (QLoRA), or load_in_4bit: false for a full fine-tune"),
+    row("8-bit base without use_peft", {"use_peft": False, **_NO_LORA, **_NO_4BIT, "load_in_8bit": True},
+        ["load_in_8bit=True", "use_peft=False"], "or load_in_8bit: false for a full fine-tune"),
 ]
 
 
@@ -317,6 +333,9 @@ RULE_ROWS = {
     "lora_names": "lora target lm_head",
     "lora_targets": "lora target typo",
     "empty_rewards": "rewards: []",
+    "rewards_set": "rewards not set",
+    "reward_weights": "every reward weight 0",
+    "quantized_needs_adapter": "4-bit base without use_peft",
 }
 
 
@@ -448,11 +467,45 @@ def test_switching_a_feature_off_on_the_command_line_is_not_refused(tmp_path, no
     """`--save_strategy no` over a YAML with `save_steps: 50` disables saving on purpose; in the YAML it is refused."""
     path = _config(tmp_path, {})
     parse_recipe_args(["--config", path, "--save_strategy", "no"])
-    parse_recipe_args(["--config", path, "--use_peft", "false"])
+    parse_recipe_args(["--config", path, "--use_peft", "false", "--load_in_4bit", "false"])
     with pytest.raises(RecipeArgumentError, match="save_steps=50 only takes effect with save_strategy: steps"):
         parse_recipe_args(["--config", _config(tmp_path, {"save_strategy": "no"})])
     with pytest.raises(RecipeArgumentError, match="save_steps=10.0 only takes effect"):
         parse_recipe_args(["--config", path, "--save_strategy", "no", "--save_steps", "10"])
+
+
+#: The one warning for `--use_peft false --load_in_4bit false` over BASE (in the YAML's order: safe_dump sorts keys).
+SWITCHED_OFF = ("warning: not used, switched off on the command line: bnb_4bit_quant_type (needs load_in_4bit: true); "
+                "lora_alpha, lora_dropout, lora_r, lora_target_modules (need use_peft: true). Remove them from the "
+                "config to silence this.")
+
+
+def test_fields_switched_off_on_the_command_line_are_named_in_one_warning(tmp_path, capsys, no_weights):
+    """`--use_peft false` over a YAML with lora_r ... is accepted (shipped configs can be overridden), but the fields
+    it leaves unused are named, once, by plan and by the recipe (they were dropped silently)."""
+    path = _config(tmp_path, {})
+    flags = ["--use_peft", "false", "--load_in_4bit", "false"]
+    assert plan_cli.main(["--config", path, *flags]) == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if "not used" in line] == [SWITCHED_OFF]
+    parse_recipe_args(["--config", path, *flags])
+    assert capsys.readouterr().err.strip() == SWITCHED_OFF
+    parse_recipe_args(["--config", path])  # nothing switched off: no warning
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("flag", ["--rewards", "--reward_funcs"])
+def test_an_empty_reward_list_on_the_command_line_is_refused(flag, tmp_path, capsys, no_weights):
+    """`--rewards '[]'` is expanded to no reward (`rewards.spec`): refused as `rewards: []` in the YAML is (plan passed
+    it and the recipe crashed in GRPOTrainer.__init__ after loading the model)."""
+    path = _config(tmp_path, {})
+    assert plan_cli.main(["--config", path, flag, "[]"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == ["trl-grpo-ext plan: error: rewards=[] (given as ['[]']) selects no reward, so no completion "
+                      "could be scored. Fix: list at least one reward, e.g. `rewards: [accuracy]` (`trl-grpo-ext "
+                      "rewards` lists them)."]
+    with pytest.raises(RecipeArgumentError) as info:
+        parse_recipe_args(["--config", path, flag, "[]"])
+    assert info.value.problems == [errors[0].removeprefix("trl-grpo-ext plan: error: ")]
 
 
 #: Three independent problems: an unknown key, a value out of range, a setting that would be ignored.
@@ -515,7 +568,8 @@ def test_problems_of_every_kind_are_collected(tmp_path, capsys, no_weights, chan
     # the filter's value is refused: the tolerance is not also reported as ignored (it is set for a filter)
     ({"zero_variance_filter": "masc", "zero_variance_tolerance": 0.1}, ["zero_variance_filter='masc'"]),
     # a value out of range is not also reported as ignored
-    ({"use_peft": False, "lora_r": 0, "lora_alpha": DROP, "lora_dropout": DROP, "lora_target_modules": DROP},
+    ({"use_peft": False, **_NO_4BIT, "lora_r": 0, "lora_alpha": DROP, "lora_dropout": DROP,
+      "lora_target_modules": DROP},
      ["lora_r=0"]),
     # an invalid quantity is not restated by the checks that resolve the quantities (clipping, zero-variance)
     ({"num_generations": 1, "epsilon_high": 0.28, "zero_variance_filter": "mask"}, ["num_generations=1"]),

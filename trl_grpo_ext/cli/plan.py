@@ -20,6 +20,8 @@ from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
 from trl_grpo_ext.validation.problems import problem_lines
+from trl_grpo_ext.validation.rules import switched_off_warning
+from trl_grpo_ext.validation.user_values import flatten_values
 from trl_grpo_ext.zero_variance.report import resample_note, skip_note
 from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings
 
@@ -108,6 +110,7 @@ def build_plan(args: argparse.Namespace):
                           loss_type=resolved.trl_fields().get("loss_type") or training.loss_type)
     rewards = resolved.rewards
     warns += survey.warnings + weight_warnings(rewards or [])
+    warns += [w for w in [switched_off_warning(run.user_values, flatten_values(*run))] if w]
     notes = [survey.not_run] if survey.not_run else []
     cut = getattr(script_args, "max_prompt_length", None)
     if survey.train_rows is not None and cut is not None and args.dataset_size is None:
@@ -144,7 +147,7 @@ def build_plan(args: argparse.Namespace):
             notes.append(f"--eval-results {args.eval_results} holds no σ = 0 forecast for num_generations="
                          f"{plan.num_generations}: rerun `trl-grpo-ext eval --k K` with K >= {plan.num_generations} "
                          "samples per prompt (or final_eval_num_samples in the recipe).")
-    args.run_args = run  # for eval_plan_from, without reading the config twice
+    args.run_args, args.survey = run, survey  # for eval_plan_from, without reading the config twice
     return plan, warns, notes, rewards
 
 
@@ -198,20 +201,25 @@ def _trl_defaults(config_class) -> dict:
     return {f.name: f.default for f in fields(config_class) if f.name in ("scale_rewards", "loss_type")}
 
 
-def eval_plan_from(run, plan):
+def eval_plan_from(run, plan, eval_rows: int | None = None):
     """The evaluation plan of a run's arguments (:func:`trl_grpo_ext.evaluation.plan.resolve_eval_plan`), or ``None``.
 
-    ``run`` is the front door's `RunArgs` (twins). Held-out prompts: ``eval_num_prompts``, else the embedded task's
-    test split size, else unknown.
+    ``run`` is the front door's `RunArgs` (twins). Held-out prompts: ``eval_rows``, the prompts of the test split the
+    dataset stage read (`DatasetSurvey.eval_rows`, after ``eval_num_prompts``: what the recipe evaluates on), else
+    ``eval_num_prompts``, else the embedded task's test split size, else unknown.
+
+    Raises:
+        QuantityError: as `resolve_eval_plan` (naming the test split's rows when ``eval_num_prompts`` is unset).
     """
     from trl_grpo_ext.config.data_sizes import embedded_test_size
     from trl_grpo_ext.evaluation.plan import resolve_eval_plan
 
     script_args, training = run.script_args, run.training_args
-    prompts = script_args.eval_num_prompts
+    prompts = eval_rows if eval_rows is not None else script_args.eval_num_prompts
     if prompts is None:
         prompts = embedded_test_size(script_args.dataset_name)
     return resolve_eval_plan(
+        split_rows=eval_rows is not None and script_args.eval_num_prompts is None,
         eval_prompts=prompts, eval_strategy=str(training.eval_strategy), eval_steps=training.eval_steps,
         logging_steps=training.logging_steps, num_generations=plan.num_generations,
         num_generations_eval=training.num_generations_eval,
@@ -231,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``plan``: print the table (or JSON) and warnings; 0 on success, 2 on an error (one line, stderr)."""
     try:
         plan, warns, notes, rewards = build_plan(args)
-        evaluation = eval_plan_from(args.run_args, plan)
+        evaluation = eval_plan_from(args.run_args, plan, args.survey.eval_rows)
     except (ValueError, OSError) as err:  # QuantityError and ConfigError are ValueErrors
         for problem in problem_lines(err):  # every problem of the config, one line each
             print(f"trl-grpo-ext plan: error: {problem}", file=sys.stderr)

@@ -18,6 +18,8 @@ from ..rewards.spec import build_reward_funcs, with_run_defaults
 from ..validation.collected import check_skip_epochs, dataset_size_of
 from ..validation.dataset_stage import DatasetSurvey, dataset_check
 from ..validation.problems import Problems, problem_lines
+from ..validation.rules import switched_off_warning
+from ..validation.user_values import flatten_values
 from .frontdoor import read_run_args
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
 
@@ -37,12 +39,14 @@ class RecipeArgumentError(SystemExit):
 
 
 def _recipe_checks(run) -> None:
-    """What the recipe needs besides valid values: a model it can find, a reward, bf16 on this machine, skip's epochs."""
+    """What the recipe needs besides valid values: a model it can find, bf16 on this machine, skip's epochs (a reward:
+    the rule list's ``rewards_set``)."""
     model_args, training_args = run.model_args, run.training_args
     problems = Problems()
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
-    if training_args.rewards is None:  # `rewards: []` is the rule list's `empty_rewards`
-        problems.add("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one reward (see `trl-grpo-ext rewards`).")
+    # listed with the rules' problems (`use_peft: false` on a continued adapter is also `quantized_needs_adapter`'s)
+    problems.check(lambda: check_continued_model(resolve_model_source(model_args.model_name_or_path), model_args,
+                                                 training_args), fields=["model_name_or_path"])
     problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
     problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), _world_size(), fields=["zero_variance_filter"])
     problems.raise_if_any(ValueError)
@@ -68,8 +72,6 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
         run = read_run_args(argv, checks=checks)
         script_args, training_args, model_args, push_args = run
         problems = Problems()
-        problems.check(check_continued_model, resolve_model_source(model_args.model_name_or_path), model_args,
-                       training_args, fields=["model_name_or_path"])
         # a push without a repository id fails here, not after training
         problems.check(push_args.resolve, copy.copy(training_args))
         # unknown reward parameters fail here, not when the trainer builds the rewards after loading the model
@@ -78,6 +80,9 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
         problems.raise_if_any(ValueError)
     except (ValueError, OSError, yaml.YAMLError) as err:
         raise _fail(problem_lines(err)) from err
+    warning = switched_off_warning(run.user_values, flatten_values(*run))
+    if warning:  # `--use_peft false` over a YAML with lora_r: accepted, and said
+        print(f"warning: {warning}", file=sys.stderr)
     return run
 
 

@@ -9,7 +9,9 @@ with one line and exit status 2).
 
 from __future__ import annotations
 
+import logging
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -111,9 +113,12 @@ def read_dataset(name: str, config: str | None, split: str, split_field: str):
                ".csv": ", a header row (e.g. prompt,answer) then one row per prompt"}.get(file_format(files[0]), "")
         raise DatasetError(f"{describe(name, split)} is empty (0 bytes). Fix: add prompts to it{how}.")
     try:
-        return load_dataset(name, name=config, split=split)
+        with _quiet_builders():
+            return load_dataset(name, name=config, split=split)
     except Exception as err:  # datasets raises its own errors, pyarrow's, StopIteration on an empty file, ...
         reason = _reason(err)
+        if local and files:
+            _refuse_the_bad_split(name, config, split)  # datasets builds every split of a folder: name the one at fault
         if "split" in reason.lower() and ("unknown" in reason.lower() or "should be one of" in reason.lower()):
             other = ", or set eval_strategy: no and final_eval: none" if split_field == "dataset_test_split" else ""
             raise DatasetError(f"{split_field}={split!r}: {reason.rstrip('.')}. Fix: name a split that exists{other}.") from None
@@ -133,6 +138,60 @@ def read_dataset(name: str, config: str | None, split: str, split_field: str):
         else:
             fix = "check the id, dataset_config and your network or cache"
         raise DatasetError(f"{where} cannot be read ({reason}). Fix: {fix}.") from None
+
+
+@contextmanager
+def _quiet_builders():
+    """datasets' file readers (``datasets.packaged_modules``) log "Failed to load JSON from file ..." before raising;
+    `read_dataset` answers the failure in one line of its own, so that log line is not printed during the read."""
+    logger = logging.getLogger("datasets.packaged_modules")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _refuse_the_bad_split(name: str, config: str | None, split: str) -> None:
+    """After a local folder failed to load: datasets builds all of its splits together, so a bad ``test.jsonl`` fails
+    the read of the training split too. Read each split's files (datasets' own resolution) alone and refuse the first
+    split that cannot be read, or the splits' different columns when each reads alone. ``split``: the split read.
+
+    Raises:
+        DatasetError: naming that split's files and their problem, or each split's columns; nothing when the folder's
+            splits cannot be resolved, ``split`` is not one of them, or they read alone and agree (the caller then
+            reports the failure as it was)."""
+    from datasets import load_dataset, load_dataset_builder
+
+    root = Path(name).expanduser()
+    try:
+        with _quiet_builders():
+            data_files = {str(s): list(f) for s, f in load_dataset_builder(name, name=config).config.data_files.items()}
+    except Exception:  # noqa: BLE001 (the caller's own message stands)
+        return
+    if split not in data_files:  # a split the folder does not have: the caller's message names it
+        return
+    columns = {}
+    for other, paths in data_files.items():
+        try:
+            with _quiet_builders():
+                columns[other] = load_dataset(name, name=config, data_files={other: paths}, split=other).features
+        except Exception as err:  # noqa: BLE001 (as read_dataset's)
+            shown = [str(Path(p).relative_to(root)) if Path(p).is_relative_to(root) else p for p in paths]
+            raise DatasetError(f"{describe(name, other)} cannot be read ({_reason(err)}). Fix: "
+                               f"{format_fix(shown)}.") from None
+    names = {other: list(features) for other, features in columns.items()}
+    if len({tuple(cols) for cols in names.values()}) > 1:
+        what, listed = "columns", ", ".join(f"{other} {cols}" for other, cols in names.items())
+    elif len({repr(features) for features in columns.values()}) > 1:
+        what = "column types"
+        listed = ", ".join(f"{other} {({k: str(v) for k, v in f.items()})}" for other, f in columns.items())
+    else:  # each split reads alone and they agree: the failure is another one (the caller names it)
+        return
+    raise DatasetError(f"dataset_name={name!r}: the splits have different {what}: {listed}; datasets builds a "
+                       "folder's splits together, so it reads none of them. Fix: give every split's file the same "
+                       "columns, of the same types.")
 
 
 def _empty_prompt(prompt) -> bool:

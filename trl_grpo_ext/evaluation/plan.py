@@ -71,7 +71,7 @@ class EvalPlan:
 def resolve_eval_plan(
     *, eval_prompts: int | None, eval_strategy: str, eval_steps: float | None, logging_steps: float,
     num_generations: int, num_generations_eval: int | None, per_device_eval_batch_size: int, world_size: int,
-    total_steps: int, steps_per_epoch: int, final_eval: str = "none",
+    total_steps: int, steps_per_epoch: int, final_eval: str = "none", split_rows: bool = False,
 ) -> EvalPlan | None:
     """Resolve and check the evaluation quantities; ``None`` when the run evaluates nothing.
 
@@ -87,6 +87,8 @@ def resolve_eval_plan(
         world_size (`int`): processes.
         total_steps (`int`), steps_per_epoch (`int`): from the training plan [optimizer steps].
         final_eval (`str`, defaults to ``"none"``): one of :data:`FINAL_EVAL_CHOICES`.
+        split_rows (`bool`, defaults to `False`): ``eval_prompts`` is the number of rows of the test split read
+            (``eval_num_prompts`` unset), which the messages then name instead of ``eval_num_prompts``.
 
     Raises:
         QuantityError: an eval batch that cannot hold whole prompt groups, an eval split too small for one batch,
@@ -112,10 +114,24 @@ def resolve_eval_plan(
                 f"{', '.join(map(str, divisors))}, ..."
             )
         if eval_prompts is not None and completions % global_batch:
+            step = global_batch // math.gcd(global_batch, g_eval)
+            if split_rows:
+                subject = (f"the test split has {eval_prompts} row{'' if eval_prompts == 1 else 's'} (all evaluated: "
+                           f"eval_num_prompts is unset), and {eval_prompts}")
+                sizes = [d for d in range(1, completions + 1)
+                         if (d * world_size) % g_eval == 0 and completions % (d * world_size) == 0]
+                fixes = [f"set eval_num_prompts to a multiple of {step} (at most {eval_prompts})"] \
+                    if step <= eval_prompts else []
+                fixes.append(f"give the test split a multiple of {step} rows")
+                if sizes:
+                    size = max([d for d in sizes if d <= per_device_eval_batch_size] or sizes[:1])
+                    fixes.append(f"set per_device_eval_batch_size: {size}")
+                fix = ", ".join(fixes[:-1]) + f", or {fixes[-1]}"
+            else:
+                subject, fix = f"eval_num_prompts={eval_prompts}", f"set eval_num_prompts to a multiple of {step}"
             raise QuantityError(
-                f"eval_num_prompts={eval_prompts} × num_generations_eval={g_eval} = {completions} completions is not "
-                f"a multiple of the eval batch ({per_device_eval_batch_size} × {world_size} process(es)); set "
-                f"eval_num_prompts to a multiple of {global_batch // math.gcd(global_batch, g_eval)}."
+                f"{subject} × num_generations_eval={g_eval} = {completions} completions is not a multiple of the "
+                f"eval batch ({per_device_eval_batch_size} × {world_size} process(es)); {fix}."
             )
         batches = completions // global_batch if eval_prompts is not None else 0
         if strategy == "steps":

@@ -149,3 +149,17 @@ def check_lora_targets(values: Any) -> None:
                 f"lora_modules_to_save: {entry!r} matches no module of {model}. Fix: use module names of the model "
                 "(e.g. lm_head, embed_tokens)."
             )
+
+
+def check_quantized_has_adapter(values: Mapping[str, Any]) -> None:
+    """A 4-bit or 8-bit base trains only through an adapter: transformers' Trainer refuses a purely quantized model
+    ("You cannot perform fine-tuning on purely quantized models") after it has loaded.
+
+    Raises:
+        RunArgumentError: ``load_in_4bit`` / ``load_in_8bit`` with ``use_peft`` false, naming both and the fix."""
+    bits = next((name for name in ("load_in_4bit", "load_in_8bit") if values.get(name)), None)
+    if bits is not None and not values.get("use_peft"):
+        raise RunArgumentError(
+            f"{bits}=True with use_peft={values.get('use_peft')!r}: a quantized base cannot be fine-tuned itself "
+            "(transformers refuses it after the model has loaded), only a LoRA adapter on top of it. Fix: set "
+            f"use_peft: true (QLoRA), or {bits}: false for a full fine-tune.")

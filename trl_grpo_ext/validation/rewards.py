@@ -157,3 +157,49 @@ def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: st
             )
 
 
+#: The recipe's line for a run that sets no reward (neither ``rewards`` nor TRL's ``reward_funcs``).
+REWARDS_NOT_SET = ("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one reward (see "
+                   "`trl-grpo-ext rewards`).")
+
+
+def check_rewards_set(values: Mapping[str, Any]) -> None:
+    """``rewards`` (or TRL's ``reward_funcs``, read as ``rewards``) must be set: without it the recipe has no reward.
+
+    Raises:
+        RunArgumentError: :data:`REWARDS_NOT_SET`."""
+    if values.get("rewards") is None:
+        raise RunArgumentError(REWARDS_NOT_SET)
+
+
+def check_rewards_not_empty(values: Mapping[str, Any]) -> None:
+    """The parsed reward list must not be empty: ``rewards: []`` in the YAML and ``--rewards '[]'`` (or
+    ``--reward_funcs '[]'``) on the command line, which `rewards.spec` expands to no item, are refused alike.
+
+    Raises:
+        RunArgumentError: naming the value given and the fix; nothing when ``rewards`` is unset (`check_rewards_set`)
+        or cannot be parsed (the ``reward_specs`` rule reports that)."""
+    rewards = values.get("rewards")
+    if rewards is None:
+        return
+    try:
+        specs = reward_specs(values)
+    except ValueError:
+        return
+    if not specs:
+        given = "" if isinstance(rewards, (list, tuple)) and not rewards else f" (given as {rewards!r})"
+        raise RunArgumentError(f"rewards=[]{given} selects no reward, so no completion could be scored. Fix: list at "
+                               "least one reward, e.g. `rewards: [accuracy]` (`trl-grpo-ext rewards` lists them).")
+
+
+def check_some_weight(specs: Sequence) -> None:
+    """At least one reward needs a non-zero weight: with every weight 0 each advantage is 0 and no step updates.
+
+    Raises:
+        RunArgumentError: naming each reward's weight and the fix."""
+    if specs and all(spec.weight == 0 for spec in specs):
+        weights = ", ".join(f"rewards[{i}] {spec.name!r} weight {format_number(spec.weight)}"
+                            for i, spec in enumerate(specs))
+        raise RunArgumentError(
+            f"every reward has weight 0 ({weights}): the weighted reward is 0 for every completion, so every "
+            "advantage is 0 and no step would update the model. Fix: give at least one reward a non-zero weight "
+            "(e.g. `weight: 1.0`); a weight-0 reward is only logged.")

@@ -13,12 +13,15 @@ from ..config.checks import RunArgumentError, as_number
 from ..config.engines import resolve_engine
 from ..training.generation import check_generation_settings, check_vllm_settings
 from .engines import check_engine_settings
-from .lora import check_lora_names, check_lora_targets
+from .lora import check_lora_names, check_lora_targets, check_quantized_has_adapter
 from .packages import check_run_packages
 from .rewards import (
     check_reward_columns,
     check_reward_packages,
     check_rewards_against_run,
+    check_rewards_not_empty,
+    check_rewards_set,
+    check_some_weight,
     known_columns,
     reward_specs,
 )
@@ -164,15 +167,38 @@ def exclusive(v: RunView) -> None:
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
 
 
+def _switched_off(user: Mapping[str, Any], name: str) -> bool:
+    """Whether ``name`` (a `tables.REQUIRES` field of the YAML) is off because its setting was given on the command
+    line (``--use_peft false`` over a YAML with ``lora_r``): accepted, with `switched_off_warning`."""
+    cli_keys = getattr(user, "command_line_keys", frozenset())
+    return name not in cli_keys and bool(cli_keys.intersection(GOVERNED_BY[name]))
+
+
+def switched_off_warning(user: Mapping[str, Any] | None, values: Mapping[str, Any]) -> str | None:
+    """The one warning line naming the YAML fields a command-line flag switched off (``--use_peft false`` over
+    ``lora_r: 8``), which the run does not use; None when there are none. ``user``: the keys set (`UserValues`, with
+    ``command_line_keys``); ``values``: every field's value."""
+    user = user or {}
+    off: dict[str, list[str]] = {}
+    for name in user:
+        if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values) and _switched_off(user, name):
+            off.setdefault(REQUIRES[name][0], []).append(name)
+    if not off:
+        return None
+    parts = "; ".join(f"{', '.join(names)} (need{'s' if len(names) == 1 else ''} {setting})"
+                      for setting, names in off.items())
+    return f"not used, switched off on the command line: {parts}. Remove them from the config to silence this."
+
+
 def ignored_settings(v: RunView) -> None:
-    """`tables.REQUIRES`: set fields whose setting is off, one line per setting (refused ones left out)."""
+    """`tables.REQUIRES`: set fields whose setting is off, one line per setting (refused ones left out; those
+    switched off on the command line are `switched_off_warning`'s)."""
     user = v.user or {}
-    cli_keys = getattr(v.user, "command_line_keys", frozenset())
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
     for name in user:
         if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](v.values):
-            if name not in cli_keys and cli_keys.intersection(GOVERNED_BY[name]):
-                continue  # switched off on the command line over a YAML that configures it
+            if _switched_off(user, name):
+                continue  # switched off on the command line over a YAML that configures it: a warning
             if not v.blocked((name, *GOVERNED_BY[name])):
                 ignored.setdefault(REQUIRES[name][0], []).append(name)
     found = []
@@ -292,14 +318,6 @@ def reward_columns(v: RunView) -> None:
         check_reward_columns(columns, _reward_specs(v))
 
 
-def empty_rewards(v: RunView) -> None:
-    """``rewards: []`` selects no reward: the recipe would have nothing to score completions with."""
-    rewards = v.values.get("rewards")
-    if isinstance(rewards, (list, tuple)) and not rewards:
-        raise RunArgumentError("rewards=[] selects no reward, so no completion could be scored. Fix: list at least one "
-                               "reward, e.g. `rewards: [accuracy]` (`trl-grpo-ext rewards` lists them).")
-
-
 def lora_targets(v: RunView) -> None:
     if v.check_model and v.get("use_peft"):
         check_lora_targets(v.values)
@@ -329,6 +347,9 @@ RULES: tuple[Rule, ...] = (
     Rule("evaluation_split", evaluation_split, ("eval_strategy", "do_eval", "final_eval", "dataset_test_split")),
     Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
     Rule("push_needs_adapter", push_needs_adapter, ("push_to_hub_mode", "push_to_hub", "use_peft")),
+    Rule("quantized_needs_adapter", lambda v: check_quantized_has_adapter(v.values),
+         lambda v: (*(n for n in ("load_in_4bit", "load_in_8bit") if v.get(n)), "use_peft"),
+         blocked_by=("load_in_4bit", "load_in_8bit", "use_peft")),
     Rule("reward_specs", _reward_specs, _REWARDS),
     Rule("normalize_then_sum", normalize_then_sum, ("multi_objective_aggregation", *NORMALIZE_THEN_SUM_IGNORES),
          scope="run"),
@@ -351,7 +372,9 @@ RULES: tuple[Rule, ...] = (
     Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
     Rule("lora_targets", lora_targets, _LORA, blocked_by=(*_LORA, "use_peft", "model_name_or_path",
                                                           "model_revision")),
-    Rule("empty_rewards", empty_rewards, ("rewards",)),
+    Rule("rewards_set", lambda v: check_rewards_set(v.values), ("rewards",)),
+    Rule("empty_rewards", lambda v: check_rewards_not_empty(v.values), ("rewards",)),
+    Rule("reward_weights", lambda v: check_some_weight(_reward_specs(v)), _REWARDS),
 )
 
 
