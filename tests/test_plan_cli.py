@@ -238,3 +238,16 @@ def test_plan_refuses_what_the_run_refuses(capsys, tmp_path, extra, says):
     cli = [] if isinstance(extra, dict) else extra
     code, _, err = run_plan(capsys, "--config", tiny_cpu_yaml(tmp_path, **changes), *cli)
     assert code == 2 and says in err, err
+
+
+def test_a_local_model_path_that_does_not_exist_is_refused_as_the_recipe_refuses_it(capsys, write_yaml, tmp_path):
+    missing = tmp_path / "no_such_model"
+    text = f"model_name_or_path: {missing}\ndataset_name: 'embedded:count-char'\ntemperature: 0\n"
+    code, out, err = run_plan(capsys, "--config", write_yaml(text))
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and len(errors) == 2, err  # listed with the config's other problem
+    assert f"model_name_or_path='{missing}' is not an existing directory" in err and "temperature=0" in err
+    # a Hub id is not looked up by plan (offline it is a GPU config's normal case)
+    code, _, err = run_plan(capsys, "--config", write_yaml("model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\n"
+                                                           "dataset_name: 'embedded:count-char'\n"))
+    assert code == 0, err

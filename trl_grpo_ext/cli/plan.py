@@ -167,7 +167,14 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
         if survey.train_rows is None or dataset_size is not None:  # else checked on the rows read
             check_skip_epochs(run, dataset_size_of(run.script_args, dataset_size), world)
 
-    return dataset_check(world, survey, read_hub=False, quiet=True), size_flag, skip_epochs
+    def local_model(run):  # a path that is not there (the recipe's check; a Hub id or embedded name is not looked up)
+        name = run.model_args.model_name_or_path or ""
+        if name.startswith((".", "/", "~")) or name.count("/") > 1:
+            from trl_grpo_ext.models.settings import check_model_path
+
+            check_model_path(name)
+
+    return dataset_check(world, survey, read_hub=False, quiet=True), size_flag, skip_epochs, local_model
 
 
 def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | None) -> None:
