@@ -337,3 +337,15 @@ def test_a_split_the_folder_lacks_is_named_as_such_next_to_good_splits(tmp_path,
                                                                                   "dataset_test_split": "validation"})])
     assert code == 2 and len(lines) == 1 and lines[0].startswith("dataset_test_split='validation': "), err
     assert "Fix: name a split that exists, or set eval_strategy: no and final_eval: none." in lines[0]
+
+
+def test_a_gold_column_of_mappings_is_refused_with_the_field_to_flatten(tmp_path, capsys):
+    # verl's layout: reward_model: {style: rule, ground_truth: "1"}; read as text, no completion could match it
+    rows = [{"prompt": f"say {i}", "reward_model": {"style": "rule", "ground_truth": str(i)}} for i in range(8)]
+    data = _folder(tmp_path, **{"train.jsonl": _rows(rows)})
+    config = _config(tmp_path, data, rewards=[{"name": "accuracy", "kwargs": {"column": "reward_model"}}])
+    assert plan_main(["--config", config]) == 2
+    err = capsys.readouterr().err
+    assert ("the column 'reward_model' that the rewards score against holds a dict in row 0 ({'style': 'rule', "
+            "'ground_truth': '0'}), not an answer") in err, err
+    assert "dataset.map(lambda r: {'answer': r['reward_model']['ground_truth']})" in err

@@ -291,11 +291,23 @@ def check_reward_values(dataset, where: str, columns) -> None:
             (the reward-column check names those).
 
     Raises:
-        DatasetError: every value of such a column is None or blank: no reward could score a completion.
+        DatasetError: every value of such a column is None or blank: no reward could score a completion; or a value
+            is a mapping or a list (verl's ``reward_model: {ground_truth: ...}``), which a reward would read as text.
     """
     for column in columns:
         if column not in dataset.column_names or len(dataset) == 0:
             continue
+        nested = next(((i, v) for i, v in enumerate(dataset[column]) if isinstance(v, (dict, list))), None)
+        if nested is not None:
+            row, value = nested
+            inner = next(iter(value), "field") if isinstance(value, dict) and value else "field"
+            for key in ("ground_truth", "answer", "solution"):
+                inner = key if isinstance(value, dict) and key in value else inner
+            raise DatasetError(
+                f"{where}: the column {column!r} that the rewards score against holds a {type(value).__name__} in row "
+                f"{row} ({str(value)[:80]}), not an answer; a reward would score its text. Fix: move the answer into "
+                f"a column of its own, e.g. dataset.map(lambda r: {{'answer': r[{column!r}][{inner!r}]}}), and point "
+                "the reward's column parameter at it.")
         if all(value is None or not str(value).strip() for value in dataset[column]):
             raise DatasetError(f"{where}: the column {column!r} that the rewards score against is empty in all "
                                f"{len(dataset)} rows, so no completion could be scored. Fix: fill it with the answers, "
