@@ -285,10 +285,8 @@ def check_reward_values(dataset, where: str, columns) -> None:
     """Refuse a split in which a column the rewards score against (an answer) is empty in every row.
 
     Args:
-        dataset (`datasets.Dataset`): the split.
-        where (`str`): how to name it (:func:`describe`).
-        columns (iterable of `str`): the columns the rewards read (:func:`reward_columns`); absent ones are skipped
-            (the reward-column check names those).
+        dataset (`datasets.Dataset`): the split. where (`str`): how to name it (:func:`describe`).
+        columns (iterable of `str`): the columns the rewards read (:func:`reward_columns`); absent ones are skipped.
 
     Raises:
         DatasetError: every value of such a column is None or blank: no reward could score a completion; or a value
@@ -297,17 +295,14 @@ def check_reward_values(dataset, where: str, columns) -> None:
     for column in columns:
         if column not in dataset.column_names or len(dataset) == 0:
             continue
-        nested = next(((i, v) for i, v in enumerate(dataset[column]) if isinstance(v, (dict, list))), None)
-        if nested is not None:
-            row, value = nested
-            inner = next(iter(value), "field") if isinstance(value, dict) and value else "field"
-            for key in ("ground_truth", "answer", "solution"):
-                inner = key if isinstance(value, dict) and key in value else inner
+        row, value = next(((i, v) for i, v in enumerate(dataset[column]) if isinstance(v, (dict, list))), (0, None))
+        if value is not None:
+            keys = list(value) if isinstance(value, dict) else [0]
+            inner = next((k for k in ("ground_truth", "answer", "solution") if k in keys), keys[0] if keys else 0)
             raise DatasetError(
                 f"{where}: the column {column!r} that the rewards score against holds a {type(value).__name__} in row "
-                f"{row} ({str(value)[:80]}), not an answer; a reward would score its text. Fix: move the answer into "
-                f"a column of its own, e.g. dataset.map(lambda r: {{'answer': r[{column!r}][{inner!r}]}}), and point "
-                "the reward's column parameter at it.")
+                f"{row} ({str(value)[:80]}), not an answer. Fix: move the answer into a column of its own, e.g. "
+                f"dataset.map(lambda r: {{'answer': r[{column!r}][{inner!r}]}}), and point the reward's column at it.")
         if all(value is None or not str(value).strip() for value in dataset[column]):
             raise DatasetError(f"{where}: the column {column!r} that the rewards score against is empty in all "
                                f"{len(dataset)} rows, so no completion could be scored. Fix: fill it with the answers, "
