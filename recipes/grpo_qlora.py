@@ -20,7 +20,8 @@ from accelerate.utils import set_seed
 
 from trl_grpo_ext import GRPOExtTrainer
 from trl_grpo_ext.config.recipe_parse import parse_recipe_args, set_offline_defaults, write_run_config
-from trl_grpo_ext.data.checks import check_math_golds, check_reward_values, describe, reward_columns
+from trl_grpo_ext.data.checks import check_reward_values, describe, reward_columns
+from trl_grpo_ext.data.golds import check_golds
 from trl_grpo_ext.data.load import drop_long_prompts, load_eval_dataset, load_prompt_dataset
 from trl_grpo_ext.evaluation.evaluate import final_evaluation
 from trl_grpo_ext.evaluation.plan import resolve_eval_plan
@@ -61,7 +62,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         check_reward_columns(train_dataset.column_names, training_args)  # a reward's missing column, before the model
         answer_columns = reward_columns(training_args.resolved.rewards)  # and one that is empty in every row
         check_reward_values(train_dataset, describe(script_args.dataset_name, "train"), answer_columns)
-        gold_warnings = check_math_golds(train_dataset, describe(script_args.dataset_name, "train"),
+        gold_warnings = check_golds(train_dataset, describe(script_args.dataset_name, "train"),
                                          training_args.resolved.rewards)  # math-verify can score some golds
         if script_args.max_prompt_length is not None:  # counted in tokens of the run's tokenizer and chat template
             train_dataset = drop_long_prompts(train_dataset, run_tokenizer(model_args, script_args.chat_template),
@@ -76,7 +77,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         if eval_dataset is not None:
             check_reward_columns(eval_dataset.column_names, training_args, split="evaluation")  # TRL scores it too
             check_reward_values(eval_dataset, describe(script_args.dataset_name, "test"), answer_columns)
-            gold_warnings += check_math_golds(eval_dataset, describe(script_args.dataset_name, "test"),
+            gold_warnings += check_golds(eval_dataset, describe(script_args.dataset_name, "test"),
                                               training_args.resolved.rewards)
         eval_plan = resolve_eval_plan(
             eval_prompts=len(eval_dataset) if eval_dataset is not None else None,

@@ -83,3 +83,38 @@ def test_scorable_golds_and_other_rewards_pass_silently(tmp_path, monkeypatch, c
     code, err = _run(tmp_path, monkeypatch, capsys, PROSE, reward="exact_match")
     assert code == "the model was loaded", err
     assert "gold answers" not in err
+
+
+# numeric_match reads the last number of the gold (None without one), exact_match its normalised text (None when
+# empty): the same refusal and warning, with what each reward needs (issue 22: numeric golds were never checked)
+NUMBERLESS = ["forty", "seven", "twelve", "nine", "a dozen", "x", "none", "eleven"]  # no digit: all 8 unscorable
+
+
+def test_golds_without_a_number_are_refused_for_numeric_match(tmp_path, monkeypatch, capsys):
+    code, err = _run(tmp_path, monkeypatch, capsys, NUMBERLESS, reward="numeric_match")
+    assert code == "refused with the arguments (2)", err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: dataset_name='{tmp_path / 'data'}' ('train' split: train.jsonl): none of the 8 gold answers in column "
+        "'answer' can be scored by reward 'numeric_match' (row 0: 'forty', it holds no number)"), err
+    assert "Fix: give each answer as a number, GSM8K's '#### N'" in errors[0]
+
+
+def test_some_golds_without_a_number_are_warned_for_numeric_match(tmp_path, monkeypatch, capsys):
+    # rows 1 ("four") and 3 ("x") hold no number; "#### 5", "3 apples" and "\boxed{12}" do
+    golds = ["3", "four", "#### 5", "x", "3 apples", r"\boxed{12}", "7", "8"]
+    code, err = _run(tmp_path, monkeypatch, capsys, golds, reward="numeric_match")
+    assert code == "the model was loaded", err
+    assert [line for line in err.splitlines() if "gold answers" in line] == [
+        f"warning: dataset_name='{tmp_path / 'data'}' ('train' split: train.jsonl): 2 of 8 gold answers in column "
+        "'answer' cannot be scored by reward 'numeric_match' (row 1: 'four', it holds no number); their completions "
+        "get None (left out of that reward)."]
+
+
+def test_golds_empty_once_normalised_are_warned_for_exact_match(tmp_path, monkeypatch, capsys):
+    # "." and "<answer></answer>" normalise to "" (exact_match scores None); row 0 is the first of the 2
+    golds = [".", "b", "c", "<answer></answer>", "e", "f", "g", "h"]
+    code, err = _run(tmp_path, monkeypatch, capsys, golds, reward="exact_match")
+    assert code == "the model was loaded", err
+    assert "2 of 8 gold answers in column 'answer' cannot be scored by reward 'exact_match' (row 0: '.', it is empty " \
+           "once normalised)" in err

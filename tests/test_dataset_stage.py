@@ -275,14 +275,15 @@ def test_plan_evaluates_on_the_test_rows_it_read_and_refuses_what_the_recipe_ref
     settings = {"dataset_test_split": "test", "eval_strategy": "steps", "eval_steps": 2, "num_generations_eval": 4}
     argv = ["--config", _config(tmp_path, data, per_device_eval_batch_size=8, **settings)]
     expected = ("the test split has 3 rows (all evaluated: eval_num_prompts is unset), and 3 × num_generations_eval=4 "
-                "= 12 completions is not a multiple of the eval batch (8 × 1 process(es)); set eval_num_prompts to a "
+                "= 12 completions is not a multiple of the eval batch (8 × 1 process(es)). Fix: set eval_num_prompts to a "
                 "multiple of 2 (at most 3), give the test split a multiple of 2 rows, or set "
                 "per_device_eval_batch_size: 4.")
     code, lines, err = _plan_lines(capsys, argv)
     assert (code, lines) == (2, [expected]), err
-    # the recipe: its argument stage passes it, its main (models refused) refuses it with the same line
+    # the recipe: its argument stage refuses it with the same line, listed with any other problem; its main (the
+    # rows loaded) refuses it too, for a caller of main from Python
     code, errors, main_errors, err = recipe_stages(argv, monkeypatch, capsys)
-    assert (code, errors, main_errors) == (0, [], [f"error: {expected}"]), err
+    assert (code, errors, main_errors) == (2, [f"error: {expected}"], [f"error: {expected}"]), err
     # 4 per eval batch: 12 / 4 = 3 batches of the 3 rows read
     capsys.readouterr()
     assert plan_main(["--config", _config(tmp_path, data, per_device_eval_batch_size=4, **settings)]) == 0

@@ -90,6 +90,18 @@ def test_command_line_overrides_the_file_and_given_keys_are_recorded(tmp_path, l
     assert "per_device_train_batch_size" not in run.given
 
 
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+def test_a_yaml_list_on_the_command_line_is_read_as_the_list(tmp_path, light):
+    # `--lora_target_modules '[q_proj, v_proj]'` was one module name "[q_proj, v_proj]", which matches nothing
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--lora_target_modules", "[q_proj, v_proj]",
+                         "--lora_modules_to_save", "[embed_tokens]"], light=light)
+    assert run.model_args.lora_target_modules == ["q_proj", "v_proj"]
+    assert run.model_args.lora_modules_to_save == ["embed_tokens"]
+    # HfArgumentParser's own spelling is unchanged
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--lora_target_modules", "k_proj", "o_proj"], light=light)
+    assert run.model_args.lora_target_modules == ["k_proj", "o_proj"]
+
+
 def test_bad_value_type_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="num_generations.*invalid int value: 'two'"):
         read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--num_generations", "two"], light=True)

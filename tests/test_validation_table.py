@@ -205,8 +205,13 @@ INVALID = [
         ["eval_strategy", "dataset_test_split"]),
     row("eval_strategy epoch without a test split", {"eval_strategy": "epoch", "dataset_test_split": ""},
         ["eval_strategy", "dataset_test_split"]),
-    row("do_eval without a test split", {"do_eval": True, "dataset_test_split": None},
-        ["do_eval", "dataset_test_split"]),
+    # an embedded task reads its own train and test splits: another split name would be ignored
+    row("dataset_test_split on an embedded task", {"dataset_test_split": "validation"},
+        ["dataset_test_split", "dataset_name"], "write dataset_test_split: test"),
+    row("dataset_train_split on an embedded task", {"dataset_train_split": "training"},
+        ["dataset_train_split", "dataset_name"], "write dataset_train_split: train"),
+    # transformers' Trainer evaluates on eval_strategy alone: do_eval=True with eval_strategy no evaluates nothing
+    row("do_eval without eval_strategy", {"do_eval": True}, ["do_eval", "eval_strategy"], "set eval_strategy: steps"),
     row("final_eval without a test split", {"final_eval": "adapter", "dataset_test_split": None},
         ["final_eval", "dataset_test_split"]),
     row("final_eval typo", {"final_eval": "adaptor"}, ["final_eval"], "Did you mean 'adapter'"),
@@ -554,6 +559,15 @@ def test_every_problem_is_reported_at_once(tmp_path, capsys, no_weights):
      [(["'lora_rr'", "did you mean 'lora_r'"], "Remove or rename them"),
       (["--num_generations", "invalid int value: 'two'"], ""),
       (["load_in_4bit=True", "load_in_8bit=True"], "Fix: choose one quantisation")]),
+    # a refused final_eval still asks for an evaluation: the test split is read and its problem listed too
+    ({"dataset_name": SOLUTION_ROWS, "embedded_num_prompts": DROP, "rewards": ["accuracy"], "dataset_test_split": "tset",
+      "final_eval": "adaptor"},
+     [], [(["final_eval='adaptor'"], "Fix: final_eval: adapter"),
+          (["dataset_test_split='tset'", "Unknown split"], "Fix: name a split that exists")]),
+    # the eval batch (G 8: 5 completions hold no whole group) next to a value out of range: one run shows both
+    ({"eval_strategy": "steps", "eval_steps": 10, "per_device_eval_batch_size": 5, "learning_rate": -1}, [],
+     [(["per_device_eval_batch_size=5", "num_generations_eval=8"], "Fix: set per_device_eval_batch_size: 8"),
+      (["learning_rate=-1"], "Fix:")]),
 ])
 def test_problems_of_every_kind_are_collected(tmp_path, capsys, no_weights, change, cli, expected):
     path = _config(tmp_path, change)

@@ -157,7 +157,7 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
     and checked as the recipe checks it; ``survey`` is filled), ``--dataset-size`` against the size read, and skip's
     one-epoch refusal on the plan of ``dataset_size`` prompts (`validation.collected`; ``use_vllm`` on a quantized
     base is the rule list's ``vllm_quantization``)."""
-    from trl_grpo_ext.validation.collected import check_skip_epochs, dataset_size_of
+    from trl_grpo_ext.validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
     from trl_grpo_ext.validation.dataset_stage import dataset_check
 
     def size_flag(run):
@@ -174,7 +174,10 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
 
             check_model_path(name)
 
-    return dataset_check(world, survey, read_hub=False, quiet=True), size_flag, skip_epochs, local_model
+    def eval_batches(run):  # on the test rows the dataset stage read (it runs first)
+        check_eval_batches(run, survey.eval_rows, world)
+
+    return dataset_check(world, survey, read_hub=False, quiet=True), size_flag, skip_epochs, local_model, eval_batches
 
 
 def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | None) -> None:

@@ -185,6 +185,27 @@ def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
             "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md).")
 
 
+def _flow_lists(args: list[str], types_: tuple[type, ...]) -> list[str]:
+    """``--key '[a, b]'`` for a list field read as YAML, as ``--key a b`` (HfArgumentParser's spelling); ``rewards``
+    reads its own (`rewards.spec`)."""
+    import yaml
+
+    lists = {name for name, type_ in _known_keys(types_).items() if "list[" in str(type_) and name != "rewards"}
+    out = []
+    for index, token in enumerate(args):
+        key = args[index - 1][2:].replace("-", "_") if index and args[index - 1].startswith("--") else None
+        if key in lists and token.startswith("[") and token.endswith("]"):
+            try:
+                items = yaml.safe_load(token)
+            except yaml.YAMLError:
+                items = None
+            if isinstance(items, list) and all(isinstance(item, (str, int, float)) for item in items):
+                out.extend(str(item) for item in items)
+                continue
+        out.append(token)
+    return out
+
+
 def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, list[str]]:
     """``config`` and ``args`` without ``keys`` (a command-line key with its values)."""
     config = {k: v for k, v in config.items() if k not in keys}
@@ -242,6 +263,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     twins = dataclass_types(True)
     # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
+    args = _flow_lists(args, twins)
     unknown, cli_given = _unknown_keys(config, args, twins)
     if unknown:
         problems.add(ConfigError(_unknown_message(unknown, twins)), [key.lstrip("-") for key in unknown])

@@ -15,7 +15,7 @@ from ..hub.secrets import scrub_secrets
 from ..models.settings import check_bf16_machine, check_model_path
 from ..models.source import resolve_model_source
 from ..rewards.spec import build_reward_funcs, with_run_defaults
-from ..validation.collected import check_skip_epochs, dataset_size_of
+from ..validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
 from ..validation.dataset_stage import DatasetSurvey, dataset_check
 from ..validation.problems import Problems, problem_lines
 from ..validation.rules import switched_off_warning
@@ -68,7 +68,9 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
     Raises:
         RecipeArgumentError: the problems, printed to stderr; nothing has been loaded."""
     try:
-        checks = (_recipe_checks, dataset_check(_world_size(), DatasetSurvey())) if datasets else (_recipe_checks,)
+        survey = DatasetSurvey()
+        checks = (_recipe_checks, dataset_check(_world_size(), survey)) if datasets else (_recipe_checks,)
+        checks += (lambda run: check_eval_batches(run, survey.eval_rows, _world_size()),)  # on the rows read
         run = read_run_args(argv, checks=checks)
         script_args, training_args, model_args, push_args = run
         problems = Problems()

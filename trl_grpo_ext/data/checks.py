@@ -10,7 +10,6 @@ with one line and exit status 2).
 from __future__ import annotations
 
 import logging
-import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -307,94 +306,3 @@ def check_reward_values(dataset, where: str, columns) -> None:
             raise DatasetError(f"{where}: the column {column!r} that the rewards score against is empty in all "
                                f"{len(dataset)} rows, so no completion could be scored. Fix: fill it with the answers, "
                                "or point the reward's column parameter at the column that holds them.")
-
-
-def math_gold_column(reward, column_names) -> str | None:
-    """The column a math-verify reward (``accuracy`` and TRL's math rewards) reads its gold answers from in a split
-    with ``column_names``, or ``None`` for another reward (or when the column is absent: refused elsewhere)."""
-    from ..rewards.math import Accuracy
-    from ..rewards.text import DEFAULT_ANSWER_COLUMNS
-
-    if isinstance(reward, Accuracy):
-        candidates = (reward.column,) if reward.column else DEFAULT_ANSWER_COLUMNS
-    elif getattr(reward, "_math_gold", False):
-        candidates = ("solution",)
-    else:
-        return None
-    return next((c for c in candidates if c in column_names), None)
-
-
-def check_math_golds(dataset, where: str, specs) -> list[str]:
-    r"""Refuse a split none of whose gold answers a math-verify reward can score; warn when some cannot be.
-
-    Each distinct gold of the column the reward reads (:func:`math_gold_column`) is read as the reward reads it
-    (`rewards.math.gold_latex`: bare LaTeX wrapped in ``$...$``, ``\boxed{}``, ``####``; a gold that is not one
-    whole answer, or a blank one, is unscorable and its completions get ``None``).
-
-    Args:
-        dataset (`datasets.Dataset`): the split. where (`str`): how to name it (:func:`describe`).
-        specs (iterable of `RewardSpec`): the run's rewards; import paths and rewards that do not build are skipped
-            (the config checks report those).
-
-    Returns:
-        `list[str]`: one warning per reward whose column holds some unscorable golds (how many, the first row, why).
-
-    Raises:
-        DatasetError: every gold of such a column is unscorable: the reward would score no completion.
-    """
-    from ..rewards.registry import get_reward, is_import_path
-
-    warnings = []
-    for spec in specs:
-        if is_import_path(spec.name):
-            continue
-        try:
-            reward = get_reward(spec.name, **spec.kwargs)
-        except (TypeError, ValueError):
-            continue
-        column = math_gold_column(reward, dataset.column_names)
-        if column is None or len(dataset) == 0:
-            continue
-        try:
-            reasons = _gold_reasons(dataset[column], getattr(reward, "answer_tag", "answer"))
-        except ImportError:  # math-verify missing: the package check names the install
-            continue
-        bad = [i for i, value in enumerate(dataset[column]) if reasons[_key(value)]]
-        if not bad:
-            continue
-        first = dataset[column][bad[0]]
-        shown = repr(str(first) if len(str(first)) <= 60 else str(first)[:57] + "...")
-        detail = f"row {bad[0]}: {shown}, {reasons[_key(first)]}"
-        if len(bad) == len(dataset):
-            raise DatasetError(
-                f"{where}: none of the {len(dataset)} gold answers in column {column!r} can be scored by reward "
-                f"{spec.name!r} ({detail}), so it would score no completion. Fix: give each answer as a number, a "
-                "LaTeX expression such as 10 - 2\\sqrt{5}, a solution ending in \\boxed{...} or GSM8K's '#### N', "
-                "or point the reward's column parameter at the column that holds them.")
-        warnings.append(f"{where}: {len(bad)} of {len(dataset)} gold answers in column {column!r} cannot be scored "
-                        f"by reward {spec.name!r} ({detail}); their completions get None (left out of that reward).")
-    return warnings
-
-
-def _key(value) -> str:
-    return "" if value is None else str(value)
-
-
-_PLAIN_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
-
-
-def _gold_reasons(values, answer_tag: str) -> dict[str, str]:
-    """Each distinct gold (as text) -> why math-verify cannot score it (``""``: it can)."""
-    from ..rewards.math import _math_verify, gold_latex, quiet_off_main_thread
-
-    mv, _ = _math_verify()
-    timeout = quiet_off_main_thread(5)
-    reasons: dict[str, str] = {}
-    for value in map(_key, values):
-        if value in reasons:
-            continue
-        if _PLAIN_NUMBER.fullmatch(value.strip()):  # math-verify reads a plain number as itself (GSM8K: 7k of them)
-            reasons[value] = ""
-        else:
-            reasons[value] = "it is empty" if not value.strip() else gold_latex(mv, value, answer_tag, timeout)[1]
-    return reasons

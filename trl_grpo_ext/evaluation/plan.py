@@ -110,8 +110,9 @@ def resolve_eval_plan(
             divisors = [d for d in range(1, 4 * g_eval + 1) if (d * world_size) % g_eval == 0][:4]
             raise QuantityError(
                 f"per_device_eval_batch_size={per_device_eval_batch_size} × {world_size} process(es) must be a "
-                f"multiple of num_generations_eval={g_eval} (an eval batch holds whole prompt groups); valid: "
-                f"{', '.join(map(str, divisors))}, ..."
+                f"multiple of num_generations_eval={g_eval} (an eval batch holds whole prompt groups). Fix: set "
+                f"per_device_eval_batch_size: {max([d for d in divisors if d <= per_device_eval_batch_size] or divisors[:1])} "
+                f"(valid: {', '.join(map(str, divisors))}, ...)."
             )
         if eval_prompts is not None and completions % global_batch:
             step = global_batch // math.gcd(global_batch, g_eval)
@@ -131,7 +132,7 @@ def resolve_eval_plan(
                 subject, fix = f"eval_num_prompts={eval_prompts}", f"set eval_num_prompts to a multiple of {step}"
             raise QuantityError(
                 f"{subject} × num_generations_eval={g_eval} = {completions} completions is not a multiple of the "
-                f"eval batch ({per_device_eval_batch_size} × {world_size} process(es)); {fix}."
+                f"eval batch ({per_device_eval_batch_size} × {world_size} process(es)). Fix: {fix}."
             )
         batches = completions // global_batch if eval_prompts is not None else 0
         if strategy == "steps":

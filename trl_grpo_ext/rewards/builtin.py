@@ -65,6 +65,14 @@ class ExactMatch(TextReward):
         self.case_sensitive = bool(case_sensitive)
         self.answer_tag = check_tag_name("answer_tag", answer_tag)
 
+    #: What a gold answer must be (`data.golds`' fix for a column none of whose golds this reward can score).
+    gold_forms = "text that is not empty once normalised"
+
+    def gold_problem(self, reference: str) -> str:
+        """Why this reward cannot score ``reference`` (``""``: it can): it scores ``None`` for an empty gold."""
+        return "" if normalise_answer(extract_answer(reference, self.answer_tag), self.case_sensitive) else \
+            "it is empty once normalised"
+
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
         out: list[float | None] = []
@@ -108,6 +116,14 @@ class NumericMatch(TextReward):
         self.rel_tol = float(check_number("numeric_match rel_tol", rel_tol, Range(low=0, fix="e.g. rel_tol: 1e-6.")))
         self.answer_tag = check_tag_name("answer_tag", answer_tag)
         self.answer_phrase = _check_phrase(answer_phrase) if answer_phrase is not None else None
+
+    #: What a gold answer must be (`data.golds`' fix for a column none of whose golds this reward can score).
+    gold_forms = "a number, GSM8K's '#### N' or a solution ending in \\boxed{N}"
+
+    def gold_problem(self, reference: str) -> str:
+        """Why this reward cannot score ``reference`` (``""``: it can): it scores ``None`` for a gold without a
+        number."""
+        return "" if last_number(extract_answer(reference, self.answer_tag)) is not None else "it holds no number"
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)

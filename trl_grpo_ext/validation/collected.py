@@ -44,3 +44,31 @@ def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> No
         check_skip_plan(plan)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
+
+
+_EVAL_FIELDS = ("eval_strategy", "final_eval", "eval_num_prompts", "eval_steps", "logging_steps", "num_generations",
+                "num_generations_eval", "per_device_eval_batch_size", "dataset_test_split")
+
+
+def check_eval_batches(run: Any, eval_rows: int | None, world_size: int) -> None:
+    """`evaluation.plan.resolve_eval_plan`'s refusals (an eval batch of part groups, a test split that fills no whole
+    batch) on ``run``, with the ``eval_rows`` the dataset stage read (else ``eval_num_prompts``, else the embedded
+    task's test split); nothing when one of its fields is already refused.
+
+    Raises:
+        QuantityError: as `resolve_eval_plan`."""
+    from ..config.data_sizes import embedded_test_size
+    from ..evaluation.plan import resolve_eval_plan
+
+    if run.problems is not None and run.problems.blocked(_EVAL_FIELDS):
+        return
+    script, training = run.script_args, run.training_args
+    prompts = eval_rows if eval_rows is not None else script.eval_num_prompts
+    resolve_eval_plan(  # total_steps only counts evaluations, which no refusal depends on
+        eval_prompts=prompts if prompts is not None else embedded_test_size(script.dataset_name),
+        eval_strategy=str(enum_value(training.eval_strategy)), eval_steps=training.eval_steps,
+        logging_steps=training.logging_steps, num_generations=training.num_generations,
+        num_generations_eval=training.num_generations_eval,
+        per_device_eval_batch_size=training.per_device_eval_batch_size, world_size=world_size, total_steps=1,
+        steps_per_epoch=1, final_eval=str(enum_value(script.final_eval)),
+        split_rows=eval_rows is not None and script.eval_num_prompts is None)

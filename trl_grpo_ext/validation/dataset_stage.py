@@ -6,7 +6,7 @@ the front door's collector, skipping the checks whose fields already have a prob
 once, by its own check). What it finds in the rows: :func:`trl_grpo_ext.data.load.read_prompt_split` (unreadable,
 empty, no prompt column, prompts of another kind or empty, GSM8K rows without ``####``), then the reward columns of
 both splits (`rewards.check_reward_columns`), the answer columns empty in every row (`data.checks.check_reward_values`),
-the golds math-verify cannot score (`data.checks.check_math_golds`), a training split too small for one step and
+the golds a reward cannot score (`data.golds.check_golds`), a training split too small for one step and
 skip's one-epoch refusal on the real size (`collected.check_skip_epochs`). docs/real-data.md.
 """
 
@@ -26,9 +26,9 @@ from .user_values import flatten_values
 #: target the embedded task cannot use is found by :func:`_embedded_target_refused`.)
 TRAIN_FIELDS = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_format", "dataset_prompt_column",
                 "system_prompt", "embedded_num_prompts", "dataset_streaming", "seed")
+#: (Not ``eval_strategy`` or ``final_eval``: a refused value there still asks for an evaluation, so the split is read.)
 EVAL_FIELDS = ("dataset_name", "dataset_config", "dataset_test_split", "dataset_format", "dataset_prompt_column",
-               "system_prompt", "eval_num_prompts", "dataset_streaming", "seed", "eval_strategy", "do_eval",
-               "final_eval")
+               "system_prompt", "eval_num_prompts", "dataset_streaming", "seed")
 REWARD_FIELDS = ("rewards", "reward_weights", "max_completion_length")
 _TRUE = ("1", "true", "yes", "on")
 
@@ -41,7 +41,7 @@ class DatasetSurvey:
         train_rows (`int` or `None`): rows of the training split as read (before ``max_prompt_length`` drops any);
             ``None`` when it was not read.
         eval_rows (`int` or `None`): held-out prompts the run evaluates on (after ``eval_num_prompts``).
-        warnings (`list[str]`): golds some of which math-verify cannot score (`data.checks.check_math_golds`).
+        warnings (`list[str]`): golds some of which a reward cannot score (`data.golds.check_golds`).
         not_run (`str` or `None`): why the checks were not run (a Hub dataset `plan` does not download), one line.
     """
 
@@ -186,8 +186,9 @@ def _specs(values, problems) -> list | None:
 
 
 def _reward_checks(found, specs, split: str, problems, survey: DatasetSurvey) -> None:
-    """The columns each reward reads, the answer columns empty in every row, the golds math-verify cannot score."""
-    from ..data.checks import check_math_golds, check_reward_values, reward_columns
+    """The columns each reward reads, the answer columns empty in every row, the golds a reward cannot score."""
+    from ..data.checks import check_reward_values, reward_columns
+    from ..data.golds import check_golds
     from .rewards import check_reward_columns
 
     if found.dataset is None or not specs:
@@ -198,7 +199,7 @@ def _reward_checks(found, specs, split: str, problems, survey: DatasetSurvey) ->
     for column in reward_columns(specs):
         problems.check(check_reward_values, found.dataset, found.where, [column])
     for spec in specs:
-        survey.warnings += problems.check(check_math_golds, found.dataset, found.where, [spec]) or []
+        survey.warnings += problems.check(check_golds, found.dataset, found.where, [spec]) or []
 
 
 def _size_checks(run, found, world_size: int, problems, exact: bool) -> None:

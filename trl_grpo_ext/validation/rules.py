@@ -225,10 +225,9 @@ def ordered(v: RunView) -> None:
 def evaluation_split(v: RunView) -> None:
     """Evaluation needs a ``dataset_test_split`` (not null or "")."""
     strategy, final_eval = v.get("eval_strategy"), v.get("final_eval") or "none"
-    if not (strategy not in (None, "no") or v.get("do_eval") or final_eval != "none") or v.get("dataset_test_split"):
+    if not (strategy not in (None, "no") or final_eval != "none") or v.get("dataset_test_split"):
         return
-    setting = (f"eval_strategy={strategy!r}" if strategy not in (None, "no")
-               else f"final_eval={final_eval!r}" if final_eval != "none" else "do_eval=True")
+    setting = f"eval_strategy={strategy!r}" if strategy not in (None, "no") else f"final_eval={final_eval!r}"
     raise RunArgumentError(
         f"{setting} evaluates on a test split, but dataset_test_split={v.get('dataset_test_split')!r}. Fix: set "
         "dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: no and final_eval: none.")
@@ -344,7 +343,7 @@ RULES: tuple[Rule, ...] = (
     Rule("advantage_conflicts", advantage_conflicts, _set(_ADVANTAGE_FIELDS)),
     Rule("ignored_settings", ignored_settings, (), blocked_by=()),
     Rule("ordered", ordered, (), blocked_by=()),
-    Rule("evaluation_split", evaluation_split, ("eval_strategy", "do_eval", "final_eval", "dataset_test_split")),
+    Rule("evaluation_split", evaluation_split, ("eval_strategy", "final_eval", "dataset_test_split")),
     Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
     Rule("push_needs_adapter", push_needs_adapter, ("push_to_hub_mode", "push_to_hub", "use_peft")),
     Rule("quantized_needs_adapter", lambda v: check_quantized_has_adapter(v.values),

@@ -185,6 +185,13 @@ REQUIRES["dataset_format"] = ("a dataset that is not embedded (the embedded task
                               lambda v: not str(v.get("dataset_name") or "").startswith("embedded:"),
                               "remove {field}: embedded:arithmetic is always read as GSM8K rows and "
                               "embedded:count-char as prompts.")
+for _name, _split, _size in (("dataset_train_split", "train", "embedded_num_prompts"),
+                              ("dataset_test_split", "test", "eval_num_prompts")):
+    REQUIRES[_name] = ("a dataset_name that is not embedded (an embedded task's splits are train and test)",
+                       lambda v, n=_name, s=_split: not str(v.get("dataset_name") or "").startswith("embedded:")
+                       or v.get(n) in (s, None, ""),
+                       f"write {_name}: {_split} or remove {{field}}: an embedded task reads its {_split!r} split "
+                       f"({_size} sets its size).")
 REQUIRES["embedded_target"] = ("dataset_name: embedded:count-char",
                                lambda v: v.get("dataset_name") == "embedded:count-char",
                                "use dataset_name: embedded:count-char or remove {field}.")
@@ -210,6 +217,10 @@ for _name in ("vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_st
     REQUIRES[_name] = ("use_vllm: true", lambda v: bool(v.get("use_vllm")), "set use_vllm: true or remove {field}.")
 REQUIRES["eval_steps"] = ("eval_strategy: steps", lambda v: enum_value(v.get("eval_strategy")) == "steps",
                           "set eval_strategy: steps (with a dataset_test_split) or remove {field}.")
+REQUIRES["do_eval"] = ("eval_strategy: steps or epoch (transformers' Trainer evaluates on eval_strategy alone)",
+                       lambda v: not v.get("do_eval") or enum_value(v.get("eval_strategy")) not in (None, "no"),
+                       "set eval_strategy: steps (with eval_steps) to evaluate during training, or final_eval: "
+                       "adapter after it, and remove {field}.")
 REQUIRES["save_steps"] = ("save_strategy: steps", lambda v: enum_value(v.get("save_strategy")) == "steps",
                           "set save_strategy: steps or remove {field}.")
 
@@ -217,7 +228,9 @@ REQUIRES["save_steps"] = ("save_strategy: steps", lambda v: enum_value(v.get("sa
 #: one of these was given on the command line: `--save_strategy no` over a YAML with `save_steps: 50` switches the
 #: feature off on purpose.
 GOVERNED_BY: dict[str, tuple[str, ...]] = {
-    name: {"embedded_num_prompts": ("dataset_name",), "eval_num_prompts": ("eval_strategy", "final_eval")}.get(
+    name: {"embedded_num_prompts": ("dataset_name",), "eval_num_prompts": ("eval_strategy", "final_eval"),
+           "dataset_format": ("dataset_name",), "dataset_train_split": ("dataset_name",),
+           "dataset_test_split": ("dataset_name",)}.get(
         name, (setting.split(":")[0].split(" ")[0],))
     for name, (setting, _, _) in REQUIRES.items()
 }
