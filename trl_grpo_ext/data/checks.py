@@ -15,7 +15,12 @@ from pathlib import Path
 
 
 class DatasetError(ValueError):
-    """A dataset that cannot serve the run; the message names the dataset, the file or column, and a fix."""
+    """A dataset that cannot serve the run; the message names the dataset, the file or column, and a fix.
+    ``missing_split``: for a split the dataset does not have, the message without its fix (a caller gives its own)."""
+
+    def __init__(self, message: str, missing_split: str | None = None):
+        super().__init__(message)
+        self.missing_split = missing_split
 
 
 def _split_files(name: str, split: str) -> list[str]:
@@ -120,7 +125,8 @@ def read_dataset(name: str, config: str | None, split: str, split_field: str):
             _refuse_the_bad_split(name, config, split)  # datasets builds every split of a folder: name the one at fault
         if "split" in reason.lower() and ("unknown" in reason.lower() or "should be one of" in reason.lower()):
             other = ", or set eval_strategy: no and final_eval: none" if split_field == "dataset_test_split" else ""
-            raise DatasetError(f"{split_field}={split!r}: {reason.rstrip('.')}. Fix: name a split that exists{other}.") from None
+            problem = f"{split_field}={split!r}: {reason.rstrip('.')}."
+            raise DatasetError(f"{problem} Fix: name a split that exists{other}.", missing_split=problem) from None
         if local and not files:
             raise DatasetError(f"dataset_name={name!r} holds no file for the {split!r} split ({reason}). Fix: name "
                                f"its file {split}.jsonl (or .csv, .parquet), or set {split_field} to the split's "

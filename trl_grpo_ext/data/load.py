@@ -264,9 +264,8 @@ def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_promp
     try:
         dataset = load_prompt_dataset(script_args, seed=seed, split=split)
     except DatasetError as err:
-        head, sep, _ = str(err).partition(" Fix: name a split that exists")
-        if sep:  # a split the dataset lacks: the caller's advice (trl-grpo-ext eval has --split)
-            raise DatasetError(f"{head} Fix: {fix}") from None
+        if err.missing_split:  # a split the dataset lacks: the caller's advice (trl-grpo-ext eval has --split)
+            raise DatasetError(f"{err.missing_split} Fix: {fix}") from None
         raise
     except ValueError as err:
         if "split" not in str(err).lower() or tiny.is_embedded(script_args.dataset_name):
