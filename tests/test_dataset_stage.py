@@ -138,20 +138,32 @@ def test_plan_counts_the_rows_of_a_local_dataset_and_plans_its_epochs(fmt, tmp_p
     assert plan_main(["--config", config, "--dataset-size", "11"]) == 0
 
 
-def test_with_max_prompt_length_plan_says_it_counts_the_rows_before_the_cut(tmp_path, capsys):
-    data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD)})
+def test_with_max_prompt_length_plan_drops_the_long_prompts_as_the_run_does(tmp_path, capsys, monkeypatch):
+    """plan loads the run's tokenizer (the tiny model's, local) and drops what the recipe drops: 2 of 8 prompts are
+    100 words (499 tokens with this tokenizer, 5 for "say i"), over max_prompt_length 64. Before, plan counted all 8
+    rows and only said so in a note."""
+    rows = [*GOOD[:6], *({"prompt": " ".join(["word"] * 100), "answer": "1"} for _ in range(2))]
+    data = _folder(tmp_path, **{"train.jsonl": _rows(rows)})
     config = _config(tmp_path, data, max_prompt_length=64)
     code = plan_main(["--config", config, "--json"])
     out, err = capsys.readouterr()
-    assert code == 0 and json.loads(out)["dataset_size"] == 8
-    assert err == ("note: max_prompt_length=64: the plan counts all 8 rows of the training split; the run first drops "
-                   "the prompts longer than 64 tokens (plan loads no tokenizer). Pass --dataset-size N with the rows "
-                   "left for the exact plan.\n")
-    code = plan_main(["--config", config, "--dataset-size", "6", "--json"])  # what the cut leaves: accepted
-    assert code == 0 and json.loads(capsys.readouterr().out)["dataset_size"] == 6
-    code, lines, _ = _plan_lines(capsys, ["--config", config, "--dataset-size", "9"])
-    assert code == 2 and lines[0].endswith("Fix: remove --dataset-size (plan counts the rows), or give at most 8 (the "
-                                           "rows max_prompt_length=64 leaves).")
+    assert code == 0 and json.loads(out)["dataset_size"] == 6
+    assert err == ("note: max_prompt_length=64: dropped 2 of 8 prompts that are longer (as the run drops them; the "
+                   "plan counts the 6 left).\n")
+    assert plan_main(["--config", config, "--dataset-size", "6", "--json"]) == 0  # the exact size: accepted
+    capsys.readouterr()
+    code, lines, _ = _plan_lines(capsys, ["--config", config, "--dataset-size", "8"])
+    assert (code, lines) == (2, [f"--dataset-size 8: the training split of dataset_name='{data}' has 6 rows within "
+                                 "max_prompt_length=64, which the run trains on. Fix: remove --dataset-size (plan "
+                                 "counts the rows)."])
+    # every prompt over the limit: refused by plan and the recipe's argument stage, listed with another problem
+    config = _config(tmp_path, data, max_prompt_length=4, temperature=0)
+    expected = ("max_prompt_length=4: every prompt of the training split is longer (the shortest has 5 tokens). Fix: "
+                "raise max_prompt_length to at least 5, or remove it.")
+    code, lines, _ = _plan_lines(capsys, ["--config", config])
+    assert code == 2 and expected in lines and len(lines) == 2, lines
+    code, errors, _, err = recipe_stages(["--config", config], monkeypatch, capsys)
+    assert code == 2 and f"error: {expected}" in errors and len(errors) == 2, err
 
 
 def test_a_hub_dataset_plan_cannot_read_is_named_in_one_note(tmp_path, capsys, monkeypatch):

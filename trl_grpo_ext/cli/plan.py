@@ -111,12 +111,12 @@ def build_plan(args: argparse.Namespace):
     rewards = resolved.rewards
     warns += survey.warnings + weight_warnings(rewards or [])
     warns += [w for w in [switched_off_warning(run.user_values, flatten_values(*run))] if w]
-    notes = [survey.not_run] if survey.not_run else []
+    notes = ([survey.not_run] if survey.not_run else []) + survey.notes
     cut = getattr(script_args, "max_prompt_length", None)
-    if survey.train_rows is not None and cut is not None and args.dataset_size is None:
+    if survey.train_rows is not None and cut is not None and args.dataset_size is None and not survey.prompts_cut:
         notes.append(f"max_prompt_length={cut}: the plan counts all {survey.train_rows} rows of the training split; "
-                     f"the run first drops the prompts longer than {cut} tokens (plan loads no tokenizer). Pass "
-                     "--dataset-size N with the rows left for the exact plan.")
+                     f"the run first drops the prompts longer than {cut} tokens (plan could not load the model's "
+                     "tokenizer here). Pass --dataset-size N with the rows left for the exact plan.")
     if isinstance(model, str):
         from trl_grpo_ext.models.source import resolve_model_source
 
@@ -161,7 +161,7 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
     from trl_grpo_ext.validation.dataset_stage import dataset_check
 
     def size_flag(run):
-        check_dataset_size_flag(run.script_args, dataset_size, survey.train_rows)
+        check_dataset_size_flag(run.script_args, dataset_size, survey.train_rows, exact=survey.prompts_cut)
 
     def skip_epochs(run):
         if survey.train_rows is None or dataset_size is not None:  # else checked on the rows read
@@ -180,9 +180,10 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
     return dataset_check(world, survey, read_hub=False, quiet=True), size_flag, skip_epochs, local_model, eval_batches
 
 
-def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | None) -> None:
+def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | None, exact: bool = False) -> None:
     """Refuse ``--dataset-size`` that differs from a size plan knows: the embedded task's ``embedded_num_prompts``,
-    or the ``rows`` it read (with ``max_prompt_length``, at most ``rows``: the run drops the longer prompts first).
+    or the ``rows`` it read (with ``max_prompt_length``, at most ``rows``: the run drops the longer prompts first;
+    ``exact``: ``rows`` are those left after that cut).
 
     Raises:
         ValueError: naming the flag, the size the run trains on and the fix.
@@ -200,10 +201,12 @@ def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | N
     if rows is None:
         return
     cut = getattr(script_args, "max_prompt_length", None)
-    if dataset_size > rows or (cut is None and dataset_size != rows):
-        left = f", or give at most {rows} (the rows max_prompt_length={cut} leaves)" if cut is not None else ""
+    if dataset_size > rows or ((cut is None or exact) and dataset_size != rows):
+        left = f", or give at most {rows} (the rows max_prompt_length={cut} leaves)" if cut is not None and not exact else ""
+        within = f" within max_prompt_length={cut}" if exact else ""
         raise ValueError(f"--dataset-size {dataset_size}: the training split of dataset_name={name!r} has {rows} "
-                         f"row{'' if rows == 1 else 's'}, which the run trains on. Fix: remove --dataset-size (plan counts the rows){left}.")
+                         f"row{'' if rows == 1 else 's'}{within}, which the run trains on. Fix: remove --dataset-size "
+                         f"(plan counts the rows){left}.")
 
 
 def _trl_defaults(config_class) -> dict:

@@ -303,10 +303,13 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int):
         ValueError: ``max_prompt_length`` < 1, or no prompt fits.
     """
     _MAX_PROMPT_LENGTH.check("max_prompt_length", max_prompt_length, error=ValueError)
-    kept = dataset.filter(lambda row: prompt_length(row["prompt"], tokenizer) <= max_prompt_length)
+    lengths = [prompt_length(prompt, tokenizer) for prompt in dataset["prompt"]]
+    if lengths and min(lengths) > max_prompt_length:
+        raise ValueError(f"max_prompt_length={max_prompt_length}: every prompt of the training split is longer (the "
+                         f"shortest has {min(lengths)} tokens). Fix: raise max_prompt_length to at least "
+                         f"{min(lengths)}, or remove it.")
+    kept = dataset.select([i for i, n in enumerate(lengths) if n <= max_prompt_length])
     dropped = len(dataset) - len(kept)
-    if len(kept) == 0:
-        raise ValueError(f"max_prompt_length={max_prompt_length}: every prompt of the dataset is longer; raise it.")
     if dropped:
         print(f"max_prompt_length={max_prompt_length}: dropped {dropped} of {len(dataset)} prompts that are longer.")
     return kept

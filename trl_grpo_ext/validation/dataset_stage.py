@@ -38,14 +38,18 @@ class DatasetSurvey:
     """What the dataset stage found.
 
     Attributes:
-        train_rows (`int` or `None`): rows of the training split as read (before ``max_prompt_length`` drops any);
-            ``None`` when it was not read.
+        train_rows (`int` or `None`): rows of the training split the run trains on (after ``max_prompt_length``
+            drops the longer prompts when ``prompts_cut``, else as read); ``None`` when it was not read.
+        prompts_cut (`bool`): ``max_prompt_length`` was applied with the run's tokenizer, as the recipe applies it.
         eval_rows (`int` or `None`): held-out prompts the run evaluates on (after ``eval_num_prompts``).
         warnings (`list[str]`): golds some of which a reward cannot score (`data.golds.check_golds`).
         not_run (`str` or `None`): why the checks were not run (a Hub dataset `plan` does not download), one line.
+        notes (`list[str]`): what the stage did that changes the counts (prompts ``max_prompt_length`` dropped).
     """
 
     train_rows: int | None = None
+    prompts_cut: bool = False
+    notes: list[str] = field(default_factory=list)
     eval_rows: int | None = None
     warnings: list[str] = field(default_factory=list)
     not_run: str | None = None
@@ -139,8 +143,15 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
         problems.add(problem)
     survey.train_rows = train.rows
     _reward_checks(train, specs, "training", problems, survey)
+    cut = values.get("max_prompt_length")
+    if cut is not None and train.dataset is not None and not problems.blocked(("max_prompt_length", "model_name_or_path")):
+        kept = problems.check(_within_prompt_length, run, train.dataset, cut, survey, fields=["max_prompt_length"])
+        if kept is None and problems.blocked(["max_prompt_length"]):
+            return survey  # no prompt fits: nothing to plan on
+        if kept is not None:
+            train.dataset, train.rows, survey.train_rows, survey.prompts_cut = kept, len(kept), len(kept), True
     if train.rows:
-        _size_checks(run, train, world_size, problems, values.get("max_prompt_length") is None)
+        _size_checks(run, train, world_size, problems, cut is None or survey.prompts_cut)
     evaluating = enum_value(values.get("eval_strategy")) not in (None, "no") or \
         (enum_value(values.get("final_eval")) or "none") != "none"
     if evaluating and not problems.blocked(EVAL_FIELDS):
@@ -200,6 +211,28 @@ def _reward_checks(found, specs, split: str, problems, survey: DatasetSurvey) ->
         problems.check(check_reward_values, found.dataset, found.where, [column])
     for spec in specs:
         survey.warnings += problems.check(check_golds, found.dataset, found.where, [spec]) or []
+
+
+def _within_prompt_length(run, dataset, cut: int, survey: DatasetSurvey):
+    """The rows the recipe keeps under ``max_prompt_length`` (`data.load.drop_long_prompts` with the run's tokenizer),
+    what it dropped noted in ``survey``; ``None`` when the tokenizer cannot be loaded here (a Hub model not in the
+    cache): the recipe counts them once it has it. Raises ValueError: no prompt fits."""
+    import contextlib
+    import io
+
+    from ..data.load import drop_long_prompts
+    from ..models.settings import run_tokenizer
+
+    try:
+        tokenizer = run_tokenizer(run.model_args, getattr(run.script_args, "chat_template", None))
+    except (OSError, ValueError, ImportError):
+        return None
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        kept = drop_long_prompts(dataset, tokenizer, cut)
+    survey.notes += [f"{line.removesuffix('.')} (as the run drops them; the plan counts the {len(kept)} left)."
+                     for line in printed.getvalue().splitlines() if line.strip()]
+    return kept
 
 
 def _size_checks(run, found, world_size: int, problems, exact: bool) -> None:
