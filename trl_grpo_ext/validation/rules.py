@@ -51,12 +51,9 @@ class RunView:
         """Whether the user set ``name`` (for a config built in Python: whether it is not its default)."""
         if self.user is not None:
             return self.user.get(name) is not None
-        value, default = self.values.get(name), self.defaults.get(name)
-        if name == "scale_rewards":
-            from ..config.advantage_settings import normalize_scale_rewards
+        from ..config.advantage_settings import is_explicit
 
-            return normalize_scale_rewards(value) != normalize_scale_rewards(default)
-        return value is not None and value != default
+        return is_explicit(name, self.values.get(name), self.defaults)
 
     def blocked(self, fields) -> bool:
         return self.problems is not None and self.problems.blocked(fields)
@@ -89,10 +86,11 @@ class RunView:
         except ValueError:  # the `reward_specs` rule reports it
             return None
 
-    def quantity_keys(self) -> list[str]:
+    def quantity_keys(self) -> tuple[str, ...]:
+        """The quantity fields (ours and TRL's batch/stop fields) the user set."""
         from ..plan.resolve import _INPUT_FIELDS
 
-        return [k for k in (self.user or {}) if k in _INPUT_FIELDS and self.user[k] is not None]
+        return tuple(k for k in (self.user or {}) if k in _INPUT_FIELDS and self.user[k] is not None)
 
     def loss_type(self) -> str:
         """TRL's ``loss_type`` as the run resolves it (an ``advantage_preset``'s first)."""
@@ -284,8 +282,6 @@ def zero_variance(v: RunView) -> str | None:
             steps_per_generation=b.get("steps_per_generation"),
             gradient_accumulation_steps=b["gradient_accumulation_steps"],
             per_device_train_batch_size=b["per_device_train_batch_size"])
-    except RunArgumentError:
-        raise
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 
@@ -332,14 +328,10 @@ def _set(names):
     return lambda v: tuple(n for n in names if v.is_set(n))
 
 
-def _quantities(v: RunView) -> tuple[str, ...]:
-    return tuple(v.quantity_keys())
-
-
 #: Every cross-field rule, in the order they run.
 RULES: tuple[Rule, ...] = (
     Rule("exclusive", exclusive, (), blocked_by=()),
-    Rule("quantity_conflicts", quantity_conflicts, _quantities),
+    Rule("quantity_conflicts", quantity_conflicts, RunView.quantity_keys),
     Rule("advantage_conflicts", advantage_conflicts, _set(_ADVANTAGE_FIELDS)),
     Rule("ignored_settings", ignored_settings, (), blocked_by=()),
     Rule("ordered", ordered, (), blocked_by=()),
@@ -353,10 +345,10 @@ RULES: tuple[Rule, ...] = (
     Rule("normalize_then_sum", normalize_then_sum, ("multi_objective_aggregation", *NORMALIZE_THEN_SUM_IGNORES),
          scope="run"),
     Rule("clipping", clipping, lambda v: (*_set(_CLIP)(v), "num_iterations"),
-         blocked_by=lambda v: (*_set(_CLIP)(v), *_quantities(v), "loss_type"), scope="run"),
+         blocked_by=lambda v: (*_set(_CLIP)(v), *v.quantity_keys(), "loss_type"), scope="run"),
     Rule("zero_variance", zero_variance, ("zero_variance_filter", "zero_variance_reward"),
          blocked_by=lambda v: ("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation", *_REWARDS,
-                               *_quantities(v)), scope="run"),
+                               *v.quantity_keys()), scope="run"),
     Rule("generation", lambda v: check_generation_settings(v, v.on_cpu), ("use_vllm", "use_transformers_continuous_batching", "cache_implementation",
                                     "generation_kwargs", "repetition_penalty"), scope="run"),
     Rule("vllm_quantization", check_vllm_settings, ("use_vllm", "load_in_4bit", "load_in_8bit"), scope="run"),
