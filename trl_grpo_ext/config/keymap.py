@@ -157,7 +157,6 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
                     problems.append(str(err).rstrip("."))
     for key in ENV_KEYS:  # the command line overrides the file, as for any key
         value = env_values.get(key, config.pop(key, None))
-        config.pop(key, None)
         if value is not None:
             _set_env(key, value, notes)
     for key, fix in REMOVED.items():
