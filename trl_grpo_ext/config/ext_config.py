@@ -135,7 +135,6 @@ class GRPOExtConfig(GRPOConfig):
                 "`torchrun`, which set WORLD_SIZE."
             )
 
-    # -- resolution (delegates to the pure `resolved` module) -------------------------------------------------------
     def _resolve(self, world_size: int) -> None:
         """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
