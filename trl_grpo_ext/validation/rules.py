@@ -137,12 +137,10 @@ def advantage_conflicts(v: RunView) -> None:
             warnings.simplefilter("ignore")  # the config's own resolution warns once, later
             resolve_advantage_settings(
                 preset=user.get("advantage_preset"), scale_rewards=user["scale_rewards"] if scale_set else "group",
-                advantage_baseline=user.get("advantage_baseline"),
-                advantage_std_scaling=user.get("advantage_std_scaling"),
                 advantage_epsilon=as_number(epsilon) if epsilon is not None else None,
-                advantage_std_kind=user.get("advantage_std_kind"), loss_type=user.get("loss_type"),
-                defaults={"scale_rewards": None if scale_set else "group"},  # a set key is explicit, whatever its value
-            )
+                **{name: user.get(name) for name in ("advantage_baseline", "advantage_std_scaling",
+                                                     "advantage_std_kind", "loss_type")},
+                defaults={"scale_rewards": None if scale_set else "group"})  # a set key is explicit whatever its value
     except AdvantageConfigError as err:
         raise RunArgumentError(str(err)) from None
 
@@ -376,7 +374,5 @@ def run_rules(view: RunView, problems, scope: str = "args") -> None:
     for rule in RULES:
         if scope == "run" and rule.scope != "run":
             continue
-        fields, blocked = rule.field_names(view), None
-        if rule.blocked_by is not None:
-            blocked = rule.field_names(view, "blocked_by")
-        problems.check(rule.check, view, fields=fields, blocked_by=blocked)
+        blocked = None if rule.blocked_by is None else rule.field_names(view, "blocked_by")
+        problems.check(rule.check, view, fields=rule.field_names(view), blocked_by=blocked)
