@@ -41,9 +41,6 @@ FIELD_DEFAULTS: dict[str, Any] = {"advantage_preset": None, "scale_rewards": "gr
 FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
                "advantage_std_kind", "scale_rewards")
 
-_FALLBACKS = {"baseline": "group_mean", "epsilon": TRL_EPSILON, "std_kind": "sample"}
-
-
 class AdvantageConfigError(ValueError):
     """Advantage settings that are unknown or contradict each other."""
 
@@ -61,12 +58,10 @@ def normalize_scale_rewards(value: Any) -> str:
 
     Raises:
         AdvantageConfigError: any other value."""
-    if value is True:
-        return "group"
-    if value is False:
-        return "none"
     if isinstance(value, str) and value.lower() in ("true", "false"):
-        return "group" if value.lower() == "true" else "none"
+        value = value.lower() == "true"
+    if isinstance(value, bool):
+        return "group" if value else "none"
     if isinstance(value, str) and value in STD_SCALINGS:
         return value
     return _check_choice("scale_rewards", value, (*STD_SCALINGS, "True", "False"))  # raises: valid ones returned above
@@ -104,7 +99,9 @@ class AdvantageSettings:
         return asdict(self)
 
 
-def _is_explicit(name: str, value: Any, defaults: Mapping[str, Any]) -> bool:
+def is_explicit(name: str, value: Any, defaults: Mapping[str, Any]) -> bool:
+    """Whether ``value`` of field ``name`` is set: not None and not its default in ``defaults`` (``scale_rewards``
+    compared as :func:`normalize_scale_rewards` reads it)."""
     if value is None:
         return False
     default = defaults.get(name)
@@ -146,7 +143,7 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
     if advantage_epsilon is not None:
         values["advantage_epsilon"] = _check_epsilon("advantage_epsilon", advantage_epsilon)
     raw = {**values, "scale_rewards": scale_rewards}
-    explicit = {name: _is_explicit(name, raw[name], defaults) for name in values}
+    explicit = {name: is_explicit(name, raw[name], defaults) for name in values}
     preset_fields = PRESETS[preset] if preset is not None else {}
 
     def decide(setting: str, fields: tuple[str, ...], fallback: Any) -> Any:
@@ -170,10 +167,10 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
 
     std_scaling = decide("std scaling", ("advantage_std_scaling", "scale_rewards"), "group")
     settings = AdvantageSettings(
-        baseline=decide("advantage baseline", ("advantage_baseline",), _FALLBACKS["baseline"]),
+        baseline=decide("advantage baseline", ("advantage_baseline",), "group_mean"),
         std_scaling=std_scaling,
-        epsilon=decide("advantage ε", ("advantage_epsilon",), _FALLBACKS["epsilon"]),
-        std_kind=decide("std kind", ("advantage_std_kind",), _FALLBACKS["std_kind"]),
+        epsilon=decide("advantage ε", ("advantage_epsilon",), TRL_EPSILON),
+        std_kind=decide("std kind", ("advantage_std_kind",), "sample"),
     )
     resolved_loss_type = decide("loss type", ("loss_type",), loss_type)
     if std_scaling == "none":

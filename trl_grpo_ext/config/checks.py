@@ -153,16 +153,14 @@ def format_number(x: Any) -> str:
 
 def as_number(value: Any) -> float | None:
     """``value`` as a number (a numeric string cast as TRL's parser would), or None (booleans are not numbers)."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
-    if isinstance(value, (int, float)):
+    if not isinstance(value, str):
         return value
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
 
 
 def world_size_from_env(environ=None) -> int:

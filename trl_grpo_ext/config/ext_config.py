@@ -57,13 +57,11 @@ class GRPOExtConfig(GRPOConfig):
     micro_batch_size: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. micro_batch_size: 8.",
                                                   source="quantifiers")] = _help(
         None, "Completions per forward/backward pass on one device [completions].")
-    total_training_steps: Annotated[int | None, Range(
-        low=1, integer=True, fix=NO_STEP_LIMIT_FIX,
-        source="quantifiers")] = _help(
+    total_training_steps: Annotated[int | None, Range(low=1, integer=True, fix=NO_STEP_LIMIT_FIX,
+                                                      source="quantifiers")] = _help(
         None, "Hard stop [optimizer steps]; with total_epochs, the first reached stops.")
-    total_epochs: Annotated[float | None, Range(
-        low=0, low_open=True, fix="use a positive number of passes (e.g. 1, 2.5), or remove it.",
-        source="quantifiers")] = _help(
+    total_epochs: Annotated[float | None, Range(low=0, low_open=True, source="quantifiers", fix="use a positive "
+                                                "number of passes (e.g. 1, 2.5), or remove it.")] = _help(
         None, "Fallback stop [passes over the prompts]; fractions allowed.")
     # Advantages
     advantage_preset: Annotated[str | None, Choices(tuple(PRESETS))] = _help(
@@ -77,23 +75,21 @@ class GRPOExtConfig(GRPOConfig):
     advantage_std_kind: Annotated[str | None, Choices(STD_KINDS)] = _help(
         None, "sample (unbiased, TRL's) or population standard deviation.")
     # Zero-variance groups
-    zero_variance_filter: Annotated[str, Choices(ZERO_VARIANCE_MODES)] = field(
-        default="off",
-        metadata={"help": "off (TRL's behaviour), mask, resample (DAPO dynamic sampling) or skip (skip prompts "
-                          "predicted uniform before rollout, GRESO)."}
-    )
+    zero_variance_filter: Annotated[str, Choices(ZERO_VARIANCE_MODES)] = _help(
+        "off", "off (TRL's behaviour), mask, resample (DAPO dynamic sampling) or skip (skip prompts predicted uniform "
+        "before rollout, GRESO).")
     zero_variance_tolerance: Annotated[float, Range(
         low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = _help(
         0.0, "A group is uniform when its rewards are equal or their std is at most this.")
     zero_variance_reward: str | None = _help(
         None, "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total.")
-    max_resample_rounds: Annotated[int, Range(low=1, integer=True, fix="use e.g. 3 (0 rounds would be zero_variance_filter: mask; set that instead).",
-                                              source="zero_variance resample")] = _help(
+    max_resample_rounds: Annotated[int, Range(
+        low=1, integer=True, source="zero_variance resample",
+        fix="use e.g. 3 (0 rounds would be zero_variance_filter: mask; set that instead).")] = _help(
         3, "Extra generation rounds per step in resample mode (bounded).")
     skip_exploration_probability: Annotated[float, Range(
-        low=0, high=1, low_open=True, high_open=True, fix="use a probability in (0, 1), e.g. 0.25 (1 would skip "
-        "nothing: use zero_variance_filter: mask).",
-        source="zero_variance skip")] = _help(
+        low=0, high=1, low_open=True, high_open=True, source="zero_variance skip", fix="use a probability in (0, 1), "
+        "e.g. 0.25 (1 would skip nothing: use zero_variance_filter: mask).")] = _help(
         0.25, "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k.")
     # Rewards
     rewards: list[RewardEntry] | None = _help(
@@ -139,7 +135,6 @@ class GRPOExtConfig(GRPOConfig):
                 "`torchrun`, which set WORLD_SIZE."
             )
 
-    # -- resolution (delegates to the pure `resolved` module) -------------------------------------------------------
     def _resolve(self, world_size: int) -> None:
         """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}

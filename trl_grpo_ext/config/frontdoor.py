@@ -121,8 +121,7 @@ def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
     index = argv.index("--config")
     if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
         raise ConfigError("--config needs a YAML file or a shipped config name, e.g. --config tiny_cpu")
-    value = argv[index + 1]
-    return value, argv[:index] + argv[index + 2:]
+    return argv[index + 1], argv[:index] + argv[index + 2:]
 
 
 def load_yaml(path: Path) -> dict:

@@ -147,9 +147,7 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
         why = RENAMED[old][1] if old in RENAMED else "the same setting"
         notes.append(f"{old} read as {new} ({why}).")
         if old == "warmup_ratio":
-            value = config.get(new)
-            if old in in_cli:
-                value = cli_value(args, new)
+            value = cli_value(args, new) if old in in_cli else config.get(new)
             if isinstance(value, (int, float)):
                 try:
                     _WARMUP_RATIO.check("warmup_ratio", value)
@@ -157,7 +155,6 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
                     problems.append(str(err).rstrip("."))
     for key in ENV_KEYS:  # the command line overrides the file, as for any key
         value = env_values.get(key, config.pop(key, None))
-        config.pop(key, None)
         if value is not None:
             _set_env(key, value, notes)
     for key, fix in REMOVED.items():

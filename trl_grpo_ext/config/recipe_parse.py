@@ -20,6 +20,7 @@ from ..validation.dataset_stage import DatasetSurvey, dataset_check
 from ..validation.problems import Problems, problem_lines
 from ..validation.rules import switched_off_warning
 from ..validation.user_values import flatten_values
+from .checks import world_size_from_env
 from .frontdoor import read_run_args
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
 
@@ -55,7 +56,7 @@ def _recipe_checks(run) -> None:
 def _world_size() -> int:
     """The launch's ``WORLD_SIZE`` (1 when unset or not a number: the front door reports that)."""
     try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+        return world_size_from_env()
     except ValueError:
         return 1
 

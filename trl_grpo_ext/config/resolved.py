@@ -10,6 +10,7 @@ from typing import Any
 from ..plan.resolve import _INPUT_FIELDS, resolve_trl_fields
 from ..rewards.spec import RewardSpec, parse_reward_specs
 from ..zero_variance.settings import ZeroVarianceSettings
+from .advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from .advantage_settings import AdvantageSettings, resolve_advantage_settings
 from .checks import Range
 
@@ -23,12 +24,7 @@ QUANTITY_FIELDS = ("prompts_per_step", "micro_batch_size", "total_training_steps
 
 #: The fields `resolve_config` reads: the quantities (ours and TRL's raw batch/stop fields), the advantage fields
 #: (ours and TRL's ``scale_rewards``/``loss_type``) and the rewards (ours and TRL's ``reward_weights``).
-USER_FIELDS = (
-    *_INPUT_FIELDS,
-    "advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon", "advantage_std_kind",
-    "scale_rewards", "loss_type",
-    "rewards", "reward_weights",
-)
+USER_FIELDS = (*_INPUT_FIELDS, *ADVANTAGE_FIELDS, "loss_type", "rewards", "reward_weights")
 
 
 @dataclass(frozen=True)
@@ -125,15 +121,8 @@ def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Map
         QuantityError, AdvantageConfigError, ValueError (rewards): invalid or conflicting values."""
     quantities = resolve_trl_fields({k: values[k] for k in _INPUT_FIELDS if k in values}, world_size)
     advantages, advantage_trl_fields = resolve_advantage_settings(
-        preset=values["advantage_preset"],
-        scale_rewards=values["scale_rewards"],
-        advantage_baseline=values["advantage_baseline"],
-        advantage_std_scaling=values["advantage_std_scaling"],
-        advantage_epsilon=values["advantage_epsilon"],
-        advantage_std_kind=values["advantage_std_kind"],
-        loss_type=values["loss_type"],
-        defaults=trl_defaults,
-    )
+        preset=values["advantage_preset"], **{name: values[name] for name in (*ADVANTAGE_FIELDS[1:], "loss_type")},
+        defaults=trl_defaults)
     rewards = reward_weights = None
     if values["rewards"] is not None:
         specs = resolve_reward_specs(values["rewards"], values["reward_weights"])

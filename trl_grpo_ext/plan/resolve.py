@@ -66,9 +66,8 @@ def _as_int(name: str, value, minimum: int | None, fix: str) -> int:
 
 def _as_float(name: str, value, fix: str, positive: bool) -> float:
     """``value`` as a finite float (> 0 when ``positive``), else raise QuantityError."""
-    number = Range(low=0 if positive else None, low_open=True, fix=fix).check(name, _number(value),
-                                                                              error=QuantityError)
-    return float(number)
+    return float(Range(low=0 if positive else None, low_open=True, fix=fix).check(name, _number(value),
+                                                                                  error=QuantityError))
 
 
 def _divisors(n: int) -> list[int]:
@@ -211,10 +210,7 @@ def resolve_trl_fields(values: dict, world_size: int, set_fields=None) -> dict:
                             "number of optimizer steps (or total_training_steps)")
     raw["num_train_epochs"] = _as_float("num_train_epochs", v["num_train_epochs"],
                                         "use a positive number of passes, e.g. 3", positive=False)
-    if set_fields is None:
-        is_set = {k: raw[k] != TRL_DEFAULTS[k] for k in raw}
-    else:
-        is_set = {k: k in set_fields for k in raw}
+    is_set = {k: raw[k] != TRL_DEFAULTS[k] if set_fields is None else k in set_fields for k in raw}
     out = {"num_generations": g, "num_iterations": mu, **ours}
 
     # batch shape

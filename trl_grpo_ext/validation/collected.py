@@ -6,9 +6,8 @@ from typing import Any
 
 from ..config.checks import RunArgumentError
 from ..config.resolved import QUANTITY_FIELDS
+from ..models.embedded.tiny import EMBEDDED_PREFIX
 from .tables import enum_value
-
-EMBEDDED_PREFIX = "embedded:"
 
 
 def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | None:

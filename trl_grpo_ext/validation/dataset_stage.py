@@ -1,14 +1,6 @@
-"""The dataset stage of the checks, listed with the config's problems: `plan` and the recipe read the training split
-(and the test split when the run evaluates) and report every problem of the rows with the config's own, in one go.
-
-:func:`dataset_check` is one of the front door's ``checks`` (`frontdoor.read_run_args`); it records each problem in
-the front door's collector, skipping the checks whose fields already have a problem (a misspelt split is reported
-once, by its own check). What it finds in the rows: :func:`trl_grpo_ext.data.load.read_prompt_split` (unreadable,
-empty, no prompt column, prompts of another kind or empty, GSM8K rows without ``####``), then the reward columns of
-both splits (`rewards.check_reward_columns`), the answer columns empty in every row (`data.checks.check_reward_values`),
-the golds a reward cannot score (`data.golds.check_golds`), a training split too small for one step and
-skip's one-epoch refusal on the real size (`collected.check_skip_epochs`). docs/real-data.md.
-"""
+"""The dataset stage of the checks: `plan` and the recipe read the training split (and the test split when the run
+evaluates) and list every problem of its rows with the config's, in one go (docs/configuration.md, "The dataset's
+problems are in the same list"; docs/real-data.md)."""
 
 from __future__ import annotations
 
@@ -21,9 +13,8 @@ from typing import Any
 from .tables import enum_value
 from .user_values import flatten_values
 
-#: The fields each part of the stage reads: a problem already reported for one of them skips that part.
-#: (``embedded_target`` is not one of them: the rule ``reward_columns`` names it with every problem it finds; a
-#: target the embedded task cannot use is found by :func:`_embedded_target_refused`.)
+#: The fields each part of the stage reads: a problem already reported for one of them skips that part
+#: (``embedded_target`` is not one: the rule ``reward_columns`` names it; see :func:`_embedded_target_refused`).
 TRAIN_FIELDS = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_format", "dataset_prompt_column",
                 "system_prompt", "embedded_num_prompts", "dataset_streaming", "seed")
 #: (Not ``eval_strategy`` or ``final_eval``: a refused value there still asks for an evaluation, so the split is read.)
@@ -35,17 +26,11 @@ _TRUE = ("1", "true", "yes", "on")
 
 @dataclass
 class DatasetSurvey:
-    """What the dataset stage found.
-
-    Attributes:
-        train_rows (`int` or `None`): rows of the training split the run trains on (after ``max_prompt_length``
-            drops the longer prompts when ``prompts_cut``, else as read); ``None`` when it was not read.
-        prompts_cut (`bool`): ``max_prompt_length`` was applied with the run's tokenizer, as the recipe applies it.
-        eval_rows (`int` or `None`): held-out prompts the run evaluates on (after ``eval_num_prompts``).
-        warnings (`list[str]`): golds some of which a reward cannot score (`data.golds.check_golds`).
-        not_run (`str` or `None`): why the checks were not run (a Hub dataset `plan` does not download), one line.
-        notes (`list[str]`): what the stage did that changes the counts (prompts ``max_prompt_length`` dropped).
-    """
+    """What the dataset stage found: ``train_rows`` (the training split's rows the run trains on: after
+    ``max_prompt_length`` when ``prompts_cut``, the cut made with the run's tokenizer, else as read; None: not read),
+    ``eval_rows`` (held-out prompts evaluated, after ``eval_num_prompts``), ``warnings`` (golds a reward cannot all
+    score, `data.golds.check_golds`), ``not_run`` (why the checks did not run, one line), ``notes`` (prompts the cut
+    dropped)."""
 
     train_rows: int | None = None
     prompts_cut: bool = False
@@ -70,24 +55,16 @@ def offline() -> bool:
 
 def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True,
                   quiet: bool = False) -> Callable[[Any], None]:
-    """A check for `frontdoor.read_run_args` (``checks=``) that runs :func:`check_datasets` on its `RunArgs` and
-    fills ``survey``.
-
-    Args:
-        world_size (`int`): training processes (the size of one step).
-        survey (`DatasetSurvey`): filled in place.
-        read_hub (`bool`, defaults to `True`): read a Hub dataset (the recipe); `False` for `plan`, which reads one
-            only offline (from the datasets cache) and otherwise records why it did not (``survey.not_run``).
-        quiet (`bool`, defaults to `False`): without datasets' progress bars (`plan`'s output is its table).
-    """
+    """A check for `frontdoor.read_run_args` (``checks=``) running :func:`check_datasets` on its `RunArgs` for
+    ``world_size`` processes and filling ``survey`` in place. ``read_hub``: read a Hub dataset (the recipe); False for
+    `plan`, which reads one only offline, from the datasets cache. ``quiet``: without datasets' progress bars."""
     def check(run) -> None:
-        if not quiet:
-            vars(survey).update(vars(check_datasets(run, world_size, run.problems, read_hub=read_hub)))
-            return
-        from datasets.utils import logging as datasets_logging
+        shown = False
+        if quiet:
+            from datasets.utils import logging as datasets_logging
 
-        shown = datasets_logging.is_progress_bar_enabled()
-        datasets_logging.disable_progress_bar()
+            shown = datasets_logging.is_progress_bar_enabled()
+            datasets_logging.disable_progress_bar()
         try:
             vars(survey).update(vars(check_datasets(run, world_size, run.problems, read_hub=read_hub)))
         finally:
@@ -98,17 +75,9 @@ def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True,
 
 
 def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> DatasetSurvey:
-    """Read the run's training split (and test split when it evaluates) and record every problem in ``problems``.
-
-    Args:
-        run: the front door's `RunArgs` (twins with the values as given, or the real dataclasses).
-        world_size (`int`): training processes.
-        problems (`validation.problems.Problems`): the collector; parts whose fields have a problem are skipped.
-        read_hub (`bool`): see :func:`dataset_check`.
-
-    Returns:
-        `DatasetSurvey`.
-    """
+    """Read the run's training split (and test split when it evaluates) of ``run`` (the front door's `RunArgs`) and
+    record every problem in ``problems`` (parts whose fields have a problem are skipped); ``read_hub``: as
+    :func:`dataset_check`. Returns the `DatasetSurvey`."""
     from ..data.load import read_prompt_split
 
     script_args = run.script_args

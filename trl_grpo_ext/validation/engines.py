@@ -25,11 +25,8 @@ def installed_deepspeed() -> str | None:
 
 
 def _release(version: str) -> tuple[int, ...]:
-    numbers = []
-    for part in version.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        numbers.append(int(digits or 0))
-    return tuple(numbers)
+    parts = version.split("+")[0].split(".")[:3]
+    return tuple(int("".join(ch for ch in part if ch.isdigit()) or 0) for part in parts)
 
 
 def _compute_dtype(values: Mapping[str, Any]) -> str:

@@ -119,12 +119,10 @@ def check_lora_targets(values: Any) -> None:
         return
     model = values.get("model_name_or_path")
     leaf_names = sorted({name.rsplit(".", 1)[-1] for name in modules})
-    if isinstance(targets, str) and targets != "all-linear":
-        groups = [(targets, targets)]
-    elif targets and targets != "all-linear":
-        groups = [(t, {t}) for t in targets]
-    else:
+    if not targets or targets == "all-linear":
         groups = []
+    else:
+        groups = [(targets, targets)] if isinstance(targets, str) else [(t, {t}) for t in targets]
     for label, target in groups:
         matched = [n for n in modules if peft_target_matches(target, n)]
         if not matched:

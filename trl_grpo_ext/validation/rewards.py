@@ -172,12 +172,11 @@ def check_rewards_set(values: Mapping[str, Any]) -> None:
 
 
 def check_rewards_not_empty(values: Mapping[str, Any]) -> None:
-    """The parsed reward list must not be empty: ``rewards: []`` in the YAML and ``--rewards '[]'`` (or
-    ``--reward_funcs '[]'``) on the command line, which `rewards.spec` expands to no item, are refused alike.
+    """Refuse a parsed reward list that is empty (``rewards: []``, ``--rewards '[]'``, ``--reward_funcs '[]'``);
+    nothing when ``rewards`` is unset (`check_rewards_set`) or cannot be parsed (the ``reward_specs`` rule).
 
     Raises:
-        RunArgumentError: naming the value given and the fix; nothing when ``rewards`` is unset (`check_rewards_set`)
-        or cannot be parsed (the ``reward_specs`` rule reports that)."""
+        RunArgumentError: naming the value given and the fix."""
     rewards = values.get("rewards")
     if rewards is None:
         return

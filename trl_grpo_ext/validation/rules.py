@@ -51,12 +51,9 @@ class RunView:
         """Whether the user set ``name`` (for a config built in Python: whether it is not its default)."""
         if self.user is not None:
             return self.user.get(name) is not None
-        value, default = self.values.get(name), self.defaults.get(name)
-        if name == "scale_rewards":
-            from ..config.advantage_settings import normalize_scale_rewards
+        from ..config.advantage_settings import is_explicit
 
-            return normalize_scale_rewards(value) != normalize_scale_rewards(default)
-        return value is not None and value != default
+        return is_explicit(name, self.values.get(name), self.defaults)
 
     def blocked(self, fields) -> bool:
         return self.problems is not None and self.problems.blocked(fields)
@@ -89,10 +86,11 @@ class RunView:
         except ValueError:  # the `reward_specs` rule reports it
             return None
 
-    def quantity_keys(self) -> list[str]:
+    def quantity_keys(self) -> tuple[str, ...]:
+        """The quantity fields (ours and TRL's batch/stop fields) the user set."""
         from ..plan.resolve import _INPUT_FIELDS
 
-        return [k for k in (self.user or {}) if k in _INPUT_FIELDS and self.user[k] is not None]
+        return tuple(k for k in (self.user or {}) if k in _INPUT_FIELDS and self.user[k] is not None)
 
     def loss_type(self) -> str:
         """TRL's ``loss_type`` as the run resolves it (an ``advantage_preset``'s first)."""
@@ -139,12 +137,10 @@ def advantage_conflicts(v: RunView) -> None:
             warnings.simplefilter("ignore")  # the config's own resolution warns once, later
             resolve_advantage_settings(
                 preset=user.get("advantage_preset"), scale_rewards=user["scale_rewards"] if scale_set else "group",
-                advantage_baseline=user.get("advantage_baseline"),
-                advantage_std_scaling=user.get("advantage_std_scaling"),
                 advantage_epsilon=as_number(epsilon) if epsilon is not None else None,
-                advantage_std_kind=user.get("advantage_std_kind"), loss_type=user.get("loss_type"),
-                defaults={"scale_rewards": None if scale_set else "group"},  # a set key is explicit, whatever its value
-            )
+                **{name: user.get(name) for name in ("advantage_baseline", "advantage_std_scaling",
+                                                     "advantage_std_kind", "loss_type")},
+                defaults={"scale_rewards": None if scale_set else "group"})  # a set key is explicit whatever its value
     except AdvantageConfigError as err:
         raise RunArgumentError(str(err)) from None
 
@@ -284,8 +280,6 @@ def zero_variance(v: RunView) -> str | None:
             steps_per_generation=b.get("steps_per_generation"),
             gradient_accumulation_steps=b["gradient_accumulation_steps"],
             per_device_train_batch_size=b["per_device_train_batch_size"])
-    except RunArgumentError:
-        raise
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 
@@ -332,14 +326,10 @@ def _set(names):
     return lambda v: tuple(n for n in names if v.is_set(n))
 
 
-def _quantities(v: RunView) -> tuple[str, ...]:
-    return tuple(v.quantity_keys())
-
-
 #: Every cross-field rule, in the order they run.
 RULES: tuple[Rule, ...] = (
     Rule("exclusive", exclusive, (), blocked_by=()),
-    Rule("quantity_conflicts", quantity_conflicts, _quantities),
+    Rule("quantity_conflicts", quantity_conflicts, RunView.quantity_keys),
     Rule("advantage_conflicts", advantage_conflicts, _set(_ADVANTAGE_FIELDS)),
     Rule("ignored_settings", ignored_settings, (), blocked_by=()),
     Rule("ordered", ordered, (), blocked_by=()),
@@ -353,10 +343,10 @@ RULES: tuple[Rule, ...] = (
     Rule("normalize_then_sum", normalize_then_sum, ("multi_objective_aggregation", *NORMALIZE_THEN_SUM_IGNORES),
          scope="run"),
     Rule("clipping", clipping, lambda v: (*_set(_CLIP)(v), "num_iterations"),
-         blocked_by=lambda v: (*_set(_CLIP)(v), *_quantities(v), "loss_type"), scope="run"),
+         blocked_by=lambda v: (*_set(_CLIP)(v), *v.quantity_keys(), "loss_type"), scope="run"),
     Rule("zero_variance", zero_variance, ("zero_variance_filter", "zero_variance_reward"),
          blocked_by=lambda v: ("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation", *_REWARDS,
-                               *_quantities(v)), scope="run"),
+                               *v.quantity_keys()), scope="run"),
     Rule("generation", lambda v: check_generation_settings(v, v.on_cpu), ("use_vllm", "use_transformers_continuous_batching", "cache_implementation",
                                     "generation_kwargs", "repetition_penalty"), scope="run"),
     Rule("vllm_quantization", check_vllm_settings, ("use_vllm", "load_in_4bit", "load_in_8bit"), scope="run"),
@@ -384,7 +374,5 @@ def run_rules(view: RunView, problems, scope: str = "args") -> None:
     for rule in RULES:
         if scope == "run" and rule.scope != "run":
             continue
-        fields, blocked = rule.field_names(view), None
-        if rule.blocked_by is not None:
-            blocked = rule.field_names(view, "blocked_by")
-        problems.check(rule.check, view, fields=fields, blocked_by=blocked)
+        blocked = None if rule.blocked_by is None else rule.field_names(view, "blocked_by")
+        problems.check(rule.check, view, fields=rule.field_names(view), blocked_by=blocked)

@@ -160,69 +160,66 @@ EXCLUSIVE: tuple[tuple[str, str, str], ...] = (
 #: Fields that only take effect under another setting: field -> (setting, predicate on the run values, fix). A field
 #: the user set while the predicate is false would be silently ignored, so it is refused.
 REQUIRES: dict[str, tuple[str, Any, str]] = {}
-for _name in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
-              "lora_task_type", "use_rslora", "use_dora", "lora_target_parameters"):
-    REQUIRES[_name] = ("use_peft: true", lambda v: bool(v.get("use_peft")), "set use_peft: true or remove {field}.")
-for _name in ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage"):
-    REQUIRES[_name] = ("load_in_4bit: true", lambda v: bool(v.get("load_in_4bit")),
-                       "set load_in_4bit: true or remove {field}.")
-REQUIRES["max_resample_rounds"] = ("zero_variance_filter: resample",
-                                   lambda v: v.get("zero_variance_filter") == "resample",
-                                   "set zero_variance_filter: resample or remove {field}.")
-REQUIRES["zero_variance_tolerance"] = ("zero_variance_filter: mask, resample or skip",
-                                       lambda v: v.get("zero_variance_filter") in ("mask", "resample", "skip"),
-                                       "set zero_variance_filter: mask (or resample, skip) or remove {field}.")
-REQUIRES["skip_exploration_probability"] = ("zero_variance_filter: skip",
-                                            lambda v: v.get("zero_variance_filter") == "skip",
-                                            "set zero_variance_filter: skip or remove {field}.")
-REQUIRES["lost_update_warning_threshold"] = ("lost_update_steps > 0", lambda v: (v.get("lost_update_steps") or 0) > 0,
-                                             "set lost_update_steps: 10 (say) or remove {field}.")
-REQUIRES["embedded_num_prompts"] = ("an embedded dataset_name",
-                                    lambda v: str(v.get("dataset_name") or "").startswith("embedded:"),
-                                    "use an embedded dataset_name (embedded:count-char, embedded:arithmetic) or "
-                                    "remove {field}.")
-REQUIRES["dataset_format"] = ("a dataset that is not embedded (the embedded tasks map their own rows)",
-                              lambda v: not str(v.get("dataset_name") or "").startswith("embedded:"),
-                              "remove {field}: embedded:arithmetic is always read as GSM8K rows and "
-                              "embedded:count-char as prompts.")
+
+
+def _requires(names: tuple[str, ...], setting: str, test: Any, fix: str) -> None:
+    REQUIRES.update(dict.fromkeys(names, (setting, test, fix)))
+
+
+def _when(key: str, value: Any, names: tuple[str, ...], fix: str = "") -> None:
+    """`REQUIRES` rows: ``names`` take effect only with ``key: value`` (``True``: a flag that is on)."""
+    text = "true" if value is True else value
+    test = (lambda v: bool(v.get(key))) if value is True else (lambda v: enum_value(v.get(key)) == value)
+    _requires(names, f"{key}: {text}", test, fix or f"set {key}: {text} or remove {{field}}.")
+
+
+def _embedded(v) -> bool:
+    return str(v.get("dataset_name") or "").startswith("embedded:")
+
+
+_when("use_peft", True, ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
+                         "lora_task_type", "use_rslora", "use_dora", "lora_target_parameters"))
+_when("load_in_4bit", True, ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage"))
+_when("zero_variance_filter", "resample", ("max_resample_rounds",))
+_requires(("zero_variance_tolerance",), "zero_variance_filter: mask, resample or skip",
+          lambda v: v.get("zero_variance_filter") in ("mask", "resample", "skip"),
+          "set zero_variance_filter: mask (or resample, skip) or remove {field}.")
+_when("zero_variance_filter", "skip", ("skip_exploration_probability",))
+_requires(("lost_update_warning_threshold",), "lost_update_steps > 0", lambda v: (v.get("lost_update_steps") or 0) > 0,
+          "set lost_update_steps: 10 (say) or remove {field}.")
+_requires(("embedded_num_prompts",), "an embedded dataset_name", _embedded,
+          "use an embedded dataset_name (embedded:count-char, embedded:arithmetic) or remove {field}.")
+_requires(("dataset_format",), "a dataset that is not embedded (the embedded tasks map their own rows)",
+          lambda v: not _embedded(v), "remove {field}: embedded:arithmetic is always read as GSM8K rows and "
+          "embedded:count-char as prompts.")
 for _name, _split, _size in (("dataset_train_split", "train", "embedded_num_prompts"),
                               ("dataset_test_split", "test", "eval_num_prompts")):
-    REQUIRES[_name] = ("a dataset_name that is not embedded (an embedded task's splits are train and test)",
-                       lambda v, n=_name, s=_split: not str(v.get("dataset_name") or "").startswith("embedded:")
-                       or v.get(n) in (s, None, ""),
-                       f"write {_name}: {_split} or remove {{field}}: an embedded task reads its {_split!r} split "
-                       f"({_size} sets its size).")
-REQUIRES["embedded_target"] = ("dataset_name: embedded:count-char",
-                               lambda v: v.get("dataset_name") == "embedded:count-char",
-                               "use dataset_name: embedded:count-char or remove {field}.")
-REQUIRES["eval_num_prompts"] = ("an evaluation (eval_strategy other than no, or final_eval)",
-                                lambda v: enum_value(v.get("eval_strategy")) not in (None, "no")
-                                or v.get("final_eval") not in (None, "none"),
-                                "set eval_strategy: steps or final_eval: adapter, or remove {field}.")
-REQUIRES["final_eval_num_samples"] = ("final_eval: adapter or compare_base",
-                                      lambda v: v.get("final_eval") not in (None, "none"),
-                                      "set final_eval: adapter or remove {field}.")
-for _name in ("sapo_temperature_neg", "sapo_temperature_pos"):
-    REQUIRES[_name] = ("loss_type: sapo", lambda v: v.get("loss_type") == "sapo",
-                       "set loss_type: sapo or remove {field}.")
-for _name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
-    REQUIRES[_name] = ("loss_type: vespo", lambda v: v.get("loss_type") == "vespo",
-                       "set loss_type: vespo or remove {field}.")
-for _name in ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"):
-    REQUIRES[_name] = ("use_adaptive_entropy: true", lambda v: bool(v.get("use_adaptive_entropy")),
-                       "set use_adaptive_entropy: true or remove {field}.")
-for _name in ("vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex",
-              "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
-              "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size"):
-    REQUIRES[_name] = ("use_vllm: true", lambda v: bool(v.get("use_vllm")), "set use_vllm: true or remove {field}.")
-REQUIRES["eval_steps"] = ("eval_strategy: steps", lambda v: enum_value(v.get("eval_strategy")) == "steps",
-                          "set eval_strategy: steps (with a dataset_test_split) or remove {field}.")
-REQUIRES["do_eval"] = ("eval_strategy: steps or epoch (transformers' Trainer evaluates on eval_strategy alone)",
-                       lambda v: not v.get("do_eval") or enum_value(v.get("eval_strategy")) not in (None, "no"),
-                       "set eval_strategy: steps (with eval_steps) to evaluate during training, or final_eval: "
-                       "adapter after it, and remove {field}.")
-REQUIRES["save_steps"] = ("save_strategy: steps", lambda v: enum_value(v.get("save_strategy")) == "steps",
-                          "set save_strategy: steps or remove {field}.")
+    _requires((_name,), "a dataset_name that is not embedded (an embedded task's splits are train and test)",
+              lambda v, n=_name, s=_split: not _embedded(v) or v.get(n) in (s, None, ""),
+              f"write {_name}: {_split} or remove {{field}}: an embedded task reads its {_split!r} split "
+              f"({_size} sets its size).")
+_when("dataset_name", "embedded:count-char", ("embedded_target",),
+      "use dataset_name: embedded:count-char or remove {field}.")
+_requires(("eval_num_prompts",), "an evaluation (eval_strategy other than no, or final_eval)",
+          lambda v: enum_value(v.get("eval_strategy")) not in (None, "no")
+          or v.get("final_eval") not in (None, "none"),
+          "set eval_strategy: steps or final_eval: adapter, or remove {field}.")
+_requires(("final_eval_num_samples",), "final_eval: adapter or compare_base",
+          lambda v: v.get("final_eval") not in (None, "none"), "set final_eval: adapter or remove {field}.")
+_when("loss_type", "sapo", ("sapo_temperature_neg", "sapo_temperature_pos"))
+_when("loss_type", "vespo", ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"))
+_when("use_adaptive_entropy", True, ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"))
+_when("use_vllm", True, ("vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex",
+                         "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
+                         "vllm_group_port", "vllm_gpu_memory_utilization", "vllm_max_model_length",
+                         "vllm_tensor_parallel_size"))
+_when("eval_strategy", "steps", ("eval_steps",),
+      "set eval_strategy: steps (with a dataset_test_split) or remove {field}.")
+_requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer evaluates on eval_strategy alone)",
+          lambda v: not v.get("do_eval") or enum_value(v.get("eval_strategy")) not in (None, "no"),
+          "set eval_strategy: steps (with eval_steps) to evaluate during training, or final_eval: adapter after it, "
+          "and remove {field}.")
+_when("save_strategy", "steps", ("save_steps",))
 
 #: The field(s) deciding whether each `REQUIRES` field takes effect. A field written in the YAML is not refused when
 #: one of these was given on the command line: `--save_strategy no` over a YAML with `save_steps: 50` switches the
