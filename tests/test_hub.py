@@ -245,6 +245,25 @@ def test_no_token_fails_before_any_network_call(run, online, monkeypatch, tmp_pa
     assert (run / "adapter" / "README.md").is_file()
 
 
+def test_a_push_that_fails_leaves_the_run_s_own_card_as_it_was(tmp_path, monkeypatch):
+    """A new user's finding: a push without a token rewrote output_dir/README.md to load the repository that was never
+    created (`model_id = "you/tiny-test"`), so its snippet failed; the upload's card is the one to name it."""
+    import huggingface_hub.constants as constants
+
+    fresh = make_finished_run(tmp_path / "output")[0]
+    card = hub.build_model_card(fresh)
+    card.save(fresh / "README.md")  # as the recipe writes it: snippets load the run's folder
+    before = (fresh / "README.md").read_bytes()
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    with pytest.raises(hub.HubPushError, match="No Hugging Face token found"):
+        hub.push_run(fresh, REPO)
+    assert (fresh / "README.md").read_bytes() == before and REPO not in before.decode()
+    assert f'model_id = "{fresh.resolve()}"' in before.decode()
+    assert REPO in (fresh / "adapter" / "README.md").read_text()  # the upload's card, ready for the retry
+
+
 def test_invalid_repo_id_is_rejected_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="repo_id='not a repo'"):
         hub.push_run(tmp_path, "not a repo", token=FAKE_TOKEN)

@@ -227,7 +227,8 @@ def prepare_upload(
 
     Returns:
         ``(folder, files)``: the folder to upload (:func:`upload_dir`) and the file names in it that belong to this
-        push. ``output_dir/README.md`` holds the adapter card in both modes.
+        push. ``output_dir/README.md`` is left as it is (its snippets load ``output_dir``); `push_run` points it
+        at the repository once an adapter push succeeds.
 
     Raises:
         ValueError: on an unknown ``mode`` or ``merge_dtype``, or when ``output_dir`` holds no adapter.
@@ -235,7 +236,6 @@ def prepare_upload(
     check_choice("mode", mode, UPLOAD_MODES, error=ValueError)
     check_choice("merge_dtype", merge_dtype, MERGE_DTYPES, error=ValueError)
     source = check_adapter_dir(output_dir)
-    build_model_card(source, mode="adapter", repo_id=repo_id, token=token).save(source / "README.md")
     dest = upload_dir(source, mode)
     if mode == "merged":
         if not merged_export_is_current(source, dest, merge_dtype, "dequantized"):
@@ -352,4 +352,6 @@ def push_run(
             f"Nothing local was lost: the {mode} files, the card and the run files are in {folder}.\n"
             f"Retry with:\n  {retry}"
         ) from None
+    if mode == "adapter":  # pushed: the run's own card (of the same adapter) now points at the repository too
+        build_model_card(output_dir, mode="adapter", repo_id=repo_id, token=token).save(Path(output_dir) / "README.md")
     return f"{url}/tree/{revision}" if revision else url
