@@ -102,7 +102,11 @@ def main(script_args, training_args, model_args, push_args) -> int:
     ################
     source = resolve_model_source(model_args.model_name_or_path)
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)
-    tokenizer = run_tokenizer(model_args, script_args.chat_template)
+    try:
+        tokenizer = run_tokenizer(model_args, script_args.chat_template)
+    except ValueError as err:  # a Hub model that cannot be reached: one line, not transformers' traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
     ################
     # Model settings: 4-bit NF4 base + LoRA adapter (TRL loads the model inside the trainer)

@@ -148,3 +148,32 @@ def test_the_embedded_default_learns(tmp_path):
     first, last = reward_trend(state["log_history"])
     assert state["global_step"] == 120  # 240 prompts / 2 per step: one epoch, before the 200-step limit
     assert last >= 3 * first and last >= 0.5, (first, last)
+
+
+def test_a_hub_model_whose_tokenizer_cannot_be_loaded_is_one_line(tmp_path, monkeypatch, capsys):
+    """Online, a Hub id passes the argument stage (nothing is looked up); when its tokenizer then cannot be fetched
+    (no network, a typo, a gated repo: transformers raises OSError) the recipe ended in transformers' traceback, exit 1
+    (a new user's finding). Now: one line naming the field and a fix, exit 2, before any weight loads."""
+    from factories import recipe_without_models
+    from transformers import AutoTokenizer
+
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # online: check_model_path does not look the id up
+    recipe = recipe_without_models(monkeypatch)  # any model load fails the test
+
+    def unreachable(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in "
+                      "the cached files.")
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", unreachable)
+    args = parse_recipe_args(["--config", "tiny_cpu", "--model_name_or_path", "someone/no-such-model",
+                              "--output_dir", str(tmp_path / "out"), "--final_eval", "none",
+                              "--eval_strategy", "no"])
+    assert recipe.main(*args) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == ["error: model_name_or_path='someone/no-such-model': its tokenizer could not be loaded (We "
+                      "couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the "
+                      "cached files.). Fix: check the id, the network and your access (`hf auth login` for a gated "
+                      "model); without a network, download it first (`hf download someone/no-such-model`) and set "
+                      "HF_HUB_OFFLINE=1."]

@@ -84,12 +84,19 @@ def load_tokenizer(name: str, path: str, revision: str | None = None):
 
     The embedded tiny model's character tokenizer goes through :func:`trl_grpo_ext.models.embedded.tiny.load_tokenizer` (AutoTokenizer
     would drop its spaces); every other model through ``AutoTokenizer.from_pretrained(path, revision=revision)``.
+    Raises ValueError: a tokenizer that cannot be loaded (transformers' OSError), naming ``name`` and a fix.
     """
     if name == tiny.TINY_MODEL_ID:
         return tiny.load_tokenizer(path)
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path, revision=revision, padding_side="left")
+    try:
+        return AutoTokenizer.from_pretrained(path, revision=revision, padding_side="left")
+    except OSError as err:  # not found, no network, gated: one line before any weight loads
+        reason = " ".join(str(err).split())[:240]
+        raise ValueError(f"model_name_or_path={name!r}: its tokenizer could not be loaded ({reason}). Fix: check the "
+                         "id, the network and your access (`hf auth login` for a gated model); without a network, "
+                         f"download it first (`hf download {name}`) and set HF_HUB_OFFLINE=1.") from None
 
 
 def run_tokenizer(model_args, chat_template: str | None = None):
