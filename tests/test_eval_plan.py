@@ -63,6 +63,16 @@ def test_the_warning_prefers_the_forecast_on_the_runs_weighted_reward():
     assert "judged on numeric_match as pass/fail" in zero_variance_forecast_warning(result, 16)
 
 
+def test_a_graded_reward_is_not_judged_as_pass_fail_beyond_its_samples():
+    # a new user's `eval --k 8` on char_fraction: weighted G=8 2% uniform, pass/fail G=8 100% (no completion is all
+    # 'a'); at G=16 only the pass/fail table has a value, 100%, which said "raise num_generations" to a run at 16
+    result = {"base": {"uniform_group_forecast": {"2": 1.0, "8": 1.0, "16": 1.0},
+                       "uniform_group_forecast_weighted": {"2": 0.3, "8": 0.02}, "pass_rates": [0.0, 0.0],
+                       "correctness_reward": "char_fraction"}}
+    assert zero_variance_forecast_warning(result, 16) is None
+    assert zero_variance_forecast_warning(result, 32) is None  # from the pass rates: also pass/fail, also not
+
+
 def test_forecast_for_a_group_size_the_table_lacks_comes_from_the_pass_rates():
     # G = 6 with q = 0.05 for both prompts: 0.05^6 + 0.95^6 = 0.735
     warning = zero_variance_forecast_warning({"uniform_group_forecast": {"8": 0.9}, "pass_rates": [0.05, 0.05]}, 6)

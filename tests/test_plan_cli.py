@@ -251,3 +251,19 @@ def test_a_local_model_path_that_does_not_exist_is_refused_as_the_recipe_refuses
     code, _, err = run_plan(capsys, "--config", write_yaml("model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\n"
                                                            "dataset_name: 'embedded:count-char'\n"))
     assert code == 0, err
+
+
+def test_eval_results_of_a_graded_reward_beyond_their_samples_ask_for_more_samples(tmp_path, capsys):
+    """`eval --k 8` on char_fraction, then `plan --num_generations 16`: the pass/fail table's 100% at G=16 raised a
+    false alarm (a new user's finding); now no warning, and the note asks for K >= 16."""
+    results = tmp_path / "eval.json"
+    results.write_text(json.dumps({"base": {"uniform_group_forecast": {"2": 1.0, "8": 1.0, "16": 1.0},
+                                            "uniform_group_forecast_weighted": {"2": 0.3, "8": 0.02},
+                                            "pass_rates": [0.0, 0.0], "correctness_reward": "char_fraction"}}))
+    code = plan_cli.main(["--config", "tiny_cpu", "--eval-results", str(results), "--num_generations", "16",
+                          "--micro_batch_size", "32"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "forecasts" not in err
+    assert (f"note: --eval-results {results} holds no σ = 0 forecast for num_generations=16: rerun `trl-grpo-ext eval "
+            "--k K` with K >= 16") in err

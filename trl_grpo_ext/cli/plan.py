@@ -244,8 +244,10 @@ def eval_plan_from(run, plan, eval_rows: int | None = None):
 
 def _has_forecast(results: dict, num_generations: int) -> bool:
     source = results.get("base", results.get("trained", results)) if isinstance(results, dict) else {}
-    return any(str(num_generations) in (source.get(key) or {}) or num_generations in (source.get(key) or {})
-               for key in ("uniform_group_forecast", "uniform_group_forecast_weighted"))
+    # the forecast on the run's weighted reward when the evaluation has one (a graded reward's pass/fail is not it)
+    key = "uniform_group_forecast_weighted" if source.get("uniform_group_forecast_weighted") else "uniform_group_forecast"
+    table = source.get(key) or {}
+    return str(num_generations) in table or num_generations in table
 
 
 def run(args: argparse.Namespace) -> int:

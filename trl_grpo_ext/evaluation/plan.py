@@ -165,7 +165,10 @@ def zero_variance_forecast_warning(eval_results: dict, num_generations: int) -> 
         num_generations (`int`): the run's G.
 
     Returns:
-        The warning text, or ``None`` when the forecast is at most 0.5 or absent for this G.
+        The warning text, or ``None`` when the forecast is at most 0.5 or absent for this G. A G beyond the table is
+        forecast from the pass rates as pass/fail only when the reward is (its weighted and pass/fail forecasts
+        agree); for a graded reward that would count every group uniform, so ``None`` (`plan` then suggests
+        ``eval --k`` with K >= G).
     """
     source = eval_results.get("base", eval_results) if isinstance(eval_results, dict) else {}
     if not isinstance(source, dict):
@@ -174,8 +177,12 @@ def zero_variance_forecast_warning(eval_results: dict, num_generations: int) -> 
     binary = {int(k): float(v) for k, v in (source.get("uniform_group_forecast") or {}).items()}
     if num_generations in weighted:  # judged on the run's weighted reward, as frac_reward_zero_std is
         share, judged = weighted[num_generations], "the run's weighted reward"
+    elif any(abs(weighted[g] - binary[g]) > 1e-9 for g in weighted if g in binary):
+        return None  # a graded reward (its forecasts differ from pass/fail): not judged as pass/fail at this G
     elif num_generations in binary:
         share, judged = binary[num_generations], f"{source.get('correctness_reward', 'the correctness reward')} as pass/fail"
+    elif any(abs(weighted[g] - binary.get(g, weighted[g])) > 1e-9 for g in weighted):
+        return None  # a graded reward (its forecasts differ from pass/fail): not extrapolated as pass/fail to this G
     elif source.get("pass_rates"):  # a G the table does not list: the pass/fail formula from the pass rates
         from .stats import zero_variance_group_fraction
 
