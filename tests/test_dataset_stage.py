@@ -179,8 +179,9 @@ def test_a_hub_dataset_plan_cannot_read_is_named_in_one_note(tmp_path, capsys, m
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     code = plan_main(["--config", config])
     assert code == 0 and capsys.readouterr().err == (
-        "note: dataset checks not run: dataset_name='someone/not-cached' is a Hub dataset and plan downloads nothing "
-        "(the recipe checks it once downloaded; with HF_HUB_OFFLINE=1 plan checks a copy in the datasets cache)\n")
+        "note: dataset checks not run: dataset_name='someone/not-cached' is a Hub dataset (no local folder of that name "
+        f"exists in {tmp_path}) and plan downloads nothing (the recipe checks it once downloaded; with HF_HUB_OFFLINE=1 "
+        "plan checks a copy in the datasets cache)\n")
     # without a step limit the plan's refusal says why the size is unknown
     code, lines, _ = _plan_lines(capsys, ["--config", _config(tmp_path, "someone/not-cached",
                                                               total_training_steps=None, total_epochs=1)])

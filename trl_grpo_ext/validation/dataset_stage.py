@@ -94,9 +94,9 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
             survey.not_run = "dataset checks not run: dataset_name is not set"
         return survey
     if not is_local_dataset(name) and not read_hub and not offline():
-        survey.not_run = (f"dataset checks not run: dataset_name={name!r} is a Hub dataset and plan downloads nothing "
-                          "(the recipe checks it once downloaded; with HF_HUB_OFFLINE=1 plan checks a copy in the "
-                          "datasets cache)")
+        survey.not_run = (f"dataset checks not run: dataset_name={name!r} is a Hub dataset (no local folder of that "
+                          f"name exists in {Path.cwd()}) and plan downloads nothing (the recipe checks it once "
+                          "downloaded; with HF_HUB_OFFLINE=1 plan checks a copy in the datasets cache)")
         return survey
     seed = values.get("seed") or 0
     specs = _specs(values, problems)
