@@ -9,7 +9,7 @@ per log,
 
 (mean reward, its standard deviation, the share of the generated groups whose rewards all tie —
 `zero_variance.report.uniform_share`, the filter's own count when it is on — the KL to the reference — shown only
-when TRL logs it, i.e. ``beta`` ≠ 0 — the learning rate and seconds per optimizer step since the previous log). A
+when TRL logs it, i.e. ``beta`` ≠ 0 — the learning rate and seconds per optimizer step since the previous log, evaluation and checkpoint time left out). A
 step that made no optimizer update says so: ``no update: 3 of 3 groups uniform``.
 `MetricsFileCallback` appends every full log to ``output_dir/metrics.jsonl`` (one JSON object per line, with
 ``step``), for any run, tracker or not. `ZeroLossNoteCallback` explains once why a logged loss of 0 is expected
@@ -44,7 +44,7 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
 
     Args:
         logs (`dict`): one training log. step (`int`), max_steps (`int`): optimizer steps done, planned.
-        seconds_per_step (`float`, *optional*): since the previous log.
+        seconds_per_step (`float`, *optional*): since the previous log (evaluations and saves left out).
         groups_per_step (`int`, *optional*): prompts per step (named in a no-update notice).
         steps_in_interval (`int`, defaults to `1`): optimizer steps this log covers (``logging_steps``).
 
@@ -120,6 +120,13 @@ class StepLineCallback(ProgressCallback):
         if self.bar and self.training_bar is not None:
             super().on_train_end(args, state, control, **kwargs)
 
+    def on_save(self, args, state, control, **kwargs):
+        self._restart_clock(state)  # a checkpoint's time is not the next step's
+
+    def _restart_clock(self, state) -> None:
+        if self._last is not None:
+            self._last = (time.perf_counter(), state.global_step)
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or any(k in logs for k in _SUMMARY_KEYS):
             return  # the recipe prints the run's summary itself
@@ -133,6 +140,7 @@ class StepLineCallback(ProgressCallback):
             line = step_line(logs, state.global_step, state.max_steps, seconds, self.groups_per_step, interval)
         else:
             line = other_line(logs, state.global_step)
+            self._restart_clock(state)  # an evaluation's time is not the next step's
         if self.bar and self.training_bar is not None:
             self.training_bar.write(line)
         else:

@@ -1,0 +1,30 @@
+"""The console's s/step is the time of training steps: an evaluation or a checkpoint save between two step lines is
+left out (a new user's finding: `make demo`'s step 41 read 2.28 s/step where metrics.jsonl's step_time was 0.437,
+the evaluation at step 40 counted into it)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from trl_grpo_ext.training import console
+
+
+def test_evaluation_and_save_time_is_not_counted_into_the_next_step(monkeypatch, capsys):
+    clock = iter([0.0,   # train begins at step 0
+                  2.0,   # step 4's line: 4 steps in 2.0 s
+                  2.5,   # the evaluation's line, at step 4 (0.5 s after)
+                  9.0,   # the checkpoint of step 4 saved: 6.5 s of save
+                  10.0])  # step 6's line: 2 steps in 1.0 s since the save, not 8.0 s since step 4's line
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
+    callback = console.StepLineCallback(bar=False)
+    state = SimpleNamespace(global_step=0, max_steps=10, is_world_process_zero=True)
+    callback.on_train_begin(None, state, None)
+    state.global_step = 4
+    callback.on_log(None, state, None, logs={"reward": 0.5, "reward_std": 0.1, "learning_rate": 1e-3})
+    callback.on_log(None, state, None, logs={"eval_reward": 0.4})
+    callback.on_save(None, state, None)
+    state.global_step = 6
+    callback.on_log(None, state, None, logs={"reward": 0.6, "reward_std": 0.1, "learning_rate": 1e-3})
+    lines = capsys.readouterr().out.splitlines()
+    step_lines = [line for line in lines if line.startswith("step ") and "s/step" in line]
+    assert [line.split()[-2] for line in step_lines] == ["0.50", "0.50"]  # 2.0 / 4 and 1.0 / 2
