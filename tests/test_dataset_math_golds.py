@@ -118,3 +118,14 @@ def test_golds_empty_once_normalised_are_warned_for_exact_match(tmp_path, monkey
     assert code == "the model was loaded", err
     assert "2 of 8 gold answers in column 'answer' cannot be scored by reward 'exact_match' (row 0: '.', it is empty " \
            "once normalised)" in err
+
+
+def test_fraction_and_latex_golds_are_refused_for_numeric_match(tmp_path, monkeypatch, capsys):
+    # the breaker's finding: numeric_match read \frac{1}{2} as 2 and 3/4 as 4, so "0.5" scored 0 and "2" scored 1
+    golds = [r"\frac{1}{2}", "3/4", r"10 - 2\sqrt{5}", "x^2 + 1", r"\frac{3}{8}", "1/3", "2/5", r"\sqrt{2}/2"]
+    code, err = _run(tmp_path, monkeypatch, capsys, golds, reward="numeric_match")
+    assert code == "refused with the arguments (2)", err
+    error = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert "none of the 8 gold answers in column 'answer' can be scored by reward 'numeric_match' (row 0: " \
+           "'\\\\frac{1}{2}', it holds 2 numbers and would be read as the last, 2)" in error
+    assert "use the accuracy reward, which reads them with math-verify" in error

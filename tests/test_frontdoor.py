@@ -97,6 +97,8 @@ def test_a_yaml_list_on_the_command_line_is_read_as_the_list(tmp_path, light):
                          "--lora_modules_to_save", "[embed_tokens]"], light=light)
     assert run.model_args.lora_target_modules == ["q_proj", "v_proj"]
     assert run.model_args.lora_modules_to_save == ["embed_tokens"]
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--lora_target_modules=[q_proj, o_proj]"], light=light)
+    assert run.model_args.lora_target_modules == ["q_proj", "o_proj"]
     # HfArgumentParser's own spelling is unchanged
     run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--lora_target_modules", "k_proj", "o_proj"], light=light)
     assert run.model_args.lora_target_modules == ["k_proj", "o_proj"]

@@ -105,8 +105,8 @@ def test_every_recipe_config_parses_and_plans(config, monkeypatch):
     dataset_size = script_args.embedded_num_prompts if embedded else 7473
     plan = resolve_plan(training_args.resolved.quantity_fields(), dataset_size, 1, training_args.max_completion_length)
     # GSM8K: 8 prompts/step -> floor(7473 / 8) = 934 steps/epoch, stopped at 500; tiny: 2/step, 120/epoch, 1 epoch =
-    # 120; arithmetic: 3/step -> floor(2000 / 3) = 666 steps/epoch, stopped at 24
-    expected = {"openai/gsm8k": (934, 500), "embedded:count-char": (120, 120), "embedded:arithmetic": (666, 24)}
+    # 120; arithmetic: 3/step -> floor(2000 / 3) = 666 steps/epoch, stopped at 40
+    expected = {"openai/gsm8k": (934, 500), "embedded:count-char": (120, 120), "embedded:arithmetic": (666, 40)}
     assert (plan.steps_per_epoch, plan.total_steps) == expected[script_args.dataset_name]
 
 

@@ -205,6 +205,22 @@ INVALID = [
         ["eval_strategy", "dataset_test_split"]),
     row("eval_strategy epoch without a test split", {"eval_strategy": "epoch", "dataset_test_split": ""},
         ["eval_strategy", "dataset_test_split"]),
+    # a chat_template TRL would fail to render at the first generation, after the model loads (the breaker's finding)
+    row("chat_template that is not Jinja", {"chat_template": "{% for m in messages %}{{ m['content'] }{% endfor %}"},
+        ["chat_template"], "Fix: close every {{ ... }}"),
+    # PEFT: "No modules were targeted for adaptation", after the model loads
+    row("lora_target_modules empty", {"lora_target_modules": []}, ["lora_target_modules"], "Fix: list module names"),
+    # choices of transformers' enum fields, which argparse checks on the command line only
+    row("lr_scheduler_type typo", {"lr_scheduler_type": "cosin"}, ["lr_scheduler_type"],
+        "Fix: lr_scheduler_type: cosine"),
+    row("optim typo", {"optim": "adamw_torc"}, ["optim"], "Fix: optim: adamw_torch"),
+    row("lr_scheduler_type: off", {"lr_scheduler_type": False}, ["lr_scheduler_type"], "write the value in quotes"),
+    row("dataset_config on an embedded task", {"dataset_config": "main"}, ["dataset_config", "dataset_name"],
+        "Fix: remove dataset_config"),
+    row("dataset_prompt_column on an embedded task", {"dataset_prompt_column": "question"},
+        ["dataset_prompt_column", "dataset_name"], "Fix: remove dataset_prompt_column"),
+    row("logging_steps without logging_strategy steps", {"logging_strategy": "no", "logging_steps": 5},
+        ["logging_steps", "logging_strategy"], "Fix: set logging_strategy: steps"),
     # an embedded task reads its own train and test splits: another split name would be ignored
     row("dataset_test_split on an embedded task", {"dataset_test_split": "validation"},
         ["dataset_test_split", "dataset_name"], "write dataset_test_split: test"),
@@ -322,6 +338,7 @@ RULE_ROWS = {
     "ignored_settings": "lora_r without use_peft",
     "ordered": "entropy_coef_min > max",
     "evaluation_split": "eval_strategy steps without a test split",
+    "chat_template": "chat_template that is not Jinja",
     "compare_base_adapter": "compare_base without an adapter",
     "push_needs_adapter": "push without an adapter",
     "reward_specs": "reward name typo",

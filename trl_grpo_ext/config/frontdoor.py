@@ -147,6 +147,30 @@ def yaml_choices(config: dict) -> dict:
     return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
 
 
+def _parser_choices(config: dict, parser, problems) -> dict:
+    """``config`` checked against the choices TRL's parser knows for fields of other libraries (transformers' enums:
+    ``lr_scheduler_type``, ``optim``, ``hub_strategy``, ...), which argparse checks only on the command line: a YAML
+    boolean read as the word meant, a value that is no choice recorded in ``problems`` and left out."""
+    from ..validation.user_values import CHOICES
+    from .checks import check_choice, choice_from_yaml, closest_choice
+
+    out = dict(config)
+    for action in parser._actions:  # argparse's own list of the parser's arguments
+        key = action.dest
+        if key not in config or key in CHOICES or not action.choices or config[key] is None:
+            continue
+        choices = [str(getattr(choice, "value", choice)) for choice in action.choices]
+        value = choice_from_yaml(config[key], choices)
+        hint = closest_choice(value, choices)
+        try:
+            out[key] = check_choice(key, value, choices, error=ConfigError,
+                                    fix=f"Fix: {key}: {hint}" if hint else "Fix: use one of them.")
+        except ConfigError as err:
+            problems.add(err, [key])
+            del out[key]
+    return out
+
+
 def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
     known = {}
     for cls in types_:
@@ -193,6 +217,10 @@ def _flow_lists(args: list[str], types_: tuple[type, ...]) -> list[str]:
     out = []
     for index, token in enumerate(args):
         key = args[index - 1][2:].replace("-", "_") if index and args[index - 1].startswith("--") else None
+        flag, equals, value = token.partition("=")
+        if equals and flag.startswith("--") and flag[2:].replace("-", "_") in lists and value.startswith("["):
+            out.append(flag)  # --key=[a, b]: read as --key [a, b]
+            token, key = value, flag[2:].replace("-", "_")
         if key in lists and token.startswith("[") and token.endswith("]"):
             try:
                 items = yaml.safe_load(token)
@@ -270,6 +298,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     # What the user set (the file after translation, then the command line), checked before the dataclasses run
     # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
     parser = hf_argument_parser(twins)
+    config = _parser_choices(config, parser, problems)
     while True:
         try:
             cli_values = user_values_from_argv(args, parser)

@@ -278,7 +278,7 @@ def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_promp
     if num_prompts is not None:
         if num_prompts > len(dataset):
             raise ValueError(f"eval_num_prompts={num_prompts} exceeds the {len(dataset)} prompts of the {split!r} split "
-                             f"of {script_args.dataset_name!r}; lower it.")
+                             f"of {script_args.dataset_name!r}. Fix: set eval_num_prompts: {len(dataset)} or lower.")
         dataset = dataset.select(range(num_prompts))
     return dataset
 

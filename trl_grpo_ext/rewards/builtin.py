@@ -21,6 +21,7 @@ from .text import (
     check_tag_name,
     extract_answer,
     last_number,
+    numbers_in,
     read_column,
     stated_number,
 )
@@ -118,12 +119,16 @@ class NumericMatch(TextReward):
         self.answer_phrase = _check_phrase(answer_phrase) if answer_phrase is not None else None
 
     #: What a gold answer must be (`data.golds`' fix for a column none of whose golds this reward can score).
-    gold_forms = "a number, GSM8K's '#### N' or a solution ending in \\boxed{N}"
+    gold_forms = ("a number, GSM8K's '#### N' or a solution ending in \\boxed{N} (for fractions or LaTeX answers use "
+                  "the accuracy reward, which reads them with math-verify)")
 
     def gold_problem(self, reference: str) -> str:
-        """Why this reward cannot score ``reference`` (``""``: it can): it scores ``None`` for a gold without a
-        number."""
-        return "" if last_number(extract_answer(reference, self.answer_tag)) is not None else "it holds no number"
+        """Why this reward cannot score ``reference`` (``""``: it can): a gold without a number (scored ``None``),
+        or with several (``\\frac{1}{2}``, ``3/4``, ``10 - 2\\sqrt{5}``: read as their last number, 2, 4, 5)."""
+        numbers = numbers_in(extract_answer(reference, self.answer_tag))
+        if not numbers:
+            return "it holds no number"
+        return "" if len(numbers) == 1 else f"it holds {len(numbers)} numbers and would be read as the last, {numbers[-1]}"
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)

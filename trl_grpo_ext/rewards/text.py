@@ -160,6 +160,11 @@ def stated_number(text: str, phrase: str) -> float | None:
     return float(found[-1].replace(",", "")) if found else None
 
 
+def numbers_in(text: str) -> list[str]:
+    """Every decimal number in ``text``, as written (the numbers :func:`last_number` chooses from)."""
+    return _NUMBER_RE.findall(text)
+
+
 def last_number(text: str) -> float | None:
     """The last decimal number in ``text`` (thousands separators ``1,000`` allowed), or ``None``."""
     found = _NUMBER_RE.findall(text)

@@ -113,7 +113,8 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     survey.train_rows = train.rows
     _reward_checks(train, specs, "training", problems, survey)
     cut = values.get("max_prompt_length")
-    if cut is not None and train.dataset is not None and not problems.blocked(("max_prompt_length", "model_name_or_path")):
+    if cut is not None and train.dataset is not None and not problems.blocked(("max_prompt_length", "model_name_or_path",
+                                                                                 "chat_template")):
         kept = problems.check(_within_prompt_length, run, train.dataset, cut, survey, fields=["max_prompt_length"])
         if kept is None and problems.blocked(["max_prompt_length"]):
             return survey  # no prompt fits: nothing to plan on
@@ -131,7 +132,7 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
         if test.dataset is not None and isinstance(wanted, int) and test.rows is not None:
             if wanted > test.rows:
                 problems.add(f"eval_num_prompts={wanted} exceeds the {test.rows} prompts of the 'test' split of "
-                             f"{name!r}; lower it.", ["eval_num_prompts"])
+                             f"{name!r}. Fix: set eval_num_prompts: {test.rows} or lower.", ["eval_num_prompts"])
                 test.dataset = None
             else:
                 test.dataset = test.dataset.select(range(wanted))

@@ -11,11 +11,15 @@ from ..config.checks import RunArgumentError
 
 
 def check_lora_names(values: Mapping[str, Any]) -> None:
-    """Refuse ``lm_head`` in ``lora_target_modules`` (TRL refuses it after the model loads).
+    """Refuse an empty ``lora_target_modules`` and ``lm_head`` in it (PEFT and TRL refuse them after the model loads).
 
     Raises:
         RunArgumentError: naming ``lora_modules_to_save: [lm_head]`` as the fix."""
     targets = values.get("lora_target_modules")
+    if values.get("use_peft") and targets is not None and not targets:  # PEFT: "No modules were targeted"
+        raise RunArgumentError(f"lora_target_modules={targets!r} targets no module, so the adapter would train "
+                               "nothing (PEFT refuses it after the model loads). Fix: list module names, e.g. "
+                               "[q_proj, v_proj], or all-linear; or remove it for TRL's default.")
     if not values.get("use_peft") or not targets:
         return
     listed = [targets] if isinstance(targets, str) else list(targets)

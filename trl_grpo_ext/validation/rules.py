@@ -229,6 +229,21 @@ def evaluation_split(v: RunView) -> None:
         "dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: no and final_eval: none.")
 
 
+def chat_template(v: RunView) -> None:
+    """``chat_template`` must parse as Jinja (TRL renders it at the first generation, after the model loads)."""
+    template = v.get("chat_template")
+    if not isinstance(template, str) or not template:
+        return
+    import jinja2
+
+    try:
+        jinja2.Environment().parse(template)
+    except jinja2.TemplateSyntaxError as err:
+        raise RunArgumentError(f"chat_template is not a valid Jinja template ({err.message}, line {err.lineno}). Fix: "
+                               "close every {{ ... }} and {% ... %} in it, or remove chat_template to use the "
+                               "tokenizer's own.") from None
+
+
 def compare_base_adapter(v: RunView) -> None:
     """``final_eval: compare_base`` switches the adapter off to score the base: it needs one."""
     if v.get("final_eval") == "compare_base" and not v.get("use_peft"):
@@ -334,6 +349,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ignored_settings", ignored_settings, (), blocked_by=()),
     Rule("ordered", ordered, (), blocked_by=()),
     Rule("evaluation_split", evaluation_split, ("eval_strategy", "final_eval", "dataset_test_split")),
+    Rule("chat_template", chat_template, ("chat_template",)),
     Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
     Rule("push_needs_adapter", push_needs_adapter, ("push_to_hub_mode", "push_to_hub", "use_peft")),
     Rule("quantized_needs_adapter", lambda v: check_quantized_has_adapter(v.values),

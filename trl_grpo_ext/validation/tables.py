@@ -194,10 +194,15 @@ _requires(("dataset_format",), "a dataset that is not embedded (the embedded tas
           "embedded:count-char as prompts.")
 for _name, _split, _size in (("dataset_train_split", "train", "embedded_num_prompts"),
                               ("dataset_test_split", "test", "eval_num_prompts")):
-    _requires((_name,), "a dataset_name that is not embedded (an embedded task's splits are train and test)",
+    _requires((_name,), f"a dataset_name that is not embedded (an embedded task's {_split} split is {_split!r})",
               lambda v, n=_name, s=_split: not _embedded(v) or v.get(n) in (s, None, ""),
               f"write {_name}: {_split} or remove {{field}}: an embedded task reads its {_split!r} split "
               f"({_size} sets its size).")
+_requires(("dataset_config", "dataset_prompt_column"),
+          "a dataset_name that is not embedded (an embedded task has one configuration and its own prompt column)",
+          lambda v: not _embedded(v) or (v.get("dataset_config") is None
+                                         and v.get("dataset_prompt_column") in (None, "prompt")),
+          "remove {field}: it applies to a Hub or local dataset.")
 _when("dataset_name", "embedded:count-char", ("embedded_target",),
       "use dataset_name: embedded:count-char or remove {field}.")
 _requires(("eval_num_prompts",), "an evaluation (eval_strategy other than no, or final_eval)",
@@ -220,6 +225,10 @@ _requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer ev
           "set eval_strategy: steps (with eval_steps) to evaluate during training, or final_eval: adapter after it, "
           "and remove {field}.")
 _when("save_strategy", "steps", ("save_steps",))
+# (eval_strategy: steps without eval_steps evaluates every logging_steps, whatever logging_strategy says)
+_requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.get("logging_strategy")) in (None, "steps")
+          or (enum_value(v.get("eval_strategy")) == "steps" and v.get("eval_steps") is None),
+          "set logging_strategy: steps or remove {field}.")
 
 #: The field(s) deciding whether each `REQUIRES` field takes effect. A field written in the YAML is not refused when
 #: one of these was given on the command line: `--save_strategy no` over a YAML with `save_steps: 50` switches the
@@ -227,7 +236,8 @@ _when("save_strategy", "steps", ("save_steps",))
 GOVERNED_BY: dict[str, tuple[str, ...]] = {
     name: {"embedded_num_prompts": ("dataset_name",), "eval_num_prompts": ("eval_strategy", "final_eval"),
            "dataset_format": ("dataset_name",), "dataset_train_split": ("dataset_name",),
-           "dataset_test_split": ("dataset_name",)}.get(
+           "dataset_test_split": ("dataset_name",), "dataset_config": ("dataset_name",),
+           "dataset_prompt_column": ("dataset_name",)}.get(
         name, (setting.split(":")[0].split(" ")[0],))
     for name, (setting, _, _) in REQUIRES.items()
 }
