@@ -64,8 +64,10 @@ def test_eval_compare_base_on_the_demo_adapter_shows_the_gain(demo_run):
     assert base["mean_reward"]["char_fraction"] < 0.15 < 0.9 < adapter["mean_reward"]["char_fraction"]
     low, high = report["difference_ci"]
     assert 0 < low <= report["difference"] <= high
-    # read as pass/fail (all 24 characters the target), the base never passes: every group would be uniform ...
-    assert base["uniform_group_forecast"]["8"] == pytest.approx(1.0)
+    # read as pass/fail (every character the target), the base almost never passes, so nearly every group would be
+    # uniform (a sample that is one 'a' and then EOS passes: about 1/55 × 1/55 per sample, so one of the 128 samples
+    # does now and then, and one prompt at pass rate 1/4 gives 0.75^8 = 0.1 of its groups informative: 0.97 here) ...
+    assert base["uniform_group_forecast"]["8"] >= 0.95
     # ... but the graded reward the run trains on varies inside most groups (K = 4 samples: G = 2 and 4 only)
     assert set(base["uniform_group_forecast_weighted"]) == {"2", "4"}
     assert base["uniform_group_forecast_weighted"]["4"] < 0.5
