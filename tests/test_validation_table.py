@@ -273,7 +273,9 @@ INVALID = [
     row("accuracy_reward without math-verify", {"rewards": ["accuracy_reward"], "dataset_name": SOLUTION_ROWS,
                                                 "embedded_num_prompts": DROP},
         ["accuracy_reward", "math-verify"], "pip install math-verify", missing_module="math_verify"),
-    row("accuracy_reward needs solution", {"rewards": ["accuracy_reward"]}, ["accuracy_reward", "solution"]),
+    # TRL's reward reads a fixed column: the fix does not offer a column parameter it lacks (the breaker's finding)
+    row("accuracy_reward needs solution", {"rewards": ["accuracy_reward"]}, ["accuracy_reward", "solution"],
+        "accuracy_reward has no column parameter), or use {name: accuracy, kwargs: {column: <name>}}"),
     row("exact_match needs an answer column", {"rewards": ["exact_match"]}, ["exact_match", "answer"]),
     row("char_fraction column missing", {"rewards": [{"name": "char_fraction", "kwargs": {"column": "letter"}}]},
         ["char_fraction", "letter"]),

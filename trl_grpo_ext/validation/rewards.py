@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -136,11 +137,15 @@ def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: st
         for alternatives in getattr(reward, "required_columns", ()) or ():
             if not present.intersection(alternatives):
                 wanted = " or ".join(map(repr, alternatives))
-                raise RunArgumentError(
-                    f"rewards[{i}] {spec.name!r} reads the dataset column {wanted}, but the {split} dataset has the "
-                    f"columns {sorted(present)}. Fix: add the column to the dataset, or choose one with the reward's "
-                    f"column parameter ({{name: {spec.name}, kwargs: {{column: <name>}}}})."
-                )
+                if "column" in inspect.signature(type(reward)).parameters:
+                    fix = (f"add the column to the dataset, or choose one with the reward's column parameter "
+                           f"({{name: {spec.name}, kwargs: {{column: <name>}}}})")
+                else:  # TRL's rewards read their fixed column
+                    fix = f"add the column {alternatives[0]!r} to the dataset (or rename yours; {spec.name} has no column parameter)"
+                    if getattr(reward, "_math_gold", False):
+                        fix += ", or use {name: accuracy, kwargs: {column: <name>}}, which scores it with math-verify too"
+                raise RunArgumentError(f"rewards[{i}] {spec.name!r} reads the dataset column {wanted}, but the {split} "
+                                       f"dataset has the columns {sorted(present)}. Fix: {fix}.")
         passed = present - TRL_DROPPED_COLUMNS
         for argument in column_arguments(reward) if reward is not None else ():
             if argument in passed:
