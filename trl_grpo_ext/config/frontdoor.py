@@ -209,14 +209,19 @@ def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
 
 
 def _flow_lists(args: list[str], types_: tuple[type, ...]) -> list[str]:
-    """``--key '[a, b]'`` for a list field read as YAML, as ``--key a b`` (HfArgumentParser's spelling); ``rewards``
-    reads its own (`rewards.spec`)."""
+    """``--key '[a, b]'`` for a list field read as YAML, as ``--key a b`` (HfArgumentParser's spelling; ``rewards``
+    reads its own, `rewards.spec`), and ``--flag on`` / ``off`` for a boolean as ``true`` / ``false``."""
     import yaml
 
-    lists = {name for name, type_ in _known_keys(types_).items() if "list[" in str(type_) and name != "rewards"}
+    known = _known_keys(types_)
+    lists = {name for name, type_ in known.items() if "list[" in str(type_) and name != "rewards"}
+    flags = {name for name, type_ in known.items() if "bool" in str(type_) and "list[" not in str(type_)}
     out = []
     for index, token in enumerate(args):
         key = args[index - 1][2:].replace("-", "_") if index and args[index - 1].startswith("--") else None
+        if key in flags and token.lower() in ("on", "off"):  # YAML reads them as booleans: so does the command line
+            out.append("true" if token.lower() == "on" else "false")
+            continue
         flag, equals, value = token.partition("=")
         if equals and flag.startswith("--") and flag[2:].replace("-", "_") in lists and value.startswith("["):
             out.append(flag)  # --key=[a, b]: read as --key [a, b]
