@@ -18,6 +18,7 @@ from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.evaluation.plan import zero_variance_forecast_warning
 from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
+from trl_grpo_ext.validation.collected import eval_plan_of
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
 from trl_grpo_ext.validation.problems import problem_lines
 from trl_grpo_ext.validation.rules import switched_off_warning
@@ -147,7 +148,7 @@ def build_plan(args: argparse.Namespace):
             notes.append(f"--eval-results {args.eval_results} holds no σ = 0 forecast for num_generations="
                          f"{plan.num_generations}: rerun `trl-grpo-ext eval --k K` with K >= {plan.num_generations} "
                          "samples per prompt (or final_eval_num_samples in the recipe).")
-    args.run_args, args.survey = run, survey  # for eval_plan_from, without reading the config twice
+    args.run_args, args.survey = run, survey  # for the evaluation plan, without reading the config twice
     return plan, warns, notes, rewards
 
 
@@ -168,10 +169,10 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
             check_skip_epochs(run, dataset_size_of(run.script_args, dataset_size), world)
 
     def local_model(run):  # a path that is not there (the recipe's check; a Hub id or embedded name is not looked up)
-        name = run.model_args.model_name_or_path or ""
-        if name.startswith((".", "/", "~")) or name.count("/") > 1:
-            from trl_grpo_ext.models.settings import check_model_path
+        from trl_grpo_ext.models.settings import check_model_path, looks_like_path
 
+        name = run.model_args.model_name_or_path or ""
+        if looks_like_path(name):
             check_model_path(name)
 
     def eval_batches(run):  # on the test rows the dataset stage read (it runs first)
@@ -214,34 +215,6 @@ def _trl_defaults(config_class) -> dict:
     return {f.name: f.default for f in fields(config_class) if f.name in ("scale_rewards", "loss_type")}
 
 
-def eval_plan_from(run, plan, eval_rows: int | None = None):
-    """The evaluation plan of a run's arguments (:func:`trl_grpo_ext.evaluation.plan.resolve_eval_plan`), or ``None``.
-
-    ``run`` is the front door's `RunArgs` (twins). Held-out prompts: ``eval_rows``, the prompts of the test split the
-    dataset stage read (`DatasetSurvey.eval_rows`, after ``eval_num_prompts``: what the recipe evaluates on), else
-    ``eval_num_prompts``, else the embedded task's test split size, else unknown.
-
-    Raises:
-        QuantityError: as `resolve_eval_plan` (naming the test split's rows when ``eval_num_prompts`` is unset).
-    """
-    from trl_grpo_ext.config.data_sizes import embedded_test_size
-    from trl_grpo_ext.evaluation.plan import resolve_eval_plan
-
-    script_args, training = run.script_args, run.training_args
-    prompts = eval_rows if eval_rows is not None else script_args.eval_num_prompts
-    if prompts is None:
-        prompts = embedded_test_size(script_args.dataset_name)
-    return resolve_eval_plan(
-        split_rows=eval_rows is not None and script_args.eval_num_prompts is None,
-        eval_prompts=prompts, eval_strategy=str(training.eval_strategy), eval_steps=training.eval_steps,
-        logging_steps=training.logging_steps, num_generations=plan.num_generations,
-        num_generations_eval=training.num_generations_eval,
-        per_device_eval_batch_size=training.per_device_eval_batch_size,
-        world_size=plan.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch or 1,
-        final_eval=str(script_args.final_eval),
-    )
-
-
 def _has_forecast(results: dict, num_generations: int) -> bool:
     source = results.get("base", results.get("trained", results)) if isinstance(results, dict) else {}
     # the forecast on the run's weighted reward when the evaluation has one (a graded reward's pass/fail is not it)
@@ -254,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``plan``: print the table (or JSON) and warnings; 0 on success, 2 on an error (one line, stderr)."""
     try:
         plan, warns, notes, rewards = build_plan(args)
-        evaluation = eval_plan_from(args.run_args, plan, args.survey.eval_rows)
+        evaluation = eval_plan_of(args.run_args, args.survey.eval_rows, plan.world_size, plan.total_steps,
+                                  plan.steps_per_epoch or 1)
     except (ValueError, OSError) as err:  # QuantityError and ConfigError are ValueErrors
         for problem in problem_lines(err):  # every problem of the config, one line each
             print(f"trl-grpo-ext plan: error: {problem}", file=sys.stderr)

@@ -208,7 +208,7 @@ def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
             "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md).")
 
 
-def _flow_lists(args: list[str], types_: tuple[type, ...]) -> list[str]:
+def _command_line_as_yaml(args: list[str], types_: tuple[type, ...]) -> list[str]:
     """``--key '[a, b]'`` for a list field read as YAML, as ``--key a b`` (HfArgumentParser's spelling; ``rewards``
     reads its own, `rewards.spec`), and ``--flag on`` / ``off`` for a boolean as ``true`` / ``false``."""
     import yaml
@@ -295,7 +295,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     twins = dataclass_types(True)
     # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
-    args = _flow_lists(args, twins)
+    args = _command_line_as_yaml(args, twins)
     unknown, cli_given = _unknown_keys(config, args, twins)
     if unknown:
         problems.add(ConfigError(_unknown_message(unknown, twins)), [key.lstrip("-") for key in unknown])

@@ -269,18 +269,25 @@ def check_empty_prompts(dataset, where: str, column: str = "prompt") -> None:
                            "counted from 0). Fix: remove those rows or give them a prompt.")
 
 
-def reward_columns(specs) -> list[str]:
-    """The dataset columns the registered rewards of ``specs`` (`RewardSpec`) read (``required_columns``)."""
+def registered_rewards(specs):
+    """``(spec, reward)`` for each registered reward of ``specs`` (`RewardSpec`) that builds: import paths and
+    rewards refused with their own message by the config checks are left out."""
     from ..rewards.registry import get_reward, is_import_path
 
-    columns = []
     for spec in specs:
         if is_import_path(spec.name):
             continue
         try:
             reward = get_reward(spec.name, **spec.kwargs)
-        except (TypeError, ValueError):  # refused with its own message by the config checks
+        except (TypeError, ValueError):
             continue
+        yield spec, reward
+
+
+def reward_columns(specs) -> list[str]:
+    """The dataset columns the registered rewards of ``specs`` (`RewardSpec`) read (``required_columns``)."""
+    columns = []
+    for _, reward in registered_rewards(specs):
         for alternatives in getattr(reward, "required_columns", ()) or ():
             columns += [c for c in alternatives if c not in columns]
     return columns

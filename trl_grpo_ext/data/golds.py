@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .checks import DatasetError
+from .checks import DatasetError, registered_rewards
 
 #: The gold answers a math-verify reward reads (`rewards.math.gold_latex`).
 MATH_GOLD_FORMS = ("a number, a LaTeX expression such as 10 - 2\\sqrt{5}, a solution ending in \\boxed{...} or "
@@ -44,16 +44,8 @@ def check_golds(dataset, where: str, specs) -> list[str]:
     Raises:
         DatasetError: every gold of such a column is unscorable: the reward would score no completion.
     """
-    from ..rewards.registry import get_reward, is_import_path
-
     warnings = []
-    for spec in specs:
-        if is_import_path(spec.name):
-            continue
-        try:
-            reward = get_reward(spec.name, **spec.kwargs)
-        except (TypeError, ValueError):
-            continue
+    for spec, reward in registered_rewards(specs):
         column = gold_column(reward, dataset.column_names)
         if column is None or len(dataset) == 0 or all(not _key(v).strip() for v in dataset[column]):
             continue

@@ -293,7 +293,16 @@ def prompt_length(prompt, tokenizer) -> int:
 
 
 def drop_long_prompts(dataset, tokenizer, max_prompt_length: int):
-    """Keep the rows whose prompt has at most ``max_prompt_length`` tokens (`prompt_length`); print how many went.
+    """:func:`prompts_within`, printing how many prompts went."""
+    kept = prompts_within(dataset, tokenizer, max_prompt_length)
+    if len(kept) < len(dataset):
+        print(f"max_prompt_length={max_prompt_length}: dropped {len(dataset) - len(kept)} of {len(dataset)} prompts "
+              "that are longer.")
+    return kept
+
+
+def prompts_within(dataset, tokenizer, max_prompt_length: int):
+    """The rows whose prompt has at most ``max_prompt_length`` tokens (`prompt_length`).
 
     ``max_prompt_length`` was a `GRPOConfig` field until TRL 1.16 removed it; TRL then cut over-long prompts from
     the left (losing the system prompt and the start of the question). Dropping them keeps every prompt the model
@@ -308,8 +317,4 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int):
         raise ValueError(f"max_prompt_length={max_prompt_length}: every prompt of the training split is longer (the "
                          f"shortest has {min(lengths)} tokens). Fix: raise max_prompt_length to at least "
                          f"{min(lengths)}, or remove it.")
-    kept = dataset.select([i for i, n in enumerate(lengths) if n <= max_prompt_length])
-    dropped = len(dataset) - len(kept)
-    if dropped:
-        print(f"max_prompt_length={max_prompt_length}: dropped {dropped} of {len(dataset)} prompts that are longer.")
-    return kept
+    return dataset.select([i for i, n in enumerate(lengths) if n <= max_prompt_length])

@@ -181,8 +181,6 @@ def zero_variance_forecast_warning(eval_results: dict, num_generations: int) -> 
         return None  # a graded reward (its forecasts differ from pass/fail): not judged as pass/fail at this G
     elif num_generations in binary:
         share, judged = binary[num_generations], f"{source.get('correctness_reward', 'the correctness reward')} as pass/fail"
-    elif any(abs(weighted[g] - binary.get(g, weighted[g])) > 1e-9 for g in weighted):
-        return None  # a graded reward (its forecasts differ from pass/fail): not extrapolated as pass/fail to this G
     elif source.get("pass_rates"):  # a G the table does not list: the pass/fail formula from the pass rates
         from .stats import zero_variance_group_fraction
 

@@ -117,6 +117,11 @@ def run_tokenizer(model_args, chat_template: str | None = None):
     return tokenizer
 
 
+def looks_like_path(name: str) -> bool:
+    """Whether ``model_name_or_path`` is written as a local path (``./x``, ``/x``, ``~/x``, ``a/b/c``), not a Hub id."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep + os.sep in name
+
+
 def check_model_path(name: str | None) -> None:
     """Fail fast, before any model load, when ``name`` can be neither found locally nor downloaded.
 
@@ -142,8 +147,7 @@ def check_model_path(name: str | None) -> None:
         return
     if Path(name).expanduser().is_dir():
         return
-    looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep + os.sep in name
-    if looks_like_path:
+    if looks_like_path(name):
         raise ValueError(f"model_name_or_path={name!r} is not an existing directory. {hint}")
     from huggingface_hub import try_to_load_from_cache
 

@@ -49,25 +49,30 @@ _EVAL_FIELDS = ("eval_strategy", "final_eval", "eval_num_prompts", "eval_steps",
                 "num_generations_eval", "per_device_eval_batch_size", "dataset_test_split")
 
 
-def check_eval_batches(run: Any, eval_rows: int | None, world_size: int) -> None:
-    """`evaluation.plan.resolve_eval_plan`'s refusals (an eval batch of part groups, a test split that fills no whole
-    batch) on ``run``, with the ``eval_rows`` the dataset stage read (else ``eval_num_prompts``, else the embedded
-    task's test split); nothing when one of its fields is already refused.
+def eval_plan_of(run: Any, eval_rows: int | None, world_size: int, total_steps: int = 1, steps_per_epoch: int = 1):
+    """`evaluation.plan.resolve_eval_plan` of ``run`` (the front door's `RunArgs`) on the ``eval_rows`` the dataset
+    stage read (else ``eval_num_prompts``, else the embedded task's test split size, else unknown); ``total_steps``
+    and ``steps_per_epoch`` only count the evaluations, which none of its refusals depends on.
 
     Raises:
-        QuantityError: as `resolve_eval_plan`."""
+        QuantityError: as `resolve_eval_plan` (naming the test split's rows when ``eval_num_prompts`` is unset)."""
     from ..config.data_sizes import embedded_test_size
     from ..evaluation.plan import resolve_eval_plan
 
-    if run.problems is not None and run.problems.blocked(_EVAL_FIELDS):
-        return
     script, training = run.script_args, run.training_args
     prompts = eval_rows if eval_rows is not None else script.eval_num_prompts
-    resolve_eval_plan(  # total_steps only counts evaluations, which no refusal depends on
+    return resolve_eval_plan(
         eval_prompts=prompts if prompts is not None else embedded_test_size(script.dataset_name),
         eval_strategy=str(enum_value(training.eval_strategy)), eval_steps=training.eval_steps,
         logging_steps=training.logging_steps, num_generations=training.num_generations,
         num_generations_eval=training.num_generations_eval,
-        per_device_eval_batch_size=training.per_device_eval_batch_size, world_size=world_size, total_steps=1,
-        steps_per_epoch=1, final_eval=str(enum_value(script.final_eval)),
+        per_device_eval_batch_size=training.per_device_eval_batch_size, world_size=world_size,
+        total_steps=total_steps, steps_per_epoch=steps_per_epoch, final_eval=str(enum_value(script.final_eval)),
         split_rows=eval_rows is not None and script.eval_num_prompts is None)
+
+
+def check_eval_batches(run: Any, eval_rows: int | None, world_size: int) -> None:
+    """:func:`eval_plan_of`'s refusals (an eval batch of part groups, a test split that fills no whole batch), listed
+    with the other problems; nothing when one of its fields is already refused. Raises QuantityError."""
+    if run.problems is None or not run.problems.blocked(_EVAL_FIELDS):
+        eval_plan_of(run, eval_rows, world_size)

@@ -184,24 +184,20 @@ def _reward_checks(found, specs, split: str, problems, survey: DatasetSurvey) ->
 
 
 def _within_prompt_length(run, dataset, cut: int, survey: DatasetSurvey):
-    """The rows the recipe keeps under ``max_prompt_length`` (`data.load.drop_long_prompts` with the run's tokenizer),
+    """The rows the recipe keeps under ``max_prompt_length`` (`data.load.prompts_within` with the run's tokenizer),
     what it dropped noted in ``survey``; ``None`` when the tokenizer cannot be loaded here (a Hub model not in the
     cache): the recipe counts them once it has it. Raises ValueError: no prompt fits."""
-    import contextlib
-    import io
-
-    from ..data.load import drop_long_prompts
+    from ..data.load import prompts_within
     from ..models.settings import run_tokenizer
 
     try:
         tokenizer = run_tokenizer(run.model_args, getattr(run.script_args, "chat_template", None))
     except (OSError, ValueError, ImportError):
         return None
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        kept = drop_long_prompts(dataset, tokenizer, cut)
-    survey.notes += [f"{line.removesuffix('.')} (as the run drops them; the plan counts the {len(kept)} left)."
-                     for line in printed.getvalue().splitlines() if line.strip()]
+    kept = prompts_within(dataset, tokenizer, cut)
+    if len(kept) < len(dataset):
+        survey.notes.append(f"max_prompt_length={cut}: dropped {len(dataset) - len(kept)} of {len(dataset)} prompts "
+                            f"that are longer (as the run drops them; the plan counts the {len(kept)} left).")
     return kept
 
 
