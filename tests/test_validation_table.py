@@ -232,6 +232,9 @@ INVALID = [
         ["final_eval", "dataset_test_split"]),
     row("final_eval typo", {"final_eval": "adaptor"}, ["final_eval"], "Did you mean 'adapter'"),
     row("adapter_dtype typo", {"adapter_dtype": "bf16"}, ["adapter_dtype"], "Choose one of 'float32', 'bfloat16'"),
+    # the trainer casts the adapter of a quantized model only: on a float32 base the setting changes nothing
+    row("adapter_dtype without a quantized base", {**_NO_4BIT, "adapter_dtype": "bfloat16"},
+        ["adapter_dtype", "load_in_4bit"], "the adapter trains in the base's dtype"),
     row("reward_error_policy typo", {"reward_error_policy": "skip"}, ["reward_error_policy"], "Choose one of"),
     row("push_to_hub_mode typo", {"push_to_hub_mode": "merge"}, ["push_to_hub_mode"], "Did you mean 'merged'"),
     row("merge_dtype typo", {"merge_dtype": "fp16"}, ["merge_dtype"], "Choose one of 'bfloat16', 'float16'"),
