@@ -132,6 +132,7 @@ def test_unknown_reward_parameter_fails_before_loading(tmp_path):
     assert "targt" in message
 
 
+@pytest.mark.slow  # a subprocess run of 8 s or more: `make test-slow`
 def test_train_under_accelerate_ends_a_refused_config_with_one_line(tmp_path):
     """`trl-grpo-ext train --accelerate_config cpu`: a refused config ends with its one line, no CalledProcessError
     traceback (it is refused before accelerate starts; a failure inside the recipe runs under accelerate's --quiet)."""
@@ -167,6 +168,7 @@ def _assert_three(lines: list[str]):
         assert sum(line.startswith(start) for line in lines) == 1, (start, lines)
 
 
+@pytest.mark.slow  # a subprocess run of 8 s or more: `make test-slow`
 def test_recipe_lists_every_problem_and_exits_2(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "recipes" / "grpo_qlora.py"), "--config", tiny_cpu_yaml(tmp_path, **THREE_PROBLEMS)],
@@ -177,6 +179,7 @@ def test_recipe_lists_every_problem_and_exits_2(tmp_path):
     assert result.stderr.count("\n") == 3
 
 
+@pytest.mark.slow  # a subprocess run of 8 s or more: `make test-slow`
 def test_accelerate_launch_lists_every_problem_and_shows_the_recipe_s_status(tmp_path):
     """Under `accelerate launch` the recipe prints the same three lines and exits 2; accelerate's launcher then exits
     1 whatever its child's status (accelerate/commands/launch.py, simple_launcher), naming the child's 2."""
@@ -190,6 +193,7 @@ def test_accelerate_launch_lists_every_problem_and_shows_the_recipe_s_status(tmp
     assert "returned non-zero exit status 2" in result.stderr
 
 
+@pytest.mark.slow  # a subprocess run of 8 s or more: `make test-slow`
 def test_train_under_accelerate_refuses_every_problem_with_exit_2(tmp_path):
     """`trl-grpo-ext train --accelerate_config cpu` checks the config before it starts accelerate: exit 2."""
     result = subprocess.run(

@@ -68,6 +68,7 @@ def test_it_parses_with_every_key_taking_effect(swapped, capsys):
         assert f"note: {note}" in err
 
 
+@pytest.mark.slow  # a subprocess run of 8 s or more: `make test-slow`
 def test_its_full_model_push_is_refused(swapped):
     """open-r1 trains the whole model and pushes it; the recipe pushes adapters (or merges): refused before any model
     loads, naming both fields, instead of a traceback after training."""
@@ -89,6 +90,7 @@ def test_it_plans(swapped):
     assert (plan["prompts_per_step"], plan["steps_per_epoch"], plan["total_steps"]) == (4, 16, 16)
 
 
+@pytest.mark.slow  # a subprocess run of 8 s or more: `make test-slow`
 def test_it_trains_two_steps(swapped, tmp_path):
     out = tmp_path / "out"
     out.mkdir()

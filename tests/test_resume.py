@@ -22,6 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# about a minute of subprocess runs: `make test-slow` (kept out of `make test` to hold it near 10 minutes)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 CPU_CONFIG = str(ROOT / "recipes/accelerate_configs/cpu.yaml")
 RECIPE = "recipes/grpo_qlora.py"

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# about a minute of subprocess runs: `make test-slow` (kept out of `make test` to hold it near 10 minutes)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
