@@ -40,7 +40,7 @@ from trl_grpo_ext.models.source import resolve_model_source
 from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.training.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
-from trl_grpo_ext.training.interrupt import GracefulInterrupt
+from trl_grpo_ext.training.interrupt import GracefulInterrupt, exit_run
 from trl_grpo_ext.validation import check_reward_columns
 from trl_grpo_ext.zero_variance.report import steps_per_generation, summary_line
 from trl_grpo_ext.zero_variance.settings import check_skip_plan
@@ -212,4 +212,4 @@ def main(script_args, training_args, model_args, push_args) -> int:
 
 if __name__ == "__main__":
     set_offline_defaults()
-    sys.exit(main(*parse_recipe_args()))
+    exit_run(main(*parse_recipe_args()))

@@ -122,3 +122,46 @@ def test_sigterm_is_handled_like_sigint(tmp_path):
     with GracefulInterrupt(FakeTrainer()) as callback:
         signal.raise_signal(signal.SIGTERM)
         assert callback.requested
+
+
+EXIT_SCRIPT = """
+import atexit, sys
+from trl_grpo_ext.training.interrupt import exit_run
+atexit.register(lambda: open(sys.argv[1], "w").write("atexit ran"))
+print("written before the exit", end="")  # no newline: left in the buffer until a flush
+exit_run(3)
+print("never printed")
+"""
+
+
+@pytest.mark.parametrize("world_size", [None, "1", "2"])
+def test_exit_run_returns_the_status_after_the_atexit_handlers_and_a_flush(tmp_path, world_size):
+    """The recipe's exit: the status given, the atexit handlers run and stdout flushed, with or without WORLD_SIZE
+    (with WORLD_SIZE 2 through os._exit, which skips the interpreter's teardown)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
+    if world_size is not None:
+        env["WORLD_SIZE"] = world_size
+    marker = tmp_path / "atexit.txt"
+    result = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(marker)], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == "written before the exit"
+    assert marker.read_text() == "atexit ran"
+
+
+def test_exit_run_with_several_processes_skips_the_interpreter_teardown(tmp_path):
+    """What distinguishes the WORLD_SIZE > 1 path: an object finalised only at interpreter teardown is not."""
+    import subprocess
+    import sys
+
+    script = EXIT_SCRIPT.replace("exit_run(3)", "class Late:\n    def __del__(self):\n        print(' finalised', end='')\n"
+                                 "late = Late()\nexit_run(3)")
+    outputs = {}
+    for world_size in ("1", "2"):
+        result = subprocess.run([sys.executable, "-c", script, str(tmp_path / f"m{world_size}")], capture_output=True,
+                                text=True, env={**os.environ, "WORLD_SIZE": world_size}, timeout=60)
+        outputs[world_size] = (result.returncode, result.stdout)
+    assert outputs == {"1": (3, "written before the exit finalised"), "2": (3, "written before the exit")}

@@ -163,3 +163,27 @@ def micro_batches_to_generation_boundary(micro_batches_done: int | None, steps_p
         return 0
     cycle = steps_per_generation * num_iterations
     return (-micro_batches_done) % cycle
+
+
+def exit_run(code: int, environ=None) -> None:
+    """End the recipe's process with exit status ``code`` (`SystemExit`); in a run of several processes
+    (``WORLD_SIZE`` > 1), after the ``atexit`` handlers (trackers, logging) and a flush, without the interpreter's
+    teardown (`os._exit`).
+
+    That teardown can abort after a gloo run whose results are all written ("terminate called without an active
+    exception", SIGABRT: gloo's worker threads still hold work objects when the interpreter is finalised,
+    pytorch/pytorch#179291), and torchrun then reports the run as failed: seen in 1 of 13 two-process runs of
+    tests/test_multiprocess.py on 2026-12-03, after `trainer.end()` had destroyed the process group.
+
+    Args:
+        code (`int`): the exit status. environ (`Mapping`, *optional*): default ``os.environ``.
+    """
+    import atexit
+
+    environ = os.environ if environ is None else environ
+    if environ.get("WORLD_SIZE", "1") in ("", "1"):
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what a normal exit runs, while the interpreter is whole
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
