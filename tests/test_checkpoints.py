@@ -67,3 +67,27 @@ def test_a_new_run_never_overwrites_an_old_one(tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ValueError, match="is a file"):
         check_output_dir(tmp_path / "afile", resuming=False)
+
+
+def test_a_finished_run_is_not_offered_a_resume(tmp_path):
+    """A run at its last step cannot be resumed (`check_checkpoint_unfinished`): the refusal of a new run there offers
+    continuing its adapter, starting over or another folder, never --resume_from_checkpoint."""
+    import json
+
+    from trl_grpo_ext.training.checkpoints import check_output_dir
+
+    for step, last in ((3, 4), (4, 4)):
+        root = tmp_path / f"run{step}"
+        root.mkdir()
+        _checkpoint(root, step).joinpath("trainer_state.json").write_text(
+            json.dumps({"global_step": step, "max_steps": last}))
+        with pytest.raises(ValueError) as caught:
+            check_output_dir(root, resuming=False)
+        message = str(caught.value)
+        if step < last:
+            assert f"already holds a run (checkpoint-{step})" in message and "--resume_from_checkpoint last" in message
+        else:
+            assert "already holds a finished run (checkpoint-4: step 4 of 4)" in message
+            assert "resume" not in message.lower()
+            assert f"--model_name_or_path {root} to continue its adapter" in message
+            assert "--overwrite_output_dir true" in message

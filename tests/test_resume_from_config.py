@@ -46,8 +46,10 @@ def test_resume_from_checkpoint_in_the_config_is_honoured_and_a_new_run_is_refus
     for config_value, call_value in ((None, None), (True, False)):
         fresh_reward = RecordingReward()
         fresh = trainer(run, fresh_reward, total_epochs=2, resume_from_checkpoint=config_value)
-        with pytest.raises(ValueError, match=r"already holds a run \(checkpoint-4\); starting a new one would "
-                                             r"overwrite it\. Resume it with trainer\.train\(resume_from_checkpoint"):
+        # (a finished run: resuming it is refused too, so the fix continues its adapter instead)
+        with pytest.raises(ValueError, match=r"already holds a finished run \(checkpoint-4: step 4 of 4\); starting "
+                                             r"a new one would overwrite it\. Choose another output_dir \(with "
+                                             r"model_name_or_path="):
             fresh.train(resume_from_checkpoint=call_value)
         assert fresh_reward.calls == []
     assert (run / "checkpoint-4" / "adapter_model.safetensors").read_bytes() == saved

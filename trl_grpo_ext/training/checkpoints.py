@@ -69,6 +69,13 @@ OUTPUT_DIR_FIXES = {
               "config), choose another output_dir, pass trainer.train(overwrite_output_dir=True) to start over in it, "
               "or delete the folder.",
 }
+#: The same for a run that reached its last step (nothing to resume).
+FINISHED_OUTPUT_DIR_FIXES = {
+    "command line": "Choose another --output_dir (with --model_name_or_path {dir} to continue its adapter), pass "
+                    "--overwrite_output_dir true to start over in it, or delete the folder.",
+    "python": "Choose another output_dir (with model_name_or_path={dir!r} to continue its adapter), pass "
+              "trainer.train(overwrite_output_dir=True) to start over in it, or delete the folder.",
+}
 
 
 def check_output_dir(output_dir: str | os.PathLike, resuming: bool, fixes: str = "command line") -> None:
@@ -81,17 +88,34 @@ def check_output_dir(output_dir: str | os.PathLike, resuming: bool, fixes: str =
 
     Raises:
         ValueError: ``output_dir`` is a file, or holds a complete ``checkpoint-*`` folder and ``resuming`` is False;
-            the message offers resuming, another ``output_dir``, or deleting the old run.
+            the message offers resuming (for a finished run: continuing its adapter), another ``output_dir``,
+            starting over, or deleting the old run.
     """
     root = Path(output_dir)
     if root.exists() and not root.is_dir():
         raise ValueError(f"output_dir={str(root)!r} is a file, not a directory. Choose another output_dir.")
     newest = last_complete_checkpoint(root)
-    if newest is not None and not resuming:
+    if newest is None or resuming:
+        return
+    step, last = _steps_of(newest)
+    if step is not None and last and step >= last:  # finished: resuming it is refused too
         raise ValueError(
-            f"output_dir={str(root)!r} already holds a run ({Path(newest).name}); starting a new one would overwrite "
-            f"it. {OUTPUT_DIR_FIXES[fixes]}"
-        )
+            f"output_dir={str(root)!r} already holds a finished run ({Path(newest).name}: step {step} of {last}); "
+            f"starting a new one would overwrite it. {FINISHED_OUTPUT_DIR_FIXES[fixes].format(dir=str(root))}")
+    raise ValueError(
+        f"output_dir={str(root)!r} already holds a run ({Path(newest).name}); starting a new one would overwrite "
+        f"it. {OUTPUT_DIR_FIXES[fixes]}"
+    )
+
+
+def _steps_of(checkpoint: str) -> tuple[int | None, int | None]:
+    """``(global_step, max_steps)`` of a checkpoint's ``trainer_state.json``; None where unreadable."""
+    try:
+        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return None, None
+    step, last = state.get("global_step"), state.get("max_steps")
+    return (step if isinstance(step, int) else None), (last if isinstance(last, int) else None)
 
 
 #: Plan fields that may differ on resume: they change how the same steps are computed (batch split across devices
