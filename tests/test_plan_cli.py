@@ -209,6 +209,12 @@ def test_plan_warns_when_an_evaluation_forecasts_mostly_uniform_groups(capsys, w
     code, _, err = run_plan(capsys, "--config", write_yaml(TUTORIAL), "--dataset-size", "2000",
                             "--eval-results", str(results))
     assert code == 0 and "74% of groups with σ = 0 at G=8" in err
+    # a forecast below the warning's one half is still reported, as a note (a new user's finding: nothing was printed)
+    results.write_text(json.dumps({"uniform_group_forecast": {"8": 0.125}, "pass_rates": [0.0, 0.5]}))
+    code, _, err = run_plan(capsys, "--config", write_yaml(TUTORIAL), "--dataset-size", "2000",
+                            "--eval-results", str(results))
+    assert code == 0 and "warning" not in err
+    assert f"note: --eval-results {results}: the σ = 0 forecast for num_generations=8 is 0.12 of the groups" in err
 
 
 @pytest.mark.slow

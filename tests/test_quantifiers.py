@@ -364,6 +364,12 @@ def test_warning_memory_suggests_a_micro_batch_that_fits():
     (warning,) = plan_warnings(plan, gpu_memory_gib=8, model_params=0.5e9)
     assert "needs at least 9.5 GiB" in warning and "micro_batch_size=4" in warning
     assert plan_warnings(plan, gpu_memory_gib=10, model_params=0.5e9) == []
+    # what fits is said too (the same lower bound: 9.273 + 0.233 = 9.506 GiB), and nothing where the warning speaks
+    from trl_grpo_ext.plan.advice import memory_note
+
+    assert "micro-batch of 8 × 4096 tokens needs at least 9.51 GiB, within it" in memory_note(plan, 10, 0.5e9)
+    assert "9.27 GiB (no --model-params: the weights not counted)" in memory_note(plan, 10)
+    assert memory_note(plan, 8, 0.5e9) is None
 
 
 # ---------------------------------------------------------------------------------------------------------------------

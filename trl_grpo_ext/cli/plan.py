@@ -17,6 +17,7 @@ from trl_grpo_ext.config.frontdoor import read_run_args
 from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.evaluation.plan import zero_variance_forecast_warning
 from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
+from trl_grpo_ext.plan.advice import memory_note
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.validation.collected import eval_plan_of
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
@@ -109,10 +110,11 @@ def build_plan(args: argparse.Namespace):
     warns = plan_warnings(plan, instruct_model=instruct, gpu_memory_gib=args.gpu_memory_gib,
                           model_params=args.model_params,
                           loss_type=resolved.trl_fields().get("loss_type") or training.loss_type)
+    memory = None if args.gpu_memory_gib is None else memory_note(plan, args.gpu_memory_gib, args.model_params)
     rewards = resolved.rewards
     warns += survey.warnings + weight_warnings(rewards or [])
     warns += [w for w in [switched_off_warning(run.user_values, flatten_values(*run))] if w]
-    notes = ([survey.not_run] if survey.not_run else []) + survey.notes
+    notes = ([survey.not_run] if survey.not_run else []) + survey.notes + ([memory] if memory else [])
     cut = getattr(script_args, "max_prompt_length", None)
     if survey.train_rows is not None and cut is not None and args.dataset_size is None and not survey.prompts_cut:
         notes.append(f"max_prompt_length={cut}: the plan counts all {survey.train_rows} rows of the training split; "
@@ -142,9 +144,13 @@ def build_plan(args: argparse.Namespace):
         except (AttributeError, TypeError, KeyError) as err:
             raise ValueError(f"--eval-results {args.eval_results}: not an evaluation result ({err}); pass the "
                              "output of `trl-grpo-ext eval --k K --json` or a run's eval_results.json.") from None
+        share = _forecast(results, plan.num_generations)
         if forecast_warning:
             warns.append(forecast_warning)
-        elif not _has_forecast(results, plan.num_generations):
+        elif share is not None:
+            notes.append(f"--eval-results {args.eval_results}: the σ = 0 forecast for num_generations="
+                         f"{plan.num_generations} is {share:.2f} of the groups (warned above 0.5).")
+        else:
             notes.append(f"--eval-results {args.eval_results} holds no σ = 0 forecast for num_generations="
                          f"{plan.num_generations}: rerun `trl-grpo-ext eval --k K` with K >= {plan.num_generations} "
                          "samples per prompt (or final_eval_num_samples in the recipe).")
@@ -215,12 +221,14 @@ def _trl_defaults(config_class) -> dict:
     return {f.name: f.default for f in fields(config_class) if f.name in ("scale_rewards", "loss_type")}
 
 
-def _has_forecast(results: dict, num_generations: int) -> bool:
+def _forecast(results: dict, num_generations: int) -> float | None:
+    """The evaluation's σ = 0 forecast for G = ``num_generations`` (share of groups), None when it has none."""
     source = results.get("base", results.get("trained", results)) if isinstance(results, dict) else {}
     # the forecast on the run's weighted reward when the evaluation has one (a graded reward's pass/fail is not it)
     key = "uniform_group_forecast_weighted" if source.get("uniform_group_forecast_weighted") else "uniform_group_forecast"
     table = source.get(key) or {}
-    return str(num_generations) in table or num_generations in table
+    value = table.get(str(num_generations), table.get(num_generations))
+    return None if value is None else float(value)
 
 
 def run(args: argparse.Namespace) -> int:

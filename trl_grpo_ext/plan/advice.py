@@ -11,7 +11,7 @@ from ..config.loss_settings import bnpo_accumulation_warning
 from .resolve import _divisors
 from .run_plan import RunPlan
 
-__all__ = ["plan_warnings"]
+__all__ = ["plan_warnings", "memory_note"]
 
 #: Vocabulary assumed by the memory estimate of :func:`plan_warnings` (Qwen2.5's, 151,936 tokens).
 ASSUMED_VOCAB_SIZE = 151_936
@@ -97,3 +97,14 @@ def plan_warnings(plan: RunPlan, *, instruct_model: bool | None = None, gpu_memo
                        f"{ASSUMED_VOCAB_SIZE}-token vocabulary), more than the {gpu_memory_gib:g} GiB stated; {fix}")
     return out
 
+
+def memory_note(plan: RunPlan, gpu_memory_gib: float, model_params: float | None = None) -> str | None:
+    """The memory check's figure when it does not warn (:func:`plan_warnings`: the same lower bound), so that
+    ``--gpu-memory-gib`` always says what it found; None when :func:`plan_warnings` warns instead."""
+    need = _estimate_micro_batch_gib(plan.micro_batch_size, plan.max_completion_length, model_params)
+    if need > gpu_memory_gib:
+        return None
+    weights = "" if model_params else " (no --model-params: the weights not counted)"
+    return (f"--gpu-memory-gib {gpu_memory_gib:g}: one micro-batch of {plan.micro_batch_size} × "
+            f"{plan.max_completion_length} tokens needs at least {need:.2f} GiB{weights}, within it; a lower bound "
+            "(4-bit weights + bf16 logits), not a promise that the run fits")
