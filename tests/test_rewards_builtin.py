@@ -202,6 +202,17 @@ def test_trl_cosine_and_token_repetition():
     assert both(rp, ["x", "y"], completion_ids=[[1, 2, 3, 4], [5, 5, 5, 5, 5]]) == [0.0, -0.75]
 
 
+def test_numeric_match_scores_none_for_a_gold_of_several_numbers():
+    """The breaker's finding: a gold \\boxed{3/4} was read as its last number, so "4" and "7/4" scored 1.0 and the
+    right "0.75" 0.0, while the data check warned that such rows get None. They now do (the accuracy reward reads
+    them); a gold of one number, with a sign, separators or a percent sign, is scored as before."""
+    reward = get_reward("numeric_match", column="solution")
+    golds = [r"\boxed{3/4}", r"\boxed{3/4}", r"\boxed{3/4}", r"\dfrac{1}{2}", "#### 42", "1,000", "-5", r"50\%"]
+    texts = ["4", "7/4", "0.75", "2", "The answer: 42", "1000", "-5", "50"]
+    assert reward(completions=texts, solution=golds) == [None, None, None, None, 1.0, 1.0, 1.0, 1.0]
+    assert reward.gold_problem(r"\boxed{3/4}") == "it holds 2 numbers (3, 4), not one"
+
+
 def test_numeric_match_with_an_answer_phrase_reads_the_stated_answer():
     from trl_grpo_ext.rewards.builtin import NumericMatch
 

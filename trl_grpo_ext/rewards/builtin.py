@@ -91,9 +91,10 @@ class NumericMatch(TextReward):
     r"""1.0 if the last number in the completion's final answer is close to the reference number, else 0.0.
 
     Formula: ``r = [|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)]`` (``math.isclose``), where ``a`` is the last
-    decimal number of ``extract(completion)`` and ``b`` the last number of ``extract(reference)`` (``####`` answers
+    decimal number of ``extract(completion)`` and ``b`` the one number of ``extract(reference)`` (``####`` answers
     of GSM8K, ``\boxed{}``, ``<answer>`` tags; thousands separators ``1,000`` accepted). Range {0, 1}; ``None`` when
-    the reference holds no number, 0.0 when the completion holds none. Source: the GSM8K answer check
+    the reference holds no number or several (``\frac{1}{2}``, ``3/4``: no single number to compare; the accuracy
+    reward reads them), 0.0 when the completion holds none. Source: the GSM8K answer check
     (Cobbe et al. 2021, arXiv 2110.14168), with a tolerance.
 
     Args:
@@ -123,18 +124,21 @@ class NumericMatch(TextReward):
                   "the accuracy reward, which reads them with math-verify)")
 
     def gold_problem(self, reference: str) -> str:
-        """Why this reward cannot score ``reference`` (``""``: it can): a gold without a number (scored ``None``),
-        or with several (``\\frac{1}{2}``, ``3/4``, ``10 - 2\\sqrt{5}``: read as their last number, 2, 4, 5)."""
+        """Why this reward cannot score ``reference`` (``""``: it can; else `score` gives ``None``): a gold without a
+        number, or with several (``\\frac{1}{2}``, ``3/4``, ``10 - 2\\sqrt{5}``)."""
         numbers = numbers_in(extract_answer(reference, self.answer_tag))
         if not numbers:
             return "it holds no number"
-        return "" if len(numbers) == 1 else f"it holds {len(numbers)} numbers and would be read as the last, {numbers[-1]}"
+        shown = ", ".join(numbers[:4]) + (", ..." if len(numbers) > 4 else "")
+        return "" if len(numbers) == 1 else f"it holds {len(numbers)} numbers ({shown}), not one"
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
         out: list[float | None] = []
         for text, ref in zip(texts, refs):
-            gold = last_number(extract_answer(str(ref), self.answer_tag))
+            golds = numbers_in(extract_answer(str(ref), self.answer_tag))
+            # none, or several (3/4): nothing to compare with
+            gold = float(golds[0].replace(",", "")) if len(golds) == 1 else None
             if self.answer_phrase:
                 pred = stated_number(text, self.answer_phrase)
             else:
