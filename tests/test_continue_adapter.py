@@ -87,7 +87,8 @@ def test_what_cannot_be_continued_is_refused_before_loading(earlier, tmp_path):
     for extra, message in (
         (["--model_name_or_path", str(empty)], f"model_name_or_path='{empty}' is a folder with neither config.json"),
         (["--model_name_or_path", str(earlier), "--use_peft", "false"],
-         "is an adapter of an earlier run, which this run would continue, but use_peft is false. Set use_peft: true"),
+         "is an adapter of an earlier run, which this run would continue, but use_peft is false. Fix: set use_peft: "
+         "true"),
         (["--model_name_or_path", str(earlier), "--output_dir", str(earlier)],
          "is the adapter folder being continued"),
     ):

@@ -45,6 +45,7 @@ BASE = {
 }
 DROP = object()
 SOLUTION_ROWS = str(Path(__file__).resolve().parent / "data" / "solution_rows")  # 8 prompts with a solution column
+ADAPTER = str(Path(__file__).resolve().parent / "data" / "tiny_adapter")  # an adapter_config.json of the tiny model
 FIX = "Fix:"
 
 
@@ -332,6 +333,23 @@ INVALID = [
         "Fix: set use_peft: true (QLoRA), or load_in_4bit: false for a full fine-tune"),
     row("8-bit base without use_peft", {"use_peft": False, **_NO_LORA, **_NO_4BIT, "load_in_8bit": True},
         ["load_in_8bit=True", "use_peft=False"], "or load_in_8bit: false for a full fine-tune"),
+    # transformers' Trainer settings the twins of plan do not check (a breaker's findings): refused after the model
+    # loaded (the scheduler at the first step, Trainer.__init__) or by the real class only, without a fix
+    row("cosine_with_min_lr without a floor", {"lr_scheduler_type": "cosine_with_min_lr"},
+        ["lr_scheduler_type='cosine_with_min_lr'", "lr_scheduler_kwargs"], "Fix: add lr_scheduler_kwargs: {min_lr_rate"),
+    row("reduce_lr_on_plateau without an evaluation", {"lr_scheduler_type": "reduce_lr_on_plateau"},
+        ["lr_scheduler_type='reduce_lr_on_plateau'", "eval_strategy='no'"], "Fix: set eval_strategy: steps"),
+    row("save_strategy best without a metric", {"save_strategy": "best", "save_steps": DROP},
+        ["save_strategy='best'", "metric_for_best_model"], "Fix: set metric_for_best_model"),
+    row("load_best_model_at_end without an evaluation", {"load_best_model_at_end": True},
+        ["load_best_model_at_end=True", "eval_strategy='no'", "save_strategy='steps'"], "Fix: set both to steps"),
+    row("empty output_dir", {"output_dir": ""}, ["output_dir=''"], "Fix: set output_dir to a folder"),
+    # a continued adapter the run cannot train (the recipe refused these; plan accepted them)
+    row("continued adapter without use_peft", {"model_name_or_path": ADAPTER, "use_peft": False, **_NO_LORA,
+                                               **_NO_4BIT}, [f"model_name_or_path={ADAPTER!r}", "use_peft is false"],
+        "Fix: set use_peft: true"),
+    row("output_dir is the continued adapter", {"model_name_or_path": ADAPTER, "output_dir": ADAPTER},
+        [f"output_dir={ADAPTER!r}"], "Fix: choose another output_dir"),
 ]
 
 
@@ -363,6 +381,8 @@ RULE_ROWS = {
     "rewards_set": "rewards not set",
     "reward_weights": "every reward weight 0",
     "quantized_needs_adapter": "4-bit base without use_peft",
+    "trainer_settings": "cosine_with_min_lr without a floor",
+    "continued_adapter": "output_dir is the continued adapter",
 }
 
 

@@ -45,9 +45,9 @@ def _recipe_checks(run) -> None:
     model_args, training_args = run.model_args, run.training_args
     problems = Problems()
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
-    # listed with the rules' problems (`use_peft: false` on a continued adapter is also `quantized_needs_adapter`'s)
-    problems.check(lambda: check_continued_model(resolve_model_source(model_args.model_name_or_path), model_args,
-                                                 training_args), fields=["model_name_or_path"])
+    # a continued adapter's base must be found too (its use_peft and output_dir: the rule continued_adapter)
+    problems.check(lambda: check_continued_base(resolve_model_source(model_args.model_name_or_path)),
+                   fields=["model_name_or_path"])
     problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
     problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), _world_size(), fields=["zero_variance_filter"])
     problems.raise_if_any(ValueError)
@@ -89,21 +89,13 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
     return run
 
 
-def check_continued_model(source, model_args, training_args) -> None:
-    """Refuse a continued adapter (`models.source.ModelSource`) the run cannot train.
+def check_continued_base(source) -> None:
+    """The base of a continued adapter (`models.source.ModelSource`) must be found (`check_model_path`).
 
     Raises:
-        ValueError: ``use_peft: false``, an ``output_dir`` that is the adapter's folder, or a base not found."""
-    if not source.continued:
-        return
-    name = model_args.model_name_or_path
-    if not model_args.use_peft:
-        raise ValueError(f"model_name_or_path={name!r} is an adapter of an earlier run, which this run would continue, "
-                         "but use_peft is false. Set use_peft: true to train the adapter further.")
-    if Path(training_args.output_dir).resolve() == Path(source.adapter):
-        raise ValueError(f"output_dir={training_args.output_dir!r} is the adapter folder being continued "
-                         f"(model_name_or_path={name!r}); the new adapter would overwrite it. Choose another output_dir.")
-    check_model_path(source.base)
+        ValueError: as `check_model_path`."""
+    if source.continued:
+        check_model_path(source.base)
 
 
 def _fail(problems: list[str]) -> RecipeArgumentError:

@@ -26,6 +26,7 @@ from .rewards import (
     reward_specs,
 )
 from .tables import EXCLUSIVE, GOVERNED_BY, NORMALIZE_THEN_SUM_IGNORES, ORDERED, REQUIRES, enum_value, is_on
+from .trainer_settings import TRAINER_FIELDS, check_continued_adapter, trainer_problems
 
 
 class RunView:
@@ -380,6 +381,10 @@ RULES: tuple[Rule, ...] = (
     Rule("rewards_set", lambda v: check_rewards_set(v.values), ("rewards",)),
     Rule("empty_rewards", lambda v: check_rewards_not_empty(v.values), ("rewards",)),
     Rule("reward_weights", lambda v: check_some_weight(_reward_specs(v)), _REWARDS),
+    Rule("trainer_settings", lambda v: _several(trainer_problems(v.values)), (), blocked_by=TRAINER_FIELDS),
+    Rule("continued_adapter", lambda v: check_continued_adapter(v.values), ("model_name_or_path", "use_peft",
+                                                                           "output_dir"),
+         blocked_by=("model_name_or_path", "output_dir")),  # listed with quantized_needs_adapter's use_peft line
 )
 
 

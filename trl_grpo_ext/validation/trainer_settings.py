@@ -1,0 +1,104 @@
+"""Rules on transformers' `Trainer` settings and on a continued adapter that only the real classes or the model's
+folder would refuse: after the model has loaded (`Trainer.__init__`, the scheduler at the first step), or only in the
+recipe. Listed in `rules.RULES`, so `plan` refuses them too (transformers 5.24: `training_args.py`, `trainer.py`,
+`optimization.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..config.checks import RunArgumentError, as_number
+from .tables import enum_value
+
+#: Schedulers that read ``min_lr`` or ``min_lr_rate`` from ``lr_scheduler_kwargs`` and raise without one.
+MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")
+#: The fields :func:`trainer_problems` reads (a problem already reported for one skips it).
+TRAINER_FIELDS = ("output_dir", "lr_scheduler_type", "lr_scheduler_kwargs", "eval_strategy", "save_strategy",
+                  "metric_for_best_model", "load_best_model_at_end", "save_steps", "eval_steps")
+#: Schedulers that step on an evaluation metric (`TrainingArguments.__post_init__` refuses them without one).
+EVAL_SCHEDULERS = ("reduce_lr_on_plateau", "greedy")
+
+
+def trainer_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """The problems of ``values`` (every field) as ``(line, fields)``, each line with its fix."""
+    get = lambda name: enum_value(values.get(name))  # noqa: E731
+    found = []
+    output_dir = values.get("output_dir")
+    if isinstance(output_dir, str) and not output_dir.strip():
+        found.append(("output_dir='' names no folder: the trainer would fail creating it after the model loads. Fix: "
+                      "set output_dir to a folder, e.g. outputs/my-run (an empty shell variable gives '').",
+                      ("output_dir",)))
+    scheduler, strategy = get("lr_scheduler_type"), get("eval_strategy") or "no"
+    kwargs = values.get("lr_scheduler_kwargs") or {}
+    if isinstance(kwargs, str):  # the command line's JSON (the real class reads it in __post_init__)
+        import json
+
+        try:
+            kwargs = json.loads(kwargs)
+        except ValueError:
+            kwargs = {}
+    if scheduler in MIN_LR_SCHEDULERS and not (isinstance(kwargs, Mapping) and ({"min_lr", "min_lr_rate"} & set(kwargs))):
+        found.append((f"lr_scheduler_type={scheduler!r} decays to a floor it reads from lr_scheduler_kwargs, which sets "
+                      f"none (lr_scheduler_kwargs={kwargs!r}): transformers raises at the first step. Fix: add "
+                      "lr_scheduler_kwargs: {min_lr_rate: 0.1} (or min_lr), or use lr_scheduler_type: cosine.",
+                      ("lr_scheduler_type", "lr_scheduler_kwargs")))
+    if scheduler in EVAL_SCHEDULERS and strategy == "no":
+        found.append((f"lr_scheduler_type={scheduler!r} steps on an evaluation metric, but eval_strategy='no' never "
+                      "evaluates. Fix: set eval_strategy: steps (with eval_steps), or use lr_scheduler_type: cosine.",
+                      ("lr_scheduler_type", "eval_strategy")))
+    save = get("save_strategy") or "steps"
+    best = bool(values.get("load_best_model_at_end"))
+    if save == "best" and values.get("metric_for_best_model") is None and not best:
+        found.append(("save_strategy='best' saves when metric_for_best_model improves, and metric_for_best_model is "
+                      "not set: the trainer refuses it after the model loads. Fix: set metric_for_best_model: "
+                      "reward (or another logged metric), or save_strategy: steps.",
+                      ("save_strategy", "metric_for_best_model")))
+    if best and save != "best":
+        found += _best_model_problems(save, strategy, values)
+    return found
+
+
+def _best_model_problems(save: str, strategy: str, values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """`load_best_model_at_end`'s needs (`TrainingArguments.__post_init__`): the save and eval strategies equal, and
+    with ``steps`` save_steps a whole multiple of eval_steps."""
+    if strategy != save:
+        return [(f"load_best_model_at_end=True keeps the best of the saved checkpoints, which needs them saved where "
+                 f"they are evaluated, but eval_strategy={strategy!r} and save_strategy={save!r}. Fix: set both to "
+                 "steps (save_steps a multiple of eval_steps), or remove load_best_model_at_end.",
+                 ("load_best_model_at_end", "eval_strategy", "save_strategy"))]
+    save_steps, eval_steps = as_number(values.get("save_steps")), as_number(values.get("eval_steps"))
+    if strategy == "steps" and save_steps and eval_steps is not None and eval_steps > 0:
+        if (save_steps >= 1) != (eval_steps >= 1) or round(save_steps * 1e6) % round(eval_steps * 1e6):
+            return [(f"load_best_model_at_end=True needs save_steps a whole multiple of eval_steps, but save_steps="
+                     f"{values.get('save_steps')!r} and eval_steps={values.get('eval_steps')!r}. Fix: e.g. save_steps: "
+                     f"{values.get('eval_steps')!r}, or remove load_best_model_at_end.",
+                     ("load_best_model_at_end", "save_steps", "eval_steps"))]
+    return []
+
+
+def check_continued_adapter(values: Mapping[str, Any]) -> None:
+    """A continued adapter (`models.source`) the run cannot train: ``use_peft: false`` (the adapter would be dropped)
+    or an ``output_dir`` that is the adapter's folder (overwritten). Whether its base exists is the recipe's check.
+
+    Raises:
+        RunArgumentError: naming the field, the value and the fix."""
+    from ..models.source import resolve_model_source
+
+    name = values.get("model_name_or_path")
+    if not isinstance(name, str) or not name:
+        return
+    try:
+        source = resolve_model_source(name)
+    except (ValueError, OSError):  # a folder that is neither a model nor an adapter: plan and the recipe report it
+        return
+    if not source.continued:
+        return
+    if not values.get("use_peft"):
+        raise RunArgumentError(f"model_name_or_path={name!r} is an adapter of an earlier run, which this run would "
+                               "continue, but use_peft is false. Fix: set use_peft: true to train the adapter further.")
+    output_dir = values.get("output_dir")
+    if isinstance(output_dir, str) and output_dir and Path(output_dir).resolve() == Path(source.adapter):
+        raise RunArgumentError(f"output_dir={output_dir!r} is the adapter folder being continued (model_name_or_path="
+                               f"{name!r}); the new adapter would overwrite it. Fix: choose another output_dir.")
