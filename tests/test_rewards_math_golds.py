@@ -137,3 +137,18 @@ def test_a_gold_with_a_unit_or_a_phrase_is_still_one_answer():
 
 def test_trl_math_reward_skips_a_flagged_gold():
     assert get_reward("accuracy_reward")(completions=[r"\boxed{72}"], solution=["72 clips"]) == [None]
+
+
+def test_accuracy_reads_shorthand_latex_as_math_verify_does():
+    """The breaker's finding: `\\frac12`, `\\tfrac12`, `\\sqrt2`, `2\\sqrt3`, `\\frac34` scored 0 against their
+    golds, because TRL 1.16's NormalizationConfig(units=True) switches off math-verify's fixing of malformed operators
+    (its LatexExtractionConfig default has them on); wrong answers in the same forms still score 0."""
+    pytest.importorskip("math_verify")
+    from trl_grpo_ext.rewards.registry import get_reward
+
+    cases = [(r"\frac{1}{2}", r"\boxed{\frac12}", 1.0), (r"\frac{1}{2}", r"\boxed{\tfrac12}", 1.0),
+             (r"\sqrt{2}", r"\boxed{\sqrt2}", 1.0), (r"2\sqrt{3}", r"\boxed{2\sqrt3}", 1.0),
+             (r"\frac{3}{4}", r"\boxed{\frac34}", 1.0), (r"\frac{1}{2}", r"\boxed{\frac13}", 0.0),
+             (r"\sqrt{2}", r"\boxed{\sqrt3}", 0.0), (r"\boxed{3/4}", r"\boxed{0.75}", 1.0), ("42", r"\boxed{43}", 0.0)]
+    scores = get_reward("accuracy")(completions=[c for _, c, _ in cases], solution=[g for g, _, _ in cases])
+    assert scores == [expected for _, _, expected in cases]

@@ -170,11 +170,13 @@ class Accuracy(TextReward):
         )
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
-        mv, NormalizationConfig = _math_verify()
+        mv, _ = _math_verify()
         column, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
         timeout = quiet_off_main_thread(self.timeout_seconds)
         extraction = [
-            mv.LatexExtractionConfig(normalization_config=NormalizationConfig(units=True), boxed_match_priority=0),
+            # math-verify's own normalisation (units, malformed operators such as \frac12 and \sqrt2, nits): TRL
+            # 1.16's NormalizationConfig(units=True) switches the last two off, and such right answers scored 0
+            mv.LatexExtractionConfig(boxed_match_priority=0),
             mv.ExprExtractionConfig(),
         ]
         out: list[float | None] = []
