@@ -106,8 +106,9 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
     # logging_steps 2, steps 1 and 3 all uniform, 2 and 4 not: each log reads 0.5, so only a lower bound is known
     averaged = [{"step": 2, "loss": 0.0, "frac_reward_zero_std": 0.5}, {"step": 4, "loss": 0.0,
                                                                          "frac_reward_zero_std": 0.5}]
-    assert summary_line(averaged, 2).endswith("at least 0 of 4 steps had every group uniform (zero advantages; with "
-                                              "zero_variance_filter off the optimizer still stepped)")
+    assert summary_line(averaged, 2).endswith(
+        "0 of 4 steps had every group uniform in the logs (a log averaging several steps may hide more: logging_steps "
+        "1 counts each) (zero advantages; with zero_variance_filter off the optimizer still stepped)")
 
 
 def test_the_summary_counts_generation_batches_and_every_step_s_update():

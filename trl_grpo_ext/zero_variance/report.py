@@ -158,8 +158,8 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
                 f"completions); ")
     if summary["filter_on"]:
         return head + f"{summary['no_update_steps']} of {steps} steps made no update"
-    least = "" if summary["exact"] else "at least "
-    return head + (f"{least}{summary['all_uniform_steps']} of {steps} steps had every group uniform (zero advantages; "
+    seen = "" if summary["exact"] else " in the logs (a log averaging several steps may hide more: logging_steps 1 counts each)"
+    return head + (f"{summary['all_uniform_steps']} of {steps} steps had every group uniform{seen} (zero advantages; "
                    f"with zero_variance_filter off the optimizer still stepped)")
 
 
