@@ -257,3 +257,21 @@ def test_refused_and_unknown_keys_are_reported_with_the_values_problems(tmp_path
     assert problems[1].startswith("'vllm_device': removed from TRL's GRPOConfig")
     assert problems[2].startswith("unknown key(s): 'lerning_rate' (did you mean 'learning_rate'?), '--reward_modle'")
     assert problems[3].startswith("top_k=-1 must be an integer >= 0. Fix:")
+
+
+def test_a_key_written_twice_in_the_yaml_is_refused(tmp_path):
+    """The breaker's finding: `total_epochs: 3` appended to a config that sets it already took the last value with
+    no word. Keys written twice are refused, naming both lines; the same key in two different mappings is fine."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("model_name_or_path: embedded:tiny-qwen2\ntotal_epochs: 1\nrewards:\n  - {name: length, kwargs: "
+                    "{max_length: 4}}\n  - {name: char_fraction, kwargs: {max_length: 4}}\ntotal_epochs: 3\n")
+    with pytest.raises(ConfigError, match=r"'total_epochs' is written twice \(lines 2 and 6\).*Fix: keep one"):
+        read_run_args(["--config", str(path)], light=True)
+    from trl_grpo_ext.config.frontdoor import load_yaml
+
+    path.write_text("rewards:\n  - {name: length, weight: 1.0}\n  - {name: char_fraction, weight: 0.5}\n")
+    assert load_yaml(path) == {"rewards": [{"name": "length", "weight": 1.0}, {"name": "char_fraction", "weight": 0.5}]}
+    path.write_text("rewards:\n  - {name: length, weight: 1.0, weight: 2.0}\n")
+    with pytest.raises(ConfigError, match=r"'weight' is written twice \(lines 2 and 2\)"):
+        load_yaml(path)
+

@@ -125,11 +125,24 @@ def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def load_yaml(path: Path) -> dict:
-    """The YAML mapping in ``path`` ({} when empty). Raises ConfigError on bad YAML or a non-mapping."""
+    """The YAML mapping in ``path`` ({} when empty). Raises ConfigError on bad YAML, a non-mapping, or a key written
+    twice in one mapping (YAML loaders keep the last silently)."""
     import yaml
 
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen and key != "<<":
+                    raise ConfigError(f"--config {path}: {key!r} is written twice (lines {seen[key]} and "
+                                      f"{key_node.start_mark.line + 1}), and YAML would keep the second silently. "
+                                      "Fix: keep one of them.")
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep)
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeys)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         raise ConfigError(f"--config {path}: not valid YAML: {' '.join(str(err).split())}") from None
     if data is None:
