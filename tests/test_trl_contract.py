@@ -933,6 +933,9 @@ OTHER_PRIVATE_ATTRIBUTES = {
     "_actions": "argparse.ArgumentParser._actions: the standard library has no public list of a parser's options "
                 "(validation/user_values.py reads the destinations the user set)",
     "_exit": "os._exit: the second Ctrl-C exits at once, without running cleanup that may hang (interrupt.py)",
+    "_run_exitfuncs": "atexit._run_exitfuncs: the exit of a run of several processes runs the atexit handlers, then "
+                      "os._exit skips the interpreter teardown that can abort after gloo (interrupt.exit_run); the "
+                      "atexit module has no public way to run them",
     **{name: "collections.namedtuple's public API (the underscore only avoids clashes with field names)"
        for name in ("_asdict", "_fields", "_replace", "_make", "_field_defaults")},
 }
