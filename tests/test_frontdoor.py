@@ -275,3 +275,19 @@ def test_a_key_written_twice_in_the_yaml_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"'weight' is written twice \(lines 2 and 2\)"):
         load_yaml(path)
 
+
+
+def test_several_values_for_a_one_value_option_name_the_option(tmp_path):
+    """The breaker's finding: `--report_to wandb tensorboard` ended in TRL's parser's "Some specified arguments are
+    not used by the HfArgumentParser: ['tensorboard']", naming no field; a list field still takes several values."""
+    with pytest.raises(ConfigError) as caught:
+        read_run_args(["--config", "tiny_cpu", "--report_to", "wandb", "tensorboard", "--temperature", "0"],
+                      light=True)
+    assert getattr(caught.value, "problems", None) == [
+        "--report_to takes one value on the command line, but got ['wandb', 'tensorboard']. Fix: give one value, or "
+        "write the list in the YAML (report_to: [wandb, tensorboard]) when the field takes a list.",
+        caught.value.problems[1]]
+    assert "temperature=0" in caught.value.problems[1]  # listed with the config's other problems
+    _, _, model_args, _ = read_run_args(["--config", "tiny_cpu", "--lora_target_modules", "q_proj", "v_proj"],
+                                        light=True)
+    assert model_args.lora_target_modules == ["q_proj", "v_proj"]

@@ -283,6 +283,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         ConfigError: several problems listed in ``problems``; a single one as the error its check raised."""
     from ..validation import UserValues, check_user_values, user_values_from_argv
     from ..validation.problems import Problems
+    from ..validation.user_values import without_stray_values
     from .keymap import ALIASES, REMOVED, RENAMED
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -317,6 +318,9 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
     parser = hf_argument_parser(twins)
     config = _parser_choices(config, parser, problems)
+    args, stray = without_stray_values(args, parser)
+    for line in stray:
+        problems.add(ConfigError(line), [line.split()[0].lstrip("-").replace("-", "_")])
     while True:
         try:
             cli_values = user_values_from_argv(args, parser)

@@ -125,3 +125,29 @@ def check_user_values(user_values: Mapping[str, Any], problems: Problems | None 
                            fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
     if own:
         problems.raise_if_any(RunArgumentError)
+
+
+def without_stray_values(args: Sequence[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
+    """``args`` without the words after a one-value option's value (``--report_to wandb tensorboard``: argparse
+    keeps ``wandb`` and TRL's parser then refuses ``['tensorboard']`` naming no field), and one problem line per
+    option that had them."""
+    single = {opt for a in parser._actions if a.nargs is None and a.option_strings for opt in a.option_strings}
+    out, problems, i = [], [], 0
+    while i < len(args):
+        token = args[i]
+        out.append(token)
+        i += 1
+        if token in single and i < len(args) and not args[i].startswith("--"):
+            out.append(args[i])
+            i += 1
+            extra = []
+            while i < len(args) and not args[i].startswith("--"):
+                extra.append(args[i])
+                i += 1
+            if extra:
+                key = token[2:].replace("-", "_")
+                problems.append(f"{token} takes one value on the command line, but got {[out[-1], *extra]!r}. Fix: "
+                                f"give one value, or write the list in the YAML ({key}: [{', '.join([out[-1], *extra])}])"
+                                " when the field takes a list.")
+    return out, problems
+
