@@ -20,7 +20,7 @@ from accelerate.utils import set_seed
 
 from trl_grpo_ext import GRPOExtTrainer
 from trl_grpo_ext.config.recipe_parse import parse_recipe_args, set_offline_defaults, write_run_config
-from trl_grpo_ext.data.checks import check_reward_values, describe, reward_columns
+from trl_grpo_ext.data.checks import check_reward_values, describe, final_assistant_warning, reward_columns
 from trl_grpo_ext.data.golds import check_golds
 from trl_grpo_ext.data.load import drop_long_prompts, load_eval_dataset, load_prompt_dataset
 from trl_grpo_ext.evaluation.evaluate import final_evaluation
@@ -64,6 +64,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         check_reward_values(train_dataset, describe(script_args.dataset_name, "train"), answer_columns)
         gold_warnings = check_golds(train_dataset, describe(script_args.dataset_name, "train"),
                                          training_args.resolved.rewards)  # math-verify can score some golds
+        gold_warnings += final_assistant_warning(train_dataset, describe(script_args.dataset_name, "train"))
         if script_args.max_prompt_length is not None:  # counted in tokens of the run's tokenizer and chat template
             train_dataset = drop_long_prompts(train_dataset, run_tokenizer(model_args, script_args.chat_template),
                                               script_args.max_prompt_length)

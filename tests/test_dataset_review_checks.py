@@ -54,6 +54,10 @@ PROMPT_KINDS = {
                                       "8 of 8 rows have a 'problem' that is not text"),
     "gsm8k questions as lists": ([{"question": [f"What is {i} + 1?"], "answer": f"#### {i + 1}"} for i in range(8)],
                                  {"dataset_format": "gsm8k"}, "8 of 8 rows have a 'question' that is not text (rows"),
+    # the breaker's finding: TRL raises "Invalid role in the last message: system" at the first generation
+    "system-only prompts": ([{"prompt": [{"role": "system", "content": f"say {i}"}], "answer": str(i)}
+                             for i in range(8)], {}, "row 0: chat messages ending with a 'system' message (TRL "
+                                                     "generates after a user or tool message"),
 }
 
 
@@ -125,3 +129,20 @@ def test_a_config_name_a_local_folder_lacks_names_dataset_config(tmp_path, monke
     assert errors == ["error: dataset_config='main': ValueError: BuilderConfig 'main' not found. Available: "
                       "['default']. Fix: name a configuration the dataset has, or remove dataset_config (a local "
                       "folder has only 'default')."]
+
+
+def test_prompts_ending_with_an_assistant_message_are_warned(tmp_path, monkeypatch, capsys):
+    """Whole conversations as prompts (the breaker's finding): TRL continues the final assistant message, which holds
+    the answer; accepted (a prefill is legitimate), with one warning from the recipe and from plan."""
+    from trl_grpo_ext.cli import plan as plan_cli
+
+    rows = [{"prompt": [{"role": "user", "content": f"say {i}"}, {"role": "assistant", "content": str(i)}],
+             "answer": str(i)} for i in range(8)]
+    with pytest.raises(AssertionError, match="the model was loaded"):  # accepted: the recipe goes on to load it
+        _recipe_errors(tmp_path, monkeypatch, capsys, {"train.jsonl": _rows(rows)})
+    err = capsys.readouterr().err
+    expected = "8 of 8 prompts end with an assistant message (row 0), which TRL continues instead of answering"
+    assert expected in err
+    assert plan_cli.main(["--config", str(_config(tmp_path, tmp_path / "data"))]) == 0
+    assert sum(expected in line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")) == 1
+

@@ -222,7 +222,26 @@ def prompt_kind_problem(prompt, chat: bool = True) -> str:
         content = message["content"]
         if content is not None and not isinstance(content, (str, list)):
             return f"a message whose content is {type(content).__name__} {str(content)[:40]!r}"
+    if prompt and prompt[-1]["role"] not in PROMPT_LAST_ROLES:  # TRL raises at the first generation
+        return (f"chat messages ending with a {prompt[-1]['role']!r} message (TRL generates after a user or tool "
+                "message, or continues an assistant one)")
     return ""
+
+
+#: The roles a conversational prompt may end with (TRL 1.16 `data_utils.apply_chat_template`; any other raises).
+PROMPT_LAST_ROLES = ("user", "tool", "assistant")
+
+
+def final_assistant_warning(dataset, where: str, column: str = "prompt") -> list[str]:
+    """One warning when prompts end with an assistant message: TRL continues it (a prefill), so whole conversations
+    used as prompts show the model their answers; ``[]`` otherwise."""
+    ends = [i for i, prompt in enumerate(dataset[column]) if isinstance(prompt, list) and prompt
+            and isinstance(prompt[-1], dict) and prompt[-1].get("role") == "assistant"]
+    if not ends:
+        return []
+    return [f"{where}: {len(ends)} of {len(dataset)} prompts end with an assistant message (row {ends[0]}), which TRL "
+            "continues instead of answering the user: if these are whole conversations, the model is shown its "
+            "answer. Drop the final assistant message (keep it only as a deliberate prefill)."]
 
 
 def check_prompt_kinds(dataset, where: str, column: str = "prompt", chat: bool = True) -> None:

@@ -111,6 +111,10 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     for problem in train.problems:
         problems.add(problem)
     survey.train_rows = train.rows
+    if train.dataset is not None and not train.problems and "prompt" in train.dataset.column_names:
+        from ..data.checks import final_assistant_warning
+
+        survey.warnings += final_assistant_warning(train.dataset, train.where)
     _reward_checks(train, specs, "training", problems, survey)
     cut = values.get("max_prompt_length")
     if cut is not None and train.dataset is not None and not problems.blocked(("max_prompt_length", "model_name_or_path",
