@@ -291,3 +291,32 @@ def test_several_values_for_a_one_value_option_name_the_option(tmp_path):
     _, _, model_args, _ = read_run_args(["--config", "tiny_cpu", "--lora_target_modules", "q_proj", "v_proj"],
                                         light=True)
     assert model_args.lora_target_modules == ["q_proj", "v_proj"]
+
+
+@pytest.mark.parametrize("words, line", [
+    (["--use_cpu", "true", "false"], "--use_cpu takes one value on the command line, but got ['true', 'false']. Fix: "
+                                     "give one value: true or false."),
+    (["--report_to=none", "tensorboard"], "--report_to takes one value on the command line, but got ['none', "
+                                          "'tensorboard']"),
+    (["--learning_rate", "-1e-5"], "learning_rate=-1e-05 must be a number > 0"),  # not argparse's "expected one"
+])
+def test_stray_words_after_a_flag_or_an_equals_and_negative_exponents(words, line):
+    """A second breaker round: a boolean option and the --key=value spelling left TRL's message naming no field, and
+    argparse read -1e-5 as an option ("expected one argument")."""
+    with pytest.raises(ValueError) as caught:  # one problem is raised as its check raised it
+        read_run_args(["--config", "tiny_cpu", *words], light=True)
+    assert line in str(caught.value)
+
+
+def test_yaml_merge_keys_are_read_and_may_be_overridden(tmp_path):
+    """`<<: *anchor` was refused as "not valid YAML" by the duplicate-key loader; a key overriding a merged one is
+    legal YAML, a key written twice beside it is not."""
+    from trl_grpo_ext.config.frontdoor import load_yaml
+
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &kw {weight: 1.0, name: length}\nrewards:\n  - {<<: *kw, name: char_fraction}\n")
+    assert load_yaml(path)["rewards"] == [{"weight": 1.0, "name": "char_fraction"}]
+    path.write_text("base: &kw {weight: 1.0}\nrewards:\n  - {<<: *kw, name: length, name: char_fraction}\n")
+    with pytest.raises(ConfigError, match="'name' is written twice"):
+        load_yaml(path)
+

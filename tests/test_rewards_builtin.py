@@ -211,6 +211,8 @@ def test_numeric_match_scores_none_for_a_gold_of_several_numbers():
     texts = ["4", "7/4", "0.75", "2", "The answer: 42", "1000", "-5", "50"]
     assert reward(completions=texts, solution=golds) == [None, None, None, None, 1.0, 1.0, 1.0, 1.0]
     assert reward.gold_problem(r"\boxed{3/4}") == "it holds 2 numbers (3, 4), not one"
+    # a gold written with the Unicode minus (U+2212) is negative (a second breaker round: "3" scored 1, "-3" 0)
+    assert reward(completions=["3", "-3", "\u22123"], solution=["\u22123"] * 3) == [0.0, 1.0, 1.0]
 
 
 def test_numeric_match_with_an_answer_phrase_reads_the_stated_answer():

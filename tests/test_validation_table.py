@@ -336,7 +336,7 @@ INVALID = [
     # transformers' Trainer settings the twins of plan do not check (a breaker's findings): refused after the model
     # loaded (the scheduler at the first step, Trainer.__init__) or by the real class only, without a fix
     row("cosine_with_min_lr without a floor", {"lr_scheduler_type": "cosine_with_min_lr"},
-        ["lr_scheduler_type='cosine_with_min_lr'", "lr_scheduler_kwargs"], "Fix: add lr_scheduler_kwargs: {min_lr_rate"),
+        ["lr_scheduler_type='cosine_with_min_lr'", "lr_scheduler_kwargs"], "Fix: give one of them, e.g. lr_scheduler_kwargs: {min_lr_rate"),
     row("reduce_lr_on_plateau without an evaluation", {"lr_scheduler_type": "reduce_lr_on_plateau"},
         ["lr_scheduler_type='reduce_lr_on_plateau'", "eval_strategy='no'"], "Fix: set eval_strategy: steps"),
     row("save_strategy best without a metric", {"save_strategy": "best", "save_steps": DROP},
@@ -662,3 +662,43 @@ def test_null_for_a_number_is_refused_by_plan_and_recipe(name, tmp_path, capsys,
     with pytest.raises(RecipeArgumentError) as info:
         parse_recipe_args(["--config", path])
     _check_message(info.value.message, [f"{name}=None"], "Fix:")
+
+
+@pytest.mark.parametrize("values, says", [
+    ({"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr": 1e-5, "min_lr_rate": 0.1}},
+     "sets both min_lr and min_lr_rate"),  # transformers: "Only one of min_lr or min_lr_rate should be set"
+    ({"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": None}}, "which sets none"),
+    ({"lr_scheduler_type": "cosine", "lr_scheduler_kwargs": "{min_lr_rate: 0.1}"}, "is not JSON"),
+    # eval_steps unset: transformers evaluates every logging_steps (10), and 25 is no multiple of it
+    ({"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "steps", "save_steps": 25,
+      "logging_steps": 10}, "eval_steps=10 (unset: logging_steps)"),
+    ({"output_dir": " "}, "output_dir=' ' names no folder"),
+])
+def test_trainer_settings_found_by_a_second_breaker_round(values, says):
+    from trl_grpo_ext.validation.trainer_settings import trainer_problems
+
+    assert any(says in line for line, _ in trainer_problems(values)), trainer_problems(values)
+
+
+@pytest.mark.parametrize("values", [
+    {"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": '{"min_lr_rate": 0.1}'},
+    {"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "steps", "save_steps": 20,
+     "logging_steps": 10},
+    {"load_best_model_at_end": True, "eval_strategy": "no", "save_strategy": "best"},
+])
+def test_trainer_settings_accept_what_transformers_accepts(values):
+    from trl_grpo_ext.validation.trainer_settings import trainer_problems
+
+    assert trainer_problems(values) == []
+
+
+def test_a_continued_adapter_s_folder_written_with_a_tilde_is_its_folder(tmp_path, monkeypatch):
+    import shutil
+
+    from trl_grpo_ext.validation.trainer_settings import check_continued_adapter
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copytree(ADAPTER, tmp_path / "ad")
+    with pytest.raises(ValueError, match="is the adapter folder being continued"):
+        check_continued_adapter({"model_name_or_path": "~/ad", "use_peft": True, "output_dir": "~/ad"})
+

@@ -133,8 +133,10 @@ def load_yaml(path: Path) -> dict:
         def construct_mapping(self, node, deep=False):
             seen: dict = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
+                    continue
                 key = self.construct_object(key_node, deep=deep)
-                if key in seen and key != "<<":
+                if key in seen:
                     raise ConfigError(f"--config {path}: {key!r} is written twice (lines {seen[key]} and "
                                       f"{key_node.start_mark.line + 1}), and YAML would keep the second silently. "
                                       "Fix: keep one of them.")

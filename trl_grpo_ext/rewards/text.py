@@ -161,13 +161,15 @@ def stated_number(text: str, phrase: str) -> float | None:
 
 
 def numbers_in(text: str) -> list[str]:
-    """Every decimal number in ``text``, as written (the numbers :func:`last_number` chooses from)."""
-    return _NUMBER_RE.findall(text)
+    """Every decimal number in ``text``, as written (the numbers :func:`last_number` chooses from; the Unicode minus
+    U+2212 read as ``-``)."""
+    return _NUMBER_RE.findall(text.replace("\u2212", "-"))
 
 
 def last_number(text: str) -> float | None:
-    """The last decimal number in ``text`` (thousands separators ``1,000`` allowed), or ``None``."""
-    found = _NUMBER_RE.findall(text)
+    """The last decimal number in ``text`` (thousands separators ``1,000`` allowed; U+2212 read as ``-``), or
+    ``None``."""
+    found = _NUMBER_RE.findall(text.replace("\u2212", "-"))
     return float(found[-1].replace(",", "")) if found else None
 
 

@@ -27,8 +27,8 @@ def trainer_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ..
     found = []
     output_dir = values.get("output_dir")
     if isinstance(output_dir, str) and not output_dir.strip():
-        found.append(("output_dir='' names no folder: the trainer would fail creating it after the model loads. Fix: "
-                      "set output_dir to a folder, e.g. outputs/my-run (an empty shell variable gives '').",
+        found.append((f"output_dir={output_dir!r} names no folder: the trainer would fail creating it after the model "
+                      "loads. Fix: set output_dir to a folder, e.g. outputs/my-run (an empty shell variable gives '').",
                       ("output_dir",)))
     scheduler, strategy = get("lr_scheduler_type"), get("eval_strategy") or "no"
     kwargs = values.get("lr_scheduler_kwargs") or {}
@@ -37,12 +37,17 @@ def trainer_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ..
 
         try:
             kwargs = json.loads(kwargs)
-        except ValueError:
-            kwargs = {}
-    if scheduler in MIN_LR_SCHEDULERS and not (isinstance(kwargs, Mapping) and ({"min_lr", "min_lr_rate"} & set(kwargs))):
+        except ValueError as err:
+            found.append((f"lr_scheduler_kwargs={kwargs!r} is not JSON ({err}). Fix: write it as JSON, e.g. "
+                          "--lr_scheduler_kwargs '{\"min_lr_rate\": 0.1}', or as a mapping in the YAML.",
+                          ("lr_scheduler_kwargs",)))
+            return found
+    floors = [k for k in ("min_lr", "min_lr_rate") if isinstance(kwargs, Mapping) and kwargs.get(k) is not None]
+    if scheduler in MIN_LR_SCHEDULERS and len(floors) != 1:  # transformers: exactly one, else it raises
         found.append((f"lr_scheduler_type={scheduler!r} decays to a floor it reads from lr_scheduler_kwargs, which sets "
-                      f"none (lr_scheduler_kwargs={kwargs!r}): transformers raises at the first step. Fix: add "
-                      "lr_scheduler_kwargs: {min_lr_rate: 0.1} (or min_lr), or use lr_scheduler_type: cosine.",
+                      f"{'both min_lr and min_lr_rate' if floors else 'none'} (lr_scheduler_kwargs={kwargs!r}): "
+                      "transformers raises at the first step. Fix: give one of them, e.g. lr_scheduler_kwargs: "
+                      "{min_lr_rate: 0.1}, or use lr_scheduler_type: cosine.",
                       ("lr_scheduler_type", "lr_scheduler_kwargs")))
     if scheduler in EVAL_SCHEDULERS and strategy == "no":
         found.append((f"lr_scheduler_type={scheduler!r} steps on an evaluation metric, but eval_strategy='no' never "
@@ -69,11 +74,14 @@ def _best_model_problems(save: str, strategy: str, values: Mapping[str, Any]) ->
                  "steps (save_steps a multiple of eval_steps), or remove load_best_model_at_end.",
                  ("load_best_model_at_end", "eval_strategy", "save_strategy"))]
     save_steps, eval_steps = as_number(values.get("save_steps")), as_number(values.get("eval_steps"))
+    if not eval_steps:  # transformers evaluates every logging_steps when eval_steps is unset
+        eval_steps = as_number(values.get("logging_steps"))
     if strategy == "steps" and save_steps and eval_steps is not None and eval_steps > 0:
         if (save_steps >= 1) != (eval_steps >= 1) or round(save_steps * 1e6) % round(eval_steps * 1e6):
+            given = "" if values.get("eval_steps") else " (unset: logging_steps)"
             return [(f"load_best_model_at_end=True needs save_steps a whole multiple of eval_steps, but save_steps="
-                     f"{values.get('save_steps')!r} and eval_steps={values.get('eval_steps')!r}. Fix: e.g. save_steps: "
-                     f"{values.get('eval_steps')!r}, or remove load_best_model_at_end.",
+                     f"{values.get('save_steps')!r} and eval_steps={eval_steps:g}{given}. Fix: e.g. save_steps: "
+                     f"{eval_steps:g}, or remove load_best_model_at_end.",
                      ("load_best_model_at_end", "save_steps", "eval_steps"))]
     return []
 
@@ -99,6 +107,6 @@ def check_continued_adapter(values: Mapping[str, Any]) -> None:
         raise RunArgumentError(f"model_name_or_path={name!r} is an adapter of an earlier run, which this run would "
                                "continue, but use_peft is false. Fix: set use_peft: true to train the adapter further.")
     output_dir = values.get("output_dir")
-    if isinstance(output_dir, str) and output_dir and Path(output_dir).resolve() == Path(source.adapter):
+    if isinstance(output_dir, str) and output_dir and Path(output_dir).expanduser().resolve() == Path(source.adapter):
         raise RunArgumentError(f"output_dir={output_dir!r} is the adapter folder being continued (model_name_or_path="
                                f"{name!r}); the new adapter would overwrite it. Fix: choose another output_dir.")

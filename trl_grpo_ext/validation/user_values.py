@@ -130,24 +130,33 @@ def check_user_values(user_values: Mapping[str, Any], problems: Problems | None 
 def without_stray_values(args: Sequence[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
     """``args`` without the words after a one-value option's value (``--report_to wandb tensorboard``: argparse
     keeps ``wandb`` and TRL's parser then refuses ``['tensorboard']`` naming no field), and one problem line per
-    option that had them."""
-    single = {opt for a in parser._actions if a.nargs is None and a.option_strings for opt in a.option_strings}
+    option that had them; a negative value is joined to its option (``--learning_rate=-1e-5``), which argparse
+    would otherwise read as an option."""
+    single = {opt: a.nargs for a in parser._actions if a.nargs in (None, "?") for opt in a.option_strings}
     out, problems, i = [], [], 0
     while i < len(args):
         token = args[i]
         out.append(token)
         i += 1
-        if token in single and i < len(args) and not args[i].startswith("--"):
-            out.append(args[i])
-            i += 1
+        flag, equals, value = token.partition("=")
+        if flag in single and (equals or (i < len(args) and not args[i].startswith("--"))):
+            if not equals:  # --key value (a flag's value is optional: --use_peft alone is true)
+                value, i = args[i], i + 1
+                if value.startswith("-"):  # a negative number: argparse reads -1e-5 as an option, --key=-1e-5 not
+                    out[-1] = f"{flag}={value}"
+                else:
+                    out.append(value)
+            token = flag
             extra = []
             while i < len(args) and not args[i].startswith("--"):
                 extra.append(args[i])
                 i += 1
             if extra:
                 key = token[2:].replace("-", "_")
-                problems.append(f"{token} takes one value on the command line, but got {[out[-1], *extra]!r}. Fix: "
-                                f"give one value, or write the list in the YAML ({key}: [{', '.join([out[-1], *extra])}])"
-                                " when the field takes a list.")
+                fix = ("give one value: true or false" if single[flag] == "?" else
+                       f"give one value, or write the list in the YAML ({key}: [{', '.join([value, *extra])}]) when "
+                       "the field takes a list")
+                problems.append(f"{token} takes one value on the command line, but got {[value, *extra]!r}. Fix: "
+                                f"{fix}.")
     return out, problems
 
