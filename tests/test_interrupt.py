@@ -125,9 +125,10 @@ def test_sigterm_is_handled_like_sigint(tmp_path):
 
 
 EXIT_SCRIPT = """
-import atexit, sys
+import atexit, sys, threading, time
 from trl_grpo_ext.training.interrupt import exit_run
-atexit.register(lambda: open(sys.argv[1], "w").write("atexit ran"))
+atexit.register(lambda: open(sys.argv[1], "a").write("atexit ran"))
+threading.Thread(target=lambda: (time.sleep(0.5), open(sys.argv[1], "a").write("thread ended, "))).start()
 print("written before the exit", end="")  # no newline: left in the buffer until a flush
 exit_run(3)
 print("never printed")
@@ -136,8 +137,8 @@ print("never printed")
 
 @pytest.mark.parametrize("world_size", [None, "1", "2"])
 def test_exit_run_returns_the_status_after_the_atexit_handlers_and_a_flush(tmp_path, world_size):
-    """The recipe's exit: the status given, the atexit handlers run and stdout flushed, with or without WORLD_SIZE
-    (with WORLD_SIZE 2 through os._exit, which skips the interpreter's teardown)."""
+    """The recipe's exit: the status given, a running non-daemon thread waited for, the atexit handlers run and stdout
+    flushed, with or without WORLD_SIZE (with WORLD_SIZE 2 through os._exit, which skips the interpreter's teardown)."""
     import subprocess
     import sys
 
@@ -149,7 +150,7 @@ def test_exit_run_returns_the_status_after_the_atexit_handlers_and_a_flush(tmp_p
                             env=env, timeout=60)
     assert result.returncode == 3, result.stderr
     assert result.stdout == "written before the exit"
-    assert marker.read_text() == "atexit ran"
+    assert marker.read_text() == "thread ended, atexit ran"  # the non-daemon thread joined first, as a normal exit does
 
 
 def test_exit_run_with_several_processes_skips_the_interpreter_teardown(tmp_path):

@@ -167,8 +167,8 @@ def micro_batches_to_generation_boundary(micro_batches_done: int | None, steps_p
 
 def exit_run(code: int, environ=None) -> None:
     """End the recipe's process with exit status ``code`` (`SystemExit`); in a run of several processes
-    (``WORLD_SIZE`` > 1), after the ``atexit`` handlers (trackers, logging) and a flush, without the interpreter's
-    teardown (`os._exit`).
+    (``WORLD_SIZE`` > 1), as a normal exit ends (the non-daemon threads joined, the ``atexit`` handlers run:
+    trackers, logging) and after a flush, but without the interpreter's teardown (`os._exit`).
 
     That teardown can abort after a gloo run whose results are all written ("terminate called without an active
     exception", SIGABRT: gloo's worker threads still hold work objects when the interpreter is finalised,
@@ -179,11 +179,15 @@ def exit_run(code: int, environ=None) -> None:
         code (`int`): the exit status. environ (`Mapping`, *optional*): default ``os.environ``.
     """
     import atexit
+    import threading
 
     environ = os.environ if environ is None else environ
     if environ.get("WORLD_SIZE", "1") in ("", "1"):
         sys.exit(code)
-    atexit._run_exitfuncs()  # what a normal exit runs, while the interpreter is whole
+    for thread in threading.enumerate():  # what a normal exit does first: wait for the non-daemon threads
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # then the atexit handlers, while the interpreter is whole
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
