@@ -136,9 +136,8 @@ class NumericMatch(TextReward):
         _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
         out: list[float | None] = []
         for text, ref in zip(texts, refs):
-            golds = numbers_in(extract_answer(str(ref), self.answer_tag))
-            # none, or several (3/4): nothing to compare with
-            gold = float(golds[0].replace(",", "")) if len(golds) == 1 else None
+            answer = extract_answer(str(ref), self.answer_tag)
+            gold = last_number(answer) if len(numbers_in(answer)) == 1 else None  # several (3/4): nothing to compare
             if self.answer_phrase:
                 pred = stated_number(text, self.answer_phrase)
             else:

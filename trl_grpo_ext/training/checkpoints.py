@@ -114,6 +114,8 @@ def _steps_of(checkpoint: str) -> tuple[int | None, int | None]:
         state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
     except (OSError, ValueError):
         return None, None
+    if not isinstance(state, dict):
+        return None, None
     step, last = state.get("global_step"), state.get("max_steps")
     return (step if isinstance(step, int) else None), (last if isinstance(last, int) else None)
 
@@ -199,12 +201,8 @@ def check_checkpoint_unfinished(checkpoint: str, plan: RunPlan) -> None:
     ``resume_from_checkpoint=True`` ends at step 3), past the plan the run was sized for. A checkpoint without
     ``trainer_state.json`` is not judged.
     """
-    state = Path(checkpoint) / "trainer_state.json"
-    try:
-        step = json.loads(state.read_text()).get("global_step")
-    except (OSError, ValueError, AttributeError):
-        return
-    if isinstance(step, int) and step >= plan.total_steps:
+    step, _ = _steps_of(checkpoint)
+    if step is not None and step >= plan.total_steps:
         raise QuantityError(
             f"resume_from_checkpoint: {checkpoint} already holds step {step} of the plan's {plan.total_steps}: the run "
             "is complete, and resuming it would train a step past its plan (transformers runs one more). Fix: use "
