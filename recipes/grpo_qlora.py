@@ -40,6 +40,7 @@ from trl_grpo_ext.models.source import resolve_model_source
 from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.training.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
+from trl_grpo_ext.training.host_memory import retain_freed_memory
 from trl_grpo_ext.training.interrupt import GracefulInterrupt, exit_run
 from trl_grpo_ext.validation import check_reward_columns
 from trl_grpo_ext.zero_variance.report import steps_per_generation, summary_line
@@ -51,6 +52,10 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # Seed, push settings (TRL's push_to_hub=True means "push the adapter once, after everything is saved")
     ################
     set_seed(training_args.seed)
+    if training_args.device.type == "cpu":  # freed activations stay in the process, not faulted in again every step
+        memory = retain_freed_memory()
+        if training_args.process_index == 0:
+            print(f"host memory: {memory}")
     push = push_args.resolve(training_args)
     training_args.hub_token = None  # the push keeps it; training_args.bin in output_dir and checkpoints never does
 

@@ -163,6 +163,10 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path, revision=model_args.model_revision)
     on_gpu = torch.cuda.is_available() and not training_args.use_cpu
     dtype = torch_dtype(compute_dtype_name(model_args, training_args)) if on_gpu else torch.float32
+    if not on_gpu:
+        from ..training.host_memory import retain_freed_memory
+
+        retain_freed_memory()  # generation frees and re-allocates its KV cache every batch
     model = AutoModelForCausalLM.from_pretrained(
         model_path, revision=model_args.model_revision, dtype=dtype,
         quantization_config=quantization_config(model_args, training_args),
