@@ -52,10 +52,6 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # Seed, push settings (TRL's push_to_hub=True means "push the adapter once, after everything is saved")
     ################
     set_seed(training_args.seed)
-    if training_args.device.type == "cpu":  # freed activations stay in the process, not faulted in again every step
-        memory = retain_freed_memory()
-        if training_args.process_index == 0:
-            print(f"host memory: {memory}")
     push = push_args.resolve(training_args)
     training_args.hub_token = None  # the push keeps it; training_args.bin in output_dir and checkpoints never does
 
@@ -63,6 +59,10 @@ def main(script_args, training_args, model_args, push_args) -> int:
     # Data, plan and resume check: every error here is answered in one line before any model loads
     ################
     try:
+        if training_args.device.type == "cpu":  # freed activations stay in the process, not faulted in every step
+            memory = retain_freed_memory()
+            if training_args.process_index == 0:
+                print(f"host memory: {memory}")
         train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
         check_reward_columns(train_dataset.column_names, training_args)  # a reward's missing column, before the model
         answer_columns = reward_columns(training_args.resolved.rewards)  # and one that is empty in every row

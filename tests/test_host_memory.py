@@ -32,6 +32,15 @@ def test_the_switch_and_the_users_own_settings_leave_malloc_alone():
     assert retain_freed_memory({"GLIBC_TUNABLES": "glibc.pthread.rseq=0"}, "linux", libc) == host_memory.RETAINED
 
 
+def test_a_switch_that_is_neither_on_nor_off_is_refused():
+    import pytest
+
+    for value in ("1", "true", "ON", " yes "):
+        assert retain_freed_memory({"TRL_GRPO_EXT_RETAIN_MEMORY": value}, "linux", FakeLibc()) == host_memory.RETAINED
+    with pytest.raises(ValueError, match=r"TRL_GRPO_EXT_RETAIN_MEMORY='maybe' is neither on nor off\. Fix: unset it"):
+        retain_freed_memory({"TRL_GRPO_EXT_RETAIN_MEMORY": "maybe"}, "linux", FakeLibc())
+
+
 def test_other_platforms_and_refusals():
     libc = FakeLibc()
     assert retain_freed_memory({}, "darwin", libc) == "left as is (not Linux)" and libc.calls == []

@@ -98,6 +98,9 @@ def test_console_plan_then_one_line_per_step_and_metrics_file(short_run):
     lines = result.stdout.splitlines()
     steps = [line for line in lines if line.startswith("step ") and "  reward " in line]
     assert [line.split("  ")[0] for line in steps] == [f"step {i}/6" for i in range(1, 7)]
+    from trl_grpo_ext.training.host_memory import RETAINED
+
+    assert f"host memory: {RETAINED}" in lines  # a CPU run keeps freed memory for reuse (docs/benchmarks.md)
     assert all(" ± " in line and "zero-std" in line and " lr " in line and "s/step" in line for line in steps)
     assert lines.index(next(line for line in lines if line.startswith("total steps"))) < lines.index(steps[0])
     assert "{'loss'" not in result.stdout and "FutureWarning" not in result.stderr
@@ -177,3 +180,15 @@ def test_a_hub_model_whose_tokenizer_cannot_be_loaded_is_one_line(tmp_path, monk
                       "cached files.). Fix: check the id, the network and your access (`hf auth login` for a gated "
                       "model); without a network, download it first (`hf download someone/no-such-model`) and set "
                       "HF_HUB_OFFLINE=1."]
+
+
+def test_a_bad_host_memory_switch_is_one_line_before_the_model_loads(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_GRPO_EXT_RETAIN_MEMORY": "maybe"}
+    result = subprocess.run([sys.executable, str(ROOT / "recipes/grpo_qlora.py"), "--config", "tiny_cpu",
+                             "--output_dir", str(tmp_path / "run")], capture_output=True, text=True, cwd=ROOT,
+                            env=env, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: TRL_GRPO_EXT_RETAIN_MEMORY='maybe' is neither on nor off. Fix: unset it or use 1 (keep freed memory "
+        "for reuse, the default on a CPU), or 0 (glibc's own malloc settings).")
+    assert not (tmp_path / "run").exists()

@@ -40,10 +40,17 @@ def retain_freed_memory(environ=None, platform: str | None = None, libc=None) ->
 
     Returns:
         `str`: what was done, for the log (`RETAINED` when both thresholds were set).
+
+    Raises:
+        ValueError: ``TRL_GRPO_EXT_RETAIN_MEMORY`` is neither ``1``/``true``/``yes``/``on`` nor ``0``/``false``/``no``/``off``.
     """
     environ = os.environ if environ is None else environ
-    if environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
+    switch = environ.get(ENV_SWITCH, "1").strip().lower()
+    if switch in ("0", "false", "no", "off"):
         return f"left as is ({ENV_SWITCH}={environ[ENV_SWITCH]})"
+    if switch not in ("1", "true", "yes", "on"):
+        raise ValueError(f"{ENV_SWITCH}={environ[ENV_SWITCH]!r} is neither on nor off. Fix: unset it or use 1 (keep "
+                         "freed memory for reuse, the default on a CPU), or 0 (glibc's own malloc settings).")
     if any(name in environ for name in USER_MALLOC_SETTINGS) or "glibc.malloc" in environ.get("GLIBC_TUNABLES", ""):
         return "left as is (the environment sets malloc's own settings)"
     if (platform or sys.platform) != "linux":
