@@ -5,10 +5,27 @@ rewards` answers without importing torch; `trl-grpo-ext plan` imports TRL (it re
 model.
 """
 
+import logging
 from importlib import import_module
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+
+class _OfflineKernelTrustNotice(logging.Filter):
+    """Drops `kernels`' "Skipping publisher trust check for ... because Hugging Face Hub is in offline mode." (kernels
+    0.19, pulled in by transformers 5.25): bitsandbytes' CPU backend asks for its hub kernel when it is imported, and
+    the run is offline on purpose (`recipe_parse.set_offline_defaults`); bitsandbytes falls back by itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Skipping publisher trust check")
+
+
+# Two log lines of optional packages that every CPU command would print (plan, the recipe, eval), set here once, before
+# any of them is imported: bitsandbytes' hint that `kernels` would speed up 4-bit matmuls on a CPU (a hint for its own
+# developers; only that logger, only below ERROR), and the offline notice above.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+logging.getLogger("kernels._internals.hf_hub").addFilter(_OfflineKernelTrustNotice())
 
 _LAZY = {
     "GRPOExtConfig": "trl_grpo_ext.config.ext_config",

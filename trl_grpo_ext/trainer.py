@@ -7,17 +7,12 @@ post-processes; no TRL method body is copied. Every private TRL name relied on i
 by `tests/test_trl_contract.py`); everything but the overrides' definitions goes through it.
 """
 
-# ruff: noqa: E402  (one logging setting must precede the imports that load bitsandbytes)
 from __future__ import annotations
 
 import copy
 import logging
 import os
 import warnings
-
-# bitsandbytes warns on every CPU run, when it is imported, that the optional `kernels` package would speed up 4-bit
-# matmuls on a CPU; a hint for its own developers, not the user's problem. Only that logger, only below ERROR.
-logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 import torch
 from transformers import TrainerCallback

@@ -60,12 +60,10 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     """Execute ``eval``; returns 0, or 2 after a one-line error."""
-    import logging
     import warnings
 
-    # the same two messages the trainer silences (see trainer.py): bitsandbytes' hint about its optional `kernels`
-    # package, and transformers 5.24's deprecation of the gradient-checkpointing names that PEFT still calls
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    # the message the trainer silences (see trainer.py; bitsandbytes' and kernels' log lines: the package's
+    # __init__): transformers 5.24's deprecation of the gradient-checkpointing names that PEFT still calls
     warnings.filterwarnings(
         "ignore", message=r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated",
         category=FutureWarning)
