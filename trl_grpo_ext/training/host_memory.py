@@ -23,8 +23,8 @@ TRIM_THRESHOLD = (1 << 31) - 1
 #: Set to ``0`` to leave malloc as it is.
 ENV_SWITCH = "TRL_GRPO_EXT_RETAIN_MEMORY"
 #: What `retain_freed_memory` returns when it set both thresholds.
-RETAINED = f"freed memory kept for reuse (glibc mallopt: mmap threshold 1 GiB, trim threshold 2 GiB; {ENV_SWITCH}=0 " \
-           "turns it off)"
+RETAINED = (f"freed memory kept for reuse (glibc mallopt: mmap threshold {MMAP_THRESHOLD >> 30} GiB, trim threshold "
+            f"{(TRIM_THRESHOLD + 1) >> 30} GiB; {ENV_SWITCH}=0 turns it off)")
 #: The user's own malloc settings, which this leaves alone.
 USER_MALLOC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
 
