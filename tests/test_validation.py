@@ -131,20 +131,23 @@ def test_range_describes_itself():
 def test_user_values_are_the_yaml_keys_and_the_command_line_arguments(tmp_path):
     from trl import TrlParser
 
+    from trl_grpo_ext.config.frontdoor import read_run_args
     from trl_grpo_ext.config.recipe_parse import RECIPE_DATACLASSES
 
     config = tmp_path / "c.yaml"
-    config.write_text("micro_batch_size: 4\nlearning_rate: 1.0e-5\nenv: {A: b}\n")
-    argv = ["--config", str(config), "--per_device_train", "8", "--load-in-4bit", "--lora_target_modules", "q_proj",
-            "k_proj", "--learning_rate=3e-4"]
-    values = user_values_from_argv(argv, TrlParser(RECIPE_DATACLASSES))
-    assert values == {"micro_batch_size": 4, "learning_rate": 3e-4, "per_device_train_batch_size": 8,
-                      "load_in_4bit": True, "lora_target_modules": ["q_proj", "k_proj"]}
-    assert values.command_line_keys == {"per_device_train_batch_size", "load_in_4bit", "lora_target_modules",
-                                        "learning_rate"}
-    # without a parser (plan): tokens as strings
-    assert user_values_from_argv(["--config", str(config), "--beta", "0.1", "--use_peft"]) == {
-        "micro_batch_size": 4, "learning_rate": 1e-5, "beta": "0.1", "use_peft": True}
+    config.write_text("dataset_name: embedded:count-char\nrewards: [char_fraction]\nmicro_batch_size: 4\n"
+                      "learning_rate: 1.0e-5\nenv: {A: b}\n")
+    cli = ["--per_device_train", "8", "--load-in-4bit", "--lora_target_modules", "q_proj", "k_proj",
+           "--learning_rate=3e-4"]
+    values = user_values_from_argv(cli, TrlParser(RECIPE_DATACLASSES))  # the command line alone, typed
+    assert values == {"learning_rate": 3e-4, "per_device_train_batch_size": 8, "load_in_4bit": True,
+                      "lora_target_modules": ["q_proj", "k_proj"]}
+    assert values.command_line_keys == set(values)
+    # the front door: the YAML's keys (its `env` excluded), overridden by the command line
+    user = read_run_args(["--config", str(config), "--learning_rate=3e-4", "--use_peft"], light=True).user_values
+    assert user == {"dataset_name": "embedded:count-char", "rewards": ["char_fraction"], "micro_batch_size": 4,
+                    "learning_rate": 3e-4, "use_peft": True}
+    assert user.command_line_keys == {"learning_rate", "use_peft"}
 
 
 def test_conflicts_are_judged_by_set_keys_not_values():

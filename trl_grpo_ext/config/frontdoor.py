@@ -273,8 +273,9 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
                   world_size: int | None = None, checks=(), engine=None) -> RunArgs:
     """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (default ``sys.argv[1:]``).
 
-    Every problem is reported at once; a missing or unreadable file, and a refusal of the real dataclasses (built and
-    validated on their resolved values unless ``light``), stop the collection.
+    Every problem is reported at once: the single values and every rule of `validation.rules.RULES` are checked on
+    the twins' values (the keys the user set), for `plan` and the recipe alike; a missing or unreadable file, and a
+    refusal of the real dataclasses (built unless ``light``: their own ``__post_init__``), stop the collection.
 
     Args:
         light: the twins only. announce: print translation notes on stderr. world_size: processes (default
@@ -346,10 +347,9 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
-    if not light:  # the real dataclasses: what only they check, then the checks on their resolved values
+    if not light:  # the real dataclasses: what only they check (`GRPOExtConfig.__post_init__`)
         run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
                      light=False, user_values=user_values)
-        validate(run, world, problems=problems, engine=engine)
         problems.raise_if_any(ConfigError)
     return run
 

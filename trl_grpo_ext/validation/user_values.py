@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from ..config.checks import Range, RunArgumentError, check_choice, closest_choice, declared_checks
+from ..config.checks import Range, RunArgumentError, check_choice, choice_from_yaml, closest_choice, declared_checks
 from ..config.recipe_args import RECIPE_DATACLASSES
 from .problems import Problems
 from .tables import DEFAULT_FIELDS, OTHER_RANGES, TRL_CHOICES, TRL_RANGES, enum_value
@@ -69,60 +68,40 @@ class UserValues(dict):
     command_line_keys: frozenset = frozenset()
 
 
-def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> UserValues:
-    """The keys the user set: the ``--config`` YAML mapping (its ``env`` key excluded), overridden by the command
-    line. With ``parser`` (the one that will read ``argv``) the command line is parsed into a namespace of sentinels, so
-    exactly the destinations an argument wrote are kept, typed; without, ``--key value`` tokens are read as strings.
-
-    Raises:
-        RunArgumentError: the YAML file is not a mapping."""
-    import yaml
-
-    args = list(argv)
-    values = UserValues()
-    if "--config" in args:
-        index = args.index("--config")
-        path = args[index + 1] if index + 1 < len(args) else None
-        del args[index:index + 2]
-        if path is not None and Path(path).is_file():
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-            if data is not None and not isinstance(data, dict):
-                raise RunArgumentError(f"--config {path}: expected a mapping of field names to values, got "
-                                       f"{type(data).__name__}. Fix: write one `key: value` per line.")
-            values.update({k: v for k, v in (data or {}).items() if k != "env"})
-    if parser is None:
-        cli: dict[str, Any] = {}
-        i = 0
-        while i < len(args):
-            token = args[i]
-            if token.startswith("--"):
-                key, eq, value = token[2:].partition("=")
-                if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
-                    value, i = args[i + 1], i + 1
-                cli[key.replace("-", "_")] = value if (eq or value) else True
-            i += 1
-    else:
-        sentinel = object()
-        namespace = argparse.Namespace(**{a.dest: sentinel for a in parser._actions if a.dest != "help"})
-        parsed, _ = parser.parse_known_args(args, namespace=namespace)
-        cli = {k: v for k, v in vars(parsed).items() if v is not sentinel}
-    values.update(cli)
-    values.command_line_keys = frozenset(cli)
+def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> UserValues:
+    """The keys the command line ``argv`` sets (``--config`` already split off by the front door), typed: ``argv`` is
+    parsed by ``parser`` (the one that will read it) into a namespace of sentinels, so that exactly the destinations
+    an argument wrote are kept; all of them are ``command_line_keys``."""
+    sentinel = object()
+    namespace = argparse.Namespace(**{a.dest: sentinel for a in parser._actions if a.dest != "help"})
+    parsed, _ = parser.parse_known_args(list(argv), namespace=namespace)
+    values = UserValues({k: v for k, v in vars(parsed).items() if v is not sentinel})
+    values.command_line_keys = frozenset(values)
     return values
 
 
-def check_user_values(user_values: Mapping[str, Any], problems: Problems | None = None) -> None:
-    """The single-value checks (ranges, choices) of the keys the user set, before any dataclass is built (so that
-    ``learning_rate: fast`` gets its range and a fix); into ``problems``, else raised."""
+def check_user_values(values: Mapping[str, Any], problems: Problems | None = None, user: dict | None = None) -> None:
+    """The single-value checks (ranges, choices) of ``values`` (the keys the user set, before any dataclass is built,
+    so that ``learning_rate: fast`` gets its range and a fix; or every value of arguments built in Python): YAML's
+    null for a field that needs a number, a range, a choice (a YAML 1.1 boolean read as the word meant, written back
+    into ``values`` and ``user``). Into ``problems``, else raised."""
     own = problems is None
     problems = Problems() if own else problems
-    for name, value in user_values.items():
-        if name in RANGES:
+    for name, value in list(values.items()):
+        if name in RANGES and value is None and FIELD_DEFAULTS.get(name) is not None:
+            problems.add(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
+                         f"{FIELD_DEFAULTS[name]!r}) or give a value.", (name,))
+        elif name in RANGES and not isinstance(value, (list, tuple, dict)):
             problems.check(RANGES[name].check, name, value, fields=[name])
-        if name in CHOICES and value is not None and enum_value(value) not in CHOICES[name]:
+        value = choice_from_yaml(enum_value(value), CHOICES.get(name, ()))
+        if name in CHOICES and value is not None:
             close = closest_choice(value, CHOICES[name])
-            problems.check(check_choice, name, enum_value(value), CHOICES[name], fields=[name],
-                           fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
+            valid = problems.check(check_choice, name, value, CHOICES[name], fields=[name],
+                                   fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
+            if valid is not None and isinstance(values[name], bool):
+                for mapping in (values, user if user is not None else {}):
+                    if name in mapping:
+                        mapping[name] = valid
     if own:
         problems.raise_if_any(RunArgumentError)
 
