@@ -201,6 +201,21 @@ INVALID = [
         "write the value in quotes"),
     row("entropy_coef_min > max", {"use_adaptive_entropy": True, "entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
         ["entropy_coef_min", "entropy_coef_max"]),
+    # TRL's GRPOConfig raises for clip_min >= clip_max (equal included), after the recipe's checks (a breaker's finding)
+    row("importance-sampling clip_min = clip_max", {"vllm_importance_sampling_clip_min": 3.0,
+                                                    "vllm_importance_sampling_clip_max": 3.0},
+        ["vllm_importance_sampling_clip_min=3.0 is not below vllm_importance_sampling_clip_max=3.0"],
+        "Fix: make vllm_importance_sampling_clip_min < vllm_importance_sampling_clip_max"),
+    row("deprecated cap next to clip_max", {"vllm_importance_sampling_cap": 2.0,
+                                            "vllm_importance_sampling_clip_max": 5.0},
+        ["'vllm_importance_sampling_cap' and 'vllm_importance_sampling_clip_max' are both set"], "keep one"),
+    row("log_completions_hub_repo without log_completions", {"log_completions_hub_repo": "me/x"},
+        ["log_completions_hub_repo='me/x'", "log_completions: true"], "Fix: set log_completions: true"),
+    row("auto_find_batch_size", {"auto_find_batch_size": True}, ["auto_find_batch_size=True"],
+        "Fix: remove it and lower micro_batch_size"),
+    row("pad_to_multiple_of not a number", {"pad_to_multiple_of": "bogus"}, ["pad_to_multiple_of='bogus'"],
+        "Fix: remove it"),
+    row("pad_to_multiple_of 0", {"pad_to_multiple_of": 0}, ["pad_to_multiple_of=0"], "Fix: remove it"),
     # evaluation without a test split
     row("eval_strategy steps without a test split", {"eval_strategy": "steps", "dataset_test_split": None},
         ["eval_strategy", "dataset_test_split"]),
@@ -313,6 +328,11 @@ INVALID = [
     row("push without an adapter", {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x", "use_peft": False,
                                     **_NO_LORA, **_NO_4BIT},
         ["push_to_hub_mode='adapter'", "use_peft=False"], "Fix: set use_peft: true"),
+    # the recipe refused these after its checks; plan accepted them (a breaker's finding)
+    row("push without a repository", {"push_to_hub_mode": "merged"}, ["push_to_hub_mode='merged' needs a repository"],
+        "e.g. --hub_repo_id your-name/your-model"),
+    row("TRL's push_to_hub without a repository", {"push_to_hub": True},
+        ["push_to_hub_mode='adapter' needs a repository"], "set hub_repo_id"),
     row("DeepSpeed with use_cpu", {"deepspeed": {"zero_optimization": {"stage": 2}}}, ["use_cpu", "DeepSpeed"],
         "Fix: set use_cpu: false"),
     row("report_to wandb without wandb", {"report_to": ["wandb"]}, ["report_to", "wandb"], "pip install wandb",
@@ -364,6 +384,7 @@ RULE_ROWS = {
     "chat_template": "chat_template that is not Jinja",
     "compare_base_adapter": "compare_base without an adapter",
     "push_needs_adapter": "push without an adapter",
+    "push_needs_repository": "push without a repository",
     "reward_specs": "reward name typo",
     "normalize_then_sum": "leave_one_out + normalize_then_sum",
     "clipping": "epsilon_high with num_iterations 1",
@@ -651,9 +672,10 @@ def test_the_recipe_reports_a_missing_model_with_the_config_s_problems(tmp_path,
     assert "model_name_or_path='./no/such/model' is not an existing directory" in info.value.problems[1]
 
 
-@pytest.mark.parametrize("name", ["skip_exploration_probability", "zero_variance_tolerance", "max_resample_rounds"])
-def test_null_for_a_number_is_refused_by_plan_and_recipe(name, tmp_path, capsys, no_weights):
-    # YAML's `null` for a field that needs a number passed every check and failed deep in the run (or in plan)
+@pytest.mark.parametrize("name", ["skip_exploration_probability", "zero_variance_tolerance", "max_resample_rounds",
+                                  "zero_variance_filter", "adapter_dtype", "lr_scheduler_type", "save_strategy"])
+def test_null_for_a_field_that_needs_a_value_is_refused_by_plan_and_recipe(name, tmp_path, capsys, no_weights):
+    # YAML's `null` for a field that needs a value (a number, a choice) passed plan and failed in the run
     change = {"zero_variance_filter": {"skip_exploration_probability": "skip", "max_resample_rounds": "resample"}
               .get(name, "mask"), "total_training_steps": 80, "total_epochs": 3, name: None}  # 2.5 epochs: skip acts
     path = _config(tmp_path, change)

@@ -38,8 +38,7 @@ class RunArgs:
     user_values: dict | None = None
     problems: Any = None
 
-    def __iter__(self):
-        """``script_args, training_args, model_args, push_args = run``."""
+    def __iter__(self):  # script_args, training_args, model_args, push_args = run
         return iter((self.script_args, self.training_args, self.model_args, self.push_args))
 
 
@@ -163,18 +162,25 @@ def yaml_choices(config: dict) -> dict:
 
 
 def _parser_choices(config: dict, parser, problems) -> dict:
-    """``config`` checked against the choices TRL's parser knows for fields of other libraries (transformers' enums:
-    ``lr_scheduler_type``, ``optim``, ``hub_strategy``, ...), which argparse checks only on the command line: a YAML
-    boolean read as the word meant, a value that is no choice recorded in ``problems`` and left out."""
+    """``config`` checked against the choices TRL's parser knows for other libraries' fields (``lr_scheduler_type``,
+    ``optim``, ...; argparse checks them on the command line only): a YAML boolean read as the word meant; no choice,
+    or YAML's null where the field needs a value: recorded in ``problems`` and left out."""
     from ..validation.user_values import CHOICES
     from .checks import check_choice, choice_from_yaml, closest_choice
 
     out = dict(config)
     for action in parser._actions:  # argparse's own list of the parser's arguments
         key = action.dest
-        if key not in config or key in CHOICES or not action.choices or config[key] is None:
+        if key not in config or key in CHOICES or not action.choices:
             continue
         choices = [str(getattr(choice, "value", choice)) for choice in action.choices]
+        if config[key] is None:
+            if action.default is not None:
+                problems.add(ConfigError(f"{key}=None is not valid: the field needs a value. Fix: remove {key} "
+                                         f"(default {getattr(action.default, 'value', action.default)!r}) or give "
+                                         f"one of {', '.join(map(repr, choices))}."), [key])
+                del out[key]
+            continue
         value = choice_from_yaml(config[key], choices)
         hint = closest_choice(value, choices)
         try:
@@ -284,9 +290,8 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
 
     Raises:
         ConfigError: several problems listed in ``problems``; a single one as the error its check raised."""
-    from ..validation import UserValues, check_user_values, user_values_from_argv
     from ..validation.problems import Problems
-    from ..validation.user_values import without_stray_values
+    from ..validation.user_values import UserValues, check_user_values, user_values_from_argv, without_stray_values
     from .keymap import ALIASES, REMOVED, RENAMED
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -18,6 +18,8 @@ ALIASES = {"reward_funcs": "rewards"}
 RENAMED = {
     "torch_dtype": ("dtype", "transformers 5 and trl.ModelConfig renamed it `dtype`"),
     "warmup_ratio": ("warmup_steps", "transformers 5 removed it; a `warmup_steps` below 1 is a fraction of the steps"),
+    "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", "TRL 1.16 deprecated it; its "
+                                     "GRPOConfig copies it over vllm_importance_sampling_clip_max"),
 }
 
 #: open-r1's Weights & Biases keys, applied as the environment variables wandb reads (unless already set).

@@ -35,6 +35,7 @@ from .merge import (
     TOKENIZER_FILES,
     UPLOAD_MODES,
     check_adapter_dir,
+    check_push_repository,
     export_merged,
     merged_export_is_current,
     push_mode,
@@ -142,11 +143,7 @@ class HubPushArguments:
         if trl_push:
             training_args.push_to_hub = False
         repo_id = self.hub_repo_id or getattr(training_args, "hub_model_id", None)
-        if mode != "none" and not repo_id:
-            raise ValueError(
-                f"push_to_hub_mode={mode!r} needs a repository: set hub_repo_id (or TRL's hub_model_id), "
-                "e.g. --hub_repo_id your-name/your-model."
-            )
+        check_push_repository(mode, repo_id)
         trl_private = getattr(training_args, "hub_private_repo", None)
         return HubPushSettings(
             mode=mode,

@@ -209,13 +209,13 @@ def ignored_settings(v: RunView) -> None:
 
 
 def ordered(v: RunView) -> None:
-    """`tables.ORDERED`: the first field may not exceed the second."""
+    """`tables.ORDERED`: the first field may not exceed the second (``strict``: must be below it)."""
     found = []
-    for low, high in ORDERED:
+    for low, high, strict in ORDERED:
         lo, hi = as_number(v.values.get(low)), as_number(v.values.get(high))
-        if lo is not None and hi is not None and lo > hi and not v.blocked((low, high)):
-            found.append((f"{low}={v.values[low]!r} is above {high}={v.values[high]!r}. Fix: make {low} <= {high}.",
-                          (low, high)))
+        if lo is not None and hi is not None and (lo >= hi if strict else lo > hi) and not v.blocked((low, high)):
+            found.append((f"{low}={v.values[low]!r} {'is not below' if strict else 'is above'} {high}="
+                          f"{v.values[high]!r}. Fix: make {low} {'<' if strict else '<='} {high}.", (low, high)))
     _several(found)
 
 
@@ -252,18 +252,16 @@ def compare_base_adapter(v: RunView) -> None:
                                "use_peft: false set final_eval: adapter (the trained model alone) or none.")
 
 
-def push_needs_adapter(v: RunView) -> None:
-    """The recipe pushes a LoRA adapter or the base merged with it: a full fine-tune has neither, so the push would
-    fail after training."""
-    from ..hub.merge import push_mode
+def push_settings(v: RunView, check: str) -> None:
+    """`hub.merge`'s ``check`` (``check_push_adapter``, ``check_push_repository``) on the run's push settings."""
+    from ..hub import merge
 
-    mode = push_mode(v.get("push_to_hub_mode"), v.get("push_to_hub") is True)
-    if mode != "none" and not v.get("use_peft"):
-        raise RunArgumentError(
-            f"push_to_hub_mode={mode!r} pushes a LoRA adapter (merged: the base merged with it), but use_peft=False "
-            "trains the whole model, which the recipe does not push: the push would fail after training. Fix: set "
-            "use_peft: true, or push_to_hub_mode: none (and push_to_hub: false) and upload output_dir yourself "
-            "(huggingface_hub's upload_folder).")
+    mode = merge.push_mode(v.get("push_to_hub_mode"), v.get("push_to_hub") is True)
+    try:
+        getattr(merge, check)(mode, v.get("use_peft") if check == "check_push_adapter" else
+                              v.get("hub_repo_id") or v.get("hub_model_id"))
+    except ValueError as err:
+        raise RunArgumentError(str(err)) from None
 
 
 def normalize_then_sum(v: RunView) -> None:
@@ -352,7 +350,10 @@ RULES: tuple[Rule, ...] = (
     Rule("evaluation_split", evaluation_split, ("eval_strategy", "final_eval", "dataset_test_split")),
     Rule("chat_template", chat_template, ("chat_template",)),
     Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
-    Rule("push_needs_adapter", push_needs_adapter, ("push_to_hub_mode", "push_to_hub", "use_peft")),
+    Rule("push_needs_adapter", lambda v: push_settings(v, "check_push_adapter"),
+         ("push_to_hub_mode", "push_to_hub", "use_peft")),
+    Rule("push_needs_repository", lambda v: push_settings(v, "check_push_repository"),
+         ("push_to_hub_mode", "push_to_hub", "hub_repo_id", "hub_model_id")),
     Rule("quantized_needs_adapter", lambda v: check_quantized_has_adapter(v.values),
          lambda v: (*(n for n in ("load_in_4bit", "load_in_8bit") if v.get(n)), "use_peft"),
          blocked_by=("load_in_4bit", "load_in_8bit", "use_peft")),

@@ -110,7 +110,6 @@ TRL_RANGES: dict[str, Range] = {
     "off_policy_mask_threshold": _nonneg("remove it or use a value >= 0.", "TRL off-policy masking"),
     "vllm_importance_sampling_clip_max": _pos("use 3.0 (TRL's default).", "TRL IS correction"),
     "vllm_importance_sampling_clip_min": _nonneg("remove it or use a value >= 0.", "TRL IS correction"),
-    "vllm_importance_sampling_cap": _pos("remove it (deprecated: use vllm_importance_sampling_clip_max).", "TRL"),
     # --- vLLM ---
     "vllm_server_port": _PORT,
     "vllm_group_port": _PORT,
@@ -134,8 +133,9 @@ OTHER_RANGES: dict[str, Range] = {
 UNCHECKED_NUMERIC: dict[str, str] = {
     "local_rank": "set by the launcher, not by users",
     "reward_weights": "a list; checked by rewards.spec (finite numbers, one per reward)",
-    "pad_to_multiple_of": "int or 'auto'; TRL validates it",
+    "pad_to_multiple_of": "int, 'auto' or none: trainer_settings.trainer_problems checks it",
     "entropy_coef": "any finite sign is meaningful (a negative value is an entropy penalty)",
+    "vllm_importance_sampling_cap": "read as vllm_importance_sampling_clip_max (config.keymap.RENAMED)",
 }
 
 #: Allowed values of string fields that would otherwise be accepted and fail after the model loads or at step 1.
@@ -229,6 +229,7 @@ _requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer ev
           "set eval_strategy: steps (with eval_steps) to evaluate during training, or final_eval: adapter after it, "
           "and remove {field}.")
 _when("save_strategy", "steps", ("save_steps",))
+_when("log_completions", True, ("log_completions_hub_repo",))
 # (eval_strategy: steps without eval_steps evaluates every logging_steps, whatever logging_strategy says)
 _requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.get("logging_strategy")) in (None, "steps")
           or (enum_value(v.get("eval_strategy")) == "steps" and v.get("eval_steps") is None),
@@ -246,10 +247,11 @@ GOVERNED_BY: dict[str, tuple[str, ...]] = {
     for name, (setting, _, _) in REQUIRES.items()
 }
 
-#: (low field, high field): the first may not exceed the second.
-ORDERED: tuple[tuple[str, str], ...] = (
-    ("entropy_coef_min", "entropy_coef_max"),
-    ("vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max"),
+#: (low field, high field, strict): the first may not exceed the second (with ``strict``: must be below it;
+#: TRL's `GRPOConfig.__post_init__` raises for clip_min >= clip_max).
+ORDERED: tuple[tuple[str, str, bool], ...] = (
+    ("entropy_coef_min", "entropy_coef_max", False),
+    ("vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max", True),
 )
 
 #: Fields whose value the cross-checks read; their dataclass defaults (`validation.DEFAULTS`) fill in what a caller

@@ -16,7 +16,8 @@ from .tables import enum_value
 MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")
 #: The fields :func:`trainer_problems` reads (a problem already reported for one skips it).
 TRAINER_FIELDS = ("output_dir", "lr_scheduler_type", "lr_scheduler_kwargs", "eval_strategy", "save_strategy",
-                  "metric_for_best_model", "load_best_model_at_end", "save_steps", "eval_steps")
+                  "metric_for_best_model", "load_best_model_at_end", "save_steps", "eval_steps", "auto_find_batch_size",
+                  "pad_to_multiple_of")
 #: Schedulers that step on an evaluation metric (`TrainingArguments.__post_init__` refuses them without one).
 EVAL_SCHEDULERS = ("reduce_lr_on_plateau", "greedy")
 
@@ -62,6 +63,17 @@ def trainer_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ..
                       ("save_strategy", "metric_for_best_model")))
     if best and save != "best":
         found += _best_model_problems(save, strategy, values)
+    if values.get("auto_find_batch_size") is True:  # TRL's GRPOConfig.__post_init__ refuses it
+        found.append(("auto_find_batch_size=True is not supported by GRPO: halving the batch on an out-of-memory error "
+                      "would split the groups of G completions. Fix: remove it and lower micro_batch_size.",
+                      ("auto_find_batch_size",)))
+    pad = values.get("pad_to_multiple_of")  # TRL reads "auto", "none"/"null" or int(value)
+    if pad is not None and not (isinstance(pad, str) and pad.lower() in ("auto", "none", "null")):
+        if isinstance(pad, bool) or not (isinstance(pad, int) or (isinstance(pad, str) and pad.isdigit())) \
+                or int(pad) < 1:
+            found.append((f"pad_to_multiple_of={pad!r} is not valid: TRL takes a whole number >= 1 of tokens, 'auto' "
+                          "or none. Fix: remove it (auto: 128 on Neuron, else no padding) or set e.g. 8.",
+                          ("pad_to_multiple_of",)))
     return found
 
 

@@ -88,7 +88,7 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
     own = problems is None
     problems = Problems() if own else problems
     for name, value in list(values.items()):
-        if name in RANGES and value is None and FIELD_DEFAULTS.get(name) is not None:
+        if (name in RANGES or name in CHOICES) and value is None and FIELD_DEFAULTS.get(name) is not None:
             problems.add(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
                          f"{FIELD_DEFAULTS[name]!r}) or give a value.", (name,))
         elif name in RANGES and not isinstance(value, (list, tuple, dict)):
