@@ -235,6 +235,9 @@ def test_plan_costs_what_importing_grpo_config_costs():
     (["--zero_variance_filter", "mask", "--zero_variance_reward", "accuracy"], "is not one of this run's rewards"),
     ({"dtype": "fp16"}, "dtype='fp16' is not valid"),  # argparse checks the command line; YAML values too
     ({"log_level": "verbose"}, "log_level='verbose' is not valid"),
+    # the recipe refused these after its own checks, plan accepted them (a differential breaker's finding)
+    ({"model_name_or_path": None}, "model_name_or_path is not set"),
+    ({"model_name_or_path": "embedded:bogus"}, "'embedded:bogus' is not an embedded model"),
 ])
 def test_plan_refuses_what_the_run_refuses(capsys, tmp_path, extra, says):
     """The zero-variance filter's checks and argparse choices of a YAML value, refused by plan as by the run."""
