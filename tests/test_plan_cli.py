@@ -236,7 +236,6 @@ def test_plan_costs_what_importing_grpo_config_costs():
     ({"dtype": "fp16"}, "dtype='fp16' is not valid"),  # argparse checks the command line; YAML values too
     ({"log_level": "verbose"}, "log_level='verbose' is not valid"),
     # the recipe refused these after its own checks, plan accepted them (a differential breaker's finding)
-    ({"model_name_or_path": None}, "model_name_or_path is not set"),
     ({"model_name_or_path": "embedded:bogus"}, "'embedded:bogus' is not an embedded model"),
 ])
 def test_plan_refuses_what_the_run_refuses(capsys, tmp_path, extra, says):

