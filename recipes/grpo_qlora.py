@@ -63,7 +63,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
             memory = retain_freed_memory()
             if training_args.process_index == 0:
                 print(f"host memory: {memory}")
-        train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
+        train_dataset = load_prompt_dataset(script_args)  # an embedded task: its embedded_seed's rows
         check_reward_columns(train_dataset.column_names, training_args)  # a reward's missing column, before the model
         answer_columns = reward_columns(training_args.resolved.rewards)  # and one that is empty in every row
         check_reward_values(train_dataset, describe(script_args.dataset_name, "train"), answer_columns)
@@ -78,7 +78,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         if training_args.zero_variance_filter == "skip":
             check_skip_plan(plan)  # skip acts from the second epoch on
         evaluating = training_args.eval_strategy != "no" or script_args.final_eval != "none"
-        eval_dataset = load_eval_dataset(script_args, training_args.seed, "test", script_args.eval_num_prompts) \
+        eval_dataset = load_eval_dataset(script_args, split="test", num_prompts=script_args.eval_num_prompts) \
             if evaluating else None
         if eval_dataset is not None:
             check_reward_columns(eval_dataset.column_names, training_args, split="evaluation")  # TRL scores it too

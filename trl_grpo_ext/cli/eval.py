@@ -151,7 +151,7 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     from ..rewards.spec import build_reward_funcs, with_run_defaults
 
     other = "train" if split == "test" else "test"
-    dataset = load_eval_dataset(script_args, training_args.seed, split, num_prompts,
+    dataset = load_eval_dataset(script_args, split=split, num_prompts=num_prompts,
                                 fix=f"pass --split {other} to evaluate the {other} split instead, or set "
                                     f"{'dataset_test_split' if split == 'test' else 'dataset_train_split'} to a "
                                     "split that exists.")

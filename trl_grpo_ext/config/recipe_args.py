@@ -27,6 +27,9 @@ class RecipeArguments(ScriptArguments):
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Start a new run in an output_dir holding another run's checkpoints."})
     embedded_num_prompts: int = field(default=512, metadata={"help": "Prompts in the embedded task [prompts]."})
+    embedded_seed: int = field(
+        default=0, metadata={"help": "Seed of the embedded task's problems (train and test splits); the run's seed "
+                                     "leaves them alone, so runs of several seeds share the held-out problems."})
     eval_num_prompts: int | None = field(
         default=None,
         metadata={"help": "Held-out prompts used by TRL's eval loop and the final evaluation [prompts]; the first N "

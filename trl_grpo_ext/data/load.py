@@ -97,7 +97,7 @@ def apply_prompt_settings(dataset, prompt_column: str = "prompt", system_prompt:
     return dataset.map(lambda row: {"prompt": to_chat_prompt(row[prompt_column], system_prompt)})
 
 
-def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
+def load_prompt_dataset(script_args, seed: int | None = None, split: str = "train"):
     """The prompts of one split of a recipe's dataset, as a `datasets.Dataset` with a ``prompt`` column.
 
     Args:
@@ -107,8 +107,8 @@ def load_prompt_dataset(script_args, seed: int = 0, split: str = "train"):
             ``dataset_prompt_column``, ``embedded_num_prompts``, ``eval_num_prompts`` (test split of an embedded
             task), ``embedded_target``, ``system_prompt`` (applies to every dataset, `apply_prompt_settings`; GSM8K
             and the arithmetic task use their own default when it is unset).
-        seed (`int`): seed of the embedded tasks' rows (the test split of an embedded task never repeats a training
-            prompt).
+        seed (`int`, *optional*): seed of an embedded task's rows (default: ``script_args.embedded_seed``, else 0; the
+            test split of an embedded task never repeats a training prompt).
         split (`str`, defaults to ``"train"``): ``"train"`` reads ``dataset_train_split``; ``"test"`` reads
             ``dataset_test_split``.
 
@@ -142,7 +142,7 @@ class PromptSplit:
     where: str = ""
 
 
-def read_prompt_split(script_args, seed: int = 0, split: str = "train") -> PromptSplit:
+def read_prompt_split(script_args, seed: int | None = None, split: str = "train") -> PromptSplit:
     """One split of a recipe's dataset read and checked as :func:`load_prompt_dataset` does, every problem of its
     rows collected instead of the first raised: unreadable, empty, no prompt column, prompts of another kind,
     empty prompts, GSM8K rows without ``question`` / ``answer`` or without ``####`` (arguments: see
@@ -201,9 +201,10 @@ def read_prompt_split(script_args, seed: int = 0, split: str = "train") -> Promp
     return found
 
 
-def _embedded_split(script_args, seed: int, split: str):
+def _embedded_split(script_args, seed: int | None, split: str):
     """The rows of an embedded task's split (raises `ValueError` for another split, streaming, or an unknown name)."""
     name = script_args.dataset_name
+    seed = getattr(script_args, "embedded_seed", 0) if seed is None else seed
     check_choice("split", split, ("train", "test"), error=ValueError)
     if getattr(script_args, "dataset_streaming", False):
         raise ValueError("dataset_streaming=True is not supported by the recipe: the plan counts the prompts. Remove it "
@@ -253,7 +254,7 @@ def check_gsm8k_answers(dataset, where: str) -> None:
                            "use dataset_format: prompt with an answer column the rewards read.")
 
 
-def load_eval_dataset(script_args, seed: int = 0, split: str = "test", num_prompts: int | None = None,
+def load_eval_dataset(script_args, seed: int | None = None, split: str = "test", num_prompts: int | None = None,
                       fix: str = "name a split that exists, or set eval_strategy: no and final_eval: none."):
     """The held-out prompts of a run: :func:`load_prompt_dataset` of ``split``, cut to its first ``num_prompts``.
     ``fix``: the advice for a split that does not exist (the default is a training run's).

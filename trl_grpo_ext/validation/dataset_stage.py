@@ -16,10 +16,10 @@ from .user_values import flatten_values
 #: The fields each part of the stage reads: a problem already reported for one of them skips that part
 #: (``embedded_target`` is not one: the rule ``reward_columns`` names it; see :func:`_embedded_target_refused`).
 TRAIN_FIELDS = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_format", "dataset_prompt_column",
-                "system_prompt", "embedded_num_prompts", "dataset_streaming", "seed")
+                "system_prompt", "embedded_num_prompts", "dataset_streaming", "embedded_seed")
 #: (Not ``eval_strategy`` or ``final_eval``: a refused value there still asks for an evaluation, so the split is read.)
 EVAL_FIELDS = ("dataset_name", "dataset_config", "dataset_test_split", "dataset_format", "dataset_prompt_column",
-               "system_prompt", "eval_num_prompts", "dataset_streaming", "seed")
+               "system_prompt", "eval_num_prompts", "dataset_streaming", "embedded_seed")
 REWARD_FIELDS = ("rewards", "reward_weights", "max_completion_length")
 _TRUE = ("1", "true", "yes", "on")
 
@@ -98,9 +98,8 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
                           f"name exists in {Path.cwd()}) and plan downloads nothing (the recipe checks it once "
                           "downloaded; with HF_HUB_OFFLINE=1 plan checks a copy in the datasets cache)")
         return survey
-    seed = values.get("seed") or 0
     specs = _specs(values, problems)
-    train = read_prompt_split(script_args, seed, "train")
+    train = read_prompt_split(script_args, split="train")
     if train.rows is None and not read_hub and not is_local_dataset(name):  # offline, not in the cache
         reason = " ".join(str(train.problems[0]).split())
         if "OfflineModeIsEnabled" in reason or "Couldn't reach" in reason:
@@ -129,7 +128,7 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     evaluating = enum_value(values.get("eval_strategy")) not in (None, "no") or \
         (enum_value(values.get("final_eval")) or "none") != "none"
     if evaluating and not problems.blocked(EVAL_FIELDS):
-        test = read_prompt_split(script_args, seed, "test")
+        test = read_prompt_split(script_args, split="test")
         for problem in test.problems:
             problems.add(problem)
         wanted = values.get("eval_num_prompts")

@@ -121,6 +121,7 @@ TRL_RANGES: dict[str, Range] = {
 #: The recipe's (`RecipeArguments`) and LoRA's (trl.ModelConfig -> peft.LoraConfig), after our declared ones.
 OTHER_RANGES: dict[str, Range] = {
     "embedded_num_prompts": _int(1, "use e.g. 240.", "tiny"),
+    "embedded_seed": _int(0, "use a whole number >= 0, e.g. 0.", "data.load"),
     "eval_num_prompts": _int(1, "remove it (the whole test split) or use e.g. 64.", "data.load_eval_dataset"),
     "final_eval_num_samples": _int(0, "use 0 (greedy only) or e.g. 8 samples per prompt.", "evaluation"),
     "lora_r": _int(1, "use a rank such as 8 or 16.", "PEFT raises for r <= 0, after the model loads"),
@@ -191,7 +192,7 @@ _requires(("zero_variance_tolerance",), "zero_variance_filter: mask, resample or
 _when("zero_variance_filter", "skip", ("skip_exploration_probability",))
 _requires(("lost_update_warning_threshold",), "lost_update_steps > 0", lambda v: (v.get("lost_update_steps") or 0) > 0,
           "set lost_update_steps: 10 (say) or remove {field}.")
-_requires(("embedded_num_prompts",), "an embedded dataset_name", _embedded,
+_requires(("embedded_num_prompts", "embedded_seed"), "an embedded dataset_name", _embedded,
           "use an embedded dataset_name (embedded:count-char, embedded:arithmetic) or remove {field}.")
 _requires(("dataset_format",), "a dataset that is not embedded (the embedded tasks map their own rows)",
           lambda v: not _embedded(v), "remove {field}: embedded:arithmetic is always read as GSM8K rows and "
@@ -239,7 +240,7 @@ _requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.
 #: one of these was given on the command line: `--save_strategy no` over a YAML with `save_steps: 50` switches the
 #: feature off on purpose.
 GOVERNED_BY: dict[str, tuple[str, ...]] = {
-    name: {"embedded_num_prompts": ("dataset_name",), "eval_num_prompts": ("eval_strategy", "final_eval"),
+    name: {"embedded_num_prompts": ("dataset_name",), "embedded_seed": ("dataset_name",), "eval_num_prompts": ("eval_strategy", "final_eval"),
            "dataset_format": ("dataset_name",), "dataset_train_split": ("dataset_name",),
            "dataset_test_split": ("dataset_name",), "dataset_config": ("dataset_name",),
            "dataset_prompt_column": ("dataset_name",)}.get(
