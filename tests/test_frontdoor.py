@@ -319,3 +319,12 @@ def test_yaml_merge_keys_are_read_and_may_be_overridden(tmp_path):
     with pytest.raises(ConfigError, match="'name' is written twice"):
         load_yaml(path)
 
+
+
+@pytest.mark.parametrize("text", ["1: 3\n", "true: 1\n"])
+def test_a_key_that_is_no_name_is_one_line(tmp_path, text):
+    """`1: 3` crashed the unknown-key message with an AttributeError (a breaker's finding)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="is no field name. Fix: write `field_name: value`"):
+        read_run_args(["--config", str(path)], light=True)

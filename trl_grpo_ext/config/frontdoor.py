@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import os
 import sys
@@ -70,8 +71,6 @@ def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
     stem = path.name[: -len(path.suffix)] if path.suffix in CONFIG_SUFFIXES else path.name
     if str(path.parent) in (".", "") and stem in shipped:
         return shipped[stem]
-    import difflib
-
     close = difflib.get_close_matches(stem, list(shipped), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     flag = "--config" if kind == "configs" else "--accelerate_config"
@@ -114,7 +113,6 @@ def hf_argument_parser(types_: tuple[type, ...]):
 
 
 def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
-    argv = list(argv)
     if "--config" not in argv:
         return None, argv
     index = argv.index("--config")
@@ -135,6 +133,9 @@ def load_yaml(path: Path) -> dict:
                 if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
                     continue
                 key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, str):  # `1: 3`, `true: 1`
+                    raise ConfigError(f"--config {path}: the key {key!r} (line {key_node.start_mark.line + 1}) is no "
+                                      "field name. Fix: write `field_name: value`.")
                 if key in seen:
                     raise ConfigError(f"--config {path}: {key!r} is written twice (lines {seen[key]} and "
                                       f"{key_node.start_mark.line + 1}), and YAML would keep the second silently. "
@@ -217,8 +218,6 @@ def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tu
 
 
 def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
-    import difflib
-
     known = list(_known_keys(types_))
     parts = []
     for key in unknown:
