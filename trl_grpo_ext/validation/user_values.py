@@ -41,6 +41,9 @@ def _field_tables() -> tuple[dict, dict, dict]:
 
 
 _DECLARED, _ARGPARSE_CHOICES, FIELD_DEFAULTS = _field_tables()
+#: Fields typed Optional (``str | None``): YAML's null is a value there, whatever the default.
+NULLABLE = frozenset(f.name for cls in RECIPE_DATACLASSES for f in dataclasses.fields(cls)
+                     if "None" in str(f.type) or "Optional" in str(f.type))
 #: Range of every numeric field read by this package: TRL's, ours (declared on the fields), the recipe's and LoRA's.
 RANGES: dict[str, Range] = {**TRL_RANGES, **{n: c["range"] for n, c in _DECLARED.items() if "range" in c},
                             **OTHER_RANGES}
@@ -88,7 +91,8 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
     own = problems is None
     problems = Problems() if own else problems
     for name, value in list(values.items()):
-        if (name in RANGES or name in CHOICES) and value is None and FIELD_DEFAULTS.get(name) is not None:
+        if (name in RANGES or name in CHOICES) and value is None and FIELD_DEFAULTS.get(name) is not None \
+                and name not in NULLABLE:
             problems.add(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
                          f"{FIELD_DEFAULTS[name]!r}) or give a value.", (name,))
         elif name in RANGES and not isinstance(value, (list, tuple, dict)):
