@@ -252,14 +252,14 @@ def compare_base_adapter(v: RunView) -> None:
                                "use_peft: false set final_eval: adapter (the trained model alone) or none.")
 
 
-def push_settings(v: RunView, check: str) -> None:
-    """`hub.merge`'s ``check`` (``check_push_adapter``, ``check_push_repository``) on the run's push settings."""
-    from ..hub import merge
+def push_settings(v: RunView, adapter: bool) -> None:
+    """`hub.merge.check_push_adapter` (``adapter``), else `check_push_repository`, on the run's push settings."""
+    from ..hub.merge import check_push_adapter, check_push_repository, push_mode
 
-    mode = merge.push_mode(v.get("push_to_hub_mode"), v.get("push_to_hub") is True)
+    mode = push_mode(v.get("push_to_hub_mode"), v.get("push_to_hub") is True)
     try:
-        getattr(merge, check)(mode, v.get("use_peft") if check == "check_push_adapter" else
-                              v.get("hub_repo_id") or v.get("hub_model_id"))
+        (check_push_adapter(mode, v.get("use_peft")) if adapter else
+         check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id")))
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 
@@ -350,9 +350,9 @@ RULES: tuple[Rule, ...] = (
     Rule("evaluation_split", evaluation_split, ("eval_strategy", "final_eval", "dataset_test_split")),
     Rule("chat_template", chat_template, ("chat_template",)),
     Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
-    Rule("push_needs_adapter", lambda v: push_settings(v, "check_push_adapter"),
+    Rule("push_needs_adapter", lambda v: push_settings(v, adapter=True),
          ("push_to_hub_mode", "push_to_hub", "use_peft")),
-    Rule("push_needs_repository", lambda v: push_settings(v, "check_push_repository"),
+    Rule("push_needs_repository", lambda v: push_settings(v, adapter=False),
          ("push_to_hub_mode", "push_to_hub", "hub_repo_id", "hub_model_id")),
     Rule("quantized_needs_adapter", lambda v: check_quantized_has_adapter(v.values),
          lambda v: (*(n for n in ("load_in_4bit", "load_in_8bit") if v.get(n)), "use_peft"),
