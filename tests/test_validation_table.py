@@ -216,6 +216,27 @@ INVALID = [
     row("pad_to_multiple_of not a number", {"pad_to_multiple_of": "bogus"}, ["pad_to_multiple_of='bogus'"],
         "Fix: remove it"),
     row("pad_to_multiple_of 0", {"pad_to_multiple_of": 0}, ["pad_to_multiple_of=0"], "Fix: remove it"),
+    # TRL 1.16 compares with "auto" exactly and int()s any other string: 'Auto' raised a ValueError in GRPOConfig
+    row("pad_to_multiple_of Auto", {"pad_to_multiple_of": "Auto"}, ["pad_to_multiple_of='Auto'", "'auto' (lower case)"],
+        "Fix: remove it"),
+    # transformers raises "wandbb is not supported" when the trainer is built, after the weights load
+    row("report_to typo", {"report_to": "wandbb"}, ["report_to='wandbb'", "no integration transformers knows"],
+        "Fix: report_to: wandb"),
+    row("report_to typo in a list", {"report_to": ["tensorbord"]}, ["'tensorbord'"], "Fix: report_to: tensorboard"),
+    row("report_to none in a list", {"report_to": ["none", "azure_ml"]}, ["'none' is a value of its own"],
+        "Fix: report_to: none"),
+    # mapping fields: transformers json.loads a string that starts with "{" and keeps any other string (TRL then
+    # fails on it after the weights load); accelerator_config / fsdp_config / deepspeed also read a file's path
+    row("generation_kwargs a list", {"generation_kwargs": [1, 2]}, ["generation_kwargs=[1, 2] is not a mapping (a list)"],
+        "Fix: write it as a mapping in the YAML (generation_kwargs: {key: value})"),
+    row("model_init_kwargs a word", {"model_init_kwargs": "fast"}, ["model_init_kwargs='fast' is not a mapping"],
+        "or as JSON on the command line (--model_init_kwargs '{\"key\": 1}')"),
+    row("gradient_checkpointing_kwargs bad JSON", {"gradient_checkpointing_kwargs": "{use_reentrant: false}"},
+        ["gradient_checkpointing_kwargs='{use_reentrant: false}' is not JSON"], "Fix: write it as a mapping"),
+    row("lr_scheduler_kwargs bad JSON", {"lr_scheduler_kwargs": "{min_lr_rate: 0.1}"},
+        ["lr_scheduler_kwargs='{min_lr_rate: 0.1}' is not JSON"], "Fix: write it as a mapping"),
+    row("accelerator_config no such file", {"accelerator_config": "missing.json"},
+        ["accelerator_config='missing.json' names no JSON file it can read"], "Fix: give the file's path"),
     # evaluation without a test split
     row("eval_strategy steps without a test split", {"eval_strategy": "steps", "dataset_test_split": None},
         ["eval_strategy", "dataset_test_split"]),
@@ -690,7 +711,6 @@ def test_null_for_a_field_that_needs_a_value_is_refused_by_plan_and_recipe(name,
     ({"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr": 1e-5, "min_lr_rate": 0.1}},
      "sets both min_lr and min_lr_rate"),  # transformers: "Only one of min_lr or min_lr_rate should be set"
     ({"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": None}}, "which sets none"),
-    ({"lr_scheduler_type": "cosine", "lr_scheduler_kwargs": "{min_lr_rate: 0.1}"}, "is not JSON"),
     # eval_steps unset: transformers evaluates every logging_steps (10), and 25 is no multiple of it
     ({"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "steps", "save_steps": 25,
       "logging_steps": 10}, "eval_steps=10 (unset: logging_steps)"),

@@ -1,5 +1,5 @@
 """The optional packages a run's settings need (flash-attn, vLLM, Liger, the trackers), checked before any model
-loads with `importlib.util.find_spec` (nothing imported)."""
+loads with `importlib.util.find_spec` (nothing imported), and the ``report_to`` names transformers knows."""
 
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
         out.append(("use_liger_kernel", "use_liger_kernel=True needs the liger-kernel package, which is not installed "
                     "(the trainer would fail after loading the model). Fix: pip install liger-kernel, or set "
                     "use_liger_kernel: false."))
+    out += _report_to_problems(values.get("report_to"))
     report_to = _report_to(values.get("report_to"))
     for tracker in report_to:
         modules, requirement = TRACKERS.get(tracker, ((), ""))
@@ -61,6 +62,29 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
                         "is not installed (the trainer would fail when it starts). Fix: pip install "
                         f"{requirement}, or set {keep}."))
     return out
+
+
+def _report_to_problems(report_to: Any) -> list[tuple[str, str]]:
+    """``report_to`` names transformers does not know (`integration_utils.get_reporting_integration_callbacks` raises
+    on them when the trainer is built, after the model loads)."""
+    import difflib
+
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    names = [report_to] if isinstance(report_to, str) else list(report_to or ())
+    if names in (["all"], ["none"]):
+        return []
+    known = list(INTEGRATION_TO_CALLBACK)
+    found = []
+    for name in names:
+        if name in ("all", "none"):
+            found.append(("report_to", f"report_to={report_to!r}: {name!r} is a value of its own, not an entry of a "
+                          f"list (transformers raises on it). Fix: report_to: {name}, or list integrations only."))
+        elif name not in known:
+            close = difflib.get_close_matches(str(name), known, n=1)
+            found.append(("report_to", f"report_to={report_to!r}: {name!r} is no integration transformers knows "
+                          f"({', '.join(known)}, or all / none). Fix: report_to: {close[0] if close else 'none'}."))
+    return found
 
 
 def check_run_packages(values: Mapping[str, Any], problems) -> None:

@@ -33,16 +33,13 @@ def trainer_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ..
                       ("output_dir",)))
     scheduler, strategy = get("lr_scheduler_type"), get("eval_strategy") or "no"
     kwargs = values.get("lr_scheduler_kwargs") or {}
-    if isinstance(kwargs, str):  # the command line's JSON (the real class reads it in __post_init__)
+    if isinstance(kwargs, str):  # the command line's JSON (`user_values.mapping_problem` refuses any other string)
         import json
 
         try:
             kwargs = json.loads(kwargs)
-        except ValueError as err:
-            found.append((f"lr_scheduler_kwargs={kwargs!r} is not JSON ({err}). Fix: write it as JSON, e.g. "
-                          "--lr_scheduler_kwargs '{\"min_lr_rate\": 0.1}', or as a mapping in the YAML.",
-                          ("lr_scheduler_kwargs",)))
-            return found
+        except ValueError:
+            kwargs = {}
     floors = [k for k in ("min_lr", "min_lr_rate") if isinstance(kwargs, Mapping) and kwargs.get(k) is not None]
     if scheduler in MIN_LR_SCHEDULERS and len(floors) != 1:  # transformers: exactly one, else it raises
         found.append((f"lr_scheduler_type={scheduler!r} decays to a floor it reads from lr_scheduler_kwargs, which sets "
@@ -67,14 +64,15 @@ def trainer_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ..
         found.append(("auto_find_batch_size=True is not supported by GRPO: halving the batch on an out-of-memory error "
                       "would split the groups of G completions. Fix: remove it and lower micro_batch_size.",
                       ("auto_find_batch_size",)))
-    pad = values.get("pad_to_multiple_of")  # TRL reads "auto", "none"/"null" or int(value)
-    if pad is not None and not (isinstance(pad, str) and pad.lower() in ("auto", "none", "null")):
+    pad = values.get("pad_to_multiple_of")  # TRL 1.16 reads "auto" (this case only), "none"/"null" or int(value)
+    if pad is not None and not (isinstance(pad, str) and (pad == "auto" or pad.lower() in ("none", "null"))):
         if isinstance(pad, bool) or not (isinstance(pad, int) or (isinstance(pad, str) and pad.isdigit())) \
                 or int(pad) < 1:
-            found.append((f"pad_to_multiple_of={pad!r} is not valid: TRL takes a whole number >= 1 of tokens, 'auto' "
+            found.append((f"pad_to_multiple_of={pad!r} is not valid: TRL takes a whole number >= 1 of tokens, 'auto' (lower case) "
                           "or none. Fix: remove it (auto: 128 on Neuron, else no padding) or set e.g. 8.",
                           ("pad_to_multiple_of",)))
     return found
+
 
 
 def _best_model_problems(save: str, strategy: str, values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
