@@ -201,14 +201,14 @@ INVALID = [
         "write the value in quotes"),
     row("entropy_coef_min > max", {"use_adaptive_entropy": True, "entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
         ["entropy_coef_min", "entropy_coef_max"]),
-    # TRL's GRPOConfig raises for clip_min >= clip_max (equal included), after the recipe's checks (a breaker's finding)
-    row("importance-sampling clip_min = clip_max", {"vllm_importance_sampling_clip_min": 3.0,
-                                                    "vllm_importance_sampling_clip_max": 3.0},
-        ["vllm_importance_sampling_clip_min=3.0 is not below vllm_importance_sampling_clip_max=3.0"],
-        "Fix: make vllm_importance_sampling_clip_min < vllm_importance_sampling_clip_max"),
-    row("deprecated cap next to clip_max", {"vllm_importance_sampling_cap": 2.0,
-                                            "vllm_importance_sampling_clip_max": 5.0},
-        ["'vllm_importance_sampling_cap' and 'vllm_importance_sampling_clip_max' are both set"], "keep one"),
+    # TRL reads the importance-sampling fields only with use_vllm (grpo_trainer.py: `if self.use_vllm and ...`)
+    row("importance-sampling fields without use_vllm", {"vllm_importance_sampling_mode": "token_mask",
+                                                        "vllm_importance_sampling_clip_min": 0.5},
+        ["vllm_importance_sampling_clip_min=0.5, vllm_importance_sampling_mode='token_mask' only take effect with "
+         "use_vllm: true"], "Fix: set use_vllm: true or remove"),
+    # the push reads hub_repo_id first: a hub_model_id beside it was silently not used (a breaker's finding)
+    row("hub_repo_id and hub_model_id", {"hub_repo_id": "me/a", "hub_model_id": "me/b"},
+        ["hub_repo_id='me/a' and hub_model_id='me/b' cannot both be set"], "Fix: keep hub_repo_id"),
     row("log_completions_hub_repo without log_completions", {"log_completions_hub_repo": "me/x"},
         ["log_completions_hub_repo='me/x'", "log_completions: true"], "Fix: set log_completions: true"),
     row("auto_find_batch_size", {"auto_find_batch_size": True}, ["auto_find_batch_size=True"],
@@ -455,6 +455,19 @@ def test_each_rule_refuses_its_row(name, monkeypatch):
     assert len(problems) >= 1, name
 
 
+def test_importance_sampling_clip_min_must_be_below_clip_max():
+    """TRL's GRPOConfig raises for clip_min >= clip_max, equal included (`ordered`, strict), with use_vllm on."""
+    from trl_grpo_ext.validation.problems import Problems
+    from trl_grpo_ext.validation.rules import RunView, ordered
+    from trl_grpo_ext.validation.user_values import UserValues, flatten_values
+
+    user = UserValues({**BASE, "use_vllm": True, "vllm_importance_sampling_clip_min": 3.0,
+                       "vllm_importance_sampling_clip_max": 3.0})
+    with pytest.raises(ValueError, match=r"vllm_importance_sampling_clip_min=3.0 is not below "
+                                         r"vllm_importance_sampling_clip_max=3.0. Fix: make .* < "):
+        ordered(RunView(flatten_values(user), user, problems=Problems()))
+
+
 def _config(tmp_path, change) -> str:
     config = dict(BASE)
     for key, value in change.items():
@@ -567,6 +580,16 @@ def test_switching_a_feature_off_on_the_command_line_is_not_refused(tmp_path, no
 SWITCHED_OFF = ("warning: not used, switched off on the command line: bnb_4bit_quant_type (needs load_in_4bit: true); "
                 "lora_alpha, lora_dropout, lora_r, lora_target_modules (need use_peft: true). Remove them from the "
                 "config to silence this.")
+
+
+def test_a_field_trl_refuses_is_refused_even_when_switched_off_on_the_command_line(tmp_path, no_weights):
+    """TRL's GRPOConfig raises for log_completions_hub_repo without log_completions (it does not ignore it), so
+    `--log_completions false` over a YAML with both is refused, not warned about (a breaker's finding)."""
+    path = _config(tmp_path, {"log_completions": True, "log_completions_hub_repo": "me/completions"})
+    parse_recipe_args(["--config", path])
+    with pytest.raises(RecipeArgumentError, match="log_completions_hub_repo='me/completions' only takes effect"):
+        parse_recipe_args(["--config", path, "--log_completions", "false"])
+    assert plan_cli.main(["--config", path, "--log_completions", "false"]) == 2
 
 
 def test_fields_switched_off_on_the_command_line_are_named_in_one_warning(tmp_path, capsys, no_weights):

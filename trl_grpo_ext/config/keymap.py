@@ -140,6 +140,9 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
     for old, new in [*ALIASES.items(), *((k, v[0]) for k, v in RENAMED.items())]:
         if old not in config and old not in in_cli:
             continue
+        if old in config and config[old] is None and new in config:  # `cap: null` beside clip_max: nothing to read
+            config.pop(old)
+            continue
         if (old in config and new in config) or (old in in_cli and new in given_on_cli):
             where = "in the config" if old in config and new in config else "on the command line"
             problems.append(f"{old!r} and {new!r} are both set {where}; {old!r} is another name for {new!r}: keep one")

@@ -165,8 +165,7 @@ def exclusive(v: RunView) -> None:
 
 
 def _switched_off(user: Mapping[str, Any], name: str) -> bool:
-    """Whether ``name`` (a `tables.REQUIRES` field of the YAML) is off because its setting was given on the command
-    line (``--use_peft false`` over a YAML with ``lora_r``): accepted, with `switched_off_warning`."""
+    """Whether ``name`` (a YAML `tables.REQUIRES` field) is off by a command-line setting (``--use_peft false``): a warning."""
     cli_keys = getattr(user, "command_line_keys", frozenset())
     return name not in cli_keys and bool(cli_keys.intersection(GOVERNED_BY[name]))
 

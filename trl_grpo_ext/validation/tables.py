@@ -156,6 +156,8 @@ EXCLUSIVE: tuple[tuple[str, str, str], ...] = (
     ("load_in_4bit", "load_in_8bit", "choose one quantisation: load_in_4bit (QLoRA, NF4) or load_in_8bit."),
     ("bf16", "fp16", "choose one mixed-precision mode (bf16 on GPUs that support it)."),
     ("generation_batch_size", "steps_per_generation", "set one of them (TRL derives the other)."),
+    ("hub_repo_id", "hub_model_id", "keep hub_repo_id: the push reads it first and hub_model_id (TRL's name for the "
+     "repository) only without it."),
 )
 
 #: Fields that only take effect under another setting: field -> (setting, predicate on the run values, fix). A field
@@ -222,7 +224,9 @@ _when("use_adaptive_entropy", True, ("entropy_coef_min", "entropy_coef_max", "en
 _when("use_vllm", True, ("vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex",
                          "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
                          "vllm_group_port", "vllm_gpu_memory_utilization", "vllm_max_model_length",
-                         "vllm_tensor_parallel_size"))
+                         "vllm_tensor_parallel_size", "vllm_importance_sampling_correction",
+                         "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
+                         "vllm_importance_sampling_clip_max"))
 _when("eval_strategy", "steps", ("eval_steps",),
       "set eval_strategy: steps (with a dataset_test_split) or remove {field}.")
 _requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer evaluates on eval_strategy alone)",
@@ -231,6 +235,17 @@ _requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer ev
           "and remove {field}.")
 _when("save_strategy", "steps", ("save_steps",))
 _when("log_completions", True, ("log_completions_hub_repo",))
+# the push after training (hub.push) reads these; TRL's own push at every save is off in the recipe (push.resolve)
+_PUSH_FIELDS = ("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision", "hub_token")
+_requires(_PUSH_FIELDS,
+          "a push (push_to_hub_mode: adapter or merged, or TRL's push_to_hub: true)",
+          lambda v: enum_value(v.get("push_to_hub_mode")) not in (None, "none") or v.get("push_to_hub") is True,
+          "set push_to_hub_mode: adapter, or remove {field} (trl-grpo-ext push OUTPUT_DIR --repo-id ID pushes a "
+          "finished run).")
+_when("push_to_hub_mode", "merged", ("merge_dtype",))
+_requires(("hub_strategy", "hub_always_push"), "TRL's push at every save, which this recipe replaces by one push "
+          "after training", lambda v: False, "remove {field}: the push (push_to_hub_mode) runs once, after the "
+          "adapter, the card and the plot are saved.")
 # (eval_strategy: steps without eval_steps evaluates every logging_steps, whatever logging_strategy says)
 _requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.get("logging_strategy")) in (None, "steps")
           or (enum_value(v.get("eval_strategy")) == "steps" and v.get("eval_steps") is None),
@@ -238,12 +253,15 @@ _requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.
 
 #: The field(s) deciding whether each `REQUIRES` field takes effect. A field written in the YAML is not refused when
 #: one of these was given on the command line: `--save_strategy no` over a YAML with `save_steps: 50` switches the
-#: feature off on purpose.
+#: feature off on purpose. None switches off log_completions_hub_repo: TRL's `GRPOConfig.__post_init__` refuses it
+#: without log_completions, it does not ignore it.
 GOVERNED_BY: dict[str, tuple[str, ...]] = {
-    name: {"embedded_num_prompts": ("dataset_name",), "embedded_seed": ("dataset_name",), "eval_num_prompts": ("eval_strategy", "final_eval"),
-           "dataset_format": ("dataset_name",), "dataset_train_split": ("dataset_name",),
-           "dataset_test_split": ("dataset_name",), "dataset_config": ("dataset_name",),
-           "dataset_prompt_column": ("dataset_name",)}.get(
+    name: {"embedded_num_prompts": ("dataset_name",), "embedded_seed": ("dataset_name",),
+           "eval_num_prompts": ("eval_strategy", "final_eval"), "dataset_format": ("dataset_name",),
+           "dataset_train_split": ("dataset_name",), "dataset_test_split": ("dataset_name",),
+           "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
+           "log_completions_hub_repo": (),
+           **dict.fromkeys((*_PUSH_FIELDS, "hub_strategy", "hub_always_push"), ("push_to_hub_mode", "push_to_hub"))}.get(
         name, (setting.split(":")[0].split(" ")[0],))
     for name, (setting, _, _) in REQUIRES.items()
 }
