@@ -77,7 +77,8 @@ def test_its_full_model_push_is_refused(swapped):
                              "--dataset-size", str(len(ROWS)), *overrides],
                             capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 2
-    assert "push_to_hub_mode='adapter'" in result.stderr and "use_peft=False" in result.stderr
+    assert "push_to_hub=True (a push of the adapter) pushes a LoRA adapter" in result.stderr
+    assert "use_peft=False" in result.stderr
 
 
 def test_it_plans(swapped):

@@ -66,28 +66,29 @@ def push_mode(push_to_hub_mode: str | None, push_to_hub: bool = False) -> str:
     return "adapter" if mode == "none" and push_to_hub else mode
 
 
-def check_push_adapter(mode: str, use_peft: bool) -> None:
+def check_push_adapter(mode: str, use_peft: bool, named: str | None = None) -> None:
     """The recipe pushes a LoRA adapter or the base merged with it (``mode`` from :func:`push_mode`): a full
-    fine-tune (``use_peft`` false) has neither, so the push would fail after training.
+    fine-tune (``use_peft`` false) has neither, so the push would fail after training. ``named``: the setting the
+    message names (default ``push_to_hub_mode=<mode>``; TRL's ``push_to_hub=True`` where that set the mode).
 
     Raises:
         ValueError: naming the mode and the fix."""
     if mode != "none" and not use_peft:
         raise ValueError(
-            f"push_to_hub_mode={mode!r} pushes a LoRA adapter (merged: the base merged with it), but use_peft=False "
+            f"{named or f'push_to_hub_mode={mode!r}'} pushes a LoRA adapter (merged: the base merged with it), but use_peft=False "
             "trains the whole model, which the recipe does not push: the push would fail after training. Fix: set "
             "use_peft: true, or push_to_hub_mode: none (and push_to_hub: false) and upload output_dir yourself "
             "(huggingface_hub's upload_folder).")
 
 
-def check_push_repository(mode: str, repo_id: str | None) -> None:
-    """A push (``mode`` from :func:`push_mode`) needs a repository.
+def check_push_repository(mode: str, repo_id: str | None, named: str | None = None) -> None:
+    """A push (``mode`` from :func:`push_mode`; ``named`` as in :func:`check_push_adapter`) needs a repository.
 
     Raises:
         ValueError: ``mode`` is not ``"none"`` and ``repo_id`` (``hub_repo_id``, else TRL's ``hub_model_id``) is
             unset."""
     if mode != "none" and not repo_id:
-        raise ValueError(f"push_to_hub_mode={mode!r} needs a repository: set hub_repo_id (or TRL's hub_model_id), "
+        raise ValueError(f"{named or f'push_to_hub_mode={mode!r}'} needs a repository: set hub_repo_id (or TRL's hub_model_id), "
                          "e.g. --hub_repo_id your-name/your-model.")
 #: The modes a push uploads (and a model card is written for): :data:`PUSH_MODES` without ``"none"``.
 UPLOAD_MODES = PUSH_MODES[1:]

@@ -256,9 +256,10 @@ def push_settings(v: RunView, adapter: bool) -> None:
     from ..hub.merge import check_push_adapter, check_push_repository, push_mode
 
     mode = push_mode(v.get("push_to_hub_mode"), v.get("push_to_hub") is True)
+    named = None if (v.get("push_to_hub_mode") or "none") != "none" else "push_to_hub=True (a push of the adapter)"
     try:
-        (check_push_adapter(mode, v.get("use_peft")) if adapter else
-         check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id")))
+        (check_push_adapter(mode, v.get("use_peft"), named) if adapter else
+         check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id"), named))
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 
@@ -381,7 +382,7 @@ RULES: tuple[Rule, ...] = (
     Rule("rewards_set", lambda v: check_rewards_set(v.values), ("rewards",)),
     Rule("empty_rewards", lambda v: check_rewards_not_empty(v.values), ("rewards",)),
     Rule("reward_weights", lambda v: check_some_weight(_reward_specs(v)), _REWARDS),
-    Rule("trainer_settings", lambda v: _several(trainer_problems(v.values)), (), blocked_by=TRAINER_FIELDS),
+    Rule("trainer_settings", lambda v: _several(trainer_problems(v.values, v.user)), (), blocked_by=TRAINER_FIELDS),
     Rule("continued_adapter", lambda v: check_continued_adapter(v.values), ("model_name_or_path", "use_peft",
                                                                            "output_dir"),
          blocked_by=("model_name_or_path", "output_dir")),  # listed with quantized_needs_adapter's use_peft line

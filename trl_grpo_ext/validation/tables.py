@@ -236,16 +236,14 @@ _requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer ev
 _when("save_strategy", "steps", ("save_steps",))
 _when("log_completions", True, ("log_completions_hub_repo",))
 # the push after training (hub.push) reads these; TRL's own push at every save is off in the recipe (push.resolve)
-_PUSH_FIELDS = ("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision", "hub_token")
+_PUSH_FIELDS = ("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision", "hub_token",
+                "hub_strategy", "hub_always_push")  # the last two, with a push: trainer_settings refuses them
 _requires(_PUSH_FIELDS,
           "a push (push_to_hub_mode: adapter or merged, or TRL's push_to_hub: true)",
           lambda v: enum_value(v.get("push_to_hub_mode")) not in (None, "none") or v.get("push_to_hub") is True,
           "set push_to_hub_mode: adapter, or remove {field} (trl-grpo-ext push OUTPUT_DIR --repo-id ID pushes a "
           "finished run).")
 _when("push_to_hub_mode", "merged", ("merge_dtype",))
-_requires(("hub_strategy", "hub_always_push"), "TRL's push at every save, which this recipe replaces by one push "
-          "after training", lambda v: False, "remove {field}: the push (push_to_hub_mode) runs once, after the "
-          "adapter, the card and the plot are saved.")
 # (eval_strategy: steps without eval_steps evaluates every logging_steps, whatever logging_strategy says)
 _requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.get("logging_strategy")) in (None, "steps")
           or (enum_value(v.get("eval_strategy")) == "steps" and v.get("eval_steps") is None),
@@ -261,7 +259,7 @@ GOVERNED_BY: dict[str, tuple[str, ...]] = {
            "dataset_train_split": ("dataset_name",), "dataset_test_split": ("dataset_name",),
            "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
            "log_completions_hub_repo": (),
-           **dict.fromkeys((*_PUSH_FIELDS, "hub_strategy", "hub_always_push"), ("push_to_hub_mode", "push_to_hub"))}.get(
+           **dict.fromkeys(_PUSH_FIELDS, ("push_to_hub_mode", "push_to_hub"))}.get(
         name, (setting.split(":")[0].split(" ")[0],))
     for name, (setting, _, _) in REQUIRES.items()
 }

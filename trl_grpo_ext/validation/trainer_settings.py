@@ -17,13 +17,14 @@ MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")
 #: The fields :func:`trainer_problems` reads (a problem already reported for one skips it).
 TRAINER_FIELDS = ("output_dir", "lr_scheduler_type", "lr_scheduler_kwargs", "eval_strategy", "save_strategy",
                   "metric_for_best_model", "load_best_model_at_end", "save_steps", "eval_steps", "auto_find_batch_size",
-                  "pad_to_multiple_of")
+                  "pad_to_multiple_of", "hub_strategy", "hub_always_push")
 #: Schedulers that step on an evaluation metric (`TrainingArguments.__post_init__` refuses them without one).
 EVAL_SCHEDULERS = ("reduce_lr_on_plateau", "greedy")
 
 
-def trainer_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
-    """The problems of ``values`` (every field) as ``(line, fields)``, each line with its fix."""
+def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None = None) -> list[tuple[str, tuple]]:
+    """The problems of ``values`` (every field) as ``(line, fields)``, each line with its fix; ``user``: the keys the
+    user set (None: every field of ``values`` counts as set)."""
     get = lambda name: enum_value(values.get(name))  # noqa: E731
     found = []
     output_dir = values.get("output_dir")
@@ -68,11 +69,16 @@ def trainer_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ..
     if pad is not None and not (isinstance(pad, str) and (pad == "auto" or pad.lower() in ("none", "null"))):
         if isinstance(pad, bool) or not (isinstance(pad, int) or (isinstance(pad, str) and pad.isdigit())) \
                 or int(pad) < 1:
-            found.append((f"pad_to_multiple_of={pad!r} is not valid: TRL takes a whole number >= 1 of tokens, 'auto' (lower case) "
-                          "or none. Fix: remove it (auto: 128 on Neuron, else no padding) or set e.g. 8.",
+            found.append((f"pad_to_multiple_of={pad!r} is not valid: TRL takes a whole number >= 1 of tokens, 'auto' "
+                          "(lower case) or none. Fix: remove it (auto: 128 on Neuron, else no padding) or set e.g. 8.",
                           ("pad_to_multiple_of",)))
+    pushes = values.get("push_to_hub") is True or enum_value(values.get("push_to_hub_mode")) not in (None, "none")
+    for name in ("hub_strategy", "hub_always_push") if pushes else ():
+        if (values if user is None else user).get(name) not in (None, False):
+            found.append((f"{name}={get(name)!r} configures TRL's own push (at each save or when "
+                          "trainer.train ends), which the recipe turns off: it pushes once, after the adapter, the card and the plot are saved locally (hub.push). Fix: "
+                          f"remove {name}.", (name,)))
     return found
-
 
 
 def _best_model_problems(save: str, strategy: str, values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
