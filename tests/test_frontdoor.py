@@ -340,3 +340,21 @@ def test_a_key_that_is_no_name_is_one_line(tmp_path, text):
     path.write_text(text)
     with pytest.raises(ConfigError, match="is no field name. Fix: write `field_name: value`"):
         read_run_args(["--config", str(path)], light=True)
+
+
+@pytest.mark.parametrize("command", ["plan", "train", "eval"])
+def test_config_given_twice_is_refused_by_every_command(command, capsys):
+    """argparse kept the last --config and the recipe's reader the first: plan and the run read different configs."""
+    from trl_grpo_ext.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main([command, "--config", "tiny_cpu", "--config", "smollm2_arithmetic_cpu"])
+    assert info.value.code == 2
+    assert "--config is given twice (tiny_cpu, smollm2_arithmetic_cpu)" in capsys.readouterr().err
+
+
+def test_the_recipe_s_reader_refuses_two_configs_and_reads_config_equals_path():
+    with pytest.raises(ConfigError, match="--config is given 2 times"):
+        read_run_args(["--config", "tiny_cpu", "--config=tiny_cpu"], light=True)
+    run = read_run_args(["--config=tiny_cpu", "--learning_rate", "1e-3"], light=True)
+    assert Path(run.config_path).name == "tiny_cpu.yaml" and run.training_args.learning_rate == 1e-3

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..config.checks import Range, RunArgumentError, check_choice
 from ..evaluation.evaluate import EVAL_RESULTS_FILE
+from . import Once
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -26,7 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="Evaluate the base model and/or an adapter on held-out prompts (accuracy, pass@k, σ = 0 forecast).",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--config", required=True, help="The run's YAML config (a path, or a name in recipes/configs).")
+    p.add_argument("--config", required=True, action=Once, help="The run's YAML config (a path, or a name in recipes/configs).")
     p.add_argument("--adapter", help="A trained adapter directory (the run's output_dir). Without it: the base model.")
     p.add_argument("--compare-base", action="store_true",
                    help="Evaluate the base and the adapter on the same prompts and print the paired difference.")

@@ -12,6 +12,7 @@ import argparse
 import sys
 from dataclasses import fields
 
+from trl_grpo_ext.cli import Once
 from trl_grpo_ext.config.checks import world_size_from_env
 from trl_grpo_ext.config.frontdoor import read_run_args
 from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
@@ -37,7 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "plan", help="show a run's quantities (steps, epochs, batches, token budget) without loading a model",
         description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True,
+    parser.add_argument("--config", required=True, action=Once,
                         help="a run config: YAML path or shipped name (tiny_cpu, ...); any --key value overrides it")
     parser.add_argument("--dataset-size", type=int, default=None, help="prompts in the training set")
     parser.add_argument("--num-processes", type=int, default=None,

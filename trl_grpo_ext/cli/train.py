@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 from ..config.frontdoor import ConfigError, recipes_dir, resolve_config
+from . import Once
 
 #: ``run(args)`` receives the arguments ``train`` does not declare (config overrides) as ``args.overrides``.
 ACCEPTS_OVERRIDES = True
@@ -35,7 +36,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train", help="train with the QLoRA GRPO recipe on a config (a YAML path or a shipped name)",
         description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True,
+    parser.add_argument("--config", required=True, action=Once,
                         help="a run config: YAML path or shipped name (tiny_cpu, ...); any --key value overrides it")
     parser.add_argument("--accelerate_config", "--accelerate-config", default=None,
                         help="run under `accelerate launch` with this config (a path or cpu, single_gpu, ...)")

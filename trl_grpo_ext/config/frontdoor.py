@@ -113,12 +113,17 @@ def hf_argument_parser(types_: tuple[type, ...]):
 
 
 def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
-    if "--config" not in argv:
+    """``(--config's value, the other arguments)``, ``--config=PATH`` too; ConfigError without a value or twice."""
+    found = [i for i, a in enumerate(argv) if a.split("=", 1)[0] == "--config"]
+    if len(found) > 1:  # argparse (plan) would keep the last one, a first-match reader the first
+        raise ConfigError(f"--config is given {len(found)} times. Fix: give one; override its keys with --key value.")
+    if not found:
         return None, argv
-    index = argv.index("--config")
-    if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
+    i, inline = found[0], "=" in argv[found[0]]
+    value = argv[i].split("=", 1)[1] if inline else (argv[i + 1] if i + 1 < len(argv) else "")
+    if not value or value.startswith("--"):
         raise ConfigError("--config needs a YAML file or a shipped config name, e.g. --config tiny_cpu")
-    return argv[index + 1], argv[:index] + argv[index + 2:]
+    return value, argv[:i] + argv[i + (1 if inline else 2):]
 
 
 def load_yaml(path: Path) -> dict:
@@ -194,11 +199,7 @@ def _parser_choices(config: dict, parser, problems) -> dict:
 
 
 def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
-    known = {}
-    for cls in types_:
-        for f in fields(cls):
-            known.setdefault(f.name, f.type)
-    return known
+    return {f.name: f.type for cls in reversed(types_) for f in fields(cls)}  # the first class holding a name wins
 
 
 def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tuple[list[str], set[str]]:
