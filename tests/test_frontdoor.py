@@ -358,3 +358,11 @@ def test_the_recipe_s_reader_refuses_two_configs_and_reads_config_equals_path():
         read_run_args(["--config", "tiny_cpu", "--config=tiny_cpu"], light=True)
     run = read_run_args(["--config=tiny_cpu", "--learning_rate", "1e-3"], light=True)
     assert Path(run.config_path).name == "tiny_cpu.yaml" and run.training_args.learning_rate == 1e-3
+
+
+def test_a_no_flag_of_a_field_that_defaults_to_false_is_named_with_its_fix(tmp_path):
+    """HfArgumentParser makes --no_X only for booleans that default to true; --no_use_peft got its "not used" line."""
+    with pytest.raises(ConfigError, match=r"'--no_use_peft' \(did you mean '--use_peft false'\?\)"):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--no_use_peft"], light=True)
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--no_plot"], light=True)  # plot defaults to true
+    assert run.script_args.plot is False

@@ -25,8 +25,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunArgs:
-    """The parsed arguments of a run: the four dataclasses (or their twins, values as given); ``given``: the keys
-    the user set (conflicts are judged by these); ``light``: True when the twins were used; ``problems``: the
+    """A run's four dataclasses (or twins); ``given``: the keys the user set; ``light``: twins used; ``problems``: the
     collector (`validation.problems.Problems`) while the front door's ``checks`` run (`validation.dataset_stage`)."""
 
     script_args: Any
@@ -204,14 +203,14 @@ def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
 
 def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tuple[list[str], set[str]]:
     """The keys of ``config`` and ``args`` that are no field of ``types_``, and the fields the command line sets."""
-    known = _known_keys(types_)
+    known, cli = _known_keys(types_), set()
     unknown = [key for key in config if key not in known]
-    cli = set()
+    negatable = {f.name for cls in types_ for f in fields(cls) if f.default is True}  # HfArgumentParser's --no_X
     for _, key in cli_keys(args):
         canon = key.replace("-", "_")
         if canon in known:
             cli.add(canon)
-        elif canon.startswith("no_") and canon[3:] in known:
+        elif canon.startswith("no_") and canon[3:] in negatable:
             cli.add(canon[3:])
         elif canon not in unknown and f"--{key}" not in unknown:
             unknown.append(f"--{key}")
@@ -223,7 +222,8 @@ def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
     parts = []
     for key in unknown:
         bare = key.lstrip("-")
-        close = difflib.get_close_matches(bare, known, n=1, cutoff=0.75)
+        no_flag = bare.startswith("no_") and bare[3:] in known  # --no_use_peft: use_peft defaults to false
+        close = [f"--{bare[3:]} false"] if no_flag else difflib.get_close_matches(bare, known, n=1, cutoff=0.75)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return (f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "
             "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md).")
