@@ -131,6 +131,27 @@ def test_evaluate_model_scores_with_the_runs_rewards(monkeypatch):
         evaluate_model(Model(), None, rows, funcs, max_new_tokens=8, correctness_reward="format")
 
 
+def test_sampled_pass_rates_are_the_same_for_the_same_seed():
+    """`eval --k` draws its K samples after `set_seed(seed)` (the run's seed): the σ = 0 forecast is reproducible."""
+    from transformers import AutoModelForCausalLM
+
+    from trl_grpo_ext.models.embedded import tiny
+    from trl_grpo_ext.rewards.spec import RewardSpec, build_reward_funcs
+
+    path = tiny.ensure_tiny_model()
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), tiny.load_tokenizer(path)
+    rows = tiny.count_char_rows(6)
+    funcs, _ = build_reward_funcs([RewardSpec("char_fraction", 1.0)])
+    settings = dict(max_new_tokens=16, num_samples=4, temperature=1.0, correct_threshold=0.05)
+    first, again, other = (evaluate_model(model, tokenizer, rows, funcs, seed=seed, **settings) for seed in (3, 3, 4))
+    assert first.pass_rates == again.pass_rates and first.pass_rates != other.pass_rates  # the seed draws them
+    assert first.uniform_group_forecast == again.uniform_group_forecast
+    import torch
+
+    torch.manual_seed(3)  # the same seed reached through the global generator: the same draws
+    assert evaluate_model(model, tokenizer, rows, funcs, seed=None, **settings).pass_rates == first.pass_rates
+
+
 def test_eval_of_a_dataset_without_a_test_split_suggests_the_train_split(tmp_path, capsys, monkeypatch):
     import json
 

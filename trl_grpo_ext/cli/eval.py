@@ -173,7 +173,8 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     )
     settings = dict(max_new_tokens=training_args.max_completion_length, correctness_reward=correctness_reward,
                     num_samples=num_samples, temperature=training_args.temperature, top_p=training_args.top_p,
-                    top_k=training_args.top_k or 0, batch_size=batch_size, reward_weights=reward_weights)
+                    top_k=training_args.top_k or 0, batch_size=batch_size, reward_weights=reward_weights,
+                    seed=training_args.seed)
     results: dict = {}
     if adapter:
         from peft import PeftModel

@@ -120,6 +120,7 @@ def evaluate_model(
     model, tokenizer, dataset, reward_funcs: list, *, max_new_tokens: int, correctness_reward: str | None = None,
     correct_threshold: float = 1.0, num_samples: int = 0, temperature: float = 1.0, top_p: float = 1.0,
     top_k: int = 0, batch_size: int = 32, num_examples: int = 3, reward_weights: list[float] | None = None,
+    seed: int | None = None,
 ) -> EvalResult:
     """Evaluate one model on ``dataset`` (see the module docstring).
 
@@ -137,6 +138,8 @@ def evaluate_model(
         num_examples (`int`, defaults to `3`): prompts kept with their completion in ``examples``.
         reward_weights (`list[float]`, *optional*): the run's reward weights (default 1 each), for the weighted
             forecast.
+        seed (`int`, *optional*): seeds every generator (`transformers.set_seed`) before the K samples are drawn, so
+            that the same model, prompts and seed give the same pass rates (the run's ``seed``); None: not seeded.
 
     Raises:
         ValueError: an empty dataset, or a ``correctness_reward`` that is not one of the rewards.
@@ -172,6 +175,10 @@ def evaluate_model(
         correctness_reward=target, mean_completion_tokens=sum(len(i) for i in greedy_ids) / n, examples=examples,
     )
     if num_samples > 0:
+        if seed is not None:
+            from transformers import set_seed
+
+            set_seed(seed)
         sampled, sampled_ids = generate_completions(
             model, tokenizer, prompts, max_new_tokens=max_new_tokens, num_return_sequences=num_samples,
             temperature=temperature, top_p=top_p, top_k=top_k, batch_size=batch_size,
@@ -302,7 +309,7 @@ def final_evaluation(trainer, tokenizer, dataset, *, compare_base: bool = True, 
     args = trainer.args
     settings = dict(max_new_tokens=args.max_completion_length, num_samples=num_samples, temperature=args.temperature,
                     top_p=args.top_p, top_k=args.top_k or 0, batch_size=batch_size,
-                    reward_weights=[float(w) for w in trainer.reward_weights])
+                    reward_weights=[float(w) for w in trainer.reward_weights], seed=args.seed)
     was_training = model.training
     trained = evaluate_model(model, tokenizer, dataset, trainer.reward_funcs, **settings)
     base = comparison = None
