@@ -148,6 +148,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
     )
 
     trainer.eval_plan = eval_plan  # printed with the plan table when training starts
+    if tiny.is_embedded(script_args.dataset_name):
+        trainer.embedded_seed = script_args.embedded_seed
 
     ################
     # Train (Ctrl-C / SIGTERM saves a checkpoint and prints the resume command)

@@ -49,6 +49,10 @@ def test_the_recipe_evaluates_base_and_adapter_after_training(demo_run):
     assert [h["step"] for h in state["log_history"] if "eval_reward" in h] == [40, 80, 120]
     card = (out / "README.md").read_text()
     assert "## Evaluation" in card and "trained adapter" in card and "model-index" in card
+    # the run names its seeds under the plan table, as `plan` does
+    seeds = "seed: 0 (prompt order, sampling, adapter initialisation); embedded_seed: 0 (the embedded task's problems)"
+    plan = _run([sys.executable, "-m", "trl_grpo_ext.cli.main", "plan", "--config", "tiny_cpu"], timeout=120)
+    assert seeds in result.stdout.splitlines() and seeds in plan.stdout.splitlines()
 
 
 def test_eval_compare_base_on_the_demo_adapter_shows_the_gain(demo_run):

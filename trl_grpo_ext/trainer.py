@@ -22,7 +22,7 @@ from . import _trl_compat
 from .advantages import advantage_metrics, compute_advantages
 from .config.ext_config import GRPOExtConfig
 from .models.settings import is_4bit_model, is_quantized_model, keep_4bit_training_layout
-from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings
+from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings, seed_line
 from .training import console
 from .training.adapter_precision import LostUpdateTracker, cast_trainable_to
 from .training.checkpoints import (
@@ -144,6 +144,8 @@ class GRPOExtTrainer(GRPOTrainer):
         self.add_callback(_SamplerEpochCallback(self))
         #: `eval_plan.EvalPlan` of the run (set by the recipe), printed under the plan table when training starts.
         self.eval_plan = None
+        #: The embedded task's ``embedded_seed`` (set by the recipe), named with ``seed`` under the plan table.
+        self.embedded_seed = None
 
     def create_optimizer(self, *args, **kwargs):
         """`Trainer.create_optimizer`, then attach the lost-update measurement (if `lost_update_steps` > 0) and the
@@ -312,7 +314,9 @@ class GRPOExtTrainer(GRPOTrainer):
         args = self.args
         args.run_plan = self.plan
         zv = args.resolved.zero_variance
-        notes = [resample_note(self.plan, zv.max_resample_rounds)] if zv.zero_variance_filter == "resample" else []
+        notes = [seed_line(args.seed, self.embedded_seed)]
+        if zv.zero_variance_filter == "resample":
+            notes.append(resample_note(self.plan, zv.max_resample_rounds))
         if zv.zero_variance_filter == "skip":
             notes.append(skip_note(self.plan, zv.skip_exploration_probability))
         print(format_plan_report(self.plan, args.resolved.rewards, notes, self.eval_plan), flush=True)

@@ -17,7 +17,7 @@ from trl_grpo_ext.config.checks import world_size_from_env
 from trl_grpo_ext.config.frontdoor import read_run_args
 from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.evaluation.plan import zero_variance_forecast_warning
-from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan
+from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan, seed_line
 from trl_grpo_ext.plan.advice import memory_note
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.validation.collected import eval_plan_of
@@ -243,7 +243,10 @@ def run(args: argparse.Namespace) -> int:
         for problem in problem_lines(err):  # every problem of the config, one line each
             print(f"trl-grpo-ext plan: error: {problem}", file=sys.stderr)
         return 2
-    print(plan.to_json() if args.json else format_plan_report(plan, rewards, (), evaluation))
+    script_args, training = args.run_args.script_args, args.run_args.training_args
+    seeds = seed_line(training.seed, script_args.embedded_seed if str(script_args.dataset_name).startswith(
+        EMBEDDED_PREFIX) else None)
+    print(plan.to_json() if args.json else format_plan_report(plan, rewards, (seeds,), evaluation))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     for warning in warns:

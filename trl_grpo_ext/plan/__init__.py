@@ -10,7 +10,7 @@ Whether a checkpoint's saved plan allows a resume is `trl_grpo_ext.training.chec
 
 from .advice import plan_warnings
 from .resolve import TRL_DEFAULTS, QuantityError, resolve_trl_fields
-from .run_plan import RunPlan, confirm_plan, format_plan_report, resolve_plan
+from .run_plan import RunPlan, confirm_plan, format_plan_report, resolve_plan, seed_line
 
 __all__ = [
     "QuantityError",
@@ -21,4 +21,5 @@ __all__ = [
     "confirm_plan",
     "format_plan_report",
     "plan_warnings",
+    "seed_line",
 ]

@@ -339,6 +339,13 @@ def confirm_plan(given: RunPlan | None, fields: dict, dataset_size: int | None, 
                      "args.world_size, args.max_completion_length)), or leave run_plan unset.")
 
 
+def seed_line(seed: int, embedded_seed: int | None = None) -> str:
+    """The report's line naming the seeds: the run's, and an embedded task's (None: not an embedded task)."""
+    line = f"seed: {seed} (prompt order, sampling, adapter initialisation)"
+    return line + (f"; embedded_seed: {embedded_seed} (the embedded task's problems)" if embedded_seed is not None
+                   else "")
+
+
 def format_plan_report(plan: RunPlan, rewards: Sequence | None = None, notes: Sequence[str] = (),
                        evaluation=None) -> str:
     """What a run prints about its plan when training starts, and ``trl-grpo-ext plan`` before it: one function, so
