@@ -117,3 +117,6 @@ def test_bad_settings_raise_value_error_naming_the_field(run, tmp_path, kwargs, 
 def test_directory_without_adapter_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="holds no PEFT adapter"):
         hub_merge.export_merged(tmp_path, tmp_path / "merged")
+    # a path that is no folder at all (a typo): said so, not "no PEFT adapter"
+    with pytest.raises(ValueError, match=r"output_dir='.*outptus' is no folder\. Fix: pass the output_dir"):
+        hub_merge.check_adapter_dir(tmp_path / "outptus")

@@ -19,7 +19,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "push",
         help="push a finished run (adapter or merged model, card, plan, config) to the Hugging Face Hub",
-        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        description="Push a finished run to the Hugging Face Hub: its model card (and, with --merge, the merged "
+                    "model) is written into OUTPUT_DIR first, then uploaded with the adapter, plan and config. The "
+                    "token comes from HF_TOKEN or `hf auth login` (there is no --token option, so that a token never "
+                    "lands in shell history).",
     )
     parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="the finished run's output_dir")
     parser.add_argument("--repo-id", required=True, help="target repository, 'user/name' or 'org/name'")

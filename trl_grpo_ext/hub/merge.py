@@ -100,9 +100,13 @@ def check_adapter_dir(output_dir: str | Path) -> Path:
     """Return ``output_dir`` as a `Path` after checking it holds a saved PEFT adapter.
 
     Raises:
-        ValueError: when ``adapter_config.json`` or ``adapter_model.safetensors`` is missing.
+        ValueError: ``output_dir`` is no folder, or ``adapter_config.json`` or ``adapter_model.safetensors`` is
+            missing.
     """
     path = Path(output_dir)
+    if not path.is_dir():
+        raise ValueError(f"output_dir={str(path)!r} is no folder{' (a file)' if path.exists() else ''}. Fix: pass the "
+                         "output_dir of a finished run, e.g. outputs/smollm2-arithmetic.")
     missing = [name for name in ADAPTER_FILES if not (path / name).is_file()]
     if missing:
         raise ValueError(
