@@ -25,7 +25,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "eval",
         help="Evaluate the base model and/or an adapter on held-out prompts (accuracy, pass@k, σ = 0 forecast).",
-        description=__doc__.split("\n\n")[0],
+        description="Evaluate the base model and/or a trained adapter on a run's held-out prompts, with the run's "
+                    "model, chat template, system prompt, rewards and completion length. Any --key value after these "
+                    "flags overrides the config, as in the recipe (e.g. --max_completion_length 128, --seed 1).",
     )
     p.add_argument("--config", required=True, action=Once, help="The run's YAML config (a path, or a name in recipes/configs).")
     p.add_argument("--adapter", help="A trained adapter directory (the run's output_dir). Without it: the base model.")
