@@ -223,7 +223,7 @@ INVALID = [
     row("report_to typo", {"report_to": "wandbb"}, ["report_to='wandbb'", "no integration transformers knows"],
         "Fix: report_to: wandb"),
     row("report_to typo in a list", {"report_to": ["tensorbord"]}, ["'tensorbord'"], "Fix: report_to: tensorboard"),
-    row("report_to none in a list", {"report_to": ["none", "azure_ml"]}, ["'none' is a value of its own"],
+    row("report_to none in a list", {"report_to": ["none", "kubeflow"]}, ["'none' is a value of its own"],
         "Fix: report_to: none"),
     # mapping fields: transformers json.loads a string that starts with "{" and keeps any other string (TRL then
     # fails on it after the weights load); accelerator_config / fsdp_config / deepspeed also read a file's path
@@ -355,13 +355,44 @@ INVALID = [
     row("TRL's push_to_hub without a repository", {"push_to_hub": True},
         ["push_to_hub=True (a push of the adapter) needs a repository"], "set hub_repo_id"),
     # ignored before: the recipe turns TRL's own push off and pushes once, after the local files are written
-    row("hub_strategy with a push", {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x", "hub_strategy": "end"},
-        ["hub_strategy='end' configures TRL's own push"], "Fix: remove hub_strategy"),
+    row("hub_strategy with a push", {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x", "hub_strategy": "checkpoint"},
+        ["hub_strategy='checkpoint' configures TRL's own push"], "Fix: remove hub_strategy"),
     row("hub_private without a push", {"hub_private": False}, ["hub_private=False only takes effect with a push"],
         "Fix: set push_to_hub_mode: adapter, or remove hub_private"),
     row("merge_dtype without a merged push", {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x",
                                               "merge_dtype": "float16"},
         ["merge_dtype='float16' only takes effect with push_to_hub_mode: merged"], "Fix: set push_to_hub_mode: merged"),
+    # a second breaker round on the new checks (2026-12-04)
+    row("report_to a YAML number", {"report_to": 1}, ["report_to=1: 1 is no integration name"], "Fix: report_to: none"),
+    row("report_to a YAML false", {"report_to": False}, ["report_to=False"], "Fix: report_to: none"),
+    row("report_to codecarbon without the package", {"report_to": "codecarbon"}, ["needs the codecarbon package"],
+        "pip install codecarbon", missing_module="codecarbon"),
+    row("accelerator_config with an unknown key", {"accelerator_config": {"split_batchez": True}},
+        ["accelerator_config has keys AcceleratorConfig does not take: 'split_batchez'"], "Fix: remove or rename"),
+    row("model_init_kwargs torch_dtype", {"model_init_kwargs": {"torch_dtype": "bfloat16"}},
+        ["model_init_kwargs sets torch_dtype='bfloat16', which the recipe sets from dtype"],
+        "Fix: write dtype: bfloat16"),
+    row("model_init_kwargs quantization_config beside 4-bit", {"model_init_kwargs": {"quantization_config": {}}},
+        ["quantization_config beside load_in_4bit"], "Fix: remove quantization_config"),
+    row("hub_private and hub_private_repo", {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x",
+                                             "hub_private": True, "hub_private_repo": False},
+        ["'hub_private_repo' and 'hub_private' are both set"], "keep one"),
+    row("gradient_checkpointing and activation_checkpointing", {"gradient_checkpointing": False,
+                                                                "activation_checkpointing": True},
+        ["'gradient_checkpointing' and 'activation_checkpointing' are both set"], "keep one"),
+    row("gradient_checkpointing_kwargs without checkpointing", {"gradient_checkpointing": False,
+                                                                 "gradient_checkpointing_kwargs": {"use_reentrant": False}},
+        ["gradient_checkpointing_kwargs={'use_reentrant': False} only takes effect with gradient_checkpointing: true"],
+        "Fix: set gradient_checkpointing: true"),
+    row("lr_scheduler_kwargs beside a constant schedule", {"lr_scheduler_type": "constant",
+                                                           "lr_scheduler_kwargs": {"min_lr_rate": 0.1}},
+        ["lr_scheduler_kwargs={'min_lr_rate': 0.1} only takes effect with an lr_scheduler_type other than constant"],
+        "Fix: set lr_scheduler_type: cosine"),
+    row("liger_kernel_config without use_liger_kernel", {"liger_kernel_config": {"rope": True}},
+        ["liger_kernel_config={'rope': True} only takes effect with use_liger_kernel: true"], "Fix: set use_liger_kernel"),
+    row("continuous-batching config without continuous batching",
+        {"transformers_continuous_batching_config": {"num_blocks": 16}},
+        ["only takes effect with use_transformers_continuous_batching: true"], "Fix: set use_transformers_continuous"),
     row("DeepSpeed with use_cpu", {"deepspeed": {"zero_optimization": {"stage": 2}}}, ["use_cpu", "DeepSpeed"],
         "Fix: set use_cpu: false"),
     row("report_to wandb without wandb", {"report_to": ["wandb"]}, ["report_to", "wandb"], "pip install wandb",
@@ -598,6 +629,16 @@ def test_a_field_trl_refuses_is_refused_even_when_switched_off_on_the_command_li
     with pytest.raises(RecipeArgumentError, match="log_completions_hub_repo='me/completions' only takes effect"):
         parse_recipe_args(["--config", path, "--log_completions", "false"])
     assert plan_cli.main(["--config", path, "--log_completions", "false"]) == 2
+
+
+def test_push_to_hub_false_over_a_push_mode_is_refused_and_hub_strategy_end_is_accepted(tmp_path, no_weights):
+    """`--push_to_hub false` did not stop a `push_to_hub_mode: adapter` push; `hub_strategy: end` is the recipe's own
+    single push at the end (a breaker's findings)."""
+    path = _config(tmp_path, {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x", "hub_strategy": "end"})
+    parse_recipe_args(["--config", path])
+    with pytest.raises(RecipeArgumentError, match="push_to_hub=False, but push_to_hub_mode='adapter' pushes"):
+        parse_recipe_args(["--config", path, "--push_to_hub", "false"])
+    assert plan_cli.main(["--config", path, "--push_to_hub", "false"]) == 2
 
 
 def test_fields_switched_off_on_the_command_line_are_named_in_one_warning(tmp_path, capsys, no_weights):

@@ -218,11 +218,11 @@ def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tu
 
 
 def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
-    known = list(_known_keys(types_))
+    known = _known_keys(types_)
     parts = []
     for key in unknown:
         bare = key.lstrip("-")
-        no_flag = bare.startswith("no_") and bare[3:] in known  # --no_use_peft: use_peft defaults to false
+        no_flag = bare.startswith("no_") and "bool" in str(known.get(bare[3:]))  # --no_use_peft: defaults to false
         close = [f"--{bare[3:]} false"] if no_flag else difflib.get_close_matches(bare, known, n=1, cutoff=0.75)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return (f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "

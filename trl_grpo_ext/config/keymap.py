@@ -22,6 +22,11 @@ RENAMED = {
                                      "GRPOConfig copies it over vllm_importance_sampling_clip_max"),
 }
 
+#: Two names of one setting that both stay fields (TRL's and ours; transformers 5.25's new name and the deprecated
+#: one): either is read, both set in one place is refused (the winner would be silent).
+SAME_SETTING = {"hub_private_repo": "hub_private", "gradient_checkpointing": "activation_checkpointing",
+                "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
+
 #: open-r1's Weights & Biases keys, applied as the environment variables wandb reads (unless already set).
 ENV_KEYS = {"wandb_entity": "WANDB_ENTITY", "wandb_project": "WANDB_PROJECT", "wandb_run_group": "WANDB_RUN_GROUP"}
 
@@ -158,6 +163,10 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
                     _WARMUP_RATIO.check("warmup_ratio", value)
                 except ValueError as err:
                     problems.append(str(err).rstrip("."))
+    for old, new in SAME_SETTING.items():
+        if (old in config and new in config) or (old in given_on_cli and new in given_on_cli):
+            problems.append(f"{old!r} and {new!r} are both set; they are two names of one setting and one would "
+                            f"silently win: keep one")
     for key in ENV_KEYS:  # the command line overrides the file, as for any key
         value = env_values.get(key, config.pop(key, None))
         if value is not None:

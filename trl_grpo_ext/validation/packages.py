@@ -10,13 +10,21 @@ from typing import Any
 from .tables import enum_value
 
 #: report_to integration -> (import names, any of which will do; pip requirement). transformers' own availability
-#: checks (``transformers.integrations``) look for the same modules.
+#: checks (``transformers.integrations``) look for the same modules; kubeflow needs no package (an environment).
 TRACKERS = {
     "wandb": (("wandb",), "wandb"),
     "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
     "mlflow": (("mlflow",), "mlflow"),
     "trackio": (("trackio",), "trackio"),
     "comet_ml": (("comet_ml",), "comet_ml"),
+    "azure_ml": (("azureml",), "azureml-core"),
+    "neptune": (("neptune",), "neptune"),
+    "codecarbon": (("codecarbon",), "codecarbon"),
+    "clearml": (("clearml",), "clearml"),
+    "dagshub": (("dagshub",), "dagshub"),
+    "flyte": (("flytekit",), "flytekit"),
+    "dvclive": (("dvclive",), "dvclive"),
+    "swanlab": (("swanlab",), "swanlab"),
 }
 
 
@@ -31,7 +39,7 @@ def installed(module: str) -> bool:
 def _report_to(value: Any) -> list[str]:
     if value is None:
         return []
-    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+    return [v for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else [str(value)]
 
 
 def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -71,13 +79,16 @@ def _report_to_problems(report_to: Any) -> list[tuple[str, str]]:
 
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
-    names = [report_to] if isinstance(report_to, str) else list(report_to or ())
+    names = list(report_to) if isinstance(report_to, (list, tuple)) else [] if report_to is None else [report_to]
     if names in (["all"], ["none"]):
         return []
     known = list(INTEGRATION_TO_CALLBACK)
     found = []
     for name in names:
-        if name in ("all", "none"):
+        if not isinstance(name, str) or name.lower() in ("false", "no", "off", "0"):  # YAML's false, a number
+            found.append(("report_to", f"report_to={report_to!r}: {name!r} is no integration name. Fix: report_to: "
+                          "none (no tracker), or name them, e.g. report_to: [tensorboard]."))
+        elif name in ("all", "none"):
             found.append(("report_to", f"report_to={report_to!r}: {name!r} is a value of its own, not an entry of a "
                           f"list (transformers raises on it). Fix: report_to: {name}, or list integrations only."))
         elif name not in known:

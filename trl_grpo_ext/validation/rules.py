@@ -257,6 +257,9 @@ def push_settings(v: RunView, adapter: bool) -> None:
 
     mode = push_mode(v.get("push_to_hub_mode"), v.get("push_to_hub") is True)
     named = None if (v.get("push_to_hub_mode") or "none") != "none" else "push_to_hub=True (a push of the adapter)"
+    if not adapter and mode != "none" and (v.user or {}).get("push_to_hub") is False:  # `--push_to_hub false`
+        raise RunArgumentError(f"push_to_hub=False, but push_to_hub_mode={mode!r} pushes after training all the same. "
+                               "Fix: set push_to_hub_mode: none to push nothing.")
     try:
         (check_push_adapter(mode, v.get("use_peft"), named) if adapter else
          check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id"), named))
@@ -325,11 +328,6 @@ def reward_columns(v: RunView) -> None:
         check_reward_columns(columns, _reward_specs(v))
 
 
-def lora_targets(v: RunView) -> None:
-    if v.check_model and v.get("use_peft"):
-        check_lora_targets(v.values)
-
-
 _ADVANTAGE_FIELDS = (*NORMALIZE_THEN_SUM_IGNORES, "loss_type")
 _CLIP = ("epsilon", "epsilon_high", "delta")
 _LORA = ("lora_target_modules", "lora_modules_to_save")
@@ -377,8 +375,8 @@ RULES: tuple[Rule, ...] = (
     Rule("engine_settings",
          lambda v: check_engine_settings(resolve_engine(v.values, accelerate_config=v.engine), v.values)),
     Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
-    Rule("lora_targets", lora_targets, _LORA, blocked_by=(*_LORA, "use_peft", "model_name_or_path",
-                                                          "model_revision")),
+    Rule("lora_targets", lambda v: v.check_model and v.get("use_peft") and check_lora_targets(v.values), _LORA,
+         blocked_by=(*_LORA, "use_peft", "model_name_or_path", "model_revision")),
     Rule("rewards_set", lambda v: check_rewards_set(v.values), ("rewards",)),
     Rule("empty_rewards", lambda v: check_rewards_not_empty(v.values), ("rewards",)),
     Rule("reward_weights", lambda v: check_some_weight(_reward_specs(v)), _REWARDS),

@@ -236,14 +236,25 @@ _requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer ev
 _when("save_strategy", "steps", ("save_steps",))
 _when("log_completions", True, ("log_completions_hub_repo",))
 # the push after training (hub.push) reads these; TRL's own push at every save is off in the recipe (push.resolve)
-_PUSH_FIELDS = ("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision", "hub_token",
-                "hub_strategy", "hub_always_push")  # the last two, with a push: trainer_settings refuses them
+# (hub_token is left out: a message would show it; `hub.secrets` keeps it out of every file)
+_PUSH_FIELDS = ("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision", "hub_strategy",
+                "hub_always_push")  # the last two, with a push: trainer_settings refuses them
 _requires(_PUSH_FIELDS,
           "a push (push_to_hub_mode: adapter or merged, or TRL's push_to_hub: true)",
           lambda v: enum_value(v.get("push_to_hub_mode")) not in (None, "none") or v.get("push_to_hub") is True,
           "set push_to_hub_mode: adapter, or remove {field} (trl-grpo-ext push OUTPUT_DIR --repo-id ID pushes a "
           "finished run).")
 _when("push_to_hub_mode", "merged", ("merge_dtype",))
+_when("use_liger_kernel", True, ("liger_kernel_config",))  # transformers reads it only then
+_when("use_transformers_continuous_batching", True, ("transformers_continuous_batching_config",))  # TRL: only then
+_requires(("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+          "gradient_checkpointing: true (or activation_checkpointing: true)",
+          lambda v: bool(v.get("gradient_checkpointing") or v.get("activation_checkpointing")),
+          "set gradient_checkpointing: true or remove {field}.")
+_requires(("lr_scheduler_kwargs",), "an lr_scheduler_type other than constant and constant_with_warmup (transformers' "
+          "get_scheduler passes them no arguments)",
+          lambda v: enum_value(v.get("lr_scheduler_type")) not in ("constant", "constant_with_warmup"),
+          "set lr_scheduler_type: cosine (say) or remove {field}.")
 # (eval_strategy: steps without eval_steps evaluates every logging_steps, whatever logging_strategy says)
 _requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.get("logging_strategy")) in (None, "steps")
           or (enum_value(v.get("eval_strategy")) == "steps" and v.get("eval_steps") is None),
@@ -259,7 +270,9 @@ GOVERNED_BY: dict[str, tuple[str, ...]] = {
            "dataset_train_split": ("dataset_name",), "dataset_test_split": ("dataset_name",),
            "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
            "log_completions_hub_repo": (),
-           **dict.fromkeys(_PUSH_FIELDS, ("push_to_hub_mode", "push_to_hub"))}.get(
+           **dict.fromkeys(_PUSH_FIELDS, ("push_to_hub_mode", "push_to_hub")),
+           "gradient_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing"),
+           "activation_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing")}.get(
         name, (setting.split(":")[0].split(" ")[0],))
     for name, (setting, _, _) in REQUIRES.items()
 }
@@ -280,6 +293,8 @@ DEFAULT_FIELDS: tuple[str, ...] = (
     "max_completion_length", "multi_objective_aggregation", "rewards", "reward_weights", "model_name_or_path",
     "model_revision", "trust_remote_code", "lora_target_modules", "lora_modules_to_save", "entropy_coef_min",
     "entropy_coef_max", "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max",
+    "gradient_checkpointing", "activation_checkpointing", "use_liger_kernel", "use_transformers_continuous_batching",
+    "lr_scheduler_type",
 )
 
 #: Advantage fields that TRL's `normalize_then_sum` formula ignores (it normalises each reward over its group with

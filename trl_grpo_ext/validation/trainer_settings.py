@@ -17,7 +17,11 @@ MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")
 #: The fields :func:`trainer_problems` reads (a problem already reported for one skips it).
 TRAINER_FIELDS = ("output_dir", "lr_scheduler_type", "lr_scheduler_kwargs", "eval_strategy", "save_strategy",
                   "metric_for_best_model", "load_best_model_at_end", "save_steps", "eval_steps", "auto_find_batch_size",
-                  "pad_to_multiple_of", "hub_strategy", "hub_always_push")
+                  "pad_to_multiple_of", "hub_strategy", "hub_always_push", "accelerator_config",
+                  "transformers_continuous_batching_config", "model_init_kwargs")
+#: `model_init_kwargs` keys the recipe sets from ModelConfig fields (recipes/grpo_qlora.py): field to write instead.
+MODEL_INIT_FIELDS = {"dtype": "dtype", "torch_dtype": "dtype", "revision": "model_revision",
+                     "attn_implementation": "attn_implementation"}
 #: Schedulers that step on an evaluation metric (`TrainingArguments.__post_init__` refuses them without one).
 EVAL_SCHEDULERS = ("reduce_lr_on_plateau", "greedy")
 
@@ -72,12 +76,56 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
             found.append((f"pad_to_multiple_of={pad!r} is not valid: TRL takes a whole number >= 1 of tokens, 'auto' "
                           "(lower case) or none. Fix: remove it (auto: 128 on Neuron, else no padding) or set e.g. 8.",
                           ("pad_to_multiple_of",)))
+    found += _mapping_key_problems(values)
     pushes = values.get("push_to_hub") is True or enum_value(values.get("push_to_hub_mode")) not in (None, "none")
     for name in ("hub_strategy", "hub_always_push") if pushes else ():
-        if (values if user is None else user).get(name) not in (None, False):
+        if (values if user is None else user).get(name) not in (None, False, "end"):  # end: the recipe's one push
             found.append((f"{name}={get(name)!r} configures TRL's own push (at each save or when "
                           "trainer.train ends), which the recipe turns off: it pushes once, after the adapter, the card and the plot are saved locally (hub.push). Fix: "
                           f"remove {name}.", (name,)))
+    return found
+
+
+def _mapping(value: Any) -> Mapping:
+    """A mapping field's value as a mapping: JSON text and a JSON file read (`user_values.mapping_problem` has
+    refused any other form); {} when unset."""
+    import json
+
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.startswith("{") else json.loads(Path(value).expanduser().read_text())
+        except (OSError, ValueError):
+            return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def _mapping_key_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """Keys of ``accelerator_config`` / ``transformers_continuous_batching_config`` their config class has no field
+    for (a TypeError in ``__init__``, after the model loads), and ``model_init_kwargs`` keys the recipe sets from
+    ModelConfig fields (:data:`MODEL_INIT_FIELDS`; the recipe's value would lose) or that TRL refuses beside a
+    quantized base (``quantization_config``)."""
+    import dataclasses
+
+    from transformers import ContinuousBatchingConfig
+    from transformers.trainer_pt_utils import AcceleratorConfig
+
+    found = []
+    for name, cls in (("accelerator_config", AcceleratorConfig),
+                      ("transformers_continuous_batching_config", ContinuousBatchingConfig)):
+        unknown = sorted(set(_mapping(values.get(name))) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            found.append((f"{name} has keys {cls.__name__} does not take: {', '.join(map(repr, unknown))} (its fields: "
+                          f"{', '.join(f.name for f in dataclasses.fields(cls))}). Fix: remove or rename them.", (name,)))
+    init = _mapping(values.get("model_init_kwargs"))
+    for key in sorted(set(init) & set(MODEL_INIT_FIELDS)):
+        field = MODEL_INIT_FIELDS[key]
+        found.append((f"model_init_kwargs sets {key}={init[key]!r}, which the recipe sets from {field} (ModelConfig): "
+                      f"the two would disagree. Fix: write {field}: {init[key]} and remove {key} from "
+                      "model_init_kwargs.", ("model_init_kwargs", field)))
+    if "quantization_config" in init and (values.get("load_in_4bit") or values.get("load_in_8bit")):
+        found.append(("model_init_kwargs sets quantization_config beside load_in_4bit / load_in_8bit, which TRL refuses "
+                      "after the model loads. Fix: remove quantization_config from model_init_kwargs (the bnb_4bit_* "
+                      "fields tune the recipe's).", ("model_init_kwargs", "load_in_4bit", "load_in_8bit")))
     return found
 
 

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,8 +49,8 @@ NULLABLE = frozenset(f.name for cls in RECIPE_DATACLASSES for f in dataclasses.f
                      if "None" in str(f.type) or "Optional" in str(f.type))
 #: Fields typed ``dict``: the value is a mapping; where the type allows ``str`` too, its JSON (TrainingArguments parses
 #: a string that starts with "{" in ``__post_init__``), and for :data:`PATH_FIELDS` a JSON file's path.
-MAPPING_FIELDS = {f.name: "str" in str(f.type) for cls in RECIPE_DATACLASSES for f in dataclasses.fields(cls)
-                  if f.init and "dict" in str(f.type)}
+MAPPING_FIELDS = {f.name: "str" in re.sub(r"\[.*?\]", "", str(f.type)) for cls in RECIPE_DATACLASSES
+                  for f in dataclasses.fields(cls) if f.init and "dict" in str(f.type)}  # `dict[str, bool]`: no str
 #: The mapping fields transformers also reads from a JSON file (`TrainingArguments.__post_init__`).
 PATH_FIELDS = ("accelerator_config", "deepspeed", "fsdp_config")
 #: Range of every numeric field read by this package: TRL's, ours (declared on the fields), the recipe's and LoRA's.
