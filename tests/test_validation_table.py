@@ -816,3 +816,20 @@ def test_a_continued_adapter_s_folder_written_with_a_tilde_is_its_folder(tmp_pat
     with pytest.raises(ValueError, match="is the adapter folder being continued"):
         check_continued_adapter({"model_name_or_path": "~/ad", "use_peft": True, "output_dir": "~/ad"})
 
+
+
+@pytest.mark.parametrize("value, refused", [("+8", False), (" 8", False), ("8", False), (8, False), ("auto", False),
+                                            ("None", False), (0, True), (-1, True), ("x", True), (True, True),
+                                            (8.0, True), ("Auto", True)])
+def test_pad_to_multiple_of_is_read_as_trl_reads_it(value, refused):
+    """TRL 1.16: "auto" as is, "none"/"null" in any case, else int() of a string (which reads "+8" and " 8")."""
+    from trl_grpo_ext.validation.trainer_settings import trainer_problems
+
+    assert bool(trainer_problems({"pad_to_multiple_of": value})) is refused
+
+
+def test_a_refused_deepspeed_value_is_not_restated_by_the_engine_rule(tmp_path, capsys, no_weights):
+    path = _config(tmp_path, {"deepspeed": str(tmp_path / "missing.json")})
+    assert plan_cli.main(["--config", path]) == 2
+    err = capsys.readouterr().err
+    assert "names no JSON file it can read" in err and "use_cpu=True with DeepSpeed" not in err

@@ -64,7 +64,7 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     for tracker in report_to:
         modules, requirement = TRACKERS.get(tracker, ((), ""))
         if modules and not any(installed(m) for m in modules):
-            others = [t for t in report_to if t != tracker]
+            others = [t for t in report_to if t not in (tracker, "all", "none")]
             keep = f"report_to: {others}" if others else "report_to: none"
             out.append(("report_to", f"report_to={values.get('report_to')!r} needs the {requirement} package, which "
                         "is not installed (the trainer would fail when it starts). Fix: pip install "

@@ -372,8 +372,8 @@ RULES: tuple[Rule, ...] = (
          blocked_by=(*_REWARDS, "embedded_target", "dataset_name", "dataset_format")),
     # flash-attn, vLLM, Liger, the trackers: before the model, not after (each missing package a line of its own)
     Rule("run_packages", lambda v: check_run_packages(v.values, v.problems), (), blocked_by=()),
-    Rule("engine_settings",
-         lambda v: check_engine_settings(resolve_engine(v.values, accelerate_config=v.engine), v.values)),
+    Rule("engine_settings", lambda v: check_engine_settings(resolve_engine(v.values, accelerate_config=v.engine),
+                                                            v.values), ("deepspeed", "fsdp", "fsdp_config")),
     Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
     Rule("lora_targets", lambda v: v.check_model and v.get("use_peft") and check_lora_targets(v.values), _LORA,
          blocked_by=(*_LORA, "use_peft", "model_name_or_path", "model_revision")),

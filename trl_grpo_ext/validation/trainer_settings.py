@@ -71,8 +71,11 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
                       ("auto_find_batch_size",)))
     pad = values.get("pad_to_multiple_of")  # TRL 1.16 reads "auto" (this case only), "none"/"null" or int(value)
     if pad is not None and not (isinstance(pad, str) and (pad == "auto" or pad.lower() in ("none", "null"))):
-        if isinstance(pad, bool) or not (isinstance(pad, int) or (isinstance(pad, str) and pad.isdigit())) \
-                or int(pad) < 1:
+        try:  # TRL's int() of a string ("+8", " 8" too); a YAML number must be an int
+            number = int(pad) if isinstance(pad, str) or (isinstance(pad, int) and not isinstance(pad, bool)) else 0
+        except ValueError:
+            number = 0
+        if number < 1:
             found.append((f"pad_to_multiple_of={pad!r} is not valid: TRL takes a whole number >= 1 of tokens, 'auto' "
                           "(lower case) or none. Fix: remove it (auto: 128 on Neuron, else no padding) or set e.g. 8.",
                           ("pad_to_multiple_of",)))
