@@ -388,6 +388,11 @@ INVALID = [
                                                            "lr_scheduler_kwargs": {"min_lr_rate": 0.1}},
         ["lr_scheduler_kwargs={'min_lr_rate': 0.1} only takes effect with an lr_scheduler_type other than constant"],
         "Fix: set lr_scheduler_type: cosine"),
+    # transformers' get_scheduler passes the kwargs to the schedule's function: a TypeError at the first step
+    row("lr_scheduler_kwargs key the schedule does not take", {"lr_scheduler_type": "cosine",
+                                                               "lr_scheduler_kwargs": {"num_cycle": 0.5}},
+        ["lr_scheduler_kwargs has keys lr_scheduler_type='cosine' does not take: 'num_cycle' (it takes num_cycles"],
+        "Fix: remove or rename them"),
     row("liger_kernel_config without use_liger_kernel", {"liger_kernel_config": {"rope": True}},
         ["liger_kernel_config={'rope': True} only takes effect with use_liger_kernel: true"], "Fix: set use_liger_kernel"),
     row("continuous-batching config without continuous batching",

@@ -45,6 +45,7 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
             kwargs = json.loads(kwargs)
         except ValueError:
             kwargs = {}
+    found += _scheduler_kwargs_problems(scheduler or "linear", kwargs)
     floors = [k for k in ("min_lr", "min_lr_rate") if isinstance(kwargs, Mapping) and kwargs.get(k) is not None]
     if scheduler in MIN_LR_SCHEDULERS and len(floors) != 1:  # transformers: exactly one, else it raises
         found.append((f"lr_scheduler_type={scheduler!r} decays to a floor it reads from lr_scheduler_kwargs, which sets "
@@ -87,6 +88,30 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
                           "trainer.train ends), which the recipe turns off: it pushes once, after the adapter, the card and the plot are saved locally (hub.push). Fix: "
                           f"remove {name}.", (name,)))
     return found
+
+
+def _scheduler_kwargs_problems(scheduler: str, kwargs: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """``lr_scheduler_kwargs`` keys the schedule's function does not take (transformers' `get_scheduler` passes them
+    on: a TypeError at the first step), or that the trainer passes itself (the warmup and training steps)."""
+    import inspect
+
+    from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+    from transformers.trainer_utils import SchedulerType
+
+    try:
+        params = inspect.signature(TYPE_TO_SCHEDULER_FUNCTION[SchedulerType(scheduler)]).parameters
+    except (ValueError, KeyError):  # an unknown schedule is refused by its choices
+        return []
+    if not isinstance(kwargs, Mapping) or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return []
+    own = {"optimizer", "num_warmup_steps", "num_training_steps", "last_epoch"}
+    takes = [name for name in params if name not in own]
+    unknown = [key for key in kwargs if key not in takes]
+    if not unknown or scheduler in ("constant", "constant_with_warmup"):  # those: refused as ignored (tables)
+        return []
+    return [(f"lr_scheduler_kwargs has keys lr_scheduler_type={scheduler!r} does not take: "
+             f"{', '.join(map(repr, unknown))} (it takes {', '.join(takes) or 'none'}; warmup and training steps come "
+             "from warmup_steps and the plan). Fix: remove or rename them.", ("lr_scheduler_kwargs",))]
 
 
 def _mapping(value: Any) -> Mapping:
