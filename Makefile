@@ -39,7 +39,7 @@ install-real: install
 
 demo-real: install-real
 	@if [ -d outputs/smollm2-arithmetic ]; then echo "make demo-real: replacing the previous run in outputs/smollm2-arithmetic"; rm -rf outputs/smollm2-arithmetic; fi
-	$(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/cpu.yaml \
+	$(VENV)/bin/accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml --num_cpu_threads_per_process $(CPU_THREADS) \
 		recipes/grpo_qlora.py --config recipes/configs/smollm2_arithmetic_cpu.yaml
 
 test: install
