@@ -179,6 +179,8 @@ def test_resample_note_says_how_resampling_counts(tmp_path, capsys):
     # 2 rounds x 4 prompts = 8 extra prompts = 64 extra completions per step at most
     assert "note: zero_variance_filter=resample" in err
     assert "at most 8 extra prompts (2 rounds × 4), i.e. up to 64 extra completions" in err
+    # 100 steps of 128 per epoch (512 prompts / 4): the epochs as the table rounds them, not 0.78125000...
+    assert "(the 100 steps and 0.7812 epochs above stay exact)" in err
 
 
 def test_plan_lists_the_resolved_rewards(capsys):

@@ -178,11 +178,12 @@ def resample_note(plan, max_resample_rounds: int) -> str:
         `str`: one paragraph.
     """
     extra_prompts = max_resample_rounds * plan.prompts_per_step
-    epochs = plan.epochs_covered
-    epochs_text = str(int(epochs)) if isinstance(epochs, float) and epochs.is_integer() else str(epochs)
+    epochs = plan.epochs_covered  # as the table rounds it (4 places); an unknown dataset size: unknown
+    epochs_text = "unknown" if epochs is None else f"{round(epochs, 4):g}"
     return (
         "zero_variance_filter=resample: prompts drawn to replace uniform groups do not advance the epoch count "
-        f"(the {plan.total_steps} steps and {epochs_text} epochs above stay exact); each step "
+        f"(the {plan.total_steps} steps and {epochs_text} epoch{'' if epochs_text == '1' else 's'} above stay exact); "
+        "each step "
         f"generates for at most {extra_prompts} extra prompts ({max_resample_rounds} rounds × "
         f"{plan.prompts_per_step}), i.e. up to {extra_prompts * plan.num_generations} extra completions, logged as "
         "zero_variance/prompts_drawn."
