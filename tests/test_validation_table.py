@@ -838,3 +838,15 @@ def test_a_refused_deepspeed_value_is_not_restated_by_the_engine_rule(tmp_path, 
     assert plan_cli.main(["--config", path]) == 2
     err = capsys.readouterr().err
     assert "names no JSON file it can read" in err and "use_cpu=True with DeepSpeed" not in err
+
+
+def test_a_config_built_in_python_passes_the_mapping_checks():
+    """TrainingArguments.__post_init__ turns accelerator_config into an AcceleratorConfig (always, even unset): the
+    checks of a config built in Python read it as the mapping it was built from."""
+    from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.validation import validate_run_args
+
+    config = GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, rewards=["format"], report_to="none",
+                           accelerator_config={"split_batches": False})
+    assert type(config.accelerator_config).__name__ == "AcceleratorConfig"
+    validate_run_args(None, config, None, None, check_model=False)

@@ -126,8 +126,8 @@ def mapping_problem(name: str, value: Any) -> str | None:
     mapping, JSON of one (where the field takes a string), or a readable JSON file (:data:`PATH_FIELDS`)."""
     fix = (f"Fix: write it as a mapping in the YAML ({name}: {{key: value}})" +
            (f" or as JSON on the command line (--{name} '{{\"key\": 1}}')" if MAPPING_FIELDS[name] else "") + ".")
-    if isinstance(value, Mapping):
-        return None
+    if not isinstance(value, (str, list, tuple, int, float)):  # a mapping, or what __post_init__ built of one
+        return None  # (TrainingArguments turns accelerator_config into an AcceleratorConfig)
     if not isinstance(value, str) or not MAPPING_FIELDS[name]:
         return f"{name}={value!r} is not a mapping (a {type(value).__name__}). {fix}"
     if value.startswith("{"):
