@@ -134,12 +134,17 @@ def _mapping_key_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[st
     quantized base (``quantization_config``)."""
     import dataclasses
 
-    from transformers import ContinuousBatchingConfig
     from transformers.trainer_pt_utils import AcceleratorConfig
 
+    classes = [("accelerator_config", AcceleratorConfig)]
+    try:  # where TRL 1.16 imports it from (GRPOTrainer.__init__); older transformers have none
+        from transformers.generation import ContinuousBatchingConfig
+
+        classes.append(("transformers_continuous_batching_config", ContinuousBatchingConfig))
+    except ImportError:
+        pass
     found = []
-    for name, cls in (("accelerator_config", AcceleratorConfig),
-                      ("transformers_continuous_batching_config", ContinuousBatchingConfig)):
+    for name, cls in classes:
         unknown = sorted(set(_mapping(values.get(name))) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             found.append((f"{name} has keys {cls.__name__} does not take: {', '.join(map(repr, unknown))} (its fields: "
