@@ -122,6 +122,29 @@ def test_how_to_load_the_adapter(run, card):
     assert f'AutoModelForCausalLM.from_pretrained("{run[1]}", quantization_config=bnb)' in card.text
 
 
+def test_the_snippet_asks_the_run_s_own_first_held_out_prompt(run, tmp_path):
+    """The loading snippet's input is the first prompt the final evaluation answered (the run's task, with its
+    system prompt), written as a Python literal that compiles; without eval_results.json, a generic question."""
+    import re
+
+    out = tmp_path / "with_eval"
+    shutil.copytree(run[0], out)
+    prompt = [{"role": "system", "content": "Solve it. End with: The answer is N."},
+              {"role": "user", "content": "Tom has 3 \"red\" apples and buys 4 more. How many?"}]
+    trained = {"num_prompts": 4, "accuracy": 0.5, "accuracy_ci": [0.15, 0.85], "mean_reward": {"format": 0.5},
+               "correct": [1, 0, 1, 0], "correctness_reward": "format", "mean_completion_tokens": 3.0,
+               "examples": [{"prompt": prompt, "completion": "The answer is 7.", "rewards": {"format": 1.0}}]}
+    (out / "eval_results.json").write_text(json.dumps({"trained": trained}))
+    text = build_model_card(out, repo_id=REPO).text
+    (line,) = [x for x in text.splitlines() if x.startswith("messages = ")]
+    namespace: dict = {}
+    exec(line, namespace)  # noqa: S102 (the card's own snippet line)
+    assert namespace["messages"] == prompt
+    (out / "eval_results.json").unlink()
+    assert re.search(r'messages = \[\{"role": "user", "content": "What is 7 \+ 5\?"\}\]',
+                     build_model_card(out, repo_id=REPO).text)
+
+
 def test_merged_card_loads_with_plain_transformers(run):
     card = build_model_card(run[0], mode="merged", repo_id=REPO)
     assert card.data.library_name == "transformers"

@@ -169,22 +169,32 @@ def _final_metrics(results: dict, state: dict, plan: dict) -> list[tuple]:
     return rows
 
 
-def _generate_lines(chat: bool) -> str:
+def _generate_lines(chat: bool, prompt=None) -> str:
+    """The snippet's input: ``prompt`` (the first held-out prompt the final evaluation answered: the run's own task and
+    system prompt; a conversation or a string), else a generic question."""
     if chat:
+        messages = prompt if isinstance(prompt, list) and prompt else [{"role": "user", "content": "What is 7 + 5?"}]
         return (
-            'messages = [{"role": "user", "content": "What is 7 + 5?"}]\n'
+            f"messages = {json.dumps(messages, ensure_ascii=False)}\n"
             "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\",\n"
             "                                       return_dict=True).to(model.device)\n"
         )
-    return 'inputs = tokenizer("What is 7 + 5?", return_tensors="pt").to(model.device)\n'
+    text = prompt if isinstance(prompt, str) and prompt else "What is 7 + 5?"
+    return f'inputs = tokenizer({json.dumps(text, ensure_ascii=False)}, return_tensors="pt").to(model.device)\n'
+
+
+def _first_prompt(evaluation: dict | None):
+    """The first prompt of ``eval_results.json``'s examples (the trained model's), or None."""
+    examples = ((evaluation or {}).get("trained") or (evaluation or {}).get("adapter") or {}).get("examples") or []
+    return examples[0].get("prompt") if examples and isinstance(examples[0], dict) else None
 
 
 def _load_section(mode: str, model_ref: str, base_model: str | None, adapter_config: dict, chat: bool = True,
-                  loading: card_facts.BaseLoading | None = None, full: bool = False) -> str:
+                  loading: card_facts.BaseLoading | None = None, full: bool = False, prompt=None) -> str:
     """How to load and run the model: ``model_ref`` is the Hub repo id once pushed, else the local folder; the
     second snippet loads the quantized base the run trained on (none for a run on an unquantized base)."""
     generate = (
-        _generate_lines(chat)
+        _generate_lines(chat, prompt)
         + "output = model.generate(**inputs, max_new_tokens=64)\n"
         + 'print(tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))\n```'
     )
@@ -363,7 +373,7 @@ def build_model_card(
         model_name=model_name,
         summary=summary,
         load_section=_load_section("merged" if full else mode, model_ref, base_model, adapter_config,
-                                   _has_chat_template(path), loading, full=full),
+                                   _has_chat_template(path), loading, full=full, prompt=_first_prompt(evaluation)),
         training_sentence=card_facts.training_sentence(loading, full),
         license=license_id,
         citations="\n\n".join((CITATIONS[0], *filter(None, [card_facts.method_citation(loading, full)]), *CITATIONS[1:])
