@@ -153,7 +153,7 @@ LAYERS = {
     5: ["config", "config.ext_config", "config.recipe_args", "config.frontdoor", "validation", "validation.tables",
         "validation.user_values", "validation.run", "validation.rules", "validation.rewards", "validation.lora",
         "validation.problems", "validation.engines", "validation.collected", "validation.dataset_stage", "validation.packages",
-        "validation.trainer_settings",
+        "validation.trainer_settings", "validation.mappings",
         "config.recipe_parse"],
     6: ["trainer", "training.interrupt", "training.console"],
     7: ["cli.main", "cli.__main__", "cli.plan", "cli.train", "cli.eval", "rewards.cli", "hub.cli", "quantifiers"],

@@ -244,8 +244,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"trl-grpo-ext plan: error: {problem}", file=sys.stderr)
         return 2
     script_args, training = args.run_args.script_args, args.run_args.training_args
-    seeds = seed_line(training.seed, script_args.embedded_seed if str(script_args.dataset_name).startswith(
-        EMBEDDED_PREFIX) else None)
+    from trl_grpo_ext.models.embedded import tiny
+
+    seeds = seed_line(training.seed, script_args.embedded_seed if tiny.is_embedded(script_args.dataset_name) else None)
     print(plan.to_json() if args.json else format_plan_report(plan, rewards, (seeds,), evaluation))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)

@@ -75,8 +75,8 @@ def check_push_adapter(mode: str, use_peft: bool, named: str | None = None) -> N
         ValueError: naming the mode and the fix."""
     if mode != "none" and not use_peft:
         raise ValueError(
-            f"{named or f'push_to_hub_mode={mode!r}'} pushes a LoRA adapter (merged: the base merged with it), but use_peft=False "
-            "trains the whole model, which the recipe does not push: the push would fail after training. Fix: set "
+            f"{named or f'push_to_hub_mode={mode!r}'} pushes a LoRA adapter (merged: the base merged with it), but "
+            "use_peft=False trains the whole model, which the recipe does not push: the push would fail after training. Fix: set "
             "use_peft: true, or push_to_hub_mode: none (and push_to_hub: false) and upload output_dir yourself "
             "(huggingface_hub's upload_folder).")
 
@@ -88,8 +88,8 @@ def check_push_repository(mode: str, repo_id: str | None, named: str | None = No
         ValueError: ``mode`` is not ``"none"`` and ``repo_id`` (``hub_repo_id``, else TRL's ``hub_model_id``) is
             unset."""
     if mode != "none" and not repo_id:
-        raise ValueError(f"{named or f'push_to_hub_mode={mode!r}'} needs a repository: set hub_repo_id (or TRL's hub_model_id), "
-                         "e.g. --hub_repo_id your-name/your-model.")
+        raise ValueError(f"{named or f'push_to_hub_mode={mode!r}'} needs a repository: set hub_repo_id (or TRL's "
+                         "hub_model_id), e.g. --hub_repo_id your-name/your-model.")
 #: The modes a push uploads (and a model card is written for): :data:`PUSH_MODES` without ``"none"``.
 UPLOAD_MODES = PUSH_MODES[1:]
 #: Written next to the merged weights: how they were made, and which files they are.

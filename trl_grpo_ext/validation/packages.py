@@ -36,10 +36,9 @@ def installed(module: str) -> bool:
         return False
 
 
-def _report_to(value: Any) -> list[str]:
-    if value is None:
-        return []
-    return [v for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else [str(value)]
+def _report_to(value: Any) -> list:
+    """``report_to`` as the list of names transformers makes of it (entries as given, not all strings)."""
+    return list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
 
 
 def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -62,7 +61,7 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     out += _report_to_problems(values.get("report_to"))
     report_to = _report_to(values.get("report_to"))
     for tracker in report_to:
-        modules, requirement = TRACKERS.get(tracker, ((), ""))
+        modules, requirement = TRACKERS.get(tracker, ((), "")) if isinstance(tracker, str) else ((), "")
         if modules and not any(installed(m) for m in modules):
             others = [t for t in report_to if t not in (tracker, "all", "none")]
             keep = f"report_to: {others}" if others else "report_to: none"
@@ -79,7 +78,7 @@ def _report_to_problems(report_to: Any) -> list[tuple[str, str]]:
 
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
-    names = list(report_to) if isinstance(report_to, (list, tuple)) else [] if report_to is None else [report_to]
+    names = _report_to(report_to)
     if names in (["all"], ["none"]):
         return []
     known = list(INTEGRATION_TO_CALLBACK)

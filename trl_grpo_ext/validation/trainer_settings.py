@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.checks import RunArgumentError, as_number
+from .mappings import as_mapping
 from .tables import enum_value
 
 #: Schedulers that read ``min_lr`` or ``min_lr_rate`` from ``lr_scheduler_kwargs`` and raise without one.
@@ -37,14 +38,7 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
                       "loads. Fix: set output_dir to a folder, e.g. outputs/my-run (an empty shell variable gives '').",
                       ("output_dir",)))
     scheduler, strategy = get("lr_scheduler_type"), get("eval_strategy") or "no"
-    kwargs = values.get("lr_scheduler_kwargs") or {}
-    if isinstance(kwargs, str):  # the command line's JSON (`user_values.mapping_problem` refuses any other string)
-        import json
-
-        try:
-            kwargs = json.loads(kwargs)
-        except ValueError:
-            kwargs = {}
+    kwargs = as_mapping("lr_scheduler_kwargs", values.get("lr_scheduler_kwargs"))  # the command line's JSON too
     found += _scheduler_kwargs_problems(scheduler or "linear", kwargs)
     floors = [k for k in ("min_lr", "min_lr_rate") if isinstance(kwargs, Mapping) and kwargs.get(k) is not None]
     if scheduler in MIN_LR_SCHEDULERS and len(floors) != 1:  # transformers: exactly one, else it raises
@@ -84,9 +78,9 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
     pushes = values.get("push_to_hub") is True or enum_value(values.get("push_to_hub_mode")) not in (None, "none")
     for name in ("hub_strategy", "hub_always_push") if pushes else ():
         if (values if user is None else user).get(name) not in (None, False, "end"):  # end: the recipe's one push
-            found.append((f"{name}={get(name)!r} configures TRL's own push (at each save or when "
-                          "trainer.train ends), which the recipe turns off: it pushes once, after the adapter, the card and the plot are saved locally (hub.push). Fix: "
-                          f"remove {name}.", (name,)))
+            found.append((f"{name}={get(name)!r} configures TRL's own push (at each save or when trainer.train ends), "
+                          "which the recipe turns off: it pushes once, after the adapter, the card and the plot are "
+                          f"saved locally (hub.push). Fix: remove {name}.", (name,)))
     return found
 
 
@@ -114,19 +108,6 @@ def _scheduler_kwargs_problems(scheduler: str, kwargs: Any) -> list[tuple[str, t
              "from warmup_steps and the plan). Fix: remove or rename them.", ("lr_scheduler_kwargs",))]
 
 
-def _mapping(value: Any) -> Mapping:
-    """A mapping field's value as a mapping: JSON text and a JSON file read (`user_values.mapping_problem` has
-    refused any other form); {} when unset."""
-    import json
-
-    if isinstance(value, str):
-        try:
-            return json.loads(value) if value.startswith("{") else json.loads(Path(value).expanduser().read_text())
-        except (OSError, ValueError):
-            return {}
-    return value if isinstance(value, Mapping) else {}
-
-
 def _mapping_key_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
     """Keys of ``accelerator_config`` / ``transformers_continuous_batching_config`` their config class has no field
     for (a TypeError in ``__init__``, after the model loads), and ``model_init_kwargs`` keys the recipe sets from
@@ -145,11 +126,11 @@ def _mapping_key_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[st
         pass
     found = []
     for name, cls in classes:
-        unknown = sorted(set(_mapping(values.get(name))) - {f.name for f in dataclasses.fields(cls)})
+        unknown = sorted(set(as_mapping(name, values.get(name))) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             found.append((f"{name} has keys {cls.__name__} does not take: {', '.join(map(repr, unknown))} (its fields: "
                           f"{', '.join(f.name for f in dataclasses.fields(cls))}). Fix: remove or rename them.", (name,)))
-    init = _mapping(values.get("model_init_kwargs"))
+    init = as_mapping("model_init_kwargs", values.get("model_init_kwargs"))
     for key in sorted(set(init) & set(MODEL_INIT_FIELDS)):
         field = MODEL_INIT_FIELDS[key]
         found.append((f"model_init_kwargs sets {key}={init[key]!r}, which the recipe sets from {field} (ModelConfig): "

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config.checks import Range, RunArgumentError, check_choice, choice_from_yaml, closest_choice, declared_checks
 from ..config.recipe_args import RECIPE_DATACLASSES
+from .mappings import read_mapping
 from .problems import Problems
 from .tables import DEFAULT_FIELDS, OTHER_RANGES, TRL_CHOICES, TRL_RANGES, enum_value
 
@@ -48,11 +47,9 @@ _DECLARED, _ARGPARSE_CHOICES, FIELD_DEFAULTS = _field_tables()
 NULLABLE = frozenset(f.name for cls in RECIPE_DATACLASSES for f in dataclasses.fields(cls)
                      if "None" in str(f.type) or "Optional" in str(f.type))
 #: Fields typed ``dict``: the value is a mapping; where the type allows ``str`` too, its JSON (TrainingArguments parses
-#: a string that starts with "{" in ``__post_init__``), and for :data:`PATH_FIELDS` a JSON file's path.
+#: a string that starts with "{" in ``__post_init__``), and for `mappings.PATH_FIELDS` a JSON file's path.
 MAPPING_FIELDS = {f.name: "str" in re.sub(r"\[.*?\]", "", str(f.type)) for cls in RECIPE_DATACLASSES
                   for f in dataclasses.fields(cls) if f.init and "dict" in str(f.type)}  # `dict[str, bool]`: no str
-#: The mapping fields transformers also reads from a JSON file (`TrainingArguments.__post_init__`).
-PATH_FIELDS = ("accelerator_config", "deepspeed", "fsdp_config")
 #: Range of every numeric field read by this package: TRL's, ours (declared on the fields), the recipe's and LoRA's.
 RANGES: dict[str, Range] = {**TRL_RANGES, **{n: c["range"] for n, c in _DECLARED.items() if "range" in c},
                             **OTHER_RANGES}
@@ -106,8 +103,8 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
                          f"{FIELD_DEFAULTS[name]!r}) or give a value.", (name,))
         elif name in RANGES and not isinstance(value, (list, tuple, dict)):
             problems.check(RANGES[name].check, name, value, fields=[name])
-        elif name in MAPPING_FIELDS and value is not None and (problem := mapping_problem(name, value)):
-            problems.add(problem, (name,))
+        elif name in MAPPING_FIELDS:
+            problems.check(read_mapping, name, value, MAPPING_FIELDS[name], fields=[name])
         value = choice_from_yaml(enum_value(value), CHOICES.get(name, ()))
         if name in CHOICES and value is not None:
             close = closest_choice(value, CHOICES[name])
@@ -119,33 +116,6 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
                         mapping[name] = valid
     if own:
         problems.raise_if_any(RunArgumentError)
-
-
-def mapping_problem(name: str, value: Any) -> str | None:
-    """Why ``value`` cannot be mapping field ``name`` (:data:`MAPPING_FIELDS`), with its fix; None when it can: a
-    mapping, JSON of one (where the field takes a string), or a readable JSON file (:data:`PATH_FIELDS`)."""
-    fix = (f"Fix: write it as a mapping in the YAML ({name}: {{key: value}})" +
-           (f" or as JSON on the command line (--{name} '{{\"key\": 1}}')" if MAPPING_FIELDS[name] else "") + ".")
-    if not isinstance(value, (str, list, tuple, int, float)):  # a mapping, or what __post_init__ built of one
-        return None  # (TrainingArguments turns accelerator_config into an AcceleratorConfig)
-    if not isinstance(value, str) or not MAPPING_FIELDS[name]:
-        return f"{name}={value!r} is not a mapping (a {type(value).__name__}). {fix}"
-    if value.startswith("{"):
-        try:
-            json.loads(value)
-        except ValueError as err:
-            return f"{name}={value!r} is not JSON ({err}). {fix}"
-        return None
-    if name not in PATH_FIELDS:
-        return f"{name}={value!r} is not a mapping, and no JSON of one (it does not start with '{{'). {fix}"
-    try:
-        with open(os.path.expanduser(value), encoding="utf-8") as f:
-            loaded = json.load(f)
-    except OSError as err:
-        return f"{name}={value!r} names no JSON file it can read ({err.strerror}). Fix: give the file's path, or {fix[5:]}"
-    except ValueError as err:
-        return f"{name}={value!r} is a file, but not JSON ({err}). Fix: correct the file, or {fix[5:]}"
-    return None if isinstance(loaded, dict) else f"{name}={value!r} holds a {type(loaded).__name__}, not a mapping. {fix}"
 
 
 def without_stray_values(args: Sequence[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:

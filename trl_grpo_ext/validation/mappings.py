@@ -1,0 +1,57 @@
+"""How transformers reads a field typed ``dict``: a mapping, JSON of one, or a JSON file's path; the one reader the
+front door's check (`user_values.check_user_values`) and the rules on the mappings' keys (`trainer_settings`) share."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+#: The mapping fields transformers also reads from a JSON file (`TrainingArguments.__post_init__`).
+PATH_FIELDS = ("accelerator_config", "deepspeed", "fsdp_config")
+
+
+def read_mapping(name: str, value: Any, takes_string: bool = True) -> Any:
+    """Mapping field ``name``'s value as transformers reads it: a string that starts with "{" as JSON (where the field
+    takes a string, ``takes_string``: `user_values.MAPPING_FIELDS`), another string as a JSON file's path
+    (:data:`PATH_FIELDS`), anything else as it is (a mapping, None, or what ``__post_init__`` built of one: an
+    `AcceleratorConfig`).
+
+    Raises:
+        ValueError: the line saying why the value is no mapping, with its fix."""
+    fix = (f"Fix: write it as a mapping in the YAML ({name}: {{key: value}})" +
+           (f" or as JSON on the command line (--{name} '{{\"key\": 1}}')" if takes_string else "") + ".")
+    if not isinstance(value, (str, list, tuple, int, float)):
+        return value
+    if not isinstance(value, str) or not takes_string:
+        raise ValueError(f"{name}={value!r} is not a mapping (a {type(value).__name__}). {fix}")
+    if value.startswith("{"):
+        try:
+            return json.loads(value)
+        except ValueError as err:
+            raise ValueError(f"{name}={value!r} is not JSON ({err}). {fix}") from None
+    if name not in PATH_FIELDS:
+        raise ValueError(f"{name}={value!r} is not a mapping, and no JSON of one (it does not start with '{{'). {fix}")
+    try:
+        with open(os.path.expanduser(value), encoding="utf-8") as f:
+            loaded = json.load(f)
+    except OSError as err:
+        raise ValueError(f"{name}={value!r} names no JSON file it can read ({err.strerror}). Fix: give the file's "
+                         f"path, or {fix[5:]}") from None
+    except ValueError as err:
+        raise ValueError(f"{name}={value!r} is a file, but not JSON ({err}). Fix: correct the file, or {fix[5:]}") \
+            from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{name}={value!r} holds a {type(loaded).__name__}, not a mapping. {fix}")
+    return loaded
+
+
+def as_mapping(name: str, value: Any) -> Mapping:
+    """:func:`read_mapping` of a value as a mapping: {} when unset or refused (`user_values.check_user_values` says
+    why)."""
+    try:
+        value = read_mapping(name, value)
+    except ValueError:
+        return {}
+    return value if isinstance(value, Mapping) else {}
