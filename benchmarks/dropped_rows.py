@@ -10,6 +10,8 @@ the update; the first step left out; the phases in wall seconds), rows the loss 
 
     python benchmarks/dropped_rows.py                      # tiny model: about 1 minute on 2 cores
     python benchmarks/dropped_rows.py --model smollm2 --steps 3 --repeats 1   # SmolLM2-135M: about 10 minutes
+    python benchmarks/dropped_rows.py --model smollm2 --prompt-format chat --prompts-per-step 3 --max-completion-length 64
+                                                       # the shipped SmolLM2 run's step: its prompts, 3 x G 8, 64 tokens
 """
 
 from __future__ import annotations
@@ -38,16 +40,24 @@ def half_uniform_reward(completions, uniform_row, **kwargs):
     return [1.0 if flag else float(i % GROUP_SIZE[0]) for i, flag in enumerate(uniform_row)]
 
 
-def _dataset(model: str, num_prompts: int):
+def _dataset(model: str, num_prompts: int, prompt_format: str = "text"):
+    """``prompt_format`` ``"chat"``: the shipped SmolLM2 run's prompts (its system prompt, then the question, as chat
+    messages, so the chat template applies); ``"text"``: the bare question (no template)."""
     from datasets import Dataset
 
     from trl_grpo_ext.data import arithmetic
+    from trl_grpo_ext.data.load import to_chat_prompt
     from trl_grpo_ext.models.embedded import tiny
 
     rows = (tiny.count_char_rows(num_prompts) if model == "tiny"
             else arithmetic.arithmetic_rows("train", num_problems=num_prompts))
-    return Dataset.from_list([{"prompt": row.get("prompt", row.get("question")), "uniform_row": i % 2 == 0}
-                              for i, row in enumerate(rows)])
+    prompts = [row.get("prompt", row.get("question")) for row in rows]
+    if prompt_format == "chat":
+        import yaml
+
+        system = yaml.safe_load((ROOT / "recipes/configs/smollm2_arithmetic_cpu.yaml").read_text())["system_prompt"]
+        prompts = [to_chat_prompt(prompt, system) for prompt in prompts]
+    return Dataset.from_list([{"prompt": prompt, "uniform_row": i % 2 == 0} for i, prompt in enumerate(prompts)])
 
 
 def _trainer(model: str, out_dir: str, args, seed: int):
@@ -77,7 +87,7 @@ def _trainer(model: str, out_dir: str, args, seed: int):
     )
     GROUP_SIZE[0] = args.num_generations
     return GRPOExtTrainer(str(path), reward_funcs=[half_uniform_reward], args=config,
-                          train_dataset=_dataset(model, args.prompts_per_step * args.steps),
+                          train_dataset=_dataset(model, args.prompts_per_step * args.steps, args.prompt_format),
                           processing_class=tokenizer, peft_config=peft)
 
 
@@ -155,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-generations", type=int, default=8)
     parser.add_argument("--micro-batch-size", type=int, default=None, help="default: the whole step (no accumulation)")
     parser.add_argument("--max-completion-length", type=int, default=None, help="default: 24 tiny, 48 smollm2")
+    parser.add_argument("--prompt-format", choices=("text", "chat"), default="text",
+                        help="chat: the shipped SmolLM2 config's system prompt and chat template (smollm2 only)")
     args = parser.parse_args(argv)
+    if args.prompt_format == "chat" and args.model != "smollm2":
+        parser.error("--prompt-format chat is for --model smollm2 (the tiny model has no chat template)")
     args.micro_batch_size = args.micro_batch_size or args.prompts_per_step * args.num_generations
     args.max_completion_length = args.max_completion_length or (24 if args.model == "tiny" else 48)
 
@@ -167,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     mask = statistics.mean(r["step_time"] for r in results["mask (rows weighted 0)"])
     dropped = statistics.mean(r["step_time"] for r in results["dropped"])
     print(f"\nmodel {args.model}: {args.prompts_per_step} prompts x G {args.num_generations}, "
-          f"{args.max_completion_length} new tokens, micro-batch {args.micro_batch_size}")
+          f"{args.max_completion_length} new tokens, micro-batch {args.micro_batch_size}, {args.prompt_format} prompts")
     for name, runs in results.items():
         print(f"  {name:24s} {statistics.mean(r['step_time'] for r in runs):6.2f} CPU s/step  "
               f"{statistics.mean(r['wall_step_time'] for r in runs):6.2f} wall s/step  "
