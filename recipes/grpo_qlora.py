@@ -39,7 +39,12 @@ from trl_grpo_ext.models.settings import (
 from trl_grpo_ext.models.source import resolve_model_source
 from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
-from trl_grpo_ext.training.checkpoints import check_checkpoint_plan, check_output_dir, resolve_resume_checkpoint
+from trl_grpo_ext.training.checkpoints import (
+    check_checkpoint_plan,
+    check_output_dir,
+    filter_settings,
+    resolve_resume_checkpoint,
+)
 from trl_grpo_ext.training.host_memory import retain_freed_memory
 from trl_grpo_ext.training.interrupt import GracefulInterrupt, exit_run
 from trl_grpo_ext.validation import check_reward_columns
@@ -95,7 +100,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
             final_eval=script_args.final_eval, split_rows=script_args.eval_num_prompts is None,
         )
         checkpoint = check_checkpoint_plan(  # once per run: the trainer does not check a checked checkpoint again
-            resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan)
+            resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan,
+            filter_settings(training_args.resolved.zero_variance))
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)

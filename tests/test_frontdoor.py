@@ -123,6 +123,10 @@ def test_a_yaml_list_on_the_command_line_is_read_as_the_list(tmp_path, light):
 def test_bad_value_type_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="num_generations.*invalid int value: 'two'"):
         read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--num_generations", "two"], light=True)
+    # the fix names the field and its default (GRPOExtConfig's skip_exploration_probability: 0.25)
+    with pytest.raises(ConfigError, match=r"invalid float value: 'abc'\. Fix: give skip_exploration_probability a "
+                                          r"value of that type, e.g. its default 0\.25\.$"):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--skip_exploration_probability", "abc"], light=True)
 
 
 def test_shipped_configs_by_name():

@@ -203,3 +203,66 @@ def test_recipe_refuses_a_one_epoch_skip_run_before_loading(tmp_path):
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().startswith("error: zero_variance_filter='skip'") and "Fix:" in done.stderr
     assert not (tmp_path / "run").exists()  # nothing was written: refused before anything ran
+
+
+def _checkpoint(path, state=None):
+    path.mkdir(parents=True)
+    (path / "trainer_state.json").write_text("{}")
+    if state is not None:
+        (path / "zero_variance_state.json").write_text(json.dumps(state))
+    return str(path)
+
+
+def test_a_resume_keeps_the_filter_and_skips_p_or_is_refused(tmp_path):
+    from trl_grpo_ext.plan import QuantityError
+    from trl_grpo_ext.training.checkpoints import check_filter_unchanged
+
+    skip = {"zero_variance_filter": "skip", "skip_exploration_probability": 0.25}
+    saved = _checkpoint(tmp_path / "skip", {"prompt_history": {"streaks": {}}, "settings": skip})
+    check_filter_unchanged(saved, skip)  # the same settings: resumed
+    with pytest.raises(QuantityError, match=r"skip_exploration_probability: 0.25 in the checkpoint, 0.5 now.*Fix"):
+        check_filter_unchanged(saved, {**skip, "skip_exploration_probability": 0.5})
+    with pytest.raises(QuantityError, match=r"zero_variance_filter: 'skip' in the checkpoint, 'mask' now"):
+        check_filter_unchanged(saved, {"zero_variance_filter": "mask", "skip_exploration_probability": None})
+    # checkpoints of an earlier version hold no settings: the filter is read from the state they hold
+    resample = _checkpoint(tmp_path / "resample", {"resample_cursor": 3})
+    with pytest.raises(QuantityError, match=r"'resample' in the checkpoint, 'skip' now"):
+        check_filter_unchanged(resample, skip)
+    old_mask = _checkpoint(tmp_path / "mask")  # no state file: neither skip nor resample
+    with pytest.raises(QuantityError, match=r"'mask or off' in the checkpoint, 'skip' now"):
+        check_filter_unchanged(old_mask, skip)
+    check_filter_unchanged(old_mask, {"zero_variance_filter": "off", "skip_exploration_probability": None})
+
+
+def test_every_checkpoint_saves_its_filter_and_a_changed_one_is_refused_before_training(tmp_path):
+    from trl_grpo_ext.plan import QuantityError
+
+    run = {**SKIP_RUN, "zero_variance_filter": "mask", "save_strategy": "steps", "save_steps": 1}
+    run.pop("skip_exploration_probability")  # refused with mask: it would be ignored
+    tiny_trainer(tmp_path / "mask", _b_constant_reward, count_char_mix(8), **run).train()
+    checkpoint = tmp_path / "mask" / "checkpoint-1"
+    assert json.loads((checkpoint / "zero_variance_state.json").read_text()) == {
+        "settings": {"zero_variance_filter": "mask", "skip_exploration_probability": None}}
+    resumed = tiny_trainer(tmp_path / "skip", _b_constant_reward, count_char_mix(8), **SKIP_RUN)
+    with pytest.raises(QuantityError, match=r"zero_variance_filter: 'mask' in the checkpoint, 'skip' now"):
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 0
+
+
+def test_recipe_refuses_resuming_under_another_filter_before_loading(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    _checkpoint(tmp_path / "run" / "checkpoint-4", {"prompt_history": {"streaks": {}}, "settings": {
+        "zero_variance_filter": "skip", "skip_exploration_probability": 0.25}})
+    done = subprocess.run([sys.executable, str(root / "recipes/grpo_qlora.py"), "--config",
+                           str(root / "recipes/configs/tiny_cpu.yaml"), "--zero_variance_filter", "mask",
+                           "--resume_from_checkpoint", "last", "--output_dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, cwd=root, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                          timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().startswith("error: cannot resume") and "'skip' in the checkpoint, 'mask' now" in done.stderr
+    assert "Traceback" not in done.stderr and "Loading weights" not in done.stderr + done.stdout

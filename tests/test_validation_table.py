@@ -718,7 +718,7 @@ def test_every_problem_is_reported_at_once(tmp_path, capsys, no_weights):
     # the command line: a value its type cannot read, next to an unknown key and an exclusive pair in the file
     ({"load_in_8bit": True, "lora_rr": 8}, ["--num_generations", "two"],
      [(["'lora_rr'", "did you mean 'lora_r'"], "Remove or rename them"),
-      (["--num_generations", "invalid int value: 'two'"], ""),
+      (["--num_generations", "invalid int value: 'two'"], "Fix: give num_generations a value of that type"),
       (["load_in_4bit=True", "load_in_8bit=True"], "Fix: choose one quantisation")]),
     # a refused final_eval still asks for an evaluation: the test split is read and its problem listed too
     ({"dataset_name": SOLUTION_ROWS, "embedded_num_prompts": DROP, "rewards": ["accuracy"], "dataset_test_split": "tset",

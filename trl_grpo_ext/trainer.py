@@ -29,6 +29,7 @@ from .training.checkpoints import (
     CheckedCheckpoint,
     check_checkpoint_plan,
     check_output_dir,
+    filter_settings,
     resolve_resume_checkpoint,
     write_plan,
 )
@@ -292,8 +293,8 @@ class GRPOExtTrainer(GRPOTrainer):
         if isinstance(resume_from_checkpoint, CheckedCheckpoint) and resume_from_checkpoint.plan == self.plan:
             checkpoint = resume_from_checkpoint
         else:
-            checkpoint = check_checkpoint_plan(
-                resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan)
+            checkpoint = check_checkpoint_plan(resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir),
+                                               self.plan, filter_settings(self.args.resolved.zero_variance))
         check_output_dir(self.args.output_dir, resuming=checkpoint is not None or overwrite_output_dir, fixes="python")
         # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt, FSDP in
         # optimizer.bin (a full state dict) or optimizer_0/ (sharded)
@@ -338,7 +339,7 @@ class _PlanCallback(TrainerCallback):
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             if os.path.isdir(checkpoint):
                 write_plan(self.trainer.plan, checkpoint)
-                self.trainer.zero_variance.save_state(checkpoint)  # where resample's extra prompts continue
+                self.trainer.zero_variance.save_state(checkpoint, filter_settings(args.resolved.zero_variance))
 
     def on_train_end(self, args, state, control, **kwargs):
         plan = self.trainer.plan

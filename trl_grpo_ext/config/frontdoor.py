@@ -43,8 +43,7 @@ class RunArgs:
 
 
 def recipes_dir() -> Path:
-    """The folder holding ``grpo_qlora.py``, ``configs/`` and ``accelerate_configs/``: package data in a wheel,
-    ``recipes/`` in a checkout. Raises FileNotFoundError when neither exists."""
+    """The recipes folder: package data in a wheel, ``recipes/`` in a checkout. Raises FileNotFoundError if neither."""
     here = Path(__file__).resolve().parent.parent  # trl_grpo_ext/, this module being in trl_grpo_ext/config/
     for candidate in (here / "recipes", here.parent / "recipes"):
         if (candidate / "configs").is_dir():
@@ -290,6 +289,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
 
     Raises:
         ConfigError: several problems listed in ``problems``; a single one as the error its check raised."""
+    from ..validation import validate_run_args
     from ..validation.problems import Problems
     from ..validation.user_values import UserValues, check_user_values, user_values_from_argv, without_stray_values
     from .keymap import ALIASES, REMOVED, RENAMED
@@ -334,8 +334,8 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
             cli_values = user_values_from_argv(args, parser)
             break
         except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
-            field_ = _argument_field(err)
-            problems.add(ConfigError(f"{str(err).rstrip('.')}."), [field_] if field_ else [])
+            field_, problem = _argument_problem(err, parser)
+            problems.add(problem, [field_] if field_ else [])
             _, shorter = _without_keys({}, args, {field_} if field_ else set())
             if shorter == args:  # nothing left out: the parse cannot go on
                 problems.raise_if_any(ConfigError)
@@ -347,7 +347,8 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     check_user_values(user_values, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
     run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values, light=True)
-    validate(run, world, problems=problems, engine=engine)
+    validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
+                      user_checked=True)
     run.problems = problems
     for check in checks:
         problems.check(check, run)
@@ -359,10 +360,14 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     return run
 
 
-def _argument_field(err: argparse.ArgumentError) -> str | None:
-    """The field an argparse error is about (``--learning_rate/--learning-rate`` -> ``learning_rate``)."""
+def _argument_problem(err: argparse.ArgumentError, parser) -> tuple[str | None, ConfigError]:
+    """The field an argparse error is about (``--learning_rate/--learning-rate`` -> ``learning_rate``) and its problem:
+    argparse's line, with a fix naming the field's default when the value's type was refused."""
     name = (err.argument_name or "").split("/")[0]
-    return name.lstrip("-").replace("-", "_") if name.startswith("--") else None
+    field_ = name.lstrip("-").replace("-", "_") if name.startswith("--") else None
+    default = parser.get_default(field_) if field_ and "invalid" in str(err) else None
+    fix = f" Fix: give {field_} a value of that type, e.g. its default {default!r}." if default is not None else ""
+    return field_, ConfigError(f"{str(err).rstrip('.')}.{fix}")
 
 
 def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None, light: bool,
@@ -377,9 +382,9 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
             outputs = parser.parse_args_into_dataclasses(args=args)
             break
         except argparse.ArgumentError as err:  # e.g. `learning_rate: fast`: argparse types a string default
-            field_ = _argument_field(err)
+            field_, problem = _argument_problem(err, parser)
             if not problems.blocked([field_] if field_ else []):
-                problems.add(ConfigError(f"{str(err).rstrip('.')}."), [field_] if field_ else [])
+                problems.add(problem, [field_] if field_ else [])
             if field_ not in config:  # not from the file (the command line was read before): nothing to leave out
                 problems.raise_if_any(ConfigError)
             config.pop(field_)
@@ -390,11 +395,3 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
     return RunArgs(*outputs, given=given, config_path=None if path is None else str(path), light=light,
                    user_values=user_values)
 
-
-def validate(run: RunArgs, world_size: int = 1, problems=None, engine=None) -> None:
-    """`validation.validate_run_args` on ``run``, recording into ``problems`` when given."""
-    from ..validation import validate_run_args
-
-    validate_run_args(run.script_args, run.training_args, run.model_args, run.push_args,
-                      user_values=run.user_values, world_size=world_size, problems=problems, engine=engine,
-                      user_checked=run.user_values is not None)

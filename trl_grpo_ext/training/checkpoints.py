@@ -177,8 +177,42 @@ class CheckedCheckpoint(str):
         return checked
 
 
-def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan) -> CheckedCheckpoint | None:
-    """Refuse (`QuantityError`) a checkpoint whose saved plan differs from ``plan`` (see `check_resume_compatible`).
+def filter_settings(zero_variance) -> dict:
+    """The zero-variance settings that decide which prompts a step trains, as saved in every checkpoint's
+    ``zero_variance_state.json``: the filter (skip's decisions, resample's extra prompts) and skip's p.
+    ``zero_variance``: a `ZeroVarianceSettings` (``resolved.zero_variance``)."""
+    skip = zero_variance.zero_variance_filter == "skip"
+    return {"zero_variance_filter": zero_variance.zero_variance_filter,
+            "skip_exploration_probability": zero_variance.skip_exploration_probability if skip else None}
+
+
+def check_filter_unchanged(checkpoint: str, settings: dict) -> None:
+    """Refuse (`QuantityError`) resuming ``checkpoint`` with other `filter_settings` than it was saved with.
+
+    A checkpoint of an earlier version holds no settings: its filter is read from its state (a prompt history: skip;
+    a resample cursor: resample; no state file: neither, i.e. mask or off)."""
+    path = Path(checkpoint) / ZERO_VARIANCE_STATE_FILE
+    if path.is_file():
+        state = json.loads(path.read_text())
+        saved = state.get("settings") or {"zero_variance_filter": "skip" if "prompt_history" in state else "resample"}
+    elif settings["zero_variance_filter"] in ("skip", "resample"):
+        saved = {"zero_variance_filter": "mask or off"}
+    else:
+        return
+    changed = [f"{key}: {saved[key]!r} in the checkpoint, {value!r} now" for key, value in settings.items()
+               if key in saved and saved[key] != value]
+    if changed:
+        raise QuantityError(
+            f"cannot resume {checkpoint}: its zero-variance filter differs ({'; '.join(changed)}). These settings "
+            "decide which prompts each step trains (skip's decisions, resample's extra prompts), so the resumed run "
+            "would not continue the checkpoint's. Fix: resume with the checkpoint's settings, or start a new "
+            "output_dir (load the checkpoint as the model).")
+
+
+def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan,
+                          zero_variance: dict | None = None) -> CheckedCheckpoint | None:
+    """Refuse (`QuantityError`) a checkpoint whose saved plan differs from ``plan`` (see `check_resume_compatible`),
+    or, given ``zero_variance`` (`filter_settings`), whose filter does (`check_filter_unchanged`).
 
     Returns:
         `CheckedCheckpoint` or `None`: the checkpoint, marked as checked against ``plan`` (None when ``checkpoint``
@@ -189,6 +223,8 @@ def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan) -> CheckedCheck
     saved = Path(checkpoint) / PLAN_FILE
     if saved.is_file():
         check_resume_compatible(json.loads(saved.read_text()), plan)
+    if zero_variance is not None:
+        check_filter_unchanged(checkpoint, zero_variance)
     check_checkpoint_unfinished(checkpoint, plan)
     return CheckedCheckpoint(checkpoint, plan)
 

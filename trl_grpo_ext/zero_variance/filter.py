@@ -348,10 +348,11 @@ class ZeroVarianceFilter:
             state["prompt_history"] = self.history.state_dict()
         return state or None
 
-    def save_state(self, checkpoint: str) -> None:
-        """Write `state_dict` to ``checkpoint/zero_variance_state.json`` (resample and skip only)."""
-        state = self.state_dict()
-        if state is not None:
+    def save_state(self, checkpoint: str, settings: dict | None = None) -> None:
+        """Write `state_dict` and ``settings`` (`checkpoints.filter_settings`, checked on resume) to
+        ``checkpoint/zero_variance_state.json``."""
+        state = {**(self.state_dict() or {}), **({"settings": settings} if settings else {})}
+        if state:
             write_json(checkpoint, ZERO_VARIANCE_STATE_FILE, state)
 
     def load_state(self, checkpoint: str | None) -> None:
@@ -367,6 +368,9 @@ class ZeroVarianceFilter:
                                  "zero_variance_filter: skip run. Fix: resume with the filter the run was started with.")
             self.history.load_state_dict(state["prompt_history"])
             return
+        if "resample_cursor" not in state:
+            raise ValueError(f"{path} holds no resample cursor: the checkpoint was not written by a "
+                             "zero_variance_filter: resample run. Fix: resume with the filter the run was started with.")
         self.source.cursor = state["resample_cursor"]
         if "uniform_fraction_estimate" in state:  # absent in checkpoints of earlier versions
             self.fraction_estimate.load_state_dict(state["uniform_fraction_estimate"])

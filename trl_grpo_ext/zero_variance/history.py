@@ -77,9 +77,9 @@ def skip_substitutes(slots: list[int], keys: list[int], streaks: dict[int, int],
     Row ``slots[i]`` (prompt ``keys[i]``, streak k) is kept with probability ``probability``^k (always when k = 0);
     the slots of skipped rows are filled, in order, from the kept rows of streak 0 (informative at their last rollout,
     or never rolled out; all kept rows when none has streak 0) in a seeded permutation (cycled), so each step still
-    trains ``prompts_per_step`` groups and the epoch keeps its number of steps. A prompt kept only by exploration
-    (k > 0) is rolled out once, never in another's slot. Nothing is skipped when every row would be. Deterministic in
-    (``seed``, ``epoch``) and the streaks.
+    trains ``prompts_per_step`` groups and the epoch keeps its number of steps. While some row has streak 0, a row
+    kept only by exploration (k > 0) fills no other slot; one streak-0 row may fill all of them. Nothing is skipped
+    when every row would be. Deterministic in (``seed``, ``epoch``) and the streaks.
 
     Args:
         slots (`list[int]`): the epoch's dataset rows in sampler order, each once. keys (`list[int]`): their
