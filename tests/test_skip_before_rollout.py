@@ -33,19 +33,6 @@ def test_keep_frequency_is_p_to_the_streak():
     assert skip_substitutes(slots, keys, streaks, 0.5, 3, 1) != skip_substitutes(slots, keys, streaks, 0.5, 3, 2)
 
 
-def test_skipped_slots_go_to_prompts_informative_at_their_last_rollout():
-    # rows 0-9 streak 0, rows 10-99 streak 1 (p = 0.5: about 45 of them kept by exploration, about 45 skipped)
-    slots, keys = list(range(100)), [500 + i for i in range(100)]
-    streaks = {500 + i: (0 if i < 10 else 1) for i in range(100)}
-    substitutes = skip_substitutes(slots, keys, streaks, 0.5, seed=0, epoch=1)
-    assert 20 < len(substitutes) < 70 and set(substitutes) <= set(range(10, 100))
-    assert set(substitutes.values()) == set(range(10))  # only streak-0 rows fill slots (cycled: each of the 10)
-    # no row has streak 0: the slots go to rows kept by exploration
-    streaks = {key: 1 for key in keys}
-    substitutes = skip_substitutes(slots, keys, streaks, 0.5, seed=0, epoch=1)
-    assert substitutes and set(substitutes.values()).isdisjoint(substitutes)
-
-
 def test_never_skips_without_history_or_when_everything_would_be_skipped():
     assert skip_substitutes([0, 1, 2], [5, 6, 7], {}, 0.1, 0, 0) == {}
     assert skip_substitutes([0, 1, 2], [5, 6, 7], {5: 99, 6: 99, 7: 99}, 0.1, 0, 0) == {}

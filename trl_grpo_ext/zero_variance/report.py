@@ -204,7 +204,7 @@ def skip_note(plan, exploration_probability: float) -> str:
     return (
         f"zero_variance_filter=skip: an epoch is still {plan.steps_per_epoch} steps × {plan.prompts_per_step} prompt "
         f"slots ({slots}); from the second epoch on, a prompt uniform at its last k rollouts keeps its slot with "
-        f"probability {exploration_probability:g}^k, and a skipped prompt's slot goes to a prompt of the epoch that was "
-        f"informative at its last rollout (such a prompt may fill several slots of an epoch). The {plan.total_steps} steps, {plan.epochs_covered:.3g} epochs and "
+        f"probability {exploration_probability:g}^k, and a skipped prompt's slot goes to a prompt the epoch keeps "
+        f"(such a prompt may fill several slots of an epoch). The {plan.total_steps} steps, {plan.epochs_covered:.3g} epochs and "
         "stop reason above stay exact; skipped slots are logged as zero_variance/frac_prompts_skipped."
     )
