@@ -18,7 +18,7 @@ def enable() -> None:
     from accelerate import state
     from accelerate.utils import DistributedType
 
-    import trl_grpo_ext.config.ext_config
+    import trl_grpo_ext.validation.engines
 
     original = state.AcceleratorState.__init__
 
@@ -30,4 +30,5 @@ def enable() -> None:
             state.PartialState._shared_state["distributed_type"] = self.distributed_type  # as the branch's end does
 
     state.AcceleratorState.__init__ = init
-    trl_grpo_ext.config.ext_config.check_engine_device = lambda engine, accelerator_available: None
+    # GRPOExtConfig.__post_init__ imports the check from its module when it runs, so the module's name is patched
+    trl_grpo_ext.validation.engines.check_engine_device = lambda engine, accelerator_available: None
