@@ -176,3 +176,25 @@ def test_eval_of_a_dataset_without_a_test_split_suggests_the_train_split(tmp_pat
     err = capsys.readouterr().err
     assert "Fix: pass --split train to evaluate the train split instead, or set dataset_test_split" in err, err
     assert ".." not in err and "eval_strategy: no" not in err
+
+
+@pytest.mark.parametrize(("args", "dtype"), [([], "float32"), (["--dtype", "bfloat16"], "bfloat16")])
+def test_eval_on_a_cpu_loads_the_base_in_the_dtype_the_run_names(args, dtype, capsys, monkeypatch):
+    """A run trained on a bf16 base (`dtype: bfloat16`) is evaluated on that base, not silently on float32."""
+    import torch
+    import transformers
+
+    from trl_grpo_ext.cli.main import main
+
+    loaded = []
+
+    def record(*a, dtype=None, **k):
+        loaded.append(dtype)
+        raise RuntimeError("stop after the load's arguments")
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", record)
+    with pytest.raises(RuntimeError, match="stop after"):
+        main(["eval", "--config", "tiny_cpu", "--num-prompts", "2", *args])
+    assert loaded == [getattr(torch, dtype)]

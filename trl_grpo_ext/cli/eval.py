@@ -163,7 +163,10 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path, revision=model_args.model_revision)
     on_gpu = torch.cuda.is_available() and not training_args.use_cpu
-    dtype = torch_dtype(compute_dtype_name(model_args, training_args)) if on_gpu else torch.float32
+    # a CPU computes in the model's dtype as the run named it (`dtype: bfloat16`: the bf16 base the run trained on),
+    # else float32
+    explicit = model_args.dtype not in (None, "auto")
+    dtype = torch_dtype(compute_dtype_name(model_args, training_args) if on_gpu or explicit else "float32")
     if not on_gpu:
         from ..training.host_memory import retain_freed_memory
 
