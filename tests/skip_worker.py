@@ -15,6 +15,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from factories import count_char_mix, end_worker, record_loss_batches, tiny_trainer  # noqa: E402
 
+from trl_grpo_ext.zero_variance.report import GENERATION_SECONDS_KEY  # noqa: E402
+
 G = 4
 
 
@@ -32,7 +34,8 @@ def main(out_dir: str) -> None:
     )
     rows = record_loss_batches(trainer, lambda t, inputs: int(inputs["zero_variance_keep"].sum()))
     trainer.train()
-    history = [{k: v for k, v in entry.items() if k.startswith("zero_variance/") or k == "step"}
+    history = [{k: v for k, v in entry.items()  # every decision and count; not a process's own clock
+                if (k.startswith("zero_variance/") and k != GENERATION_SECONDS_KEY) or k == "step"}
                for entry in trainer.state.log_history if "loss" in entry]
     result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "history": history,
               "kept_per_micro_batch": rows, "streaks": sorted(trainer.zero_variance.history.streaks.items()),

@@ -14,6 +14,8 @@ from factories import count_char_mix, tiny_trainer
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+from trl_grpo_ext.zero_variance.report import run_summary, summary_line
+
 G = 4
 
 
@@ -67,6 +69,11 @@ def test_uniform_share_is_the_same_in_console_metrics_file_and_trainer_state(tmp
         assert [h["zero_variance/frac_uniform_before"] for h in logged] == expected_share
         assert [h["zero_variance/no_update"] for h in logged] == expected_no_update
     assert trainer.zero_variance.skipped_updates == 2
+    # the time each step spent generating, and the summary's share of it in uniform groups
+    seconds = [h["zero_variance/generation_seconds"] for h in steps]
+    assert all(value > 0 for value in seconds) and seconds == [h["zero_variance/generation_seconds"] for h in jsonl]
+    assert run_summary(state["log_history"])["uniform_generation_seconds"] == pytest.approx(
+        sum(value * share for value, share in zip(seconds, expected_share)))
 
     lines = [line for line in capsys.readouterr().out.splitlines() if re.match(r"step \d+/4 ", line)]
     assert len(lines) == 4
@@ -77,8 +84,6 @@ def test_uniform_share_is_the_same_in_console_metrics_file_and_trainer_state(tmp
 
 
 def test_plot_and_card_show_the_truthful_share(tmp_path):
-    from trl_grpo_ext.zero_variance.report import run_summary
-
     history = [{"step": 1, "reward": 0.1, "frac_reward_zero_std": 0.0},
                {"step": 2, "reward": 0.2, "frac_reward_zero_std": 1.0, "zero_variance/frac_uniform_before": 1.0,
                 "zero_variance/no_update": 1.0},
@@ -86,15 +91,15 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
                 "zero_variance/no_update": 0.0}]
     assert run_summary(history) == {"uniform_share": 0.5, "generations": 3, "no_update_steps": 1,
                                     "all_uniform_steps": 1, "exact": True, "filter_on": True, "extra_groups": 0,
-                                    "steps": 3, "logged_steps": 3}
+                                    "steps": 3, "logged_steps": 3, "generation_seconds": 0.0,
+                                    "uniform_generation_seconds": 0.0, "train_runtime": None}
     # logging_steps 2: each log is the mean of its 2 steps; 12 groups over 4 steps, 2 of them without an update
     every_two = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5},
                  {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5}]
     assert run_summary(every_two) == {"uniform_share": 0.75, "generations": 4, "no_update_steps": 2,
                                       "all_uniform_steps": 2, "exact": False, "filter_on": True, "extra_groups": 0,
-                                      "steps": 4, "logged_steps": 2}
-    from trl_grpo_ext.zero_variance.report import summary_line
-
+                                      "steps": 4, "logged_steps": 2, "generation_seconds": 0.0,
+                                      "uniform_generation_seconds": 0.0, "train_runtime": None}
     assert summary_line(every_two, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: "
                                           "75% of the completions); 2 of 4 steps made no update")
     # filter off: TRL's figure only; an all-uniform step has zero advantages but still steps the optimizer
@@ -111,9 +116,23 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
         "1 counts each) (zero advantages; with zero_variance_filter off the optimizer still stepped)")
 
 
-def test_the_summary_counts_generation_batches_and_every_step_s_update():
-    from trl_grpo_ext.zero_variance.report import summary_line
+def test_the_summary_gives_the_seconds_spent_generating_uniform_groups():
+    # logging_steps 2: each log averages 2 generation batches. Step 2: mean 8 s, half the groups uniform -> 16 s,
+    # 8 s of it uniform; step 4: mean 5 s, all uniform -> 10 s, 10 s uniform. 18 s of 26 s; 18 / 60 s = 30%.
+    logs = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5,
+             "zero_variance/generation_seconds": 8.0},
+            {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5,
+             "zero_variance/generation_seconds": 5.0},
+            {"step": 4, "train_runtime": 60.0, "train_loss": 0.0}]
+    summary = run_summary(logs)
+    assert (summary["generation_seconds"], summary["uniform_generation_seconds"], summary["train_runtime"]) == (
+        26.0, 18.0, 60.0)
+    assert summary_line(logs, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: 75% "
+                                     "of the completions, 18 s of the 60 s of training = 30%); 2 of 4 steps made no "
+                                     "update")
 
+
+def test_the_summary_counts_generation_batches_and_every_step_s_update():
     # num_iterations 2: 4 optimizer steps, 2 generation batches of 2 groups; the first batch all uniform, so its 2
     # steps made no update; the reward figures are logged on the generation steps only (1 and 3)
     mu_two = [{"step": 1, "loss": 0.0, "frac_reward_zero_std": 1.0, "zero_variance/frac_uniform_before": 1.0,

@@ -18,6 +18,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from factories import count_char_mix, end_worker, tiny_trainer  # noqa: E402
 
+from trl_grpo_ext.zero_variance.report import GENERATION_SECONDS_KEY  # noqa: E402
+
 G = 4
 
 
@@ -61,7 +63,8 @@ def main(out_dir: str) -> None:
     trainer._generate_and_score_completions = recording_generate
     trainer.train()
     history = [
-        {k: v for k, v in entry.items() if k.startswith("zero_variance/") or k == "step"}
+        {k: v for k, v in entry.items() if (k.startswith("zero_variance/") and k != GENERATION_SECONDS_KEY)
+         or k == "step"}  # every decision and count; not a process's own clock
         for entry in trainer.state.log_history
         if "loss" in entry
     ]

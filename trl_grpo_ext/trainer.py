@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import time
 import warnings
 
 import torch
@@ -196,7 +197,7 @@ class GRPOExtTrainer(GRPOTrainer):
         its normaliser through TRL's `tool_mask` and `num_items_in_batch` (`zero_variance.ZeroVarianceFilter`).
         Tensor shapes never change, so every process makes the same collective calls.
         """
-        metric_marks = _trl_compat.metric_marks(self)
+        metric_marks, start = _trl_compat.metric_marks(self), time.perf_counter()
         output = self._generate_and_score_keeping_dtypes(inputs)
         if self.base_drift is not None and self.model.training:
             self._record_base_drift()
@@ -226,6 +227,7 @@ class GRPOExtTrainer(GRPOTrainer):
                 _trl_compat.record_metric(self, name, value)
         if zero_variance.enabled:
             zero_variance.mask(output, kept, local)
+        zero_variance.record_generation_seconds(time.perf_counter() - start)
         return output
 
     def _generate_round(self, indices: list[int]):
@@ -266,8 +268,7 @@ class GRPOExtTrainer(GRPOTrainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's step; at the end of an accumulation window, decide (on all processes) whether anything was kept."""
         loss = super().training_step(model, inputs, num_items_in_batch)
-        # sync_gradients is set by transformers on the last micro-batch of each accumulation window (also a partial
-        # last window of an epoch)
+        # sync_gradients: set by transformers on the last micro-batch of each accumulation window (a partial one too)
         if self.zero_variance.enabled and self.accelerator.sync_gradients and not self.is_deepspeed_enabled:
             self.zero_variance.end_window()  # (DeepSpeed: closed at its step, engine_step.EngineStepGuard)
         return loss

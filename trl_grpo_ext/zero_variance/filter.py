@@ -200,6 +200,11 @@ class ZeroVarianceFilter:
         """Skip mode: log the share of this epoch's prompt slots skipped before rollout."""
         self._record("prompts_skipped", fraction)
 
+    def record_generation_seconds(self, seconds: float) -> None:
+        """Log the wall seconds this process spent generating and scoring a training step's completions (every
+        resample round, the filter and the advantages included): `report.run_summary` attributes its uniform share."""
+        self._record("generation_seconds", seconds)
+
     def _correct_trl_share(self, total_rewards: torch.Tensor) -> None:
         """Replace the ``frac_reward_zero_std`` TRL just logged for a generation round (``isclose(std, 0)``, blind to
         float32 noise and to all-None groups) by `groups.generated_uniform_fraction` of the same rewards."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .groups import generated_uniform_fraction, weighted_total
-from .report import NO_UPDATE_KEY, SKIPPED_PROMPTS_KEY
+from .report import GENERATION_SECONDS_KEY, NO_UPDATE_KEY, SKIPPED_PROMPTS_KEY
 
 #: Our metrics, by meaning -> the logged name (every value is averaged over the steps of a logging interval).
 METRICS = {
@@ -24,6 +24,7 @@ METRICS = {
     "no_update": NO_UPDATE_KEY,  # 1.0 on a step whose optimizer update was skipped, else 0.0
     "prompts_skipped": SKIPPED_PROMPTS_KEY,  # skip mode: share of the epoch's prompt slots skipped before rollout
     "completions_dropped": "zero_variance/completions_dropped",  # masked rows dropped before the loss forward
+    "generation_seconds": GENERATION_SECONDS_KEY,  # wall seconds generating and scoring this step's completions
 }
 #: Prefix of TRL's metrics of every generation round of a resampled step (their average over the rounds).
 ROUNDS_PREFIX = "zero_variance/rounds/"
