@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-real install-dist demo demo-real test test-slow test-dist test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-vs-trl bench-dropped-rows bench-generation bench-host-memory plan clean
+.PHONY: install install-real install-dist demo demo-real test test-slow test-dist test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-vs-trl bench-dropped-rows bench-generation bench-host-memory bench-cpu-dtype plan clean
 
 install: $(STAMP)
 
@@ -85,10 +85,15 @@ BENCH_VS_TRL_ARGS ?=
 bench-vs-trl: install-real
 	$(PY) benchmarks/real_model_vs_trl.py $(BENCH_VS_TRL_ARGS)
 
-# Dropped rows against mask's zero-weighted rows, half the groups uniform: the tiny model, then SmolLM2-135M.
+# Freed host memory kept for reuse against glibc's defaults, the shipped SmolLM2 config for 10 steps (about 15 minutes).
 bench-host-memory: install-real
 	$(PY) benchmarks/host_memory.py
 
+# bf16 on a CPU (autocast, and a bf16 base) against float32, the shipped SmolLM2 config for 8 steps each (about 9 minutes).
+bench-cpu-dtype: install-real
+	$(PY) benchmarks/cpu_dtype.py
+
+# Dropped rows against mask's zero-weighted rows, half the groups uniform: the tiny model, then SmolLM2-135M.
 bench-dropped-rows: install-real
 	$(PY) benchmarks/dropped_rows.py
 	$(PY) benchmarks/dropped_rows.py --model smollm2 --steps 3 --repeats 1 --prompts-per-step 2

@@ -30,6 +30,7 @@ from trl_grpo_ext.hub.plot import plot_training, reward_trend
 from trl_grpo_ext.models.embedded import tiny
 from trl_grpo_ext.models.settings import (
     continued_lora_differences,
+    cpu_bf16_warning,
     load_continued_model,
     load_dtype,
     lora_config,
@@ -130,6 +131,9 @@ def main(script_args, training_args, model_args, push_args) -> int:
         **(training_args.model_init_kwargs or {}),
     }
 
+    if training_args.device.type == "cpu" and (
+            warning := cpu_bf16_warning(training_args.model_init_kwargs["dtype"], training_args.bf16)):
+        print(f"warning: {warning}", file=sys.stderr)
     peft_config, quantization = lora_config(model_args), quantization_config(model_args, training_args)
     if source.continued:
         print(source.describe())

@@ -936,6 +936,8 @@ OTHER_PRIVATE_ATTRIBUTES = {
     "_run_exitfuncs": "atexit._run_exitfuncs: the exit of a run of several processes runs the atexit handlers, then "
                       "os._exit skips the interpreter teardown that can abort after gloo (interrupt.exit_run); the "
                       "atexit module has no public way to run them",
+    "_is_mkldnn_bf16_supported": "torch.ops.mkldnn._is_mkldnn_bf16_supported: torch has no public test of a CPU's "
+                                 "bf16 instructions (models/settings.cpu_bf16_warning; guarded, False if absent)",
     **{name: "collections.namedtuple's public API (the underscore only avoids clashes with field names)"
        for name in ("_asdict", "_fields", "_replace", "_make", "_field_defaults")},
 }

@@ -1,8 +1,9 @@
 """4-bit NF4 + LoRA loading settings for the QLoRA recipes (bitsandbytes and peft configs, no model code).
 
 QLoRA (Dettmers et al. 2023, arXiv 2305.14314): the frozen base is stored in 4-bit NormalFloat (NF4) with double
-quantisation of the quantisation constants; matrix products run in the compute dtype (bf16 on a GPU, float32 on a
-CPU, where bf16 matmuls are slow); a LoRA adapter (Hu et al. 2021, arXiv 2106.09685) is trained on top.
+quantisation of the quantisation constants; matrix products run in the compute dtype (bf16 on a GPU; float32 on a
+CPU unless the run sets ``bf16: true`` or ``dtype: bfloat16``: see `cpu_bf16_warning`); a LoRA adapter (Hu et al.
+2021, arXiv 2106.09685) is trained on top.
 """
 
 from __future__ import annotations
@@ -33,6 +34,33 @@ def load_dtype(model_args, training_args) -> str:
     if model_args.dtype not in (None, "auto"):
         return model_args.dtype
     return "auto" if training_args.bf16 else "float32"
+
+
+def cpu_bf16_warning(dtype_name: str, bf16: bool, bf16_supported: bool | None = None) -> str | None:
+    """A warning for a CPU run that computes in bf16 (``bf16: true``, or the base loaded with ``dtype: bfloat16``) on
+    a CPU without bf16 instructions (AVX512-BF16 or AMX), where torch emulates bf16 matrix products and a step is
+    slower than in float32; None otherwise (docs/benchmarks.md, "bf16 on a CPU").
+
+    Args:
+        dtype_name (`str`): the dtype the base loads in (`load_dtype`).
+        bf16 (`bool`): the run's ``bf16`` (mixed precision: float32 weights, bf16 matrix products under autocast).
+        bf16_supported (`bool`, *optional*): whether the CPU has bf16 instructions; defaults to oneDNN's own answer
+            (``torch.ops.mkldnn._is_mkldnn_bf16_supported``, False if torch cannot tell).
+    """
+    setting = "bf16=true" if bf16 else "dtype=bfloat16" if dtype_name == "bfloat16" else None
+    if setting is None:
+        return None
+    if bf16_supported is None:
+        import torch
+
+        try:
+            bf16_supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            bf16_supported = False
+    if bf16_supported:
+        return None
+    return (f"{setting} on a CPU without bf16 instructions (AVX512-BF16 or AMX): torch emulates bf16 matrix "
+            "products, so each step is slower than in float32. Fix: --bf16 false --dtype float32.")
 
 
 def torch_dtype(name: str, field: str = "dtype"):
