@@ -12,18 +12,22 @@ from other jobs on the machine costs neither arm), run alternately (the order fl
   rows dropped before the loss forward);
 - ``skip``: ``zero_variance_filter: skip`` (prompts predicted uniform skipped before rollout, then mask).
 
-All arms share the shipped CPU config's model settings (LoRA r 16 on every linear layer of the float32 base), learning
+All arms share the shipped CPU config's model settings (LoRA r 16 on every linear layer of the base, loaded in
+``--dtype``: the config's own by default), learning
 rate, temperature, G and rewards (`recipes/configs/smollm2_arithmetic_cpu.yaml`), with ``--prompts-per-step`` and
 ``--max-completion-length`` (defaults 3 and 48; the config has 3 × 64), on the first ``--train-prompts``
 training problems (default 24: 8 steps an epoch, 2.5 to 4 epochs in the default budget, so a prompt's history can act). Every arm's
 reward functions are wrapped by the same recorder, which counts uniform groups from the rewards themselves (TRL's
 own ``frac_reward_zero_std`` misses float32 noise). After training, each adapter answers the same 200 held-out
-problems greedily (the product's `evaluation.evaluate_model`).
+problems greedily (the product's `evaluation.evaluate_model`). Every arm runs on glibc's malloc defaults (the
+recipe's host-memory setting is left out, so that the arms differ only in how they treat uniform groups).
 
 Printed per arm (means over seeds, and each seed): optimizer steps, completions generated, share of completions in
 uniform groups (all steps, and after the first epoch), informative groups that reached the loss per CPU minute,
 held-out greedy accuracy with its Wilson interval, and the paired difference against the ``trl`` arm of the same
-seed (Newcombe's interval); ratios are between arms of the same run. Writes ``--output-dir``/results.json.
+seed (Newcombe's interval); ratios are between arms of the same run. Then GRESO's premise, measured in each arm: of
+the groups of a prompt rolled out before, the share that came out uniform after a uniform and after an informative
+group, and whether the uniform ones were all solved or all failed. Writes ``--output-dir``/results.json.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class Recorder:
     def __init__(self, funcs, weights, num_generations):
         self.funcs, self.weights, self.g = funcs, weights, num_generations
         self.calls: list[list[list]] = []
+        self.prompts: list[list] = []  # per call: the prompt of each group
 
     def wrap(self):
         wrapped = []
@@ -64,6 +69,7 @@ class Recorder:
                 values = __func(*args, **kwargs)
                 if __index == 0:
                     self.calls.append([])
+                    self.prompts.append(list(kwargs.get("prompts") or [])[::self.g])
                 self.calls[-1].append(list(values))
                 return values
             recorded.__name__ = getattr(func, "__name__", f"reward_{index}")
@@ -85,6 +91,32 @@ class Recorder:
                 flags.append(len(group) < 2 or max(group) == min(group))
             out.append(flags)
         return out
+
+
+    def transitions(self) -> dict:
+        """GRESO's premise measured (arXiv 2506.02177, "temporal consistency"): for every group after a prompt's first
+        rollout, whether it came out uniform, split by how the prompt's previous group came out; and of the uniform
+        groups, how many the first reward function scored 1 (all solved) or 0 (all failed) on every completion.
+
+        Returns:
+            `dict`: ``after_uniform`` / ``after_informative``: [uniform now, groups]; ``uniform_solved`` /
+            ``uniform_failed``: groups (after a first rollout)."""
+        last: dict[str, bool] = {}
+        counts = {"after_uniform": [0, 0], "after_informative": [0, 0], "uniform_solved": 0, "uniform_failed": 0}
+        for call, prompts, flags in zip(self.calls, self.prompts, self.groups()):
+            for index, (prompt, uniform) in enumerate(zip(prompts, flags)):
+                key = json.dumps(prompt, sort_keys=True, default=str)
+                if key in last:
+                    bucket = counts["after_uniform" if last[key] else "after_informative"]
+                    bucket[0] += uniform
+                    bucket[1] += 1
+                    first = call[0][index * self.g:(index + 1) * self.g]
+                    if uniform and first and all(v == 1 for v in first):
+                        counts["uniform_solved"] += 1
+                    elif uniform and first and all(v == 0 for v in first):
+                        counts["uniform_failed"] += 1
+                last[key] = uniform
+        return counts
 
 
 def _budget_callback(cpu_seconds: float):
@@ -112,7 +144,7 @@ def run_arm(arm: str, seed: int, args) -> dict:
     from trl_grpo_ext.data.load import load_eval_dataset, load_prompt_dataset
     from trl_grpo_ext.evaluation.evaluate import evaluate_model
     from trl_grpo_ext.models.embedded import tiny
-    from trl_grpo_ext.models.settings import lora_config, run_tokenizer
+    from trl_grpo_ext.models.settings import load_dtype, lora_config, run_tokenizer
     from trl_grpo_ext.rewards.spec import build_reward_funcs, with_run_defaults
 
     filter_args = [] if arm == "trl" else ["--zero_variance_filter", arm]
@@ -123,6 +155,7 @@ def run_arm(arm: str, seed: int, args) -> dict:
         "--prompts_per_step", str(args.prompts_per_step), "--micro_batch_size", str(args.prompts_per_step * 8),
         "--max_completion_length", str(args.max_completion_length), *filter_args,
     ])
+    dtype = getattr(torch, args.dtype or load_dtype(model_args, training_args))  # the recipe's rule: float32 here
     train_dataset = load_prompt_dataset(script_args, seed=0)  # the same problems for every arm and seed
     eval_dataset = load_eval_dataset(script_args, 0, "test", args.eval_prompts)  # the same 200 as make demo-real
     tokenizer = run_tokenizer(model_args, script_args.chat_template)
@@ -142,14 +175,14 @@ def run_arm(arm: str, seed: int, args) -> dict:
             lr_scheduler_type="constant", beta=training_args.beta, temperature=training_args.temperature,
             max_completion_length=training_args.max_completion_length, reward_weights=[float(w) for w in weights],
             use_cpu=True, bf16=False, logging_steps=1, report_to=[], save_strategy="no", seed=seed,
-            gradient_checkpointing=False, model_init_kwargs={"dtype": torch.float32},
+            gradient_checkpointing=False, model_init_kwargs={"dtype": dtype},
         )
         trainer = GRPOTrainer(model_path, reward_funcs=recorder.wrap(), args=config, train_dataset=train_dataset,
                               processing_class=tokenizer, peft_config=lora_config(model_args))
     else:
         from trl_grpo_ext import GRPOExtTrainer
 
-        training_args.model_init_kwargs = {"dtype": torch.float32}
+        training_args.model_init_kwargs = {"dtype": dtype}
         trainer = GRPOExtTrainer(model_path, args=training_args, train_dataset=train_dataset,
                                  processing_class=tokenizer, peft_config=lora_config(model_args))
         trainer.reward_funcs = recorder.wrap()  # the guarded registry rewards, recorded (names unchanged)
@@ -170,12 +203,13 @@ def run_arm(arm: str, seed: int, args) -> dict:
     result = evaluate_model(model, tokenizer, eval_dataset, funcs, max_new_tokens=training_args.max_completion_length,
                             batch_size=50)
     return {
-        "arm": arm, "seed": seed, "optimizer_steps": steps, "steps_per_epoch": steps_per_epoch,
+        "arm": arm, "seed": seed, "dtype": str(dtype).removeprefix("torch."), "optimizer_steps": steps,
+        "steps_per_epoch": steps_per_epoch,
         "epochs": steps / steps_per_epoch, "completions": completions,
         "uniform_share": uniform / completions if completions else None,
         "uniform_share_after_epoch_1": (sum(sum(f) for f in later) * g / later_completions) if later_completions
         else None,
-        "informative_groups": informative, "cpu_minutes": budget.used / 60, "wall_minutes": budget.wall_used / 60,
+        "informative_groups": informative, "transitions": recorder.transitions(), "cpu_minutes": budget.used / 60, "wall_minutes": budget.wall_used / 60,
         "informative_groups_per_cpu_minute": informative / (budget.used / 60),
         "accuracy": result.accuracy, "accuracy_ci": result.accuracy_ci, "correct": result.correct,
         "eval_minutes": (time.perf_counter() - eval_start) / 60,
@@ -223,6 +257,17 @@ def _format(results: list[dict], arms: list[str]) -> str:
                 f"{r['cpu_minutes']:7.1f} {r['accuracy']:.3f} [{r['accuracy_ci'][0]:.3f}, {r['accuracy_ci'][1]:.3f}]"
                 f"{versus:>30s}")
     lines.append("")
+    lines.append("GRESO's premise: a revisited prompt's group uniform, after a uniform / after an informative group; "
+                 "the uniform revisits all solved / all failed")
+    for seed in seeds:
+        for arm in arms:
+            t = by.get((arm, seed), {}).get("transitions")
+            if t:
+                (uu, un), (iu, inn) = t["after_uniform"], t["after_informative"]
+                lines.append(f"{arm:5s} {seed:4d}  after uniform {uu}/{un} = {uu / max(un, 1):.2f}   after informative "
+                             f"{iu}/{inn} = {iu / max(inn, 1):.2f}   solved {t['uniform_solved']}, failed "
+                             f"{t['uniform_failed']}")
+    lines.append("")
     for arm in arms:
         runs = [by[(arm, s)] for s in seeds if (arm, s) in by]
         trl = [by[("trl", s)] for s in seeds if ("trl", s) in by and (arm, s) in by]
@@ -247,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-prompts", type=int, default=200, help="held-out problems")
     parser.add_argument("--prompts-per-step", type=int, default=3, help="prompts per optimizer step (G is 8)")
     parser.add_argument("--max-completion-length", type=int, default=48, help="new tokens per completion")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"),
+                        help="the base's dtype in every arm (default: the shipped config's)")
     parser.add_argument("--output-dir", default="outputs/bench-vs-trl")
     parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # internal: run one arm in this process
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -265,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             command = [sys.executable, __file__, "--arm", arm, "--seed", str(seed), "--cpu-minutes",
                        str(args.cpu_minutes), "--train-prompts", str(args.train_prompts), "--eval-prompts",
                        str(args.eval_prompts), "--prompts-per-step", str(args.prompts_per_step),
-                       "--max-completion-length", str(args.max_completion_length), "--output-dir", str(out)]
+                       "--max-completion-length", str(args.max_completion_length), "--output-dir", str(out),
+                       *(["--dtype", args.dtype] if args.dtype else [])]
             start = time.perf_counter()
             done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
             (out / f"{arm}-seed{seed}.log").write_text(done.stdout + done.stderr)
