@@ -275,13 +275,14 @@ def test_final_metrics_show_the_uniform_share_and_the_updates_it_cost(card, run,
     state = json.loads((copy / "trainer_state.json").read_text())
     state["log_history"][1].update({"zero_variance/frac_uniform_before": 1.0, "zero_variance/no_update": 1 / 30})
     assert "seconds generating uniform groups" not in card.text  # not logged: no row
-    state["log_history"][0]["zero_variance/generation_seconds"] = 2.0  # a mean over steps 1-10: 20 s, half uniform
-    state["log_history"][1]["zero_variance/generation_seconds"] = 3.0  # steps 11-40: 90 s, all uniform
+    state["log_history"][0].update({"zero_variance/generation_seconds": 2.0, "step_time": 4.0})  # steps 1-10: 20 s
+    state["log_history"][1].update({"zero_variance/generation_seconds": 3.0, "step_time": 5.0})  # 11-40: 90 s
     (copy / "trainer_state.json").write_text(json.dumps(state))
     text = build_model_card(copy, repo_id=REPO).text
     assert "| uniform (σ = 0) share of generated groups (40 steps, 2 logs) | 0.875 |" in text  # (5 + 30) / 40
     assert "| optimizer steps that made no update (every group uniform) | 1 |" in text  # 1/30 of the 30 steps 11-40
-    assert "| seconds generating uniform groups, of train_runtime | 100 of 123 |" in text  # 10 + 90 of 123.4 s
+    # half of 20 s + all of 90 s, of 4 s × 10 + 5 s × 30 of training steps
+    assert "| seconds generating uniform groups, of the training steps' (step_time) | 100 of 190 |" in text
 
 
 def test_skip_runs_cite_greso_and_show_their_settings(run, tmp_path):

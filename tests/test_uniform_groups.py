@@ -92,14 +92,14 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
     assert run_summary(history) == {"uniform_share": 0.5, "generations": 3, "no_update_steps": 1,
                                     "all_uniform_steps": 1, "exact": True, "filter_on": True, "extra_groups": 0,
                                     "steps": 3, "logged_steps": 3, "generation_seconds": 0.0,
-                                    "uniform_generation_seconds": 0.0, "train_runtime": None}
+                                    "uniform_generation_seconds": 0.0, "step_seconds": 0.0}
     # logging_steps 2: each log is the mean of its 2 steps; 12 groups over 4 steps, 2 of them without an update
     every_two = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5},
                  {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5}]
     assert run_summary(every_two) == {"uniform_share": 0.75, "generations": 4, "no_update_steps": 2,
                                       "all_uniform_steps": 2, "exact": False, "filter_on": True, "extra_groups": 0,
                                       "steps": 4, "logged_steps": 2, "generation_seconds": 0.0,
-                                      "uniform_generation_seconds": 0.0, "train_runtime": None}
+                                      "uniform_generation_seconds": 0.0, "step_seconds": 0.0}
     assert summary_line(every_two, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: "
                                           "75% of the completions); 2 of 4 steps made no update")
     # filter off: TRL's figure only; an all-uniform step has zero advantages but still steps the optimizer
@@ -117,19 +117,39 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
 
 
 def test_the_summary_gives_the_seconds_spent_generating_uniform_groups():
-    # logging_steps 2: each log averages 2 generation batches. Step 2: mean 8 s, half the groups uniform -> 16 s,
-    # 8 s of it uniform; step 4: mean 5 s, all uniform -> 10 s, 10 s uniform. 18 s of 26 s; 18 / 60 s = 30%.
+    # logging_steps 2: each log averages 2 steps (one generation batch each). Step 2: mean 8 s, half the groups
+    # uniform -> 16 s, 8 s of it uniform; step 4: mean 5 s, all uniform -> 10 s, 10 s uniform: 18 s of 26 s. The
+    # training steps: mean step_time 15 s and 12.5 s over 2 steps each -> 55 s; 18 / 55 = 33%.
     logs = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5,
-             "zero_variance/generation_seconds": 8.0},
+             "zero_variance/generation_seconds": 8.0, "step_time": 15.0},
             {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5,
-             "zero_variance/generation_seconds": 5.0},
+             "zero_variance/generation_seconds": 5.0, "step_time": 12.5},
             {"step": 4, "train_runtime": 60.0, "train_loss": 0.0}]
     summary = run_summary(logs)
-    assert (summary["generation_seconds"], summary["uniform_generation_seconds"], summary["train_runtime"]) == (
-        26.0, 18.0, 60.0)
+    assert (summary["generation_seconds"], summary["uniform_generation_seconds"], summary["step_seconds"]) == (
+        26.0, 18.0, 55.0)
     assert summary_line(logs, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: 75% "
-                                     "of the completions, 18 s of the 60 s of training = 30%); 2 of 4 steps made no "
-                                     "update")
+                                     "of the completions, 18 s of the 55 s of the training steps = 33%); 2 of 4 steps "
+                                     "made no update")
+    # a resumed run: its log_history holds every step's logs, its train_runtime only the resumed part's; the figure
+    # reads the logs (a breaker's finding: '6 s of the 4 s of training = 157%')
+    resumed = logs[:1] + [{"step": 2, "train_runtime": 30.0}] + logs[1:]
+    assert run_summary(resumed)["step_seconds"] == 55.0
+    # resample: the first round's share times every round's seconds would be wrong, so no figure
+    drawn = [dict(row, **{"zero_variance/prompts_drawn": 3.0}) for row in logs[:2]]
+    assert run_summary(drawn)["uniform_generation_seconds"] is None
+    assert " s of the " not in summary_line(drawn, 3)
+
+
+def test_generation_batches_are_counted_in_the_log_of_the_step_that_made_them():
+    # steps_per_generation 2 (num_iterations 2), logging_steps 3: batches are generated at steps 1, 3, 5, so the log
+    # of step 3 covers 2 of them and the log of step 6 one (a breaker's finding: rounding 3 / 2 counted 2 and 2)
+    logs = [{"step": 3, "loss": 0.0, "frac_reward_zero_std": 0.5, "zero_variance/generation_seconds": 4.0},
+            {"step": 6, "loss": 0.0, "frac_reward_zero_std": 1.0, "zero_variance/generation_seconds": 2.0}]
+    summary = run_summary(logs, 2)
+    assert summary["generations"] == 3 and summary["uniform_share"] == pytest.approx((0.5 * 2 + 1.0) / 3)
+    assert summary["generation_seconds"] == 10.0 and summary["uniform_generation_seconds"] == 6.0  # 0.5 × 8 + 2
+    assert summary["all_uniform_steps"] == 2  # the batch of step 5 served steps 5 and 6
 
 
 def test_the_summary_counts_generation_batches_and_every_step_s_update():

@@ -160,9 +160,10 @@ def _final_metrics(results: dict, state: dict, plan: dict) -> list[tuple]:
     if summary:  # the same figure the console and the plot show (zero_variance.report)
         rows.append((f"uniform (σ = 0) share of generated groups ({summary['steps']} steps, {summary['logged_steps']} "
                      "logs)", round(summary["uniform_share"], 4)))
-        if summary["generation_seconds"] and summary["train_runtime"]:
-            rows.append(("seconds generating uniform groups, of train_runtime",
-                         f"{summary['uniform_generation_seconds']:.0f} of {summary['train_runtime']:.0f}"))
+        if summary["uniform_generation_seconds"] is not None and summary["generation_seconds"] and \
+                summary["step_seconds"]:
+            rows.append(("seconds generating uniform groups, of the training steps' (step_time)",
+                         f"{summary['uniform_generation_seconds']:.0f} of {summary['step_seconds']:.0f}"))
         if summary["filter_on"]:
             rows.append(("optimizer steps that made no update (every group uniform)", summary["no_update_steps"]))
         else:  # TRL's behaviour: zero advantages, yet the optimizer steps (its moments move the weights)
