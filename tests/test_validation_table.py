@@ -166,6 +166,8 @@ INVALID = [
         ["advantage_preset", "scale_rewards"], "Remove scale_rewards"),
     # settings that would be silently ignored
     row("lora_r without use_peft", {"use_peft": False, **_NO_4BIT}, ["lora_r", "use_peft"]),
+    # (a breaker's finding: accelerate runs no fp16 autocast on a CPU; grad norms were bit-identical to float32's)
+    row("fp16 with use_cpu", {"fp16": True}, ["fp16", "use_cpu"], "Fix: remove fp16 (bf16: true runs bf16 autocast"),
     row("bnb_4bit_quant_type without load_in_4bit", {"load_in_4bit": False}, ["bnb_4bit_quant_type", "load_in_4bit"]),
     row("max_resample_rounds without resample", {"max_resample_rounds": 2}, ["max_resample_rounds",
                                                                              "zero_variance_filter"]),

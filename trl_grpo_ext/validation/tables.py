@@ -245,6 +245,9 @@ _requires(_PUSH_FIELDS,
           "set push_to_hub_mode: adapter, or remove {field} (trl-grpo-ext push OUTPUT_DIR --repo-id ID pushes a "
           "finished run).")
 _when("push_to_hub_mode", "merged", ("merge_dtype",))
+_requires(("fp16",), "a GPU (with use_cpu: true accelerate runs no fp16 autocast: the run stays float32)",
+          lambda v: not v.get("fp16") or not v.get("use_cpu"),
+          "remove {field} (bf16: true runs bf16 autocast on a CPU: docs/benchmarks.md, \"bf16 on a CPU\").")
 _when("use_liger_kernel", True, ("liger_kernel_config",))  # transformers reads it only then
 _when("use_transformers_continuous_batching", True, ("transformers_continuous_batching_config",))  # TRL: only then
 _requires(("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
