@@ -131,7 +131,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         **(training_args.model_init_kwargs or {}),
     }
 
-    if training_args.device.type == "cpu" and (
+    if training_args.device.type == "cpu" and training_args.process_index == 0 and (
             warning := cpu_bf16_warning(training_args.model_init_kwargs["dtype"], training_args.bf16)):
         print(f"warning: {warning}", file=sys.stderr)
     peft_config, quantization = lora_config(model_args), quantization_config(model_args, training_args)
