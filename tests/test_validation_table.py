@@ -168,6 +168,10 @@ INVALID = [
     row("lora_r without use_peft", {"use_peft": False, **_NO_4BIT}, ["lora_r", "use_peft"]),
     # (a breaker's finding: accelerate runs no fp16 autocast on a CPU; grad norms were bit-identical to float32's)
     row("fp16 with use_cpu", {"fp16": True}, ["fp16", "use_cpu"], "Fix: remove fp16 (bf16: true runs bf16 autocast"),
+    # (measured 2026-12-05: the recipe failed at step 1 with "Unexpected floating ScalarType in
+    # at::autocast::prioritize", 4-bit base or not)
+    row("bf16 over a float16 base on a CPU", {"bf16": True, "dtype": "float16"}, ["dtype", "bf16", "use_cpu"],
+        "Fix: --dtype float32 (or bfloat16) with bf16: true, or --bf16 false."),
     row("bnb_4bit_quant_type without load_in_4bit", {"load_in_4bit": False}, ["bnb_4bit_quant_type", "load_in_4bit"]),
     row("max_resample_rounds without resample", {"max_resample_rounds": 2}, ["max_resample_rounds",
                                                                              "zero_variance_filter"]),
@@ -450,6 +454,7 @@ RULE_ROWS = {
     "evaluation_split": "eval_strategy steps without a test split",
     "chat_template": "chat_template that is not Jinja",
     "compare_base_adapter": "compare_base without an adapter",
+    "cpu_bf16_on_float16": "bf16 over a float16 base on a CPU",
     "push_needs_adapter": "push without an adapter",
     "push_needs_repository": "push without a repository",
     "reward_specs": "reward name typo",

@@ -45,7 +45,7 @@ class RunView:
         self.defaults = defaults or {}
         self._reward_names, self.dataset_columns, self.check_model = reward_names, dataset_columns, check_model
 
-    def get(self, name: str, default: Any = None) -> Any:
+    def get(self, name: str, default: Any = None) -> Any:  # an enum member as its value
         return enum_value(self.values.get(name, default))
 
     def is_set(self, name: str) -> bool:
@@ -58,7 +58,6 @@ class RunView:
 
     def blocked(self, fields) -> bool:
         return self.problems is not None and self.problems.blocked(fields)
-
     @cached_property
     def batch(self) -> dict:
         """TRL's batch and stop fields (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ...).
@@ -119,8 +118,7 @@ class Rule:
         return tuple(value(view) if callable(value) else value)
 
 
-def quantity_conflicts(v: RunView) -> None:
-    """Our batch/stop fields next to the raw TRL fields they write, judged on the keys the user set."""
+def quantity_conflicts(v: RunView) -> None:  # our batch/stop fields next to the raw TRL fields they write
     v.batch  # noqa: B018 (resolving raises)
 
 
@@ -157,8 +155,7 @@ def _several(found: list[tuple[str, tuple[str, ...]]]) -> None:
     raise err
 
 
-def exclusive(v: RunView) -> None:
-    """`tables.EXCLUSIVE`: fields that cannot both be on."""
+def exclusive(v: RunView) -> None:  # `tables.EXCLUSIVE`: fields that cannot both be on
     user = v.user or {}
     _several([(f"{a}={user[a]!r} and {b}={user[b]!r} cannot both be set. Fix: {fix}", (a, b))
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
@@ -207,8 +204,7 @@ def ignored_settings(v: RunView) -> None:
     _several(found)
 
 
-def ordered(v: RunView) -> None:
-    """`tables.ORDERED`: the first field may not exceed the second (``strict``: must be below it)."""
+def ordered(v: RunView) -> None:  # `tables.ORDERED`: the first may not exceed the second (strict: be below it)
     found = []
     for low, high, strict in ORDERED:
         lo, hi = as_number(v.values.get(low)), as_number(v.values.get(high))
@@ -218,8 +214,7 @@ def ordered(v: RunView) -> None:
     _several(found)
 
 
-def evaluation_split(v: RunView) -> None:
-    """Evaluation needs a ``dataset_test_split`` (not null or "")."""
+def evaluation_split(v: RunView) -> None:  # evaluation needs a dataset_test_split (not null or "")
     strategy, final_eval = v.get("eval_strategy"), v.get("final_eval") or "none"
     if not (strategy not in (None, "no") or final_eval != "none") or v.get("dataset_test_split"):
         return
@@ -229,8 +224,7 @@ def evaluation_split(v: RunView) -> None:
         "dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: no and final_eval: none.")
 
 
-def chat_template(v: RunView) -> None:
-    """``chat_template`` must parse as Jinja (TRL renders it at the first generation, after the model loads)."""
+def chat_template(v: RunView) -> None:  # must parse as Jinja (TRL renders it after the model loads)
     template = v.get("chat_template")
     if not isinstance(template, str) or not template:
         return
@@ -244,11 +238,18 @@ def chat_template(v: RunView) -> None:
                                "tokenizer's own.") from None
 
 
-def compare_base_adapter(v: RunView) -> None:
-    """``final_eval: compare_base`` switches the adapter off to score the base: it needs one."""
+def compare_base_adapter(v: RunView) -> None:  # compare_base switches the adapter off to score the base
     if v.get("final_eval") == "compare_base" and not v.get("use_peft"):
         raise RunArgumentError("final_eval=compare_base needs an adapter to switch off (use_peft: true); with "
                                "use_peft: false set final_eval: adapter (the trained model alone) or none.")
+
+
+def cpu_bf16_on_float16(v: RunView) -> None:  # torch's CPU autocast fails at the first step
+    if v.on_cpu and v.get("bf16") is True and v.get("dtype") == "float16":
+        raise RunArgumentError(
+            "dtype='float16' with bf16=True and use_cpu=True: torch's CPU autocast cannot run bf16 over float16 "
+            "weights, and the run would fail at its first step (RuntimeError: Unexpected floating ScalarType in "
+            "at::autocast::prioritize). Fix: --dtype float32 (or bfloat16) with bf16: true, or --bf16 false.")
 
 
 def push_settings(v: RunView, adapter: bool) -> None:
@@ -348,6 +349,7 @@ RULES: tuple[Rule, ...] = (
     Rule("evaluation_split", evaluation_split, ("eval_strategy", "final_eval", "dataset_test_split")),
     Rule("chat_template", chat_template, ("chat_template",)),
     Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
+    Rule("cpu_bf16_on_float16", cpu_bf16_on_float16, ("dtype", "bf16", "use_cpu")),
     Rule("push_needs_adapter", lambda v: push_settings(v, adapter=True),
          ("push_to_hub_mode", "push_to_hub", "use_peft")),
     Rule("push_needs_repository", lambda v: push_settings(v, adapter=False),
