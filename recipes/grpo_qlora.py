@@ -82,7 +82,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         plan = resolve_plan(training_args.resolved.quantity_fields(), len(train_dataset), training_args.world_size,
                             training_args.max_completion_length)  # the run's plan, resolved once: the trainer gets it
         if training_args.zero_variance_filter == "skip":
-            check_skip_plan(plan)  # skip acts from the second epoch on
+            check_skip_plan(plan, seeded=training_args.skip_history_file is not None)  # else from the 2nd epoch on
         evaluating = training_args.eval_strategy != "no" or script_args.final_eval != "none"
         eval_dataset = load_eval_dataset(script_args, split="test", num_prompts=script_args.eval_num_prompts) \
             if evaluating else None

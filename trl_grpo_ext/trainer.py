@@ -47,6 +47,8 @@ from .zero_variance import (
     ZeroVarianceFilter,
     check_skip_plan,
     judged_reward_index,
+    prompt_key,
+    read_history_seed,
     resample_note,
     skip_note,
     weighted_total,
@@ -55,9 +57,7 @@ from .zero_variance import (
 logger = logging.getLogger(__name__)
 
 
-# TRL 1.16 (trl/models/utils.py, grpo_trainer.py) and PEFT call the model's `is_gradient_checkpointing`,
-# `gradient_checkpointing_enable` and `gradient_checkpointing_disable`, which transformers 5.24 deprecated: one
-# FutureWarning per generation that no user setting can avoid. Silenced here, by their exact texts only.
+# TRL 1.16 and PEFT call these names, deprecated by transformers 5.24: one FutureWarning per generation, unavoidable.
 warnings.filterwarnings(
     "ignore", message=r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated",
     category=FutureWarning)
@@ -98,7 +98,7 @@ class GRPOExtTrainer(GRPOTrainer):
                                           args.max_completion_length)
         model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
         if args.resolved.zero_variance.zero_variance_filter == "skip":
-            check_skip_plan(self.plan)
+            check_skip_plan(self.plan, seeded=args.resolved.zero_variance.skip_history_file is not None)
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None,
                                     loss_type=args.loss_type):
             logger.warning(advice)
@@ -109,9 +109,8 @@ class GRPOExtTrainer(GRPOTrainer):
             model = resolve_model_path(model)
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if is_quantized_model(self.model):
-            # TRL casts trainable adapter weights of a quantized model to bf16; "float32" undoes it. Either way plain
-            # trainable modules (a modules_to_save lm_head) get dtype-consistency hooks, without which TRL's own bf16
-            # mode fails in the forward pass ("expected m1 and m2 to have the same dtype"). See adapter_precision.
+            # TRL casts a quantized model's trainable adapter weights to bf16 ("float32" undoes it); plain trainable
+            # modules (a modules_to_save lm_head) get dtype hooks, without which bf16 fails: adapter_precision.
             cast_trainable_to(self.model, args.adapter_dtype, exclude=("lora_magnitude_vector",))
             # bitsandbytes repacks a 4-bit layer's weight for its CPU inference kernel on the first no-grad forward in
             # eval mode (TRL's eval loop, continuous batching's model runner) and never unpacks it for training: the
@@ -140,6 +139,11 @@ class GRPOExtTrainer(GRPOTrainer):
             process_index=self.accelerator.process_index, num_processes=self.accelerator.num_processes,
             metrics=lambda: _trl_compat.train_metrics(self),
         )
+        self.history_seeded = None  # skip's streaks from an evaluation of the training split (`PromptHistory.seed`)
+        if zv.zero_variance_filter == "skip" and zv.skip_history_file is not None:
+            seed = read_history_seed(zv.skip_history_file, self.num_generations, zv.zero_variance_tolerance)
+            keys = [prompt_key(prompt) for prompt in dataset_prompts(train_dataset)]
+            self.history_seeded = self.zero_variance.history.seed(seed, keys)
         console.install(self)  # first, so that the bar is closed before _PlanCallback logs the stop reason
         self.add_callback(_PlanCallback(self))
         self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
@@ -170,8 +174,6 @@ class GRPOExtTrainer(GRPOTrainer):
         if type(sampler) is not RepeatSampler:
             return sampler
         if self.zero_variance.history is not None:  # skip: prompts predicted uniform are replaced before rollout
-            from .zero_variance.history import prompt_key
-
             sampler = SkippingRepeatSampler.like(
                 sampler, history=self.zero_variance.history,
                 exploration_probability=self.args.resolved.zero_variance.skip_exploration_probability,
@@ -212,8 +214,6 @@ class GRPOExtTrainer(GRPOTrainer):
             output, self._last_rewards_per_func, self._last_completion_ids_list, metric_marks, self._generate_round
         )
         if zero_variance.history is not None:  # skip: the prompts' history, the same on every process
-            from .zero_variance.history import prompt_key
-
             keys = torch.tensor([prompt_key(row["prompt"]) for row in inputs], device=rewards.device)
             zero_variance.observe(self.accelerator.gather(keys), zero_variance_rows)
             zero_variance.record_skipped_prompts(getattr(self._epoch_sampler, "skipped_fraction", 0.0))
@@ -320,7 +320,7 @@ class GRPOExtTrainer(GRPOTrainer):
         if zv.zero_variance_filter == "resample":
             notes.append(resample_note(self.plan, zv.max_resample_rounds))
         if zv.zero_variance_filter == "skip":
-            notes.append(skip_note(self.plan, zv.skip_exploration_probability))
+            notes.append(skip_note(self.plan, zv.skip_exploration_probability, self.history_seeded, zv.skip_history_file))
         print(format_plan_report(self.plan, args.resolved.rewards, notes, self.eval_plan), flush=True)
 
 

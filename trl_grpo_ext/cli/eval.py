@@ -35,7 +35,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="Evaluate the base and the adapter on the same prompts and print the paired difference.")
     p.add_argument("--split", choices=("test", "train"), default="test",
                    help="Which split: 'test' reads dataset_test_split (default), 'train' dataset_train_split.")
-    p.add_argument("--num-prompts", type=int, default=None, help="Evaluate the first N prompts of the split.")
+    p.add_argument("--num-prompts", type=int, default=None,
+                   help="Evaluate the first N prompts of the split (default: eval_num_prompts for the test split, "
+                        "every prompt of the train split).")
     p.add_argument("--k", type=int, default=0, dest="num_samples",
                    help="K samples per prompt at the run's temperature, for pass@k and the σ = 0 forecast (0: none).")
     p.add_argument("--correctness-reward", default=None,
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         problem = _adapter_mismatch(args.adapter, model_args.model_name_or_path)
         if problem:
             return _fail(problem)
-    if args.num_prompts is None:
+    if args.num_prompts is None and args.split == "test":
         args.num_prompts = script_args.eval_num_prompts  # the run's own held-out size (None: the whole split)
     try:
         results = evaluate_run(script_args, training_args, model_args, adapter=args.adapter,

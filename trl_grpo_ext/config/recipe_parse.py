@@ -18,7 +18,7 @@ from ..rewards.spec import build_reward_funcs, with_run_defaults
 from ..validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
 from ..validation.dataset_stage import DatasetSurvey, dataset_check
 from ..validation.problems import Problems, problem_lines
-from ..validation.rules import switched_off_warning
+from ..validation.tables import switched_off_warning
 from ..validation.user_values import flatten_values
 from .checks import world_size_from_env
 from .frontdoor import read_run_args

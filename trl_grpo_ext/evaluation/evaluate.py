@@ -59,6 +59,9 @@ class EvalResult:
             (what TRL's ``frac_reward_zero_std`` measures), estimated without a model of the reward from the K
             samples: the share of size-G subsets of a prompt's samples whose totals are all equal
             (:func:`~trl_grpo_ext.evaluation.stats.zero_variance_subset_fraction`), for G <= K only.
+        prompt_keys (`list[int]`): each prompt's `zero_variance.history.prompt_key` (empty when K = 0).
+        sample_totals (`list[list[float | None]]`): each prompt's K weighted total rewards (None: every reward
+            None), what ``skip_history_file`` reads (empty when K = 0).
         correctness_reward (`str`): the reward that decides correctness.
         mean_completion_tokens (`float`): mean greedy completion length [tokens].
         examples (`list[dict]`): the first few prompts with their greedy completion and rewards.
@@ -77,6 +80,8 @@ class EvalResult:
     pass_rates: list[float] = field(default_factory=list)
     uniform_group_forecast: dict[int, float] = field(default_factory=dict)
     uniform_group_forecast_weighted: dict[int, float] = field(default_factory=dict)
+    prompt_keys: list[int] = field(default_factory=list)
+    sample_totals: list[list[float | None]] = field(default_factory=list)
     examples: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -201,6 +206,12 @@ def evaluate_model(
         result.pass_rates = [c / num_samples for c in counts]
         result.pass_at_k = pass_at_k_values(counts, num_samples)
         result.uniform_group_forecast = forecast(result.pass_rates, FORECAST_GROUP_SIZES)
+        from ..zero_variance.history import prompt_key
+
+        result.prompt_keys = [prompt_key(prompt) for prompt in prompts]
+        scored = [total if any(v is not None for v in column) else None  # None: unscorable, as the filter reads it
+                  for total, column in zip(totals, zip(*sample_scores))]
+        result.sample_totals = [scored[i * num_samples : (i + 1) * num_samples] for i in range(n)]
         result.uniform_group_forecast_weighted = {
             g: sum(zero_variance_subset_fraction(totals[i * num_samples : (i + 1) * num_samples], g) for i in range(n)) / n
             for g in FORECAST_GROUP_SIZES if g <= num_samples

@@ -40,7 +40,7 @@ def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> No
     except (ValueError, TypeError):  # reported by the checks of those fields
         return
     try:
-        check_skip_plan(plan)
+        check_skip_plan(plan, seeded=getattr(training, "skip_history_file", None) is not None)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 

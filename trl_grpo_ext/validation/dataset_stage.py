@@ -21,6 +21,8 @@ TRAIN_FIELDS = ("dataset_name", "dataset_config", "dataset_train_split", "datase
 EVAL_FIELDS = ("dataset_name", "dataset_config", "dataset_test_split", "dataset_format", "dataset_prompt_column",
                "system_prompt", "eval_num_prompts", "dataset_streaming", "embedded_seed")
 REWARD_FIELDS = ("rewards", "reward_weights", "max_completion_length")
+SEED_FIELDS = ("skip_history_file", "zero_variance_filter", "zero_variance_tolerance", "zero_variance_reward",
+               "num_generations", *TRAIN_FIELDS)
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -125,6 +127,9 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
             train.dataset, train.rows, survey.train_rows, survey.prompts_cut = kept, len(kept), len(kept), True
     if train.rows:
         _size_checks(run, train, world_size, problems, cut is None or survey.prompts_cut)
+    if values.get("skip_history_file") and enum_value(values.get("zero_variance_filter")) == "skip" and \
+            train.dataset is not None and not problems.blocked(SEED_FIELDS):
+        problems.check(_seed_covers_prompts, train.dataset, values, survey, fields=["skip_history_file"])
     evaluating = enum_value(values.get("eval_strategy")) not in (None, "no") or \
         (enum_value(values.get("final_eval")) or "none") != "none"
     if evaluating and not problems.blocked(EVAL_FIELDS):
@@ -142,6 +147,17 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
         survey.eval_rows = None if test.dataset is None else len(test.dataset)
         _reward_checks(test, specs, "evaluation", problems, survey)
     return survey
+
+
+def _seed_covers_prompts(dataset, values, survey: DatasetSurvey) -> None:
+    """``skip_history_file`` must have evaluated some of the training prompts (`PromptHistory.seed`); notes how many."""
+    from ..zero_variance.history import PromptHistory, prompt_key, read_history_seed
+
+    seed = read_history_seed(values["skip_history_file"], int(values.get("num_generations") or 8),
+                             float(values.get("zero_variance_tolerance") or 0.0))
+    evaluated, uniform = PromptHistory().seed(seed, [prompt_key(row["prompt"]) for row in dataset])
+    survey.notes.append(f"skip_history_file evaluated {evaluated} of the {len(dataset)} training prompts "
+                        f"({seed.num_samples} samples each); {uniform} of them start uniform")
 
 
 def _embedded_target_refused(values) -> bool:

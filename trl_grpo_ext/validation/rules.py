@@ -12,6 +12,7 @@ from typing import Any
 from ..config.checks import RunArgumentError, as_number
 from ..config.engines import resolve_engine
 from ..training.generation import check_generation_settings, check_vllm_settings
+from ..zero_variance.history import check_history_file
 from .engines import check_engine_settings
 from .lora import check_lora_names, check_lora_targets, check_quantized_has_adapter
 from .packages import check_run_packages
@@ -25,7 +26,16 @@ from .rewards import (
     known_columns,
     reward_specs,
 )
-from .tables import EXCLUSIVE, GOVERNED_BY, NORMALIZE_THEN_SUM_IGNORES, ORDERED, REQUIRES, enum_value, is_on
+from .tables import (
+    EXCLUSIVE,
+    GOVERNED_BY,
+    NORMALIZE_THEN_SUM_IGNORES,
+    ORDERED,
+    REQUIRES,
+    enum_value,
+    is_on,
+    switched_off_on_command_line,
+)
 from .trainer_settings import TRAINER_FIELDS, check_continued_adapter, trainer_problems
 
 
@@ -161,28 +171,6 @@ def exclusive(v: RunView) -> None:  # `tables.EXCLUSIVE`: fields that cannot bot
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
 
 
-def _switched_off(user: Mapping[str, Any], name: str) -> bool:
-    """Whether ``name`` (a YAML `tables.REQUIRES` field) is off by a command-line setting (``--use_peft false``): a warning."""
-    cli_keys = getattr(user, "command_line_keys", frozenset())
-    return name not in cli_keys and bool(cli_keys.intersection(GOVERNED_BY[name]))
-
-
-def switched_off_warning(user: Mapping[str, Any] | None, values: Mapping[str, Any]) -> str | None:
-    """The one warning line naming the YAML fields a command-line flag switched off (``--use_peft false`` over
-    ``lora_r: 8``), which the run does not use; None when there are none. ``user``: the keys set (`UserValues`, with
-    ``command_line_keys``); ``values``: every field's value."""
-    user = user or {}
-    off: dict[str, list[str]] = {}
-    for name in user:
-        if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values) and _switched_off(user, name):
-            off.setdefault(REQUIRES[name][0], []).append(name)
-    if not off:
-        return None
-    parts = "; ".join(f"{', '.join(names)} (need{'s' if len(names) == 1 else ''} {setting})"
-                      for setting, names in off.items())
-    return f"not used, switched off on the command line: {parts}. Remove them from the config to silence this."
-
-
 def ignored_settings(v: RunView) -> None:
     """`tables.REQUIRES`: set fields whose setting is off, one line per setting (refused ones left out; those
     switched off on the command line are `switched_off_warning`'s)."""
@@ -190,7 +178,7 @@ def ignored_settings(v: RunView) -> None:
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
     for name in user:
         if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](v.values):
-            if _switched_off(user, name):
+            if switched_off_on_command_line(user, name):
                 continue  # switched off on the command line over a YAML that configures it: a warning
             if not v.blocked((name, *GOVERNED_BY[name])):
                 ignored.setdefault(REQUIRES[name][0], []).append(name)
@@ -280,8 +268,7 @@ def normalize_then_sum(v: RunView) -> None:
             f"Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize.")
 
 
-def zero_variance(v: RunView) -> str | None:
-    """`zero_variance.settings.check_zero_variance_settings` on the resolved batch; returns the canonical judged reward."""
+def zero_variance(v: RunView) -> str | None:  # `zero_variance.settings.check_zero_variance_settings`, resolved batch
     from ..zero_variance.settings import check_zero_variance_settings
 
     mode = v.get("zero_variance_filter") or "off"
@@ -294,6 +281,7 @@ def zero_variance(v: RunView) -> str | None:
             multi_objective_aggregation=v.get("multi_objective_aggregation") or "sum_then_normalize",
             loss_type=v.loss_type(), entropy_coef=as_number(v.get("entropy_coef")) or 0.0,
             use_adaptive_entropy=bool(v.get("use_adaptive_entropy")), num_generations=b["num_generations"],
+            skip_history_file=v.get("skip_history_file"),
             world_size=v.world_size, generation_batch_size=b.get("generation_batch_size"),
             steps_per_generation=b.get("steps_per_generation"),
             gradient_accumulation_steps=b["gradient_accumulation_steps"],
@@ -335,7 +323,7 @@ _LORA = ("lora_target_modules", "lora_modules_to_save")
 _REWARDS = ("rewards", "reward_weights")
 
 
-def _set(names):
+def _set(names):  # the fields of ``names`` the user set
     return lambda v: tuple(n for n in names if v.is_set(n))
 
 
@@ -362,9 +350,11 @@ RULES: tuple[Rule, ...] = (
          scope="run"),
     Rule("clipping", clipping, lambda v: (*_set(_CLIP)(v), "num_iterations"),
          blocked_by=lambda v: (*_set(_CLIP)(v), *v.quantity_keys(), "loss_type"), scope="run"),
-    Rule("zero_variance", zero_variance, ("zero_variance_filter", "zero_variance_reward"),
+    Rule("zero_variance", zero_variance, ("zero_variance_filter", "zero_variance_reward", "skip_history_file"),
          blocked_by=lambda v: ("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation", *_REWARDS,
                                *v.quantity_keys()), scope="run"),
+    Rule("skip_history_file", check_history_file, ("skip_history_file",), scope="run",
+         blocked_by=lambda v: ("skip_history_file", "zero_variance_filter", "zero_variance_tolerance", *v.quantity_keys())),
     Rule("generation", lambda v: check_generation_settings(v, v.on_cpu), ("use_vllm", "use_transformers_continuous_batching", "cache_implementation",
                                     "generation_kwargs", "repetition_penalty"), scope="run"),
     Rule("vllm_quantization", check_vllm_settings, ("use_vllm", "load_in_4bit", "load_in_8bit"), scope="run"),

@@ -5,6 +5,7 @@ dataclasses themselves (our fields' declarations, argparse choices, defaults) ar
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
@@ -191,7 +192,7 @@ _when("zero_variance_filter", "resample", ("max_resample_rounds",))
 _requires(("zero_variance_tolerance",), "zero_variance_filter: mask, resample or skip",
           lambda v: v.get("zero_variance_filter") in ("mask", "resample", "skip"),
           "set zero_variance_filter: mask (or resample, skip) or remove {field}.")
-_when("zero_variance_filter", "skip", ("skip_exploration_probability",))
+_when("zero_variance_filter", "skip", ("skip_exploration_probability", "skip_history_file"))
 _requires(("lost_update_warning_threshold",), "lost_update_steps > 0", lambda v: (v.get("lost_update_steps") or 0) > 0,
           "set lost_update_steps: 10 (say) or remove {field}.")
 _requires(("embedded_num_prompts", "embedded_seed"), "an embedded dataset_name", _embedded,
@@ -327,3 +328,25 @@ def is_on(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() not in ("false", "0", "no", "none", "null", "")
     return value is not None and value is not False
+
+
+def switched_off_on_command_line(user: Mapping[str, Any], name: str) -> bool:
+    """Whether ``name`` (a YAML `tables.REQUIRES` field) is off by a command-line setting (``--use_peft false``): a warning."""
+    cli_keys = getattr(user, "command_line_keys", frozenset())
+    return name not in cli_keys and bool(cli_keys.intersection(GOVERNED_BY[name]))
+
+
+def switched_off_warning(user: Mapping[str, Any] | None, values: Mapping[str, Any]) -> str | None:
+    """The one warning line naming the YAML fields a command-line flag switched off (``--use_peft false`` over
+    ``lora_r: 8``), which the run does not use; None when there are none. ``user``: the keys set (`UserValues`, with
+    ``command_line_keys``); ``values``: every field's value."""
+    user = user or {}
+    off: dict[str, list[str]] = {}
+    for name in user:
+        if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values) and switched_off_on_command_line(user, name):
+            off.setdefault(REQUIRES[name][0], []).append(name)
+    if not off:
+        return None
+    parts = "; ".join(f"{', '.join(names)} (need{'s' if len(names) == 1 else ''} {setting})"
+                      for setting, names in off.items())
+    return f"not used, switched off on the command line: {parts}. Remove them from the config to silence this."

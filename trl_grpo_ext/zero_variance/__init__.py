@@ -37,6 +37,7 @@ _WHERE = {
     "TRL_METRICS": "metrics",
     "ZeroVarianceFilter": "filter",
     "ZeroVarianceFractionEstimate": "resample",
+    "HistorySeed": "history",
     "PromptHistory": "history",
     "check_skip_plan": "settings",
     "check_zero_variance_settings": "settings",
@@ -45,6 +46,8 @@ _WHERE = {
     "judged_reward_index": "settings",
     "judged_rewards": "groups",
     "masked_loss_scale": "groups",
+    "prompt_key": "history",
+    "read_history_seed": "history",
     "resample_note": "report",
     "resample_round_size": "resample",
     "skip_note": "report",
@@ -81,7 +84,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs
         weighted_total,
         zero_variance_group_mask,
     )
-    from .history import PromptHistory, skip_substitutes  # noqa: F401
+    from .history import HistorySeed, PromptHistory, prompt_key, read_history_seed, skip_substitutes  # noqa: F401
     from .merge import fill_zero_variance_groups  # noqa: F401
     from .metrics import METRICS, TRL_METRICS, trained_batch_metrics  # noqa: F401
     from .report import resample_note, skip_note  # noqa: F401

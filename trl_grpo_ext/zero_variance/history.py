@@ -3,7 +3,8 @@
 GRESO (Zheng et al. 2025, "Act Only When It Pays", arXiv 2506.02177, Algorithm 1): a prompt whose group was uniform
 at its last k rollouts in a row is skipped before rollout with probability 1 − p^k, p the exploration probability
 (GRESO adapts p towards a target uniform share; here p is the fixed ``skip_exploration_probability``). Prompts are
-identified by their text (`prompt_key`), so every process and every resumed run agrees on them. See
+identified by their text (`prompt_key`), so every process and every resumed run agrees on them. The streaks may start
+from an ``eval --split train --k K`` result (`read_history_seed`), so that skipping acts in the first epoch too. See
 docs/zero_variance.md.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -43,6 +46,22 @@ class PromptHistory:
     def __init__(self):
         self.streaks: dict[int, int] = {}
         self.epoch_start: tuple[int, dict[int, int]] | None = None
+
+    def seed(self, seed: HistorySeed, keys: list[int]) -> tuple[int, int]:
+        """Start the streaks of the prompts ``keys`` (the training set's) from ``seed``.
+
+        Returns:
+            `tuple[int, int]`: (prompts of ``keys`` the seed evaluated, of them starting with a uniform streak).
+
+        Raises:
+            ValueError: the seed evaluated none of ``keys`` (another dataset, split or system prompt)."""
+        known = {key for key in keys if key in seed.prompts}
+        if not known:
+            raise ValueError(f"skip_history_file evaluated none of the {len(set(keys))} training prompts (another "
+                             "dataset, split or system prompt). Fix: write it with trl-grpo-ext eval --config <this "
+                             "config> --split train --k K --output FILE.")
+        self.streaks.update({key: seed.streaks[key] for key in known if key in seed.streaks})
+        return len(known), sum(1 for key in known if key in seed.streaks)
 
     def observe(self, keys: list[int], uniform: list[bool]) -> None:
         """Record one rollout per group: ``keys[i]``'s group was uniform iff ``uniform[i]`` (in order, so a prompt
@@ -107,3 +126,76 @@ def skip_substitutes(slots: list[int], keys: list[int], streaks: dict[int, int],
         return {}
     order = torch.randperm(len(kept), generator=generator).tolist()
     return {row: kept[order[i % len(kept)]] for i, row in enumerate(skipped)}
+
+
+def check_history_file(view) -> None:
+    """The rule ``skip_history_file`` (`validation.rules`): `read_history_seed` refuses the file, read with the run's
+    G and tolerance (``view``: a `RunView`; skip only)."""
+    if view.get("zero_variance_filter") == "skip" and view.get("skip_history_file") is not None:
+        read_history_seed(view.get("skip_history_file"), view.batch["num_generations"],
+                          float(view.get("zero_variance_tolerance") or 0.0))
+
+
+@dataclass(frozen=True)
+class HistorySeed:
+    """Skip's starting streaks, read from an ``eval --split train --k K --output FILE`` result (`read_history_seed`).
+
+    Attributes:
+        num_samples (`int`): K, samples per prompt in the file.
+        prompts (`frozenset[int]`): the `prompt_key` of every prompt the file evaluated.
+        streaks (`dict[int, int]`): `prompt_key` -> K // G for each prompt whose K sampled rewards were uniform
+            (`groups.zero_variance_group_mask` over the K, the filter's own definition): as if the prompt had
+            been rolled out K // G times, uniform each time.
+    """
+
+    num_samples: int
+    prompts: frozenset
+    streaks: dict
+
+
+def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -> HistorySeed:
+    """Skip's starting streaks from an evaluation of the training split with K samples per prompt.
+
+    Args:
+        path (`str`): ``skip_history_file``: the JSON ``trl-grpo-ext eval --split train --k K --output FILE`` writes
+            (one model's result: ``prompt_keys`` and ``sample_totals``, the K weighted total rewards of each prompt).
+        num_generations (`int`): G; K must be at least G.
+        tolerance (`float`, defaults to `0.0`): ``zero_variance_tolerance`` [reward units].
+
+    Returns:
+        `HistorySeed`.
+
+    Raises:
+        ValueError: no such file, not such a result, or K < G; the message names ``skip_history_file`` and the fix.
+    """
+    from .groups import zero_variance_group_mask
+
+    command = f"trl-grpo-ext eval --config <this config> --split train --k {num_generations} --output {path}"
+    where = f"skip_history_file={path!r}"
+    try:
+        result = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ValueError(f"{where} cannot be read ({err.strerror or err}). Fix: write it with {command}.") from None
+    except ValueError:
+        raise ValueError(f"{where} is not JSON. Fix: write it with {command}.") from None
+    if isinstance(result, dict) and "adapter" in result and "base" in result:
+        raise ValueError(f"{where} holds two models' results (eval --compare-base). Fix: write it with {command} "
+                         "(the model you train from alone).")
+    keys = result.get("prompt_keys") if isinstance(result, dict) else None
+    totals = result.get("sample_totals") if isinstance(result, dict) else None
+    k = result.get("num_samples") if isinstance(result, dict) else None
+    if not keys or not isinstance(totals, list) or len(totals) != len(keys) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"{where} holds no sampled rewards per prompt (an eval result without --k, or not an "
+                         f"eval result). Fix: write it with {command}.")
+    if k < num_generations:
+        raise ValueError(f"{where} has {k} samples per prompt, fewer than num_generations={num_generations}: no "
+                         f"prompt would start with a uniform rollout. Fix: write it with {command} (or more).")
+    if any(not isinstance(row, list) or len(row) != k for row in totals):
+        raise ValueError(f"{where}: every prompt needs its {k} sampled rewards in sample_totals. Fix: write it with "
+                         f"{command}.")
+    rewards = torch.tensor([[float("nan") if v is None else float(v) for v in row] for row in totals],
+                           dtype=torch.float32).flatten()
+    uniform = zero_variance_group_mask(rewards, k, tolerance)[::k].tolist()
+    streak = k // num_generations
+    return HistorySeed(num_samples=k, prompts=frozenset(int(key) for key in keys),
+                       streaks={int(key): streak for key, flag in zip(keys, uniform) if flag})

@@ -222,20 +222,27 @@ def resample_note(plan, max_resample_rounds: int) -> str:
     )
 
 
-def skip_note(plan, exploration_probability: float) -> str:
+def skip_note(plan, exploration_probability: float, seeded: tuple[int, int] | None = None,
+              history_file: str | None = None) -> str:
     """How ``zero_variance_filter: skip`` counts in this plan (printed under the plan table).
 
     Args:
         plan (`RunPlan`): reads ``steps_per_epoch``, ``prompts_per_step``, ``total_steps``, ``epochs_covered``.
         exploration_probability (`float`): ``skip_exploration_probability`` p.
+        seeded (`tuple[int, int]`, *optional*): `PromptHistory.seed`'s (training prompts the seed evaluated, of them
+            starting uniform). history_file (`str`, *optional*): ``skip_history_file``.
 
     Returns:
         `str`: one paragraph.
     """
     slots = plan.steps_per_epoch * plan.prompts_per_step
+    start = "from the second epoch on"
+    if history_file is not None:
+        counts = "" if seeded is None else f": {seeded[1]} of the {seeded[0]} training prompts it evaluated start uniform"
+        start = f"from the first epoch on (streaks from skip_history_file {history_file}{counts})"
     return (
         f"zero_variance_filter=skip: an epoch is still {plan.steps_per_epoch} steps × {plan.prompts_per_step} prompt "
-        f"slots ({slots}); from the second epoch on, a prompt uniform at its last k rollouts keeps its slot with "
+        f"slots ({slots}); {start}, a prompt uniform at its last k rollouts keeps its slot with "
         f"probability {exploration_probability:g}^k, and a skipped prompt's slot goes to a prompt the epoch keeps "
         f"(such a prompt may fill several slots of an epoch). The {plan.total_steps} steps, {plan.epochs_covered:.3g} epochs and "
         "stop reason above stay exact; skipped slots are logged as zero_variance/frac_prompts_skipped."

@@ -10,7 +10,7 @@ from typing import Any
 
 #: The config fields of the filter, in the order the card and the plan show them.
 FIELDS = ("zero_variance_filter", "zero_variance_tolerance", "zero_variance_reward", "max_resample_rounds",
-          "skip_exploration_probability")
+          "skip_exploration_probability", "skip_history_file")
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class ZeroVarianceSettings:
     zero_variance_reward: str | None = None
     max_resample_rounds: int = 3
     skip_exploration_probability: float = 0.25
+    skip_history_file: str | None = None
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any] | Any, **overrides: Any) -> ZeroVarianceSettings:
@@ -41,10 +42,11 @@ def check_zero_variance_settings(*, mode: str, zero_variance_reward: str | None,
                                  generation_batch_size: int | None, steps_per_generation: int | None,
                                  gradient_accumulation_steps: int, per_device_train_batch_size: int,
                                  loss_type: str = "dapo", entropy_coef: float = 0.0,
-                                 use_adaptive_entropy: bool = False) -> str | None:
+                                 use_adaptive_entropy: bool = False, skip_history_file: str | None = None) -> str | None:
     """Refuse what the filter cannot honour (docs/zero_variance.md): ``zero_variance_reward`` with the filter
     off or naming no selected reward, an entropy bonus with a row-normalised ``loss_type``, ``normalize_then_sum``,
-    resample without whole groups on every process. Batch arguments are TRL's fields [completions, micro-batches].
+    resample without whole groups on every process, ``skip_history_file`` beside ``zero_variance_reward`` (the file
+    holds weighted totals). Batch arguments are TRL's fields [completions, micro-batches].
 
     Returns:
         `str | None`: ``zero_variance_reward`` as TRL logs it (the canonical registry name).
@@ -72,6 +74,10 @@ def check_zero_variance_settings(*, mode: str, zero_variance_reward: str | None,
             f"needs multi_objective_aggregation='sum_then_normalize', got {multi_objective_aggregation!r}. "
             "Fix: use multi_objective_aggregation: sum_then_normalize, or zero_variance_filter: off."
         )
+    if mode == "skip" and skip_history_file is not None and zero_variance_reward is not None:
+        raise ValueError(
+            f"skip_history_file={skip_history_file!r} holds each prompt's sampled weighted total rewards, but "
+            f"zero_variance_reward={zero_variance_reward!r} judges groups on one reward. Fix: remove one of them.")
     if mode != "resample":
         return zero_variance_reward
     if generation_batch_size is not None:
@@ -133,9 +139,9 @@ def judged_reward_index(name: str | None, reward_func_names: list[str]) -> int |
     return reward_func_names.index(name)
 
 
-def check_skip_plan(plan) -> None:
+def check_skip_plan(plan, seeded: bool = False) -> None:
     """Refuse ``zero_variance_filter: skip`` where it skips nothing: a dataset without a length, or a `RunPlan`
-    covering at most one epoch (skip predicts from earlier epochs).
+    covering at most one epoch (skip predicts from earlier epochs) unless ``seeded`` (a ``skip_history_file``).
 
     Raises:
         ValueError: naming the fix."""
@@ -144,10 +150,11 @@ def check_skip_plan(plan) -> None:
             "zero_variance_filter='skip' replaces prompts of a dataset with a length, but this dataset has none (an "
             "IterableDataset). Fix: use a map-style dataset, or zero_variance_filter: mask."
         )
-    if plan.epochs_covered <= 1:
+    if plan.epochs_covered <= 1 and not seeded:
         raise ValueError(
             f"zero_variance_filter='skip' predicts a prompt from its rollouts in earlier epochs, so it skips nothing "
             f"in the first epoch, and this run covers {plan.epochs_covered:.3g} epoch(s) of {plan.dataset_size} "
             "prompts: it would act as mask. Fix: train for more than one epoch (raise total_epochs and "
-            "total_training_steps, or use fewer prompts), or use zero_variance_filter: mask."
+            "total_training_steps, or use fewer prompts), or seed the history from an evaluation of the training "
+            "split (skip_history_file), or use zero_variance_filter: mask."
         )

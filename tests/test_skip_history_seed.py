@@ -1,0 +1,118 @@
+"""skip_history_file: skip's streaks start from an `eval --split train --k K` result, so skipping acts in epoch 1.
+
+Expected values are worked out by hand: a prompt whose K sampled weighted totals are all equal (or, with a tolerance,
+have a sample std at most it; or are all None) starts with streak K // G; any other prompt with none.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from factories import count_char_mix, tiny_trainer
+
+from trl_grpo_ext.zero_variance.history import PromptHistory, prompt_key, read_history_seed
+
+ROOT = Path(__file__).resolve().parents[1]
+G = 4
+
+
+def _write(path, **result):
+    path.write_text(json.dumps(result))
+    return str(path)
+
+
+def test_a_prompt_whose_samples_were_uniform_starts_with_k_over_g_uniform_rollouts(tmp_path):
+    totals = [[0.0] * 8,                    # all failed: uniform
+              [0.2] * 8,                    # a saturated 0.2 format reward (std 1.6e-8 in float32): uniform
+              [0.0] * 7 + [1.0],            # one success: informative
+              [None] * 8,                   # nothing scorable: uniform, as the filter reads it
+              [0.0, 0.05] * 4]              # sample std 0.0267: uniform only with a tolerance >= that
+    path = _write(tmp_path / "seed.json", num_samples=8, prompt_keys=[11, 22, 33, 44, 55], sample_totals=totals)
+    seed = read_history_seed(path, num_generations=8)
+    assert seed.num_samples == 8 and seed.prompts == {11, 22, 33, 44, 55}
+    assert seed.streaks == {11: 1, 22: 1, 44: 1}
+    assert read_history_seed(path, num_generations=4).streaks == {11: 2, 22: 2, 44: 2}  # 8 samples = 2 groups of 4
+    assert read_history_seed(path, num_generations=8, tolerance=0.03).streaks == {11: 1, 22: 1, 44: 1, 55: 1}
+
+
+@pytest.mark.parametrize("result, says", [
+    (None, "cannot be read (No such file or directory)"),
+    ("{not json", "is not JSON"),
+    ({"base": {}, "adapter": {}}, "holds two models' results (eval --compare-base)"),
+    ({"num_samples": 0, "prompt_keys": [], "sample_totals": []}, "holds no sampled rewards per prompt"),
+    ({"num_samples": 2, "prompt_keys": [1], "sample_totals": [[0, 0]]}, "has 2 samples per prompt, fewer than "
+                                                                        "num_generations=8"),
+    ({"num_samples": 8, "prompt_keys": [1, 2], "sample_totals": [[0] * 8, [0] * 7]}, "every prompt needs its 8"),
+])
+def test_a_file_that_is_no_training_split_evaluation_is_refused_with_the_command_that_writes_one(tmp_path, result,
+                                                                                                 says):
+    path = tmp_path / "seed.json"
+    if result is not None:
+        path.write_text(result if isinstance(result, str) else json.dumps(result))
+    with pytest.raises(ValueError) as info:
+        read_history_seed(str(path), num_generations=8)
+    message = str(info.value)
+    assert message.startswith(f"skip_history_file={str(path)!r}") and says in message
+    assert f"Fix: write it with trl-grpo-ext eval --config <this config> --split train --k 8 --output {path}" in message
+
+
+def test_the_history_starts_from_the_seed_for_the_training_prompts_only():
+    from trl_grpo_ext.zero_variance.history import HistorySeed
+
+    seed = HistorySeed(num_samples=8, prompts=frozenset({1, 2, 3}), streaks={1: 1, 3: 1})
+    history = PromptHistory()
+    assert history.seed(seed, [1, 2, 9]) == (2, 1)  # 1 and 2 evaluated, 1 of them uniform; 3 is not trained on
+    assert history.streaks == {1: 1}
+    with pytest.raises(ValueError, match=r"evaluated none of the 2 training prompts.*Fix: write it with"):
+        PromptHistory().seed(seed, [7, 8, 8])
+
+
+def _b_constant_reward(completions, target, **kwargs):
+    """"b" prompts: 1.0 for every completion (uniform); "a" prompts: the position in the group (informative)."""
+    return [1.0 if t == "b" else float(i % G) for i, t in enumerate(target)]
+
+
+def test_a_seeded_run_skips_the_prompts_evaluated_uniform_from_its_first_step(tmp_path):
+    # 8 prompts, 4 "b"; the seed says the "b" prompts' 4 samples were uniform and the "a" prompts' were not, so every
+    # "b" prompt starts with streak 1, is kept with probability 0.001, and its slot goes to an "a" prompt: one epoch
+    # of 2 steps x 4 slots skips 4 of 8 slots and trains no uniform group (unseeded, skip would refuse one epoch).
+    dataset = count_char_mix(8)
+    seed = _write(tmp_path / "seed.json", num_samples=G, prompt_keys=[prompt_key(row["prompt"]) for row in dataset],
+                  sample_totals=[[1.0] * G if row["target"] == "b" else [0.0, 1.0, 2.0, 3.0] for row in dataset])
+    trainer = tiny_trainer(tmp_path / "run", _b_constant_reward, dataset, prompts_per_step=4, num_generations=G,
+                           micro_batch_size=16, total_epochs=1, max_completion_length=8, learning_rate=1e-3, seed=0,
+                           zero_variance_filter="skip", skip_exploration_probability=0.001, skip_history_file=seed)
+    assert trainer.history_seeded == (8, 4)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert [h["zero_variance/frac_prompts_skipped"] for h in logs] == [0.5, 0.5]
+    assert [h["zero_variance/frac_uniform_before"] for h in logs] == [0.0, 0.0]
+
+
+def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
+    """The keys `eval --split train` writes are the recipe's training prompts (the same system prompt and chat form):
+    with p = 1e-9 every prompt the file shows uniform is skipped at every step of the first epoch."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    config = str(ROOT / "recipes/configs/tiny_cpu.yaml")
+    seed = tmp_path / "seed.json"
+    done = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli", "eval", "--config", config, "--split", "train",
+                           "--k", "8", "--output", str(seed)], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(seed.read_text())
+    assert result["num_samples"] == 8 and len(result["prompt_keys"]) == len(result["sample_totals"]) == 240
+    uniform = sum(1 for totals in result["sample_totals"] if max(totals) == min(totals))  # no None: char_fraction
+    assert 0 < uniform < 240
+    done = subprocess.run([sys.executable, str(ROOT / "recipes/grpo_qlora.py"), "--config", config,
+                           "--zero_variance_filter", "skip", "--skip_history_file", str(seed),
+                           "--skip_exploration_probability", "1e-9", "--total_training_steps", "3",
+                           "--final_eval", "none", "--eval_strategy", "no", "--output_dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{uniform} of the 240 training prompts it evaluated start uniform" in done.stdout
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    skipped = [row["zero_variance/frac_prompts_skipped"] for row in rows if "zero_variance/frac_prompts_skipped" in row]
+    assert skipped == [uniform / 240] * 3
