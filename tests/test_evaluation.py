@@ -84,7 +84,11 @@ def test_eval_compare_base_on_the_demo_adapter_shows_the_gain(demo_run):
      (["--config", "tiny_cpu", "--num-prompts", "0"], "--num-prompts=0 must be an integer >= 1"),
      (["--config", "tiny_cpu", "--k", "-1"], "--k=-1 must be an integer >= 0"),
      (["--config", "no_such_config"], "no shipped config of that name"),
-     (["--config", "tiny_cpu", "--num-prompts", "65"], "exceeds the 64 prompts"),
+     (["--config", "tiny_cpu", "--num-prompts", "65"], "--num-prompts=65 exceeds the 64 prompts"),
+     # the train split: every prompt by default, and a refusal names the flag that set the size, not eval_num_prompts
+     (["--config", "tiny_cpu", "--split", "train", "--num-prompts", "241"],
+      "--num-prompts=241 exceeds the 240 prompts of the 'train' split of 'embedded:count-char'. Fix: pass "
+      "--num-prompts 240 or lower."),
      (["--config", "tiny_cpu", "--learning_rte", "1"], "learning_rte")],
 )
 def test_eval_refuses_bad_arguments_before_loading(args, message, capsys, monkeypatch):

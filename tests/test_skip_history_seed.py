@@ -1,7 +1,8 @@
 """skip_history_file: skip's streaks start from an `eval --split train --k K` result, so skipping acts in epoch 1.
 
 Expected values are worked out by hand: a prompt whose K sampled weighted totals are all equal (or, with a tolerance,
-have a sample std at most it; or are all None) starts with streak K // G; any other prompt with none.
+have a sample std at most it; or are all None) starts with streak 1, as after one uniform rollout; any other prompt
+with none.
 """
 
 import json
@@ -24,7 +25,7 @@ def _write(path, **result):
     return str(path)
 
 
-def test_a_prompt_whose_samples_were_uniform_starts_with_k_over_g_uniform_rollouts(tmp_path):
+def test_a_prompt_whose_samples_were_uniform_starts_as_after_one_uniform_rollout(tmp_path):
     totals = [[0.0] * 8,                    # all failed: uniform
               [0.2] * 8,                    # a saturated 0.2 format reward (std 1.6e-8 in float32): uniform
               [0.0] * 7 + [1.0],            # one success: informative
@@ -33,9 +34,11 @@ def test_a_prompt_whose_samples_were_uniform_starts_with_k_over_g_uniform_rollou
     path = _write(tmp_path / "seed.json", num_samples=8, prompt_keys=[11, 22, 33, 44, 55], sample_totals=totals)
     seed = read_history_seed(path, num_generations=8)
     assert seed.num_samples == 8 and seed.prompts == {11, 22, 33, 44, 55}
-    assert seed.streaks == {11: 1, 22: 1, 44: 1}
-    assert read_history_seed(path, num_generations=4).streaks == {11: 2, 22: 2, 44: 2}  # 8 samples = 2 groups of 4
-    assert read_history_seed(path, num_generations=8, tolerance=0.03).streaks == {11: 1, 22: 1, 44: 1, 55: 1}
+    assert seed.uniform == {11, 22, 44}
+    assert read_history_seed(path, num_generations=4).uniform == {11, 22, 44}  # K > G: still one rollout's worth
+    assert read_history_seed(path, num_generations=8, tolerance=0.03).uniform == {11, 22, 44, 55}
+    history = PromptHistory()
+    assert history.seed(seed, [11, 22, 33, 44, 55], 8) == (5, 3) and history.streaks == {11: 1, 22: 1, 44: 1}
 
 
 @pytest.mark.parametrize("result, says", [
@@ -45,7 +48,11 @@ def test_a_prompt_whose_samples_were_uniform_starts_with_k_over_g_uniform_rollou
     ({"num_samples": 0, "prompt_keys": [], "sample_totals": []}, "holds no sampled rewards per prompt"),
     ({"num_samples": 2, "prompt_keys": [1], "sample_totals": [[0, 0]]}, "has 2 samples per prompt, fewer than "
                                                                         "num_generations=8"),
-    ({"num_samples": 8, "prompt_keys": [1, 2], "sample_totals": [[0] * 8, [0] * 7]}, "every prompt needs its 8"),
+    ({"num_samples": True, "prompt_keys": [1], "sample_totals": [[0]]}, "holds no sampled rewards per prompt"),
+    ({"num_samples": 8, "prompt_keys": [1, 2], "sample_totals": [[0] * 8, [0] * 7]}, "needs an integer key and its 8"),
+    ({"num_samples": 8, "prompt_keys": [1], "sample_totals": [[[0]] * 8]}, "needs an integer key and its 8"),
+    ({"num_samples": 8, "prompt_keys": [1], "sample_totals": [["x"] * 8]}, "needs an integer key and its 8"),
+    ({"num_samples": 8, "prompt_keys": ["abc"], "sample_totals": [[0] * 8]}, "needs an integer key and its 8"),
 ])
 def test_a_file_that_is_no_training_split_evaluation_is_refused_with_the_command_that_writes_one(tmp_path, result,
                                                                                                  says):
@@ -56,18 +63,22 @@ def test_a_file_that_is_no_training_split_evaluation_is_refused_with_the_command
         read_history_seed(str(path), num_generations=8)
     message = str(info.value)
     assert message.startswith(f"skip_history_file={str(path)!r}") and says in message
-    assert f"Fix: write it with trl-grpo-ext eval --config <this config> --split train --k 8 --output {path}" in message
+    assert f"trl-grpo-ext eval --config <this config> --split train --k 8 --output {path} (with this run's" in message
 
 
 def test_the_history_starts_from_the_seed_for_the_training_prompts_only():
     from trl_grpo_ext.zero_variance.history import HistorySeed
 
-    seed = HistorySeed(num_samples=8, prompts=frozenset({1, 2, 3}), streaks={1: 1, 3: 1})
+    seed = HistorySeed(path="s.json", num_samples=8, prompts=frozenset({1, 2, 3}), uniform=frozenset({1, 3}))
     history = PromptHistory()
-    assert history.seed(seed, [1, 2, 9]) == (2, 1)  # 1 and 2 evaluated, 1 of them uniform; 3 is not trained on
+    assert history.seed(seed, [1, 2, 9], 8) == (2, 1)  # 1 and 2 evaluated, 1 of them uniform; 3 is not trained on
     assert history.streaks == {1: 1}
-    with pytest.raises(ValueError, match=r"evaluated none of the 2 training prompts.*Fix: write it with"):
-        PromptHistory().seed(seed, [7, 8, 8])
+    with pytest.raises(ValueError, match=r"skip_history_file='s.json' evaluated none of the 2 training prompts.*Fix: "
+                                         r"write it with .* --k 8 --output s.json"):
+        PromptHistory().seed(seed, [7, 8, 8], 8)
+    with pytest.raises(ValueError, match=r"starts none of the 1 training prompts it evaluated uniform.*would change "
+                                         r"nothing. Fix: remove skip_history_file"):
+        PromptHistory().seed(seed, [2], 8)  # a seed that starts nothing uniform is refused, not silently accepted
 
 
 def _b_constant_reward(completions, target, **kwargs):
@@ -94,10 +105,13 @@ def test_a_seeded_run_skips_the_prompts_evaluated_uniform_from_its_first_step(tm
 
 def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
     """The keys `eval --split train` writes are the recipe's training prompts (the same system prompt and chat form):
-    with p = 1e-9 every prompt the file shows uniform is skipped at every step of the first epoch."""
+    with p = 1e-9 every prompt the file shows uniform is skipped at every step of the first epoch. The config already
+    names the file it is about to write (a breaker's finding: eval refused to write it)."""
+    from factories import tiny_cpu_yaml
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    config = str(ROOT / "recipes/configs/tiny_cpu.yaml")
     seed = tmp_path / "seed.json"
+    config = tiny_cpu_yaml(tmp_path, zero_variance_filter="skip", skip_history_file=str(seed))
     done = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli", "eval", "--config", config, "--split", "train",
                            "--k", "8", "--output", str(seed)], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=600)
@@ -107,7 +121,6 @@ def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
     uniform = sum(1 for totals in result["sample_totals"] if max(totals) == min(totals))  # no None: char_fraction
     assert 0 < uniform < 240
     done = subprocess.run([sys.executable, str(ROOT / "recipes/grpo_qlora.py"), "--config", config,
-                           "--zero_variance_filter", "skip", "--skip_history_file", str(seed),
                            "--skip_exploration_probability", "1e-9", "--total_training_steps", "3",
                            "--final_eval", "none", "--eval_strategy", "no", "--output_dir", str(tmp_path / "run")],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -116,3 +129,20 @@ def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     skipped = [row["zero_variance/frac_prompts_skipped"] for row in rows if "zero_variance/frac_prompts_skipped" in row]
     assert skipped == [uniform / 240] * 3
+
+
+def test_a_resumed_seeded_run_says_it_continues_the_checkpoint_s_history(tmp_path, capsys):
+    dataset = count_char_mix(8)
+    keys = [prompt_key(row["prompt"]) for row in dataset]
+    seed = _write(tmp_path / "seed.json", num_samples=G, prompt_keys=keys,
+                  sample_totals=[[1.0] * G if row["target"] == "b" else [0.0, 1.0, 2.0, 3.0] for row in dataset])
+    run = dict(prompts_per_step=4, num_generations=G, micro_batch_size=16, total_epochs=2, max_completion_length=8,
+               learning_rate=1e-3, seed=0, zero_variance_filter="skip", skip_history_file=seed,
+               save_strategy="steps", save_steps=1)
+    tiny_trainer(tmp_path / "run", _b_constant_reward, dataset, **run).train()
+    capsys.readouterr()
+    resumed = tiny_trainer(tmp_path / "run", _b_constant_reward, dataset, **run)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-3"))
+    out = capsys.readouterr().out
+    assert "continuing the prompt history saved in the checkpoint (not skip_history_file's)" in out
+    assert "streaks from skip_history_file" not in out

@@ -49,6 +49,7 @@ ADAPTER = str(Path(__file__).resolve().parent / "data" / "tiny_adapter")  # an a
 #: `eval --k 2` results: 2 samples per prompt (fewer than G 8); 8 samples of two prompts no training set holds
 SEED_K2 = str(Path(__file__).resolve().parent / "data" / "skip_history_k2.json")
 SEED_OTHER = str(Path(__file__).resolve().parent / "data" / "skip_history_other_prompts.json")
+SEED_NONE_UNIFORM = str(Path(__file__).resolve().parent / "data" / "skip_history_none_uniform.json")  # written below
 _SKIP = {"zero_variance_filter": "skip", "total_training_steps": 80, "total_epochs": 3}
 FIX = "Fix:"
 
@@ -183,9 +184,13 @@ INVALID = [
                                                                                        "zero_variance_filter"]),
     row("skip_history_file without skip", {"skip_history_file": SEED_OTHER},
         ["skip_history_file", "zero_variance_filter"]),
+    # (the dataset stage reads the file against the training prompts, as the trainer will)
     row("skip_history_file with fewer samples than G", {**_SKIP, "skip_history_file": SEED_K2},
         ["skip_history_file", "num_generations=8"], "Fix: write it with trl-grpo-ext eval --config <this config> "
         "--split train --k 8"),
+    row("skip_history_file starting no prompt uniform", {**_SKIP, "skip_history_file": SEED_NONE_UNIFORM},
+        ["skip_history_file", "starts none of the 64 training prompts it evaluated uniform"],
+        "Fix: remove skip_history_file"),
     row("skip_history_file of other prompts", {**_SKIP, "skip_history_file": SEED_OTHER},
         ["skip_history_file", "none of the 64 training prompts"], "Fix: write it with trl-grpo-ext eval"),
     row("skip_history_file beside zero_variance_reward", {**_SKIP, "skip_history_file": SEED_OTHER,
@@ -475,7 +480,6 @@ RULE_ROWS = {
     "normalize_then_sum": "leave_one_out + normalize_then_sum",
     "clipping": "epsilon_high with num_iterations 1",
     "zero_variance": "filter with an entropy bonus on a row-normalised loss",
-    "skip_history_file": "skip_history_file with fewer samples than G",
     "generation": "use_vllm + continuous batching",
     "vllm_quantization": "use_vllm on a 4-bit base",
     "rewards_against_run": "soft_overlong beyond max_completion_length",

@@ -48,9 +48,9 @@ from .zero_variance import (
     check_skip_plan,
     judged_reward_index,
     prompt_key,
-    read_history_seed,
     resample_note,
     skip_note,
+    start_history,
     weighted_total,
 )
 
@@ -97,8 +97,11 @@ class GRPOExtTrainer(GRPOTrainer):
         self.plan: RunPlan = confirm_plan(run_plan, args.resolved.quantity_fields(), dataset_size, args.world_size,
                                           args.max_completion_length)
         model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
-        if args.resolved.zero_variance.zero_variance_filter == "skip":
-            check_skip_plan(self.plan, seeded=args.resolved.zero_variance.skip_history_file is not None)
+        zv = args.resolved.zero_variance
+        # skip's streaks from skip_history_file (`PromptHistory.seed`: (prompts evaluated, uniform)), before any model
+        history, self.history_seeded = start_history(zv, args.num_generations, lambda: dataset_prompts(train_dataset))
+        if zv.zero_variance_filter == "skip":
+            check_skip_plan(self.plan, seeded=self.history_seeded is not None)
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None,
                                     loss_type=args.loss_type):
             logger.warning(advice)
@@ -127,7 +130,6 @@ class GRPOExtTrainer(GRPOTrainer):
             record=lambda fraction: _trl_compat.record_metric(self, "adapter/lost_update_frac", fraction),
         )
         #: `zero_variance.ZeroVarianceFilter` of the run (judges groups for the advantages even when it is off).
-        zv = args.resolved.zero_variance
         self.zero_variance = ZeroVarianceFilter(
             zv.zero_variance_filter, self.num_generations, self.reward_weights, tolerance=zv.zero_variance_tolerance,
             judged_index=judged_reward_index(zv.zero_variance_reward, self.reward_func_names),
@@ -137,13 +139,8 @@ class GRPOExtTrainer(GRPOTrainer):
             gather=self.accelerator.gather,
             reduce=lambda value: self.accelerator.reduce(value.to(self.accelerator.device), reduction="sum"),
             process_index=self.accelerator.process_index, num_processes=self.accelerator.num_processes,
-            metrics=lambda: _trl_compat.train_metrics(self),
+            metrics=lambda: _trl_compat.train_metrics(self), history=history,
         )
-        self.history_seeded = None  # skip's streaks from an evaluation of the training split (`PromptHistory.seed`)
-        if zv.zero_variance_filter == "skip" and zv.skip_history_file is not None:
-            seed = read_history_seed(zv.skip_history_file, self.num_generations, zv.zero_variance_tolerance)
-            keys = [prompt_key(prompt) for prompt in dataset_prompts(train_dataset)]
-            self.history_seeded = self.zero_variance.history.seed(seed, keys)
         console.install(self)  # first, so that the bar is closed before _PlanCallback logs the stop reason
         self.add_callback(_PlanCallback(self))
         self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
@@ -307,10 +304,10 @@ class GRPOExtTrainer(GRPOTrainer):
             )
         self.zero_variance.load_state(checkpoint)
         if self.is_world_process_zero():  # before the progress bar starts
-            self._print_plan()
+            self._print_plan(resumed=checkpoint is not None)
         return super().train(resume_from_checkpoint=checkpoint, **kwargs)
 
-    def _print_plan(self) -> None:
+    def _print_plan(self, resumed: bool = False) -> None:
         """The plan table, the rewards and the resample note on stdout; the plan also goes to the trackers, which read
         ``args.to_dict()`` (`GRPOExtConfig.to_dict` adds it as ``run_plan``)."""
         args = self.args
@@ -320,7 +317,8 @@ class GRPOExtTrainer(GRPOTrainer):
         if zv.zero_variance_filter == "resample":
             notes.append(resample_note(self.plan, zv.max_resample_rounds))
         if zv.zero_variance_filter == "skip":
-            notes.append(skip_note(self.plan, zv.skip_exploration_probability, self.history_seeded, zv.skip_history_file))
+            notes.append(skip_note(self.plan, zv.skip_exploration_probability, self.history_seeded, zv.skip_history_file,
+                                   resumed))
         print(format_plan_report(self.plan, args.resolved.rewards, notes, self.eval_plan), flush=True)
 
 

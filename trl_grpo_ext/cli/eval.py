@@ -105,13 +105,14 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         problem = _adapter_mismatch(args.adapter, model_args.model_name_or_path)
         if problem:
             return _fail(problem)
+    size_field = "eval_num_prompts" if args.num_prompts is None else "--num-prompts"
     if args.num_prompts is None and args.split == "test":
         args.num_prompts = script_args.eval_num_prompts  # the run's own held-out size (None: the whole split)
     try:
         results = evaluate_run(script_args, training_args, model_args, adapter=args.adapter,
                                compare_base=args.compare_base, split=args.split, num_prompts=args.num_prompts,
                                num_samples=args.num_samples, correctness_reward=args.correctness_reward,
-                               batch_size=args.batch_size)
+                               batch_size=args.batch_size, size_field=size_field)
     except (ValueError, OSError) as err:
         return _fail(" ".join(str(err).split()))
     print_results(results, as_json=args.json)
@@ -140,8 +141,10 @@ def _adapter_mismatch(adapter: str, model_name: str) -> str | None:
 
 
 def evaluate_run(script_args, training_args, model_args, *, adapter=None, compare_base=False, split="test",
-                 num_prompts=None, num_samples=0, correctness_reward=None, batch_size=32) -> dict:
+                 num_prompts=None, num_samples=0, correctness_reward=None, batch_size=32,
+                 size_field="eval_num_prompts") -> dict:
     """Load the run's model (and adapter) and evaluate it; returns ``{"adapter"|"base": EvalResult, ...}``.
+    ``size_field``: what set ``num_prompts``, named if it exceeds the split (`data.load.load_eval_dataset`).
 
     With ``compare_base`` both are evaluated on the same prompts (the base with the adapter disabled) and the
     paired comparison is added under ``"comparison"``.
@@ -159,7 +162,7 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     dataset = load_eval_dataset(script_args, split=split, num_prompts=num_prompts,
                                 fix=f"pass --split {other} to evaluate the {other} split instead, or set "
                                     f"{'dataset_test_split' if split == 'test' else 'dataset_train_split'} to a "
-                                    "split that exists.")
+                                    "split that exists.", size_field=size_field)
     specs = with_run_defaults(list(training_args.resolved.rewards), training_args.max_completion_length)
     reward_funcs, reward_weights = build_reward_funcs(specs)
     model_path = tiny.resolve_model_path(model_args.model_name_or_path)

@@ -92,8 +92,8 @@ class GRPOExtConfig(GRPOConfig):
         "e.g. 0.25 (1 would skip nothing: use zero_variance_filter: mask).")] = _help(
         0.25, "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k.")
     skip_history_file: str | None = _help(
-        None, "skip mode: an `eval --split train --k K --output FILE` result; a prompt whose K samples' rewards were "
-        "uniform starts with K // num_generations uniform rollouts, so skipping acts from the first epoch.")
+        None, "skip mode: an `eval --split train --k K --output FILE` result (K >= num_generations); a prompt whose K "
+        "samples' rewards were uniform starts as after one uniform rollout, so skipping acts from the first epoch.")
     # Rewards
     rewards: list[RewardEntry] | None = _help(
         None, "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}.")

@@ -255,9 +255,11 @@ def check_gsm8k_answers(dataset, where: str) -> None:
 
 
 def load_eval_dataset(script_args, seed: int | None = None, split: str = "test", num_prompts: int | None = None,
-                      fix: str = "name a split that exists, or set eval_strategy: no and final_eval: none."):
+                      fix: str = "name a split that exists, or set eval_strategy: no and final_eval: none.",
+                      size_field: str = "eval_num_prompts"):
     """The held-out prompts of a run: :func:`load_prompt_dataset` of ``split``, cut to its first ``num_prompts``.
-    ``fix``: the advice for a split that does not exist (the default is a training run's).
+    ``fix``: the advice for a split that does not exist (the default is a training run's); ``size_field``: what set
+    ``num_prompts`` (a field, or `eval`'s ``--num-prompts``), named by a refusal.
 
     Raises:
         ValueError: the split cannot be loaded, is empty, or has fewer than ``num_prompts`` rows.
@@ -278,8 +280,10 @@ def load_eval_dataset(script_args, seed: int | None = None, split: str = "test",
         raise ValueError(f"the {split!r} split of dataset {script_args.dataset_name!r} is empty.")
     if num_prompts is not None:
         if num_prompts > len(dataset):
-            raise ValueError(f"eval_num_prompts={num_prompts} exceeds the {len(dataset)} prompts of the {split!r} split "
-                             f"of {script_args.dataset_name!r}. Fix: set eval_num_prompts: {len(dataset)} or lower.")
+            change = f"pass {size_field} {len(dataset)}" if size_field.startswith("--") else \
+                f"set {size_field}: {len(dataset)}"
+            raise ValueError(f"{size_field}={num_prompts} exceeds the {len(dataset)} prompts of the {split!r} split "
+                             f"of {script_args.dataset_name!r}. Fix: {change} or lower.")
         dataset = dataset.select(range(num_prompts))
     return dataset
 

@@ -150,14 +150,17 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
 
 
 def _seed_covers_prompts(dataset, values, survey: DatasetSurvey) -> None:
-    """``skip_history_file`` must have evaluated some of the training prompts (`PromptHistory.seed`); notes how many."""
-    from ..zero_variance.history import PromptHistory, prompt_key, read_history_seed
+    """``skip_history_file`` read and matched to the training prompts as the trainer will (`history.start_history`:
+    refused when unreadable, K < G, or starting none of them uniform); notes how many it starts uniform."""
+    from ..zero_variance.history import start_history
+    from ..zero_variance.settings import ZeroVarianceSettings
 
-    seed = read_history_seed(values["skip_history_file"], int(values.get("num_generations") or 8),
-                             float(values.get("zero_variance_tolerance") or 0.0))
-    evaluated, uniform = PromptHistory().seed(seed, [prompt_key(row["prompt"]) for row in dataset])
-    survey.notes.append(f"skip_history_file evaluated {evaluated} of the {len(dataset)} training prompts "
-                        f"({seed.num_samples} samples each); {uniform} of them start uniform")
+    settings = ZeroVarianceSettings.from_values(values, zero_variance_tolerance=float(
+        values.get("zero_variance_tolerance") or 0.0))
+    _, (evaluated, uniform) = start_history(settings, int(values.get("num_generations") or 8),
+                                            lambda: [row["prompt"] for row in dataset])
+    survey.notes.append(f"skip_history_file evaluated {evaluated} of the {len(dataset)} training prompts; {uniform} "
+                        "of them start uniform (a streak of 1)")
 
 
 def _embedded_target_refused(values) -> bool:

@@ -12,7 +12,6 @@ from typing import Any
 from ..config.checks import RunArgumentError, as_number
 from ..config.engines import resolve_engine
 from ..training.generation import check_generation_settings, check_vllm_settings
-from ..zero_variance.history import check_history_file
 from .engines import check_engine_settings
 from .lora import check_lora_names, check_lora_targets, check_quantized_has_adapter
 from .packages import check_run_packages
@@ -353,8 +352,6 @@ RULES: tuple[Rule, ...] = (
     Rule("zero_variance", zero_variance, ("zero_variance_filter", "zero_variance_reward", "skip_history_file"),
          blocked_by=lambda v: ("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation", *_REWARDS,
                                *v.quantity_keys()), scope="run"),
-    Rule("skip_history_file", check_history_file, ("skip_history_file",), scope="run",
-         blocked_by=lambda v: ("skip_history_file", "zero_variance_filter", "zero_variance_tolerance", *v.quantity_keys())),
     Rule("generation", lambda v: check_generation_settings(v, v.on_cpu), ("use_vllm", "use_transformers_continuous_batching", "cache_implementation",
                                     "generation_kwargs", "repetition_penalty"), scope="run"),
     Rule("vllm_quantization", check_vllm_settings, ("use_vllm", "load_in_4bit", "load_in_8bit"), scope="run"),

@@ -48,6 +48,7 @@ _WHERE = {
     "masked_loss_scale": "groups",
     "prompt_key": "history",
     "read_history_seed": "history",
+    "start_history": "history",
     "resample_note": "report",
     "resample_round_size": "resample",
     "skip_note": "report",
@@ -84,7 +85,14 @@ if TYPE_CHECKING:  # for type checkers and IDEs
         weighted_total,
         zero_variance_group_mask,
     )
-    from .history import HistorySeed, PromptHistory, prompt_key, read_history_seed, skip_substitutes  # noqa: F401
+    from .history import (  # noqa: F401
+        HistorySeed,
+        PromptHistory,
+        prompt_key,
+        read_history_seed,
+        skip_substitutes,
+        start_history,
+    )
     from .merge import fill_zero_variance_groups  # noqa: F401
     from .metrics import METRICS, TRL_METRICS, trained_batch_metrics  # noqa: F401
     from .report import resample_note, skip_note  # noqa: F401

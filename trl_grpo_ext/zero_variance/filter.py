@@ -73,7 +73,7 @@ class ZeroVarianceFilter:
                  gather: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
                  reduce: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
                  process_index: int = 0, num_processes: int = 1,
-                 metrics: Callable[[], dict[str, list[float]]] | None = None):
+                 metrics: Callable[[], dict[str, list[float]]] | None = None, history: PromptHistory | None = None):
         self.mode, self.num_generations, self.reward_weights = mode, num_generations, reward_weights
         self.tolerance, self.judged_index, self.max_rounds, self.loss_type = tolerance, judged_index, max_rounds, loss_type
         self.reward_names, self.scale_rewards = list(reward_names), scale_rewards
@@ -84,7 +84,7 @@ class ZeroVarianceFilter:
         self.metrics = metrics if metrics is not None else (lambda: self.own_metrics)
         self.source = ResampleSource(dataset_size, seed) if mode == "resample" else None
         #: skip mode: every prompt's uniform streak, shared with the train sampler (`sampling.SkippingRepeatSampler`)
-        self.history = PromptHistory() if mode == "skip" else None
+        self.history = (history or PromptHistory()) if mode == "skip" else None
         self.fraction_estimate = ZeroVarianceFractionEstimate()  # sizes the resample rounds (resample only)
         self.window_kept_rows = 0.0  # rows kept in this accumulation window (this process)
         self.window_dropped_rows = 0  # masked rows dropped before the loss forward in this window (this process)

@@ -47,21 +47,27 @@ class PromptHistory:
         self.streaks: dict[int, int] = {}
         self.epoch_start: tuple[int, dict[int, int]] | None = None
 
-    def seed(self, seed: HistorySeed, keys: list[int]) -> tuple[int, int]:
-        """Start the streaks of the prompts ``keys`` (the training set's) from ``seed``.
+    def seed(self, seed: HistorySeed, keys: list[int], num_generations: int) -> tuple[int, int]:
+        """Start the streaks of the prompts ``keys`` (the training set's) from ``seed``: streak 1 for each uniform one.
 
         Returns:
             `tuple[int, int]`: (prompts of ``keys`` the seed evaluated, of them starting with a uniform streak).
 
         Raises:
-            ValueError: the seed evaluated none of ``keys`` (another dataset, split or system prompt)."""
+            ValueError: the seed evaluated none of ``keys`` (another dataset, split or system prompt), or starts none
+                of them uniform (it would change nothing)."""
         known = {key for key in keys if key in seed.prompts}
+        uniform = known & seed.uniform
+        where, fix = f"skip_history_file={seed.path!r}", _seed_fix(seed.path, num_generations)
         if not known:
-            raise ValueError(f"skip_history_file evaluated none of the {len(set(keys))} training prompts (another "
-                             "dataset, split or system prompt). Fix: write it with trl-grpo-ext eval --config <this "
-                             "config> --split train --k K --output FILE.")
-        self.streaks.update({key: seed.streaks[key] for key in known if key in seed.streaks})
-        return len(known), sum(1 for key in known if key in seed.streaks)
+            raise ValueError(f"{where} evaluated none of the {len(set(keys))} training prompts (another dataset, split "
+                             f"or system prompt). {fix}")
+        if not uniform:
+            raise ValueError(f"{where} starts none of the {len(known)} training prompts it evaluated uniform (each "
+                             "one's samples differed), so it would change nothing. Fix: remove skip_history_file "
+                             "(skip then acts from the second epoch on).")
+        self.streaks.update(dict.fromkeys(uniform, 1))
+        return len(known), len(uniform)
 
     def observe(self, keys: list[int], uniform: list[bool]) -> None:
         """Record one rollout per group: ``keys[i]``'s group was uniform iff ``uniform[i]`` (in order, so a prompt
@@ -128,29 +134,26 @@ def skip_substitutes(slots: list[int], keys: list[int], streaks: dict[int, int],
     return {row: kept[order[i % len(kept)]] for i, row in enumerate(skipped)}
 
 
-def check_history_file(view) -> None:
-    """The rule ``skip_history_file`` (`validation.rules`): `read_history_seed` refuses the file, read with the run's
-    G and tolerance (``view``: a `RunView`; skip only)."""
-    if view.get("zero_variance_filter") == "skip" and view.get("skip_history_file") is not None:
-        read_history_seed(view.get("skip_history_file"), view.batch["num_generations"],
-                          float(view.get("zero_variance_tolerance") or 0.0))
-
-
 @dataclass(frozen=True)
 class HistorySeed:
     """Skip's starting streaks, read from an ``eval --split train --k K --output FILE`` result (`read_history_seed`).
 
     Attributes:
-        num_samples (`int`): K, samples per prompt in the file.
+        path (`str`): ``skip_history_file``. num_samples (`int`): K, samples per prompt in the file.
         prompts (`frozenset[int]`): the `prompt_key` of every prompt the file evaluated.
-        streaks (`dict[int, int]`): `prompt_key` -> K // G for each prompt whose K sampled rewards were uniform
-            (`groups.zero_variance_group_mask` over the K, the filter's own definition): as if the prompt had
-            been rolled out K // G times, uniform each time.
+        uniform (`frozenset[int]`): those whose K sampled rewards were uniform (`groups.zero_variance_group_mask`
+            over the K, the filter's own definition): each starts with streak 1, as after one uniform rollout.
     """
 
+    path: str
     num_samples: int
     prompts: frozenset
-    streaks: dict
+    uniform: frozenset
+
+
+def _seed_fix(path: str, num_generations: int) -> str:
+    return (f"Fix: write it with trl-grpo-ext eval --config <this config> --split train --k {num_generations} --output "
+            f"{path} (with this run's --key value overrides).")
 
 
 def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -> HistorySeed:
@@ -159,7 +162,7 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -
     Args:
         path (`str`): ``skip_history_file``: the JSON ``trl-grpo-ext eval --split train --k K --output FILE`` writes
             (one model's result: ``prompt_keys`` and ``sample_totals``, the K weighted total rewards of each prompt).
-        num_generations (`int`): G; K must be at least G.
+        num_generations (`int`): G; K must be at least G (fewer samples than a group predict less than a rollout).
         tolerance (`float`, defaults to `0.0`): ``zero_variance_tolerance`` [reward units].
 
     Returns:
@@ -170,32 +173,54 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -
     """
     from .groups import zero_variance_group_mask
 
-    command = f"trl-grpo-ext eval --config <this config> --split train --k {num_generations} --output {path}"
-    where = f"skip_history_file={path!r}"
+    where, fix = f"skip_history_file={path!r}", _seed_fix(path, num_generations)
     try:
         result = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
     except OSError as err:
-        raise ValueError(f"{where} cannot be read ({err.strerror or err}). Fix: write it with {command}.") from None
+        raise ValueError(f"{where} cannot be read ({err.strerror or err}). {fix}") from None
     except ValueError:
-        raise ValueError(f"{where} is not JSON. Fix: write it with {command}.") from None
+        raise ValueError(f"{where} is not JSON. {fix}") from None
     if isinstance(result, dict) and "adapter" in result and "base" in result:
-        raise ValueError(f"{where} holds two models' results (eval --compare-base). Fix: write it with {command} "
-                         "(the model you train from alone).")
-    keys = result.get("prompt_keys") if isinstance(result, dict) else None
-    totals = result.get("sample_totals") if isinstance(result, dict) else None
-    k = result.get("num_samples") if isinstance(result, dict) else None
-    if not keys or not isinstance(totals, list) or len(totals) != len(keys) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"{where} holds no sampled rewards per prompt (an eval result without --k, or not an "
-                         f"eval result). Fix: write it with {command}.")
+        raise ValueError(f"{where} holds two models' results (eval --compare-base). {fix[:-1]}, of the model you train "
+                         "from alone.")
+    result = result if isinstance(result, dict) else {}
+    keys, totals, k = result.get("prompt_keys"), result.get("sample_totals"), result.get("num_samples")
+    if not keys or not isinstance(keys, list) or not isinstance(totals, list) or len(totals) != len(keys) \
+            or type(k) is not int or k < 1:
+        raise ValueError(f"{where} holds no sampled rewards per prompt (an eval result without --k, or not an eval "
+                         f"result). {fix}")
     if k < num_generations:
-        raise ValueError(f"{where} has {k} samples per prompt, fewer than num_generations={num_generations}: no "
-                         f"prompt would start with a uniform rollout. Fix: write it with {command} (or more).")
-    if any(not isinstance(row, list) or len(row) != k for row in totals):
-        raise ValueError(f"{where}: every prompt needs its {k} sampled rewards in sample_totals. Fix: write it with "
-                         f"{command}.")
-    rewards = torch.tensor([[float("nan") if v is None else float(v) for v in row] for row in totals],
-                           dtype=torch.float32).flatten()
+        raise ValueError(f"{where} has {k} samples per prompt, fewer than num_generations={num_generations}: they "
+                         f"predict less than one rollout. {fix}")
+    try:
+        if any(not isinstance(row, list) or len(row) != k for row in totals):
+            raise ValueError
+        rewards = torch.tensor([[float("nan") if v is None else float(v) for v in row] for row in totals],
+                               dtype=torch.float32).flatten()
+        prompts = [int(key) for key in keys]
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: each prompt needs an integer key and its {k} sampled rewards as numbers (or null) "
+                         f"in sample_totals. {fix}") from None
     uniform = zero_variance_group_mask(rewards, k, tolerance)[::k].tolist()
-    streak = k // num_generations
-    return HistorySeed(num_samples=k, prompts=frozenset(int(key) for key in keys),
-                       streaks={int(key): streak for key, flag in zip(keys, uniform) if flag})
+    return HistorySeed(path=path, num_samples=k, prompts=frozenset(prompts),
+                       uniform=frozenset(key for key, flag in zip(prompts, uniform) if flag))
+
+
+def start_history(settings, num_generations: int, prompts) -> tuple[PromptHistory | None, tuple[int, int] | None]:
+    """Skip's history seeded from ``skip_history_file`` for the training ``prompts``, or ``(None, None)`` without one.
+
+    Args:
+        settings (`ZeroVarianceSettings`): reads ``zero_variance_filter``, ``skip_history_file``,
+            ``zero_variance_tolerance``. num_generations (`int`): G. prompts (callable): () -> the training prompts
+            (called only with a file).
+
+    Returns:
+        `(PromptHistory, (prompts evaluated, of them starting uniform))` (`PromptHistory.seed`).
+
+    Raises:
+        ValueError: as `read_history_seed` and `PromptHistory.seed`."""
+    if settings.zero_variance_filter != "skip" or settings.skip_history_file is None:
+        return None, None
+    seed = read_history_seed(settings.skip_history_file, num_generations, settings.zero_variance_tolerance)
+    history = PromptHistory()
+    return history, history.seed(seed, [prompt_key(prompt) for prompt in prompts()], num_generations)

@@ -223,21 +223,25 @@ def resample_note(plan, max_resample_rounds: int) -> str:
 
 
 def skip_note(plan, exploration_probability: float, seeded: tuple[int, int] | None = None,
-              history_file: str | None = None) -> str:
+              history_file: str | None = None, resumed: bool = False) -> str:
     """How ``zero_variance_filter: skip`` counts in this plan (printed under the plan table).
 
     Args:
         plan (`RunPlan`): reads ``steps_per_epoch``, ``prompts_per_step``, ``total_steps``, ``epochs_covered``.
         exploration_probability (`float`): ``skip_exploration_probability`` p.
         seeded (`tuple[int, int]`, *optional*): `PromptHistory.seed`'s (training prompts the seed evaluated, of them
-            starting uniform). history_file (`str`, *optional*): ``skip_history_file``.
+            starting uniform). history_file (`str`, *optional*): ``skip_history_file``. resumed (`bool`): the run
+            resumes a checkpoint, whose saved history it continues (the file is not read again).
 
     Returns:
         `str`: one paragraph.
     """
     slots = plan.steps_per_epoch * plan.prompts_per_step
     start = "from the second epoch on"
-    if history_file is not None:
+    if resumed:
+        start = "continuing the prompt history saved in the checkpoint (not skip_history_file's)" if history_file \
+            else "continuing the prompt history saved in the checkpoint"
+    elif history_file is not None:
         counts = "" if seeded is None else f": {seeded[1]} of the {seeded[0]} training prompts it evaluated start uniform"
         start = f"from the first epoch on (streaks from skip_history_file {history_file}{counts})"
     return (
