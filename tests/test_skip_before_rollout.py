@@ -253,3 +253,13 @@ def test_recipe_refuses_resuming_under_another_filter_before_loading(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().startswith("error: cannot resume") and "'skip' in the checkpoint, 'mask' now" in done.stderr
     assert "Traceback" not in done.stderr and "Loading weights" not in done.stderr + done.stdout
+
+
+def test_plan_states_skip_without_a_known_dataset_size(tmp_path, capsys):
+    """A Hub dataset plan cannot read offline has no steps per epoch: the skip note says so (a breaker's finding: it
+    raised TypeError)."""
+    from trl_grpo_ext.cli import plan as plan_cli
+
+    assert plan_cli.main(["--config", "qwen2.5-0.5b-instruct_gsm8k", "--zero_variance_filter", "skip"]) == 0
+    err = capsys.readouterr().err
+    assert "an epoch is still its steps × 8 prompt slots (the dataset's size is not known here)" in err

@@ -131,7 +131,9 @@ def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
     assert skipped == [uniform / 240] * 3
 
 
-def test_a_resumed_seeded_run_says_it_continues_the_checkpoint_s_history(tmp_path, capsys):
+def test_a_resumed_seeded_run_continues_the_checkpoint_s_history_without_the_file(tmp_path, capsys):
+    """The resumed run neither needs the file (a second breaker's finding: it was read again and refused when gone)
+    nor prints its figures (a first breaker's finding)."""
     dataset = count_char_mix(8)
     keys = [prompt_key(row["prompt"]) for row in dataset]
     seed = _write(tmp_path / "seed.json", num_samples=G, prompt_keys=keys,
@@ -141,8 +143,11 @@ def test_a_resumed_seeded_run_says_it_continues_the_checkpoint_s_history(tmp_pat
                save_strategy="steps", save_steps=1)
     tiny_trainer(tmp_path / "run", _b_constant_reward, dataset, **run).train()
     capsys.readouterr()
-    resumed = tiny_trainer(tmp_path / "run", _b_constant_reward, dataset, **run)
-    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-3"))
+    (tmp_path / "seed.json").unlink()
+    resumed = tiny_trainer(tmp_path / "run", _b_constant_reward, dataset, **run,
+                           resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-3"))
+    assert resumed.history_seeded is None
+    resumed.train()
     out = capsys.readouterr().out
     assert "continuing the prompt history saved in the checkpoint (not skip_history_file's)" in out
     assert "streaks from skip_history_file" not in out

@@ -188,6 +188,9 @@ INVALID = [
     row("skip_history_file with fewer samples than G", {**_SKIP, "skip_history_file": SEED_K2},
         ["skip_history_file", "num_generations=8"], "Fix: write it with trl-grpo-ext eval --config <this config> "
         "--split train --k 8"),
+    # (a second breaker's finding: '' passed plan and crashed the recipe with a traceback)
+    row("skip_history_file empty", {**_SKIP, "skip_history_file": ""}, ["skip_history_file=''", "names no file"],
+        "Fix: give the path of an eval --split train --k 8 result, or remove skip_history_file."),
     row("skip_history_file starting no prompt uniform", {**_SKIP, "skip_history_file": SEED_NONE_UNIFORM},
         ["skip_history_file", "starts none of the 64 training prompts it evaluated uniform"],
         "Fix: remove skip_history_file"),

@@ -98,10 +98,12 @@ class GRPOExtTrainer(GRPOTrainer):
                                           args.max_completion_length)
         model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
         zv = args.resolved.zero_variance
-        # skip's streaks from skip_history_file (`PromptHistory.seed`: (prompts evaluated, uniform)), before any model
-        history, self.history_seeded = start_history(zv, args.num_generations, lambda: dataset_prompts(train_dataset))
+        # skip's streaks from skip_history_file, before any model; not read to resume (the checkpoint's history wins)
+        resuming = zv.skip_history_file and resolve_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
+        history, self.history_seeded = start_history(zv, args.num_generations, lambda: dataset_prompts(train_dataset),
+                                                     bool(resuming))
         if zv.zero_variance_filter == "skip":
-            check_skip_plan(self.plan, seeded=self.history_seeded is not None)
+            check_skip_plan(self.plan, seeded=zv.skip_history_file is not None)
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None,
                                     loss_type=args.loss_type):
             logger.warning(advice)

@@ -127,8 +127,9 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
             train.dataset, train.rows, survey.train_rows, survey.prompts_cut = kept, len(kept), len(kept), True
     if train.rows:
         _size_checks(run, train, world_size, problems, cut is None or survey.prompts_cut)
-    if values.get("skip_history_file") and enum_value(values.get("zero_variance_filter")) == "skip" and \
-            train.dataset is not None and not problems.blocked(SEED_FIELDS):
+    if values.get("skip_history_file") is not None and enum_value(values.get("zero_variance_filter")) == "skip" and \
+            values.get("resume_from_checkpoint") in (None, False, "", "false", "False") and train.dataset is not None \
+            and not problems.blocked(SEED_FIELDS):  # a resumed run continues its checkpoint's history
         problems.check(_seed_covers_prompts, train.dataset, values, survey, fields=["skip_history_file"])
     evaluating = enum_value(values.get("eval_strategy")) not in (None, "no") or \
         (enum_value(values.get("final_eval")) or "none") != "none"

@@ -174,6 +174,9 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -
     from .groups import zero_variance_group_mask
 
     where, fix = f"skip_history_file={path!r}", _seed_fix(path, num_generations)
+    if not str(path).strip():
+        raise ValueError(f"{where} names no file. Fix: give the path of an eval --split train --k {num_generations} "
+                         "result, or remove skip_history_file.")
     try:
         result = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
     except OSError as err:
@@ -206,8 +209,10 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -
                        uniform=frozenset(key for key, flag in zip(prompts, uniform) if flag))
 
 
-def start_history(settings, num_generations: int, prompts) -> tuple[PromptHistory | None, tuple[int, int] | None]:
-    """Skip's history seeded from ``skip_history_file`` for the training ``prompts``, or ``(None, None)`` without one.
+def start_history(settings, num_generations: int, prompts,
+                  resuming: bool = False) -> tuple[PromptHistory | None, tuple[int, int] | None]:
+    """Skip's history seeded from ``skip_history_file`` for the training ``prompts``, or ``(None, None)`` without one
+    or when ``resuming`` a checkpoint (which holds the history the run continues: the file is not read).
 
     Args:
         settings (`ZeroVarianceSettings`): reads ``zero_variance_filter``, ``skip_history_file``,
@@ -219,7 +224,7 @@ def start_history(settings, num_generations: int, prompts) -> tuple[PromptHistor
 
     Raises:
         ValueError: as `read_history_seed` and `PromptHistory.seed`."""
-    if settings.zero_variance_filter != "skip" or settings.skip_history_file is None:
+    if settings.zero_variance_filter != "skip" or settings.skip_history_file is None or resuming:
         return None, None
     seed = read_history_seed(settings.skip_history_file, num_generations, settings.zero_variance_tolerance)
     history = PromptHistory()

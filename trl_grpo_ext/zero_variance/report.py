@@ -231,23 +231,26 @@ def skip_note(plan, exploration_probability: float, seeded: tuple[int, int] | No
         exploration_probability (`float`): ``skip_exploration_probability`` p.
         seeded (`tuple[int, int]`, *optional*): `PromptHistory.seed`'s (training prompts the seed evaluated, of them
             starting uniform). history_file (`str`, *optional*): ``skip_history_file``. resumed (`bool`): the run
-            resumes a checkpoint, whose saved history it continues (the file is not read again).
+            resumes a checkpoint, whose saved history it continues (the file is not read).
 
     Returns:
         `str`: one paragraph.
     """
-    slots = plan.steps_per_epoch * plan.prompts_per_step
+    epoch = (f"{plan.steps_per_epoch} steps × {plan.prompts_per_step} prompt slots "
+             f"({plan.steps_per_epoch * plan.prompts_per_step})" if plan.steps_per_epoch is not None else
+             f"its steps × {plan.prompts_per_step} prompt slots (the dataset's size is not known here)")
+    counts = f"{plan.total_steps} steps, {plan.epochs_covered:.3g} epochs" if plan.epochs_covered is not None \
+        else "steps, epochs"
     start = "from the second epoch on"
     if resumed:
         start = "continuing the prompt history saved in the checkpoint (not skip_history_file's)" if history_file \
             else "continuing the prompt history saved in the checkpoint"
     elif history_file is not None:
-        counts = "" if seeded is None else f": {seeded[1]} of the {seeded[0]} training prompts it evaluated start uniform"
-        start = f"from the first epoch on (streaks from skip_history_file {history_file}{counts})"
+        seed = "" if seeded is None else f": {seeded[1]} of the {seeded[0]} training prompts it evaluated start uniform"
+        start = f"from the first epoch on (streaks from skip_history_file {history_file}{seed})"
     return (
-        f"zero_variance_filter=skip: an epoch is still {plan.steps_per_epoch} steps × {plan.prompts_per_step} prompt "
-        f"slots ({slots}); {start}, a prompt uniform at its last k rollouts keeps its slot with "
+        f"zero_variance_filter=skip: an epoch is still {epoch}; {start}, a prompt uniform at its last k rollouts keeps its slot with "
         f"probability {exploration_probability:g}^k, and a skipped prompt's slot goes to a prompt the epoch keeps "
-        f"(such a prompt may fill several slots of an epoch). The {plan.total_steps} steps, {plan.epochs_covered:.3g} epochs and "
-        "stop reason above stay exact; skipped slots are logged as zero_variance/frac_prompts_skipped."
+        f"(such a prompt may fill several slots of an epoch). The {counts} and stop reason above stay exact; skipped "
+        "slots are logged as zero_variance/frac_prompts_skipped."
     )
