@@ -53,6 +53,12 @@ def test_a_prompt_whose_samples_were_uniform_starts_as_after_one_uniform_rollout
     ({"num_samples": 8, "prompt_keys": [1], "sample_totals": [[[0]] * 8]}, "needs an integer key and its 8"),
     ({"num_samples": 8, "prompt_keys": [1], "sample_totals": [["x"] * 8]}, "needs an integer key and its 8"),
     ({"num_samples": 8, "prompt_keys": ["abc"], "sample_totals": [[0] * 8]}, "needs an integer key and its 8"),
+    ({"num_samples": 8, "prompt_keys": ["123"], "sample_totals": [[0] * 8]}, "needs an integer key and its 8"),
+    ({"num_samples": 8, "prompt_keys": [1.5], "sample_totals": [[0] * 8]}, "needs an integer key and its 8"),
+    ({"num_samples": 8, "prompt_keys": [1], "sample_totals": [[True] * 8]}, "needs an integer key and its 8"),
+    ({"num_samples": 8, "prompt_keys": [1], "sample_totals": [["0.5"] * 8]}, "needs an integer key and its 8"),
+    ({"num_samples": 8, "prompt_keys": [1, 1], "sample_totals": [[0] * 8, [0, 1] * 4]}, "lists a prompt key more than "
+                                                                                      "once"),
 ])
 def test_a_file_that_is_no_training_split_evaluation_is_refused_with_the_command_that_writes_one(tmp_path, result,
                                                                                                  says):
@@ -69,7 +75,7 @@ def test_a_file_that_is_no_training_split_evaluation_is_refused_with_the_command
 def test_the_history_starts_from_the_seed_for_the_training_prompts_only():
     from trl_grpo_ext.zero_variance.history import HistorySeed
 
-    seed = HistorySeed(path="s.json", num_samples=8, prompts=frozenset({1, 2, 3}), uniform=frozenset({1, 3}))
+    seed = HistorySeed(path="s.json", config=None, num_samples=8, prompts=frozenset({1, 2, 3}), uniform=frozenset({1, 3}))
     history = PromptHistory()
     assert history.seed(seed, [1, 2, 9], 8) == (2, 1)  # 1 and 2 evaluated, 1 of them uniform; 3 is not trained on
     assert history.streaks == {1: 1}

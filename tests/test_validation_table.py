@@ -186,8 +186,7 @@ INVALID = [
         ["skip_history_file", "zero_variance_filter"]),
     # (the dataset stage reads the file against the training prompts, as the trainer will)
     row("skip_history_file with fewer samples than G", {**_SKIP, "skip_history_file": SEED_K2},
-        ["skip_history_file", "num_generations=8"], "Fix: write it with trl-grpo-ext eval --config <this config> "
-        "--split train --k 8"),
+        ["skip_history_file", "num_generations=8"], "config.yaml --split train --k 8 --output"),  # the run's --config
     # (a second breaker's finding: '' passed plan and crashed the recipe with a traceback)
     row("skip_history_file empty", {**_SKIP, "skip_history_file": ""}, ["skip_history_file=''", "names no file"],
         "Fix: give the path of an eval --split train --k 8 result, or remove skip_history_file."),

@@ -130,7 +130,7 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     if values.get("skip_history_file") is not None and enum_value(values.get("zero_variance_filter")) == "skip" and \
             values.get("resume_from_checkpoint") in (None, False, "", "false", "False") and train.dataset is not None \
             and not problems.blocked(SEED_FIELDS):  # a resumed run continues its checkpoint's history
-        problems.check(_seed_covers_prompts, train.dataset, values, survey, fields=["skip_history_file"])
+        problems.check(_seed_covers_prompts, train.dataset, values, survey, run.config_path, fields=["skip_history_file"])
     evaluating = enum_value(values.get("eval_strategy")) not in (None, "no") or \
         (enum_value(values.get("final_eval")) or "none") != "none"
     if evaluating and not problems.blocked(EVAL_FIELDS):
@@ -150,7 +150,7 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     return survey
 
 
-def _seed_covers_prompts(dataset, values, survey: DatasetSurvey) -> None:
+def _seed_covers_prompts(dataset, values, survey: DatasetSurvey, config: str | None) -> None:
     """``skip_history_file`` read and matched to the training prompts as the trainer will (`history.start_history`:
     refused when unreadable, K < G, or starting none of them uniform); notes how many it starts uniform."""
     from ..zero_variance.history import start_history
@@ -159,7 +159,7 @@ def _seed_covers_prompts(dataset, values, survey: DatasetSurvey) -> None:
     settings = ZeroVarianceSettings.from_values(values, zero_variance_tolerance=float(
         values.get("zero_variance_tolerance") or 0.0))
     _, (evaluated, uniform) = start_history(settings, int(values.get("num_generations") or 8),
-                                            lambda: [row["prompt"] for row in dataset])
+                                            lambda: [row["prompt"] for row in dataset], config=config)
     survey.notes.append(f"skip_history_file evaluated {evaluated} of the {len(dataset)} training prompts; {uniform} "
                         "of them start uniform (a streak of 1)")
 

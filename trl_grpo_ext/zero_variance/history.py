@@ -58,7 +58,7 @@ class PromptHistory:
                 of them uniform (it would change nothing)."""
         known = {key for key in keys if key in seed.prompts}
         uniform = known & seed.uniform
-        where, fix = f"skip_history_file={seed.path!r}", _seed_fix(seed.path, num_generations)
+        where, fix = f"skip_history_file={seed.path!r}", _seed_fix(seed.path, num_generations, seed.config)
         if not known:
             raise ValueError(f"{where} evaluated none of the {len(set(keys))} training prompts (another dataset, split "
                              f"or system prompt). {fix}")
@@ -139,24 +139,26 @@ class HistorySeed:
     """Skip's starting streaks, read from an ``eval --split train --k K --output FILE`` result (`read_history_seed`).
 
     Attributes:
-        path (`str`): ``skip_history_file``. num_samples (`int`): K, samples per prompt in the file.
+        path (`str`): ``skip_history_file``. config (`str | None`): the run's ``--config`` (named by refusals).
+        num_samples (`int`): K, samples per prompt in the file.
         prompts (`frozenset[int]`): the `prompt_key` of every prompt the file evaluated.
         uniform (`frozenset[int]`): those whose K sampled rewards were uniform (`groups.zero_variance_group_mask`
             over the K, the filter's own definition): each starts with streak 1, as after one uniform rollout.
     """
 
     path: str
+    config: str | None
     num_samples: int
     prompts: frozenset
     uniform: frozenset
 
 
-def _seed_fix(path: str, num_generations: int) -> str:
-    return (f"Fix: write it with trl-grpo-ext eval --config <this config> --split train --k {num_generations} --output "
-            f"{path} (with this run's --key value overrides).")
+def _seed_fix(path: str, num_generations: int, config: str | None = None) -> str:
+    return (f"Fix: write it with trl-grpo-ext eval --config {config or '<this config>'} --split train --k "
+            f"{num_generations} --output {path} (with this run's --key value overrides).")
 
 
-def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -> HistorySeed:
+def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0, config: str | None = None) -> HistorySeed:
     """Skip's starting streaks from an evaluation of the training split with K samples per prompt.
 
     Args:
@@ -164,6 +166,7 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -
             (one model's result: ``prompt_keys`` and ``sample_totals``, the K weighted total rewards of each prompt).
         num_generations (`int`): G; K must be at least G (fewer samples than a group predict less than a rollout).
         tolerance (`float`, defaults to `0.0`): ``zero_variance_tolerance`` [reward units].
+        config (`str`, *optional*): the run's ``--config``, named in the fix (default ``<this config>``).
 
     Returns:
         `HistorySeed`.
@@ -173,7 +176,7 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -
     """
     from .groups import zero_variance_group_mask
 
-    where, fix = f"skip_history_file={path!r}", _seed_fix(path, num_generations)
+    where, fix = f"skip_history_file={path!r}", _seed_fix(path, num_generations, config)
     if not str(path).strip():
         raise ValueError(f"{where} names no file. Fix: give the path of an eval --split train --k {num_generations} "
                          "result, or remove skip_history_file.")
@@ -195,22 +198,23 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0) -
     if k < num_generations:
         raise ValueError(f"{where} has {k} samples per prompt, fewer than num_generations={num_generations}: they "
                          f"predict less than one rollout. {fix}")
-    try:
-        if any(not isinstance(row, list) or len(row) != k for row in totals):
-            raise ValueError
-        rewards = torch.tensor([[float("nan") if v is None else float(v) for v in row] for row in totals],
-                               dtype=torch.float32).flatten()
-        prompts = [int(key) for key in keys]
-    except (TypeError, ValueError):
+    if any(type(key) is not int for key in keys) or any(
+            not isinstance(row, list) or len(row) != k or any(v is not None and type(v) not in (int, float) for v in row)
+            for row in totals):
         raise ValueError(f"{where}: each prompt needs an integer key and its {k} sampled rewards as numbers (or null) "
-                         f"in sample_totals. {fix}") from None
+                         f"in sample_totals. {fix}")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{where} lists a prompt key more than once (eval writes each prompt once). {fix}")
+    rewards = torch.tensor([[float("nan") if v is None else float(v) for v in row] for row in totals],
+                           dtype=torch.float32).flatten()
+    prompts = list(keys)
     uniform = zero_variance_group_mask(rewards, k, tolerance)[::k].tolist()
-    return HistorySeed(path=path, num_samples=k, prompts=frozenset(prompts),
+    return HistorySeed(path=path, config=config, num_samples=k, prompts=frozenset(prompts),
                        uniform=frozenset(key for key, flag in zip(prompts, uniform) if flag))
 
 
-def start_history(settings, num_generations: int, prompts,
-                  resuming: bool = False) -> tuple[PromptHistory | None, tuple[int, int] | None]:
+def start_history(settings, num_generations: int, prompts, resuming: bool = False,
+                  config: str | None = None) -> tuple[PromptHistory | None, tuple[int, int] | None]:
     """Skip's history seeded from ``skip_history_file`` for the training ``prompts``, or ``(None, None)`` without one
     or when ``resuming`` a checkpoint (which holds the history the run continues: the file is not read).
 
@@ -226,6 +230,6 @@ def start_history(settings, num_generations: int, prompts,
         ValueError: as `read_history_seed` and `PromptHistory.seed`."""
     if settings.zero_variance_filter != "skip" or settings.skip_history_file is None or resuming:
         return None, None
-    seed = read_history_seed(settings.skip_history_file, num_generations, settings.zero_variance_tolerance)
+    seed = read_history_seed(settings.skip_history_file, num_generations, settings.zero_variance_tolerance, config)
     history = PromptHistory()
     return history, history.seed(seed, [prompt_key(prompt) for prompt in prompts()], num_generations)
