@@ -36,6 +36,11 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     return None
 
 
+def resumes(resume_from_checkpoint) -> bool:
+    """Whether ``resume_from_checkpoint`` (None/False, True, ``"last"`` or a path) asks to resume."""
+    return resume_from_checkpoint not in (None, False, "", "false", "False")
+
+
 def resolve_resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:
     """Map ``resume_from_checkpoint`` (None/False, True, ``"last"`` or a path) to a checkpoint folder or None.
 
@@ -43,7 +48,7 @@ def resolve_resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | 
         ValueError: ``True``/``"last"`` with no complete checkpoint in ``output_dir``, or a path that is not a
             folder holding ``trainer_state.json``; the message says what to do instead.
     """
-    if resume_from_checkpoint in (None, False, "", "false", "False"):
+    if not resumes(resume_from_checkpoint):
         return None
     if resume_from_checkpoint is True or str(resume_from_checkpoint).lower() in ("last", "true"):
         checkpoint = last_complete_checkpoint(output_dir)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..training.checkpoints import resumes
 from .tables import enum_value
 from .user_values import flatten_values
 
@@ -128,7 +129,7 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     if train.rows:
         _size_checks(run, train, world_size, problems, cut is None or survey.prompts_cut)
     if values.get("skip_history_file") is not None and enum_value(values.get("zero_variance_filter")) == "skip" and \
-            values.get("resume_from_checkpoint") in (None, False, "", "false", "False") and train.dataset is not None \
+            not resumes(values.get("resume_from_checkpoint")) and train.dataset is not None \
             and not problems.blocked(SEED_FIELDS):  # a resumed run continues its checkpoint's history
         problems.check(_seed_covers_prompts, train.dataset, values, survey, run.config_path, fields=["skip_history_file"])
     evaluating = enum_value(values.get("eval_strategy")) not in (None, "no") or \
@@ -156,9 +157,7 @@ def _seed_covers_prompts(dataset, values, survey: DatasetSurvey, config: str | N
     from ..zero_variance.history import start_history
     from ..zero_variance.settings import ZeroVarianceSettings
 
-    settings = ZeroVarianceSettings.from_values(values, zero_variance_tolerance=float(
-        values.get("zero_variance_tolerance") or 0.0))
-    _, (evaluated, uniform) = start_history(settings, int(values.get("num_generations") or 8),
+    _, (evaluated, uniform) = start_history(ZeroVarianceSettings.from_values(values), values["num_generations"],
                                             lambda: [row["prompt"] for row in dataset], config=config)
     survey.notes.append(f"skip_history_file evaluated {evaluated} of the {len(dataset)} training prompts; {uniform} "
                         "of them start uniform (a streak of 1)")

@@ -54,7 +54,7 @@ class RunView:
         self.defaults = defaults or {}
         self._reward_names, self.dataset_columns, self.check_model = reward_names, dataset_columns, check_model
 
-    def get(self, name: str, default: Any = None) -> Any:  # an enum member as its value
+    def get(self, name: str, default: Any = None) -> Any:
         return enum_value(self.values.get(name, default))
 
     def is_set(self, name: str) -> bool:
@@ -67,6 +67,7 @@ class RunView:
 
     def blocked(self, fields) -> bool:
         return self.problems is not None and self.problems.blocked(fields)
+
     @cached_property
     def batch(self) -> dict:
         """TRL's batch and stop fields (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ...).
@@ -127,7 +128,8 @@ class Rule:
         return tuple(value(view) if callable(value) else value)
 
 
-def quantity_conflicts(v: RunView) -> None:  # our batch/stop fields next to the raw TRL fields they write
+def quantity_conflicts(v: RunView) -> None:
+    """Our batch/stop fields next to the raw TRL fields they write, judged on the keys the user set."""
     v.batch  # noqa: B018 (resolving raises)
 
 
@@ -164,7 +166,8 @@ def _several(found: list[tuple[str, tuple[str, ...]]]) -> None:
     raise err
 
 
-def exclusive(v: RunView) -> None:  # `tables.EXCLUSIVE`: fields that cannot both be on
+def exclusive(v: RunView) -> None:
+    """`tables.EXCLUSIVE`: fields that cannot both be on."""
     user = v.user or {}
     _several([(f"{a}={user[a]!r} and {b}={user[b]!r} cannot both be set. Fix: {fix}", (a, b))
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
@@ -191,7 +194,8 @@ def ignored_settings(v: RunView) -> None:
     _several(found)
 
 
-def ordered(v: RunView) -> None:  # `tables.ORDERED`: the first may not exceed the second (strict: be below it)
+def ordered(v: RunView) -> None:
+    """`tables.ORDERED`: the first field may not exceed the second (``strict``: must be below it)."""
     found = []
     for low, high, strict in ORDERED:
         lo, hi = as_number(v.values.get(low)), as_number(v.values.get(high))
@@ -201,7 +205,8 @@ def ordered(v: RunView) -> None:  # `tables.ORDERED`: the first may not exceed t
     _several(found)
 
 
-def evaluation_split(v: RunView) -> None:  # evaluation needs a dataset_test_split (not null or "")
+def evaluation_split(v: RunView) -> None:
+    """Evaluation needs a ``dataset_test_split`` (not null or "")."""
     strategy, final_eval = v.get("eval_strategy"), v.get("final_eval") or "none"
     if not (strategy not in (None, "no") or final_eval != "none") or v.get("dataset_test_split"):
         return
@@ -211,7 +216,8 @@ def evaluation_split(v: RunView) -> None:  # evaluation needs a dataset_test_spl
         "dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: no and final_eval: none.")
 
 
-def chat_template(v: RunView) -> None:  # must parse as Jinja (TRL renders it after the model loads)
+def chat_template(v: RunView) -> None:
+    """``chat_template`` must parse as Jinja (TRL renders it at the first generation, after the model loads)."""
     template = v.get("chat_template")
     if not isinstance(template, str) or not template:
         return
@@ -225,13 +231,15 @@ def chat_template(v: RunView) -> None:  # must parse as Jinja (TRL renders it af
                                "tokenizer's own.") from None
 
 
-def compare_base_adapter(v: RunView) -> None:  # compare_base switches the adapter off to score the base
+def compare_base_adapter(v: RunView) -> None:
+    """``final_eval: compare_base`` switches the adapter off to score the base: it needs one."""
     if v.get("final_eval") == "compare_base" and not v.get("use_peft"):
         raise RunArgumentError("final_eval=compare_base needs an adapter to switch off (use_peft: true); with "
                                "use_peft: false set final_eval: adapter (the trained model alone) or none.")
 
 
-def cpu_bf16_on_float16(v: RunView) -> None:  # torch's CPU autocast fails at the first step
+def cpu_bf16_on_float16(v: RunView) -> None:
+    """``bf16: true`` on a CPU over a base loaded in float16: torch's CPU autocast fails at the first step."""
     if v.on_cpu and v.get("bf16") is True and v.get("dtype") == "float16":
         raise RunArgumentError(
             "dtype='float16' with bf16=True and use_cpu=True: torch's CPU autocast cannot run bf16 over float16 "
@@ -267,7 +275,8 @@ def normalize_then_sum(v: RunView) -> None:
             f"Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize.")
 
 
-def zero_variance(v: RunView) -> str | None:  # `zero_variance.settings.check_zero_variance_settings`, resolved batch
+def zero_variance(v: RunView) -> str | None:
+    """`zero_variance.settings.check_zero_variance_settings` on the resolved batch; returns the canonical judged reward."""
     from ..zero_variance.settings import check_zero_variance_settings
 
     mode = v.get("zero_variance_filter") or "off"
@@ -322,7 +331,7 @@ _LORA = ("lora_target_modules", "lora_modules_to_save")
 _REWARDS = ("rewards", "reward_weights")
 
 
-def _set(names):  # the fields of ``names`` the user set
+def _set(names):
     return lambda v: tuple(n for n in names if v.is_set(n))
 
 
