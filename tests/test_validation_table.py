@@ -462,6 +462,14 @@ INVALID = [
         "Fix: set use_peft: true"),
     row("output_dir is the continued adapter", {"model_name_or_path": ADAPTER, "output_dir": ADAPTER},
         [f"output_dir={ADAPTER!r}"], "Fix: choose another output_dir"),
+    # merging the adapter for generation: only into a float32 base held whole by this process
+    row("merged generation on a 4-bit base", {"merge_adapter_for_generation": True},
+        ["merge_adapter_for_generation=True with load_in_4bit=True"], "Fix: remove merge_adapter_for_generation"),
+    row("merged generation on a bf16 base", {"merge_adapter_for_generation": True, **_NO_4BIT, "dtype": "bfloat16"},
+        ["merge_adapter_for_generation=True with the base loaded as 'bfloat16'"], "or load the base with dtype: float32"),
+    row("merged generation without use_peft", {"merge_adapter_for_generation": True, "use_peft": False, **_NO_LORA,
+                                               **_NO_4BIT},
+        ["merge_adapter_for_generation=True only takes effect with use_peft: true"], "Fix: set use_peft: true"),
 ]
 
 
@@ -497,6 +505,7 @@ RULE_ROWS = {
     "quantized_needs_adapter": "4-bit base without use_peft",
     "trainer_settings": "cosine_with_min_lr without a floor",
     "continued_adapter": "output_dir is the continued adapter",
+    "merged_generation": "merged generation on a 4-bit base",
 }
 
 

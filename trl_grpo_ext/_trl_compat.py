@@ -52,6 +52,9 @@ SURFACE: tuple[TouchPoint, ...] = (
     TouchPoint("trl.GRPOTrainer", "_generate_and_score_completions", "override", ("self", "inputs"),
                "trainer.py GRPOExtTrainer._generate_and_score_completions, and zero_variance.filter's resample rounds "
                "(super() called with dataset rows)"),
+    TouchPoint("trl.GRPOTrainer", "_generate_single_turn", "override",
+               ("self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"),
+               "trainer.py GRPOExtTrainer._generate_single_turn (merge_adapter_for_generation)"),
     TouchPoint("trl.GRPOTrainer", "_compute_loss", "override", ("self", "model", "inputs"),
                "trainer.py GRPOExtTrainer._compute_loss (zero-variance loss rescale)"),
     TouchPoint("trl.GRPOTrainer", "_get_train_sampler", "override", ("self", "dataset"),

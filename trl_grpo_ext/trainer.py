@@ -9,6 +9,7 @@ by `tests/test_trl_contract.py`); everything but the overrides' definitions goes
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
@@ -37,9 +38,10 @@ from .training.checkpoints import (
 from .training.engine_step import EngineStepGuard
 from .training.generation import (
     DRIFT_METRIC,
-    DRIFT_WARNING_THRESHOLD,
     BaseDriftMonitor,
+    check_merge_target,
     check_vllm_before_loading,
+    merged_adapter,
     preserved_dtypes,
 )
 from .training.sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
@@ -121,12 +123,13 @@ class GRPOExtTrainer(GRPOTrainer):
             # eval mode (TRL's eval loop, continuous batching's model runner) and never unpacks it for training: the
             # next training step then fails. Keep the training layout (see models.keep_4bit_training_layout).
             keep_4bit_training_layout(self.model)
+        if args.merge_adapter_for_generation:  # a model built in Python; the recipe's settings: rule merged_generation
+            check_merge_target(self.model)
         # use_vllm on a 4-bit base (opted in): measure how far the re-quantized base drifts, once per generation batch
         self.base_drift = (
             BaseDriftMonitor(self.model)
             if args.use_vllm and is_4bit_model(self.model) and hasattr(self.model, "merge_adapter") else None
         )
-        self._drift_warned = False
         self.lost_updates = LostUpdateTracker(
             args.lost_update_steps, args.lost_update_warning_threshold,
             record=lambda fraction: _trl_compat.record_metric(self, "adapter/lost_update_frac", fraction),
@@ -201,7 +204,7 @@ class GRPOExtTrainer(GRPOTrainer):
         metric_marks, start = _trl_compat.metric_marks(self), time.perf_counter()
         output = self._generate_and_score_keeping_dtypes(inputs)
         if self.base_drift is not None and self.model.training:
-            self._record_base_drift()
+            _trl_compat.record_metric(self, DRIFT_METRIC, self.base_drift.measure(warn_at_step=self.state.global_step))
         if self.args.multi_objective_aggregation != "sum_then_normalize":
             return output
         if not self.model.training:  # TRL's eval loop: its frac_reward_zero_std recomputed, nothing else changes
@@ -236,6 +239,11 @@ class GRPOExtTrainer(GRPOTrainer):
         output = self._generate_and_score_keeping_dtypes(rows)
         return output, self._last_rewards_per_func, self._last_completion_ids_list
 
+    def _generate_single_turn(self, *args, **kwargs):
+        """TRL's generation; with ``merge_adapter_for_generation``, the adapter merged into the base for it."""
+        with merged_adapter(self.model) if self.args.merge_adapter_for_generation else contextlib.nullcontext():
+            return super()._generate_single_turn(*args, **kwargs)
+
     def _generate_and_score_keeping_dtypes(self, inputs):
         """TRL's generation batch; with continuous batching, the dtype cast TRL makes before it is undone after it
         (the float32 adapter stays float32 and exact, see `generation.preserved_dtypes`)."""
@@ -243,18 +251,6 @@ class GRPOExtTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         with preserved_dtypes(self.model):
             return super()._generate_and_score_completions(inputs)
-
-    def _record_base_drift(self) -> None:
-        drift = self.base_drift.measure()
-        _trl_compat.record_metric(self, DRIFT_METRIC, drift)
-        if drift > DRIFT_WARNING_THRESHOLD and not self._drift_warned:
-            self._drift_warned = True
-            logger.warning(
-                "The 4-bit base has drifted %.1f%% (relative Frobenius norm of layers %s) since the start, at "
-                "optimizer step %d: TRL's vLLM weight sync re-quantizes it at every generation batch "
-                "(allow_vllm_4bit_merge=True). See docs/generation.md.",
-                100 * drift, ", ".join(self.base_drift.layer_names), self.state.global_step,
-            )
 
     def _compute_loss(self, model, inputs):
         """TRL's loss; with the filter on, of the micro-batch without its masked rows (they cost no forward or

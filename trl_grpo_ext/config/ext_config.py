@@ -111,6 +111,9 @@ class GRPOExtConfig(GRPOConfig):
     # Generation
     allow_vllm_4bit_merge: bool = _help(
         False, "Let use_vllm run on a 4-bit base (its sync re-quantizes the base); logs vllm/base_drift.")
+    merge_adapter_for_generation: bool = _help(
+        False, "Merge the LoRA adapter into the float32 base for each generation (one matrix product per layer "
+        "instead of three; the base is restored exactly after).")
 
     def __post_init__(self):
         for name, check in _FIELD_CHECKS.items():  # a YAML 1.1 boolean (`zero_variance_filter: off`) as meant

@@ -248,9 +248,11 @@ class BaseDriftMonitor:
         self.layer_names = [adapted[i][0] for i in picks]
         self._initial = [(layer.weight.data.clone(), copy.deepcopy(layer.weight.quant_state)) for layer in self._layers]
         self.history: list[float] = []
+        self.warned = False  # the drift warning was given
 
-    def measure(self) -> float:
-        """The relative Frobenius drift now (a float ≥ 0; 0.3 = 30%); also appended to :attr:`history`."""
+    def measure(self, warn_at_step: int | None = None) -> float:
+        """The relative Frobenius drift now (a float ≥ 0; 0.3 = 30%); also appended to :attr:`history`. With
+        ``warn_at_step`` (the optimizer step), a warning the first time it exceeds :data:`DRIFT_WARNING_THRESHOLD`."""
         import torch
         from bitsandbytes.functional import dequantize_4bit
 
@@ -262,6 +264,12 @@ class BaseDriftMonitor:
                 diff += float((w - w0).pow(2).sum())
                 base += float(w0.pow(2).sum())
         drift = (diff / base) ** 0.5 if base > 0 else 0.0
+        if warn_at_step is not None and drift > DRIFT_WARNING_THRESHOLD and not self.warned:
+            self.warned = True
+            logger.warning("The 4-bit base has drifted %.1f%% (relative Frobenius norm of layers %s) since the start, at "
+                           "optimizer step %d: TRL's vLLM weight sync re-quantizes it at every generation batch "
+                           "(allow_vllm_4bit_merge=True). See docs/generation.md.",
+                           100 * drift, ", ".join(self.layer_names), warn_at_step)
         self.history.append(drift)
         return drift
 
@@ -290,3 +298,99 @@ def preserved_dtypes(model) -> Iterator[None]:
             current = getattr(module, name, None)
             if current is not None and current.dtype != buffer.dtype:
                 setattr(module, name, buffer)  # a registered buffer: nn.Module.__setattr__ keeps it one
+
+
+#: Name of the opt-in that merges the LoRA adapter into the base for each generation.
+MERGE_FOR_GENERATION = "merge_adapter_for_generation"
+
+
+def check_merged_generation(values, engine) -> None:
+    """Refuse ``merge_adapter_for_generation`` where merging would be lossy, impossible or redundant (the rule
+    ``merged_generation``; ``use_peft`` is `tables.REQUIRES`'s).
+
+    Args:
+        values: the run's fields (anything with ``.get``). engine (`config.engines.Engine`): the run's engine.
+
+    Raises:
+        RunArgumentError: a quantized base (PEFT's merge re-quantizes it), a base not loaded in float32 (a LoRA delta
+            below the weight's bf16 rounding step would vanish from the merged weight), vLLM (TRL merges for it
+            already), DeepSpeed ZeRO-3 or FSDP (the base is sharded)."""
+    from types import SimpleNamespace
+
+    from ..config.checks import RunArgumentError
+    from ..models.settings import load_dtype
+
+    if not values.get(MERGE_FOR_GENERATION):
+        return
+    head = f"{MERGE_FOR_GENERATION}=True"
+    dtype = load_dtype(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=values.get("bf16")))
+    quantized = next((name for name in ("load_in_4bit", "load_in_8bit") if values.get(name)), None)
+    if quantized:
+        problem = (f"with {quantized}=True: PEFT would de-quantize, add the adapter and re-quantize the base at every "
+                   "generation, and the base would drift (docs/generation.md)")
+    elif dtype != "float32":
+        problem = (f"with the base loaded as {dtype!r}: in bf16 or float16 a LoRA delta smaller than half the "
+                   "weight's rounding step vanishes from the merged weight, so generation would ignore it")
+    elif values.get("use_vllm"):
+        problem = "with use_vllm=True: TRL already hands vLLM the merged weights"
+    elif engine.kind == "fsdp" or engine.zero_stage == 3:
+        problem = f"with {engine.describe()}: the base is sharded across processes and cannot be merged in place"
+    else:
+        return
+    raise RunArgumentError(f"{head} {problem}. Fix: remove {MERGE_FOR_GENERATION}"
+                           + (", or load the base with dtype: float32." if dtype != "float32" and not quantized
+                              else "."))
+
+
+@contextlib.contextmanager
+def merged_adapter(model) -> Iterator[int]:
+    """The active LoRA adapter of ``model`` merged into its base for the block (PEFT's ``merge_adapter``): generation
+    then runs one matrix product per adapted linear layer instead of three. After the block PEFT's
+    ``unmerge_adapter`` runs and each adapted base weight gets back its exact values (a copy kept meanwhile, so no
+    rounding of W + ΔW − ΔW accumulates over steps; memory: one copy of the adapted base weights).
+
+    Args:
+        model: a PEFT model (``merge_adapter``) over a float32 base that is not quantized.
+
+    Yields:
+        int: how many base weights were merged.
+
+    Raises:
+        ValueError: ``model`` is not a PEFT model."""
+    import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    if not hasattr(model, "merge_adapter"):
+        raise ValueError(f"{MERGE_FOR_GENERATION}=True needs a PEFT model (pass peft_config=, or use_peft: true); "
+                         f"got {type(model).__name__}.")
+    # the storage of each weight, captured now: a cast inside the block (continuous batching) replaces `.data`
+    saved = [(layer.get_base_layer().weight.data, layer.get_base_layer().weight.detach().clone())
+             for layer in model.modules() if isinstance(layer, BaseTunerLayer)]
+    model.merge_adapter()
+    try:
+        yield len(saved)
+    finally:
+        model.unmerge_adapter()
+        with torch.no_grad():
+            for data, copy_ in saved:
+                data.copy_(copy_)
+
+
+def check_merge_target(model) -> None:
+    """What `merged_adapter` needs of a loaded ``model`` (the trainer's check, for a model built in Python; the rule
+    `check_merged_generation` checks the recipe's settings before loading).
+
+    Raises:
+        ValueError: not a PEFT model, a quantized base, or an adapted base weight that is not float32."""
+    import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    fix = f"Fix: remove {MERGE_FOR_GENERATION}"
+    if not hasattr(model, "merge_adapter"):
+        raise ValueError(f"{MERGE_FOR_GENERATION}=True needs a LoRA adapter to merge, but the model is a "
+                         f"{type(model).__name__}. {fix}, or pass peft_config= (use_peft: true).")
+    dtypes = {layer.get_base_layer().weight.dtype for layer in model.modules() if isinstance(layer, BaseTunerLayer)}
+    if dtypes - {torch.float32}:
+        raise ValueError(f"{MERGE_FOR_GENERATION}=True needs a float32 base that is not quantized; the adapted base "
+                         f"weights are {', '.join(sorted(str(d).removeprefix('torch.') for d in dtypes))}. {fix}, or "
+                         "load the base in float32 without quantization.")

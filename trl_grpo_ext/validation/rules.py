@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config.checks import RunArgumentError, as_number
 from ..config.engines import resolve_engine
-from ..training.generation import check_generation_settings, check_vllm_settings
+from ..training.generation import check_generation_settings, check_merged_generation, check_vllm_settings
 from .engines import check_engine_settings
 from .lora import check_lora_names, check_lora_targets, check_quantized_has_adapter
 from .packages import check_run_packages
@@ -329,6 +329,7 @@ _ADVANTAGE_FIELDS = (*NORMALIZE_THEN_SUM_IGNORES, "loss_type")
 _CLIP = ("epsilon", "epsilon_high", "delta")
 _LORA = ("lora_target_modules", "lora_modules_to_save")
 _REWARDS = ("rewards", "reward_weights")
+_engine = lambda v: resolve_engine(v.values, accelerate_config=v.engine)  # noqa: E731
 
 
 def _set(names):
@@ -370,8 +371,9 @@ RULES: tuple[Rule, ...] = (
          blocked_by=(*_REWARDS, "embedded_target", "dataset_name", "dataset_format")),
     # flash-attn, vLLM, Liger, the trackers: before the model, not after (each missing package a line of its own)
     Rule("run_packages", lambda v: check_run_packages(v.values, v.problems), (), blocked_by=()),
-    Rule("engine_settings", lambda v: check_engine_settings(resolve_engine(v.values, accelerate_config=v.engine),
-                                                            v.values), ("deepspeed", "fsdp", "fsdp_config")),
+    Rule("merged_generation", lambda v: check_merged_generation(v.values, _engine(v)), ("merge_adapter_for_generation",),
+         blocked_by=("merge_adapter_for_generation", "use_peft")),
+    Rule("engine_settings", lambda v: check_engine_settings(_engine(v), v.values), ("deepspeed", "fsdp", "fsdp_config")),
     Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
     Rule("lora_targets", lambda v: v.check_model and v.get("use_peft") and check_lora_targets(v.values), _LORA,
          blocked_by=(*_LORA, "use_peft", "model_name_or_path", "model_revision")),

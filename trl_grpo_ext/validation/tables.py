@@ -182,7 +182,8 @@ def _embedded(v) -> bool:
 
 
 _when("use_peft", True, ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
-                         "lora_task_type", "use_rslora", "use_dora", "lora_target_parameters"))
+                         "lora_task_type", "use_rslora", "use_dora", "lora_target_parameters",
+                         "merge_adapter_for_generation"))
 _when("load_in_4bit", True, ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage"))
 # (on a base that is not quantized the adapter trains in the base's dtype: the trainer casts only a quantized model's)
 _requires(("adapter_dtype",), "load_in_4bit: true (or load_in_8bit: true)",
