@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-real install-dist demo demo-real test test-slow test-dist test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-vs-trl bench-dropped-rows bench-generation bench-host-memory bench-cpu-dtype plan clean
+.PHONY: install install-real install-dist demo demo-real test test-slow test-dist test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-vs-trl bench-dropped-rows bench-generation bench-host-memory bench-cpu-dtype bench-merged-generation plan clean
 
 install: $(STAMP)
 
@@ -92,6 +92,10 @@ bench-host-memory: install-real
 # bf16 on a CPU (autocast, and a bf16 base) against float32, the shipped SmolLM2 config for 8 steps each (about 9 minutes).
 bench-cpu-dtype: install-real
 	$(PY) benchmarks/cpu_dtype.py
+
+# generation with the LoRA adapter merged against TRL's unmerged layers, on the shipped SmolLM2 step (about 3 minutes)
+bench-merged-generation: install-real
+	$(PY) benchmarks/merged_generation.py
 
 # Dropped rows against mask's zero-weighted rows, half the groups uniform: the tiny model, then SmolLM2-135M.
 bench-dropped-rows: install-real
