@@ -147,6 +147,7 @@ LAYERS = {
         "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "training.sampling",
         "training.engine_step"],
     3: ["models", "data", "models.settings", "training.adapter_precision", "training.generation", "data.load",
+        "training.merged_generation",
         "data.checks", "data.golds", "models.embedded.tiny", "models.embedded.smollm2", "data.arithmetic"],
     4: ["evaluation", "evaluation.evaluate", "evaluation.generation", "hub.plot", "hub", "hub.card", "hub.card_facts",
         "hub.merge", "hub.push"],

@@ -11,10 +11,11 @@ import pytest
 import torch
 from factories import LORA_TARGETS, lora, nf4, tiny_trainer
 
+from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.config.checks import RunArgumentError
 from trl_grpo_ext.config.engines import Engine
 from trl_grpo_ext.models.embedded import tiny
-from trl_grpo_ext.training.generation import check_merge_target, check_merged_generation, merged_adapter
+from trl_grpo_ext.training.merged_generation import check_merge_target, check_merged_generation, merged_adapter
 
 R, ALPHA = 4, 8
 
@@ -87,16 +88,25 @@ def test_check_merge_target_refuses_what_cannot_merge():
     plain = AutoModelForCausalLM.from_pretrained(tiny.ensure_tiny_model())
     with pytest.raises(ValueError, match="merge_adapter_for_generation=True needs a LoRA adapter to merge, but the "
                                          "model is a Qwen2ForCausalLM. Fix: remove merge_adapter_for_generation"):
-        check_merge_target(plain)
+        check_merge_target(plain, None)
     model = _peft_tiny().to(torch.bfloat16)
-    with pytest.raises(ValueError, match="the adapted base weights are bfloat16"):
-        check_merge_target(model)
-    check_merge_target(_peft_tiny())  # float32: accepted
+    args = GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, report_to=[])
+    with pytest.raises(ValueError, match="with the base loaded as 'bfloat16'"):
+        check_merge_target(model, args)
+    check_merge_target(_peft_tiny(), args)  # float32: accepted
+    with pytest.raises(ValueError, match="with DeepSpeed ZeRO-3: the base is sharded"):
+        check_merge_target(_peft_tiny(), args, sharded="DeepSpeed ZeRO-3")
 
 
 @pytest.mark.parametrize(("values", "engine", "message"), [
     ({"load_in_8bit": True}, Engine(), "with load_in_8bit=True: PEFT would de-quantize"),
-    ({"bf16": True}, Engine(), "with the base loaded as 'auto'"),
+    ({"model_init_kwargs": {"quantization_config": {"load_in_4bit": True}}}, Engine(),
+     "with a quantized base (model_init_kwargs.quantization_config)"),
+    ({"model_init_kwargs": '{"quantization_config": {"load_in_8bit": true}}'}, Engine(),
+     "with a quantized base (model_init_kwargs.quantization_config)"),
+    ({"bf16": True, "dtype": "auto"}, Engine(), "with bf16=True with dtype='auto', which loads the checkpoint's own"),
+    ({"use_transformers_continuous_batching": True, "bf16": True, "dtype": "float32"}, Engine(),
+     "with use_transformers_continuous_batching=True and bf16=True: TRL casts the model"),
     ({"dtype": "float16"}, Engine(), "with the base loaded as 'float16'"),
     ({"use_vllm": True}, Engine(), "with use_vllm=True: TRL already hands vLLM the merged weights"),
     ({}, Engine("deepspeed", zero_stage=3, source="deepspeed"), "with DeepSpeed ZeRO-3 (from deepspeed): the base is "
@@ -112,6 +122,8 @@ def test_merged_generation_rule_refuses(values, engine, message):
                                     Engine("deepspeed", zero_stage=2, source="deepspeed")])
 def test_merged_generation_rule_accepts_a_whole_float32_base(engine):
     check_merged_generation({"merge_adapter_for_generation": True, "dtype": "float32", "bf16": True}, engine)
+    check_merged_generation({"merge_adapter_for_generation": True, "use_transformers_continuous_batching": True},
+                            engine)  # float32 continuous batching: no cast
     check_merged_generation({"merge_adapter_for_generation": True}, engine)  # bf16 unset: float32 on this machine
     check_merged_generation({"merge_adapter_for_generation": False, "load_in_4bit": True}, engine)
 
@@ -123,11 +135,19 @@ def _count_reward(completions, completion_ids, **kwargs):
 def test_training_merges_each_generation_and_leaves_the_base_exact(tmp_path, monkeypatch):
     """Two optimizer steps, one generation batch each: merged twice; the frozen base ends bit for bit where it began
     (LoRA trains only the adapter), while the adapter itself trained."""
-    from peft.tuners.tuners_utils import BaseTuner
+    import contextlib
+
+    import trl_grpo_ext.trainer as trainer_module
 
     merges = []
-    original = BaseTuner.merge_adapter
-    monkeypatch.setattr(BaseTuner, "merge_adapter", lambda self, *a, **k: (merges.append(1), original(self, *a, **k)))
+
+    @contextlib.contextmanager
+    def counted(model):
+        with merged_adapter(model) as merged:
+            merges.append(merged)
+            yield merged
+
+    monkeypatch.setattr(trainer_module, "merged_adapter", counted)
     trainer = tiny_trainer(tmp_path, _count_reward, tiny.count_char_dataset(16), peft_config=lora(),
                            merge_adapter_for_generation=True, prompts_per_step=2, num_generations=4,
                            micro_batch_size=8, total_training_steps=2, max_completion_length=8, learning_rate=1e-2,
@@ -137,7 +157,7 @@ def test_training_merges_each_generation_and_leaves_the_base_exact(tmp_path, mon
     adapter = [layer.lora_B["default"].weight.detach().clone() for layer in layers]
     trainer.train()
     assert trainer.state.global_step == 2
-    assert len(merges) == 2
+    assert merges == [2 * len(LORA_TARGETS)] * 2  # every adapted layer, at each of the 2 generations
     assert all(torch.equal(layer.get_base_layer().weight, w) for layer, w in zip(layers, base))
     assert not any(layer.merged for layer in layers)
     assert all(not torch.equal(layer.lora_B["default"].weight, b) for layer, b in zip(layers, adapter))
@@ -151,7 +171,65 @@ def test_trainer_refuses_a_model_without_adapter(tmp_path):
 
 
 def test_trainer_refuses_a_4bit_base(tmp_path):
-    with pytest.raises(ValueError, match="needs a float32 base that is not quantized"):
+    with pytest.raises(ValueError, match=r"with a quantized base \(adapted weights stored as uint8\)"):
         tiny_trainer(tmp_path, _count_reward, tiny.count_char_dataset(16), quantization_config=nf4(),
                      peft_config=lora(), merge_adapter_for_generation=True, prompts_per_step=2, num_generations=4,
                      micro_batch_size=8, total_training_steps=1, max_completion_length=8)
+
+
+def _restored(model, before) -> bool:
+    return all(torch.equal(w, p) for w, p in zip(before, model.parameters()))
+
+
+def test_dora_base_restored_exactly():
+    """PEFT's unmerge of a DoRA layer assigns a new tensor (not in place): the saved copy still comes back."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny.ensure_tiny_model(), dtype=torch.float32),
+                           LoraConfig(r=R, lora_alpha=ALPHA, target_modules=LORA_TARGETS, use_dora=True,
+                                      init_lora_weights=False))
+    before = [p.detach().clone() for p in model.parameters()]
+    ids = torch.tensor([[5, 9, 12, 3]])
+    with torch.no_grad():
+        unmerged = model(input_ids=ids).logits
+        for _ in range(3):
+            with merged_adapter(model):
+                torch.testing.assert_close(model(input_ids=ids).logits, unmerged, rtol=0, atol=1e-5)
+    assert _restored(model, before)
+
+
+def test_tied_embedding_is_not_merged():
+    """A LoRA on an embedding whose weight is also lm_head's (tied): merging it would change lm_head as well, so that
+    layer stays unmerged and the merged model's logits equal the unmerged model's."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny.ensure_tiny_model(), dtype=torch.float32)
+    base.lm_head.weight = base.model.embed_tokens.weight  # tied by hand, as SmolLM2's are
+    model = get_peft_model(base, LoraConfig(r=R, lora_alpha=ALPHA, target_modules=["q_proj", "embed_tokens"],
+                                            init_lora_weights=False))
+    before = [p.detach().clone() for p in model.parameters()]
+    ids = torch.tensor([[5, 9, 12, 3]])
+    with torch.no_grad():
+        unmerged = model(input_ids=ids).logits
+        with merged_adapter(model) as merged:
+            assert merged == 2  # q_proj of the 2 layers; embed_tokens left unmerged
+            torch.testing.assert_close(model(input_ids=ids).logits, unmerged, rtol=0, atol=1e-5)
+    assert _restored(model, before)
+
+
+def test_a_failed_merge_leaves_the_base_as_it_was():
+    """lora_bias on layers without a bias: PEFT's merge raises at the first such layer (o_proj), after merging the
+    layers before it (the tiny Qwen2's q/k/v projections have a bias)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny.ensure_tiny_model(), dtype=torch.float32),
+                           LoraConfig(r=R, lora_alpha=ALPHA, target_modules=LORA_TARGETS, lora_bias=True,
+                                      init_lora_weights=False))
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(RuntimeError, match="lora_bias"), merged_adapter(model):
+        pass
+    assert _restored(model, before)
+    assert not any(layer.merged for layer in _lora_layers(model))

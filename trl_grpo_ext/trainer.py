@@ -39,11 +39,10 @@ from .training.engine_step import EngineStepGuard
 from .training.generation import (
     DRIFT_METRIC,
     BaseDriftMonitor,
-    check_merge_target,
     check_vllm_before_loading,
-    merged_adapter,
     preserved_dtypes,
 )
+from .training.merged_generation import check_merge_target, merged_adapter, sharding
 from .training.sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
 from .zero_variance import (
     ZeroVarianceFilter,
@@ -124,7 +123,7 @@ class GRPOExtTrainer(GRPOTrainer):
             # next training step then fails. Keep the training layout (see models.keep_4bit_training_layout).
             keep_4bit_training_layout(self.model)
         if args.merge_adapter_for_generation:  # a model built in Python; the recipe's settings: rule merged_generation
-            check_merge_target(self.model)
+            check_merge_target(self.model, args, sharded=sharding(self.accelerator))
         # use_vllm on a 4-bit base (opted in): measure how far the re-quantized base drifts, once per generation batch
         self.base_drift = (
             BaseDriftMonitor(self.model)

@@ -11,7 +11,8 @@ from typing import Any
 
 from ..config.checks import RunArgumentError, as_number
 from ..config.engines import resolve_engine
-from ..training.generation import check_generation_settings, check_merged_generation, check_vllm_settings
+from ..training.generation import check_generation_settings, check_vllm_settings
+from ..training.merged_generation import check_merged_generation
 from .engines import check_engine_settings
 from .lora import check_lora_names, check_lora_targets, check_quantized_has_adapter
 from .packages import check_run_packages

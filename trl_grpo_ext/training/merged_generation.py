@@ -1,0 +1,150 @@
+"""`merge_adapter_for_generation`: the LoRA adapter merged into a float32 base for each generation, the base written
+back exactly after it (docs/generation.md, "Merging the adapter for generation")."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+#: Name of the opt-in field.
+MERGE_FOR_GENERATION = "merge_adapter_for_generation"
+
+
+def merge_problem(*, quantized: str | None = None, dtype: str = "float32", bf16: bool = False,
+                  use_vllm: bool = False, sharded: str | None = None, cast_for_generation: str | None = None,
+                  ) -> str | None:
+    """Why the adapter cannot be merged for generation, as one line with its fix, or None (the rule
+    ``merged_generation`` and :func:`check_merge_target` share it).
+
+    Args:
+        quantized: how the base is quantized (e.g. ``"load_in_4bit=True"``), or None. dtype: the dtype the base loads
+            in (``models.settings.load_dtype``: ``"auto"`` is the checkpoint's own). bf16: the run's ``bf16``.
+        use_vllm: TRL generates with vLLM. sharded: the engine that shards the base (ZeRO-3, FSDP), or None.
+        cast_for_generation: the setting under which TRL casts the model to bf16/fp16 to generate, or None."""
+    fix = f"Fix: remove {MERGE_FOR_GENERATION}"
+    if quantized:
+        return (f"{MERGE_FOR_GENERATION}=True with {quantized}: PEFT would de-quantize, add the adapter and "
+                f"re-quantize the base at every generation, and the base would drift (docs/generation.md). {fix}, or "
+                "load the base unquantized (load_in_4bit: false, load_in_8bit: false).")
+    if dtype != "float32":
+        loaded = (f"bf16=True with dtype={dtype!r}, which loads the checkpoint's own dtype" if dtype == "auto" and bf16
+                  else f"the base loaded as {dtype!r}")
+        return (f"{MERGE_FOR_GENERATION}=True with {loaded}: in bf16 or float16 a LoRA delta smaller than half a "
+                f"weight's rounding step vanishes from the merged weight, so generation would ignore it. {fix}, or "
+                "load the base with dtype: float32.")
+    if use_vllm:
+        return f"{MERGE_FOR_GENERATION}=True with use_vllm=True: TRL already hands vLLM the merged weights. {fix}."
+    if sharded:
+        return (f"{MERGE_FOR_GENERATION}=True with {sharded}: the base is sharded across processes and cannot be "
+                f"merged in place. {fix}.")
+    if cast_for_generation:
+        return (f"{MERGE_FOR_GENERATION}=True with use_transformers_continuous_batching=True and {cast_for_generation}: "
+                "TRL casts the model to that precision to generate, and the cast rounds away a small merged LoRA "
+                f"delta. {fix}, or set {cast_for_generation.split('=')[0]}: false.")
+    return None
+
+
+def check_merged_generation(values, engine) -> None:
+    """:func:`merge_problem` of a run's fields before any model loads (the rule ``merged_generation``; ``use_peft``
+    is `tables.REQUIRES`'s). A quantization in ``model_init_kwargs`` counts as the recipe's own.
+
+    Args:
+        values: the run's fields (anything with ``.get``). engine (`config.engines.Engine`): the run's engine.
+
+    Raises:
+        RunArgumentError: the problem's line."""
+    from types import SimpleNamespace
+
+    from ..config.checks import RunArgumentError
+    from ..models.settings import load_dtype
+    from .generation import as_dict, is_4bit, is_8bit
+
+    if not values.get(MERGE_FOR_GENERATION):
+        return
+    quantization = as_dict(values.get("model_init_kwargs")).get("quantization_config")
+    quantized = next((f"{name}=True" for name in ("load_in_4bit", "load_in_8bit") if values.get(name)), None)
+    if quantized is None and (is_4bit(quantization) or is_8bit(quantization)):
+        quantized = "a quantized base (model_init_kwargs.quantization_config)"
+    bf16 = bool(values.get("bf16"))
+    sharded = engine.describe() if engine.kind == "fsdp" or engine.zero_stage == 3 else None
+    cast = next((f"{name}=True" for name in ("bf16", "fp16") if values.get(name)), None)
+    problem = merge_problem(
+        quantized=quantized, dtype=load_dtype(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=bf16)),
+        bf16=bf16, use_vllm=bool(values.get("use_vllm")), sharded=sharded,
+        cast_for_generation=cast if values.get("use_transformers_continuous_batching") else None)
+    if problem:
+        raise RunArgumentError(problem)
+
+
+def check_merge_target(model, args: Any, sharded: str | None = None) -> None:
+    """:func:`merge_problem` of a loaded ``model`` and the trainer's ``args`` (for a model built in Python; the rule
+    checks the recipe's settings before loading).
+
+    Args:
+        model: the trainer's model. args (`GRPOExtConfig`): reads ``use_vllm``, the continuous batching flag, ``bf16``
+            and ``fp16``. sharded: the engine that shards the base, or None.
+
+    Raises:
+        ValueError: not a PEFT model, or the problem's line (a quantized or not float32 adapted base weight ...)."""
+    import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    if not hasattr(model, "merge_adapter"):
+        raise ValueError(f"{MERGE_FOR_GENERATION}=True needs a LoRA adapter to merge, but the model is a "
+                         f"{type(model).__name__}. Fix: remove {MERGE_FOR_GENERATION}, or pass peft_config= "
+                         "(use_peft: true).")
+    dtypes = {layer.get_base_layer().weight.dtype for layer in model.modules() if isinstance(layer, BaseTunerLayer)}
+    quantized = next((str(d).removeprefix("torch.") for d in dtypes if not d.is_floating_point), None)
+    floating = sorted(str(d).removeprefix("torch.") for d in dtypes if d.is_floating_point and d != torch.float32)
+    cast = next((f"{name}=True" for name in ("bf16", "fp16") if getattr(args, name, False)), None)
+    problem = merge_problem(
+        quantized=f"a quantized base (adapted weights stored as {quantized})" if quantized else None,
+        dtype=floating[0] if floating else "float32", use_vllm=bool(getattr(args, "use_vllm", False)),
+        sharded=sharded, cast_for_generation=cast if getattr(args, "use_transformers_continuous_batching", False)
+        else None)
+    if problem:
+        raise ValueError(problem)
+
+
+@contextlib.contextmanager
+def merged_adapter(model) -> Iterator[int]:
+    """The active LoRA adapter of ``model`` merged into its base for the block (each layer's PEFT ``merge``: W +
+    (lora_alpha / r) B A): generation then runs one matrix product per adapted layer instead of three. After the
+    block (an error inside it or in a merge included) each merged layer is unmerged and its base weight set back to a
+    copy taken before, so no rounding of W + ΔW − ΔW is left (memory: one copy of the merged base weights).
+
+    A base weight shared with another module (tied input and output embeddings) is not merged: merging it would change
+    the other module too (its adapter then runs unmerged, as without this block).
+
+    Args:
+        model: a PEFT model over a float32 base that is not quantized (:func:`check_merge_target`).
+
+    Yields:
+        int: how many adapted layers were merged."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    owners = Counter(id(param) for module in model.modules() for param in module.parameters(recurse=False))
+    layers = [layer for layer in model.modules() if isinstance(layer, BaseTunerLayer)
+              and owners[id(layer.get_base_layer().weight)] == 1]
+    saved = [(layer.get_base_layer().weight, layer.get_base_layer().weight.detach().clone()) for layer in layers]
+    try:
+        for layer in layers:
+            layer.merge()
+        yield len(layers)
+    finally:
+        for layer in layers:
+            if layer.merged:
+                layer.unmerge()
+        for weight, copy_ in saved:  # `.data =`: PEFT's unmerge of some variants (DoRA) replaces the tensor
+            weight.data = copy_
+
+
+def sharding(accelerator) -> str | None:
+    """The engine that shards the base under ``accelerator`` (DeepSpeed ZeRO-3, FSDP), for :func:`check_merge_target`,
+    or None."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is not None and plugin.zero_stage == 3:
+        return "DeepSpeed ZeRO-3"
+    return "FSDP" if getattr(accelerator.state, "fsdp_plugin", None) is not None else None
