@@ -104,9 +104,12 @@ def test_check_merge_target_refuses_what_cannot_merge():
      "with a quantized base (model_init_kwargs.quantization_config)"),
     ({"model_init_kwargs": '{"quantization_config": {"load_in_8bit": true}}'}, Engine(),
      "with a quantized base (model_init_kwargs.quantization_config)"),
-    ({"bf16": True, "dtype": "auto"}, Engine(), "with bf16=True with dtype='auto', which loads the checkpoint's own"),
+    ({"bf16": True, "dtype": "auto"}, Engine(), "with bf16=True and dtype='auto' (the checkpoint's own dtype)"),
     ({"use_transformers_continuous_batching": True, "bf16": True, "dtype": "float32"}, Engine(),
-     "with use_transformers_continuous_batching=True and bf16=True: TRL casts the model"),
+     "with use_transformers_continuous_batching=True and bf16=True: the whole model is cast to that precision"),
+    ({"bf16": True, "dtype": "float32"}, Engine("deepspeed", zero_stage=2, source="deepspeed"),
+     "with DeepSpeed ZeRO-2 (from deepspeed) and bf16=True: the whole model is cast"),
+    ({"use_peft": True, "lora_dropout": 0.05}, Engine(), "with lora_dropout=0.05: TRL generates in training mode"),
     ({"dtype": "float16"}, Engine(), "with the base loaded as 'float16'"),
     ({"use_vllm": True}, Engine(), "with use_vllm=True: TRL already hands vLLM the merged weights"),
     ({}, Engine("deepspeed", zero_stage=3, source="deepspeed"), "with DeepSpeed ZeRO-3 (from deepspeed): the base is "
@@ -118,14 +121,16 @@ def test_merged_generation_rule_refuses(values, engine, message):
         check_merged_generation({"merge_adapter_for_generation": True, **values}, engine)
 
 
-@pytest.mark.parametrize("engine", [Engine(), Engine("ddp", source="WORLD_SIZE"),
-                                    Engine("deepspeed", zero_stage=2, source="deepspeed")])
+@pytest.mark.parametrize("engine", [Engine(), Engine("ddp", source="WORLD_SIZE")])
 def test_merged_generation_rule_accepts_a_whole_float32_base(engine):
     check_merged_generation({"merge_adapter_for_generation": True, "dtype": "float32", "bf16": True}, engine)
+    check_merged_generation({"merge_adapter_for_generation": True, "use_peft": True, "lora_dropout": 0.0}, engine)
     check_merged_generation({"merge_adapter_for_generation": True, "use_transformers_continuous_batching": True},
                             engine)  # float32 continuous batching: no cast
     check_merged_generation({"merge_adapter_for_generation": True}, engine)  # bf16 unset: float32 on this machine
     check_merged_generation({"merge_adapter_for_generation": False, "load_in_4bit": True}, engine)
+    # DeepSpeed below ZeRO-3 keeps float32 weights without bf16/fp16
+    check_merged_generation({"merge_adapter_for_generation": True}, Engine("deepspeed", zero_stage=2, source="x"))
 
 
 def _count_reward(completions, completion_ids, **kwargs):
@@ -166,6 +171,17 @@ def test_training_merges_each_generation_and_leaves_the_base_exact(tmp_path, mon
 def test_trainer_refuses_a_model_without_adapter(tmp_path):
     with pytest.raises(ValueError, match="needs a LoRA adapter to merge"):
         tiny_trainer(tmp_path, _count_reward, tiny.count_char_dataset(16), merge_adapter_for_generation=True,
+                     prompts_per_step=2, num_generations=4, micro_batch_size=8, total_training_steps=1,
+                     max_completion_length=8)
+
+
+def test_trainer_refuses_lora_dropout(tmp_path):
+    from peft import LoraConfig
+
+    with pytest.raises(ValueError, match="with lora_dropout=0.1: TRL generates in training mode"):
+        tiny_trainer(tmp_path, _count_reward, tiny.count_char_dataset(16), merge_adapter_for_generation=True,
+                     peft_config=LoraConfig(r=8, lora_alpha=16, lora_dropout=0.1, target_modules=LORA_TARGETS,
+                                            task_type="CAUSAL_LM"),
                      prompts_per_step=2, num_generations=4, micro_batch_size=8, total_training_steps=1,
                      max_completion_length=8)
 

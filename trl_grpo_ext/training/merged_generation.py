@@ -13,8 +13,8 @@ MERGE_FOR_GENERATION = "merge_adapter_for_generation"
 
 
 def merge_problem(*, quantized: str | None = None, dtype: str = "float32", bf16: bool = False,
-                  use_vllm: bool = False, sharded: str | None = None, cast_for_generation: str | None = None,
-                  ) -> str | None:
+                  use_vllm: bool = False, sharded: str | None = None, cast: str | None = None,
+                  lora_dropout: float = 0.0) -> str | None:
     """Why the adapter cannot be merged for generation, as one line with its fix, or None (the rule
     ``merged_generation`` and :func:`check_merge_target` share it).
 
@@ -22,14 +22,15 @@ def merge_problem(*, quantized: str | None = None, dtype: str = "float32", bf16:
         quantized: how the base is quantized (e.g. ``"load_in_4bit=True"``), or None. dtype: the dtype the base loads
             in (``models.settings.load_dtype``: ``"auto"`` is the checkpoint's own). bf16: the run's ``bf16``.
         use_vllm: TRL generates with vLLM. sharded: the engine that shards the base (ZeRO-3, FSDP), or None.
-        cast_for_generation: the setting under which TRL casts the model to bf16/fp16 to generate, or None."""
+        cast: what casts the whole model to bf16/fp16 after loading (DeepSpeed, or TRL's continuous batching), with
+            the precision setting, or None. lora_dropout: the adapter's dropout probability."""
     fix = f"Fix: remove {MERGE_FOR_GENERATION}"
     if quantized:
         return (f"{MERGE_FOR_GENERATION}=True with {quantized}: PEFT would de-quantize, add the adapter and "
                 f"re-quantize the base at every generation, and the base would drift (docs/generation.md). {fix}, or "
                 "load the base unquantized (load_in_4bit: false, load_in_8bit: false).")
     if dtype != "float32":
-        loaded = (f"bf16=True with dtype={dtype!r}, which loads the checkpoint's own dtype" if dtype == "auto" and bf16
+        loaded = (f"bf16=True and dtype={dtype!r} (the checkpoint's own dtype)" if dtype == "auto" and bf16
                   else f"the base loaded as {dtype!r}")
         return (f"{MERGE_FOR_GENERATION}=True with {loaded}: in bf16 or float16 a LoRA delta smaller than half a "
                 f"weight's rounding step vanishes from the merged weight, so generation would ignore it. {fix}, or "
@@ -39,10 +40,14 @@ def merge_problem(*, quantized: str | None = None, dtype: str = "float32", bf16:
     if sharded:
         return (f"{MERGE_FOR_GENERATION}=True with {sharded}: the base is sharded across processes and cannot be "
                 f"merged in place. {fix}.")
-    if cast_for_generation:
-        return (f"{MERGE_FOR_GENERATION}=True with use_transformers_continuous_batching=True and {cast_for_generation}: "
-                "TRL casts the model to that precision to generate, and the cast rounds away a small merged LoRA "
-                f"delta. {fix}, or set {cast_for_generation.split('=')[0]}: false.")
+    if cast:
+        setting = cast.rsplit(" and ", 1)[-1].split("=")[0]
+        return (f"{MERGE_FOR_GENERATION}=True with {cast}: the whole model is cast to that precision, and the cast "
+                f"rounds away a small merged LoRA delta. {fix}, or set {setting}: false.")
+    if lora_dropout > 0:
+        return (f"{MERGE_FOR_GENERATION}=True with lora_dropout={lora_dropout!r}: TRL generates in training mode, so "
+                "unmerged generation applies the adapter's dropout and merged generation would not: the completions "
+                f"would be sampled from another policy than TRL's. {fix}, or set lora_dropout: 0.")
     return None
 
 
@@ -69,11 +74,15 @@ def check_merged_generation(values, engine) -> None:
         quantized = "a quantized base (model_init_kwargs.quantization_config)"
     bf16 = bool(values.get("bf16"))
     sharded = engine.describe() if engine.kind == "fsdp" or engine.zero_stage == 3 else None
-    cast = next((f"{name}=True" for name in ("bf16", "fp16") if values.get(name)), None)
+    precision = next((f"{name}=True" for name in ("bf16", "fp16") if values.get(name)), None)
+    caster = (engine.describe() if engine.kind == "deepspeed" else "use_transformers_continuous_batching=True"
+              if values.get("use_transformers_continuous_batching") else None)
+    use_peft = values.get("use_peft")
     problem = merge_problem(
         quantized=quantized, dtype=load_dtype(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=bf16)),
         bf16=bf16, use_vllm=bool(values.get("use_vllm")), sharded=sharded,
-        cast_for_generation=cast if values.get("use_transformers_continuous_batching") else None)
+        cast=f"{caster} and {precision}" if caster and precision else None,
+        lora_dropout=float(values.get("lora_dropout") or 0.0) if use_peft else 0.0)
     if problem:
         raise RunArgumentError(problem)
 
@@ -84,7 +93,7 @@ def check_merge_target(model, args: Any, sharded: str | None = None) -> None:
 
     Args:
         model: the trainer's model. args (`GRPOExtConfig`): reads ``use_vllm``, the continuous batching flag, ``bf16``
-            and ``fp16``. sharded: the engine that shards the base, or None.
+            and ``fp16``. sharded: :func:`sharding`'s answer.
 
     Raises:
         ValueError: not a PEFT model, or the problem's line (a quantized or not float32 adapted base weight ...)."""
@@ -98,12 +107,17 @@ def check_merge_target(model, args: Any, sharded: str | None = None) -> None:
     dtypes = {layer.get_base_layer().weight.dtype for layer in model.modules() if isinstance(layer, BaseTunerLayer)}
     quantized = next((str(d).removeprefix("torch.") for d in dtypes if not d.is_floating_point), None)
     floating = sorted(str(d).removeprefix("torch.") for d in dtypes if d.is_floating_point and d != torch.float32)
-    cast = next((f"{name}=True" for name in ("bf16", "fp16") if getattr(args, name, False)), None)
+    precision = next((f"{name}=True" for name in ("bf16", "fp16") if getattr(args, name, False)), None)
+    caster = ("DeepSpeed" if getattr(args, "deepspeed", None) or sharded == "DeepSpeed" else
+              "use_transformers_continuous_batching=True" if getattr(args, "use_transformers_continuous_batching", False)
+              else None)
+    dropout = max((float(getattr(module, "p", 0.0)) for layer in model.modules() if isinstance(layer, BaseTunerLayer)
+                   for module in getattr(layer, "lora_dropout", {}).values()), default=0.0)
     problem = merge_problem(
         quantized=f"a quantized base (adapted weights stored as {quantized})" if quantized else None,
         dtype=floating[0] if floating else "float32", use_vllm=bool(getattr(args, "use_vllm", False)),
-        sharded=sharded, cast_for_generation=cast if getattr(args, "use_transformers_continuous_batching", False)
-        else None)
+        sharded=None if sharded == "DeepSpeed" else sharded, cast=f"{caster} and {precision}" if caster and precision
+        else None, lora_dropout=dropout)
     if problem:
         raise ValueError(problem)
 
@@ -142,9 +156,9 @@ def merged_adapter(model) -> Iterator[int]:
 
 
 def sharding(accelerator) -> str | None:
-    """The engine that shards the base under ``accelerator`` (DeepSpeed ZeRO-3, FSDP), for :func:`check_merge_target`,
-    or None."""
+    """The engine under ``accelerator`` for :func:`check_merge_target`: ``"DeepSpeed ZeRO-3"`` or ``"FSDP"`` (they
+    shard the base), ``"DeepSpeed"`` (another stage: it casts the model under bf16/fp16), or None."""
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
-    if plugin is not None and plugin.zero_stage == 3:
-        return "DeepSpeed ZeRO-3"
+    if plugin is not None:
+        return "DeepSpeed ZeRO-3" if plugin.zero_stage == 3 else "DeepSpeed"
     return "FSDP" if getattr(accelerator.state, "fsdp_plugin", None) is not None else None
