@@ -373,7 +373,7 @@ RULES: tuple[Rule, ...] = (
     # flash-attn, vLLM, Liger, the trackers: before the model, not after (each missing package a line of its own)
     Rule("run_packages", lambda v: check_run_packages(v.values, v.problems), (), blocked_by=()),
     Rule("merged_generation", lambda v: check_merged_generation(v.values, _engine(v)), ("merge_adapter_for_generation",),
-         blocked_by=("merge_adapter_for_generation", "use_peft")),
+         blocked_by=("merge_adapter_for_generation", "use_peft", "lora_dropout", "dtype", "model_init_kwargs")),
     Rule("engine_settings", lambda v: check_engine_settings(_engine(v), v.values), ("deepspeed", "fsdp", "fsdp_config")),
     Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
     Rule("lora_targets", lambda v: v.check_model and v.get("use_peft") and check_lora_targets(v.values), _LORA,
