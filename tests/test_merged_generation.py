@@ -110,6 +110,8 @@ def test_check_merge_target_refuses_what_cannot_merge():
     ({"bf16": True, "dtype": "float32"}, Engine("deepspeed", zero_stage=2, source="deepspeed"),
      "with DeepSpeed ZeRO-2 (from deepspeed) and bf16=True: the whole model is cast"),
     ({"use_peft": True, "lora_dropout": 0.05}, Engine(), "with lora_dropout=0.05: TRL generates in training mode"),
+    ({"dtype": "float32"}, Engine("deepspeed", zero_stage=2, source="zero2.yaml", mixed_precision="bf16"),
+     "with DeepSpeed ZeRO-2 (from zero2.yaml) and mixed_precision='bf16' (from zero2.yaml): the whole model is cast"),
     ({"dtype": "float16"}, Engine(), "with the base loaded as 'float16'"),
     ({"use_vllm": True}, Engine(), "with use_vllm=True: TRL already hands vLLM the merged weights"),
     ({}, Engine("deepspeed", zero_stage=3, source="deepspeed"), "with DeepSpeed ZeRO-3 (from deepspeed): the base is "
@@ -131,6 +133,61 @@ def test_merged_generation_rule_accepts_a_whole_float32_base(engine):
     check_merged_generation({"merge_adapter_for_generation": False, "load_in_4bit": True}, engine)
     # DeepSpeed below ZeRO-3 keeps float32 weights without bf16/fp16
     check_merged_generation({"merge_adapter_for_generation": True}, Engine("deepspeed", zero_stage=2, source="x"))
+
+
+def test_rule_dropout_names_trl_default_and_accepts_disable_dropout():
+    values = {"merge_adapter_for_generation": True, "use_peft": True, "lora_dropout": 0.05}
+    with pytest.raises(RunArgumentError, match=r"lora_dropout=0.05 \(TRL's ModelConfig default\).*set lora_dropout: "
+                                               r"0 \(or disable_dropout: true\)"):
+        check_merged_generation(values, Engine(), user={"merge_adapter_for_generation": True})
+    check_merged_generation({**values, "disable_dropout": True}, Engine())  # TRL sets every dropout's p to 0
+
+
+def test_rule_reads_a_continued_adapters_own_dropout(tmp_path):
+    """A continued adapter keeps its own LoRA settings: its adapter_config.json's lora_dropout is judged."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    source = Path(__file__).parent / "data" / "tiny_adapter"
+    values = {"merge_adapter_for_generation": True, "use_peft": True, "model_name_or_path": str(source)}
+    check_merged_generation({**values, "lora_dropout": 0.05}, Engine())  # its own is 0.0
+    adapter = tmp_path / "adapter"
+    shutil.copytree(source, adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "lora_dropout": 0.1}))
+    with pytest.raises(RunArgumentError, match=r"lora_dropout=0.1 \(the continued adapter's.*set disable_dropout: true"):
+        check_merged_generation({**values, "model_name_or_path": str(adapter), "lora_dropout": 0.0}, Engine())
+
+
+def test_only_active_adapters_are_merged_and_judged():
+    """Two adapters, the second on 2 of the 14 projections with dropout 0.2 and inactive: the first is merged (14
+    layers), the check ignores the inactive one's dropout; with the second active, 2 layers merge."""
+    model = _peft_tiny()
+    from peft import LoraConfig
+
+    model.add_adapter("b", LoraConfig(r=R, lora_alpha=ALPHA, target_modules=["q_proj"], lora_dropout=0.2))
+    args = GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, report_to=[])
+    check_merge_target(model, args)
+    with torch.no_grad(), merged_adapter(model) as merged:
+        assert merged == 2 * len(LORA_TARGETS)
+    model.set_adapter("b")
+    with pytest.raises(ValueError, match="with lora_dropout=0.2"):
+        check_merge_target(model, args)
+    before = [p.detach().clone() for p in model.parameters()]
+    with torch.no_grad(), merged_adapter(model) as merged:
+        assert merged == 2
+    assert _restored(model, before)
+
+
+def test_check_merge_target_refuses_lora_bias_without_a_bias():
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny.ensure_tiny_model(), dtype=torch.float32),
+                           LoraConfig(r=R, lora_alpha=ALPHA, target_modules=["o_proj"], lora_bias=True))
+    with pytest.raises(ValueError, match="with lora_bias=True on a layer that has no bias"):
+        check_merge_target(model, GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, report_to=[]))
 
 
 def _count_reward(completions, completion_ids, **kwargs):

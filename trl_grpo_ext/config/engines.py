@@ -27,6 +27,7 @@ class Engine:
     num_machines: int | None = None
     source: str = "default"
     optimizer_section: bool = False
+    mixed_precision: str | None = None  # accelerate's (no, bf16, fp16), where the source names it
 
     def describe(self) -> str:
         """``"DeepSpeed ZeRO-3 (from ACCELERATE_USE_DEEPSPEED)"`` and the like."""
@@ -81,7 +82,8 @@ def engine_from_env(environ: Mapping[str, str] | None = None) -> Engine | None:
     env = os.environ if environ is None else environ
     if _flag(env.get("ACCELERATE_USE_DEEPSPEED", "false")):
         return _deepspeed_engine(env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE"), "ACCELERATE_USE_DEEPSPEED",
-                                 env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"))
+                                 env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"),
+                                 mixed_precision=env.get("ACCELERATE_MIXED_PRECISION"))
     if _flag(env.get("ACCELERATE_USE_FSDP", "false")):
         version = env.get("FSDP_VERSION", "1")
         return Engine("fsdp", fsdp_version=int(version) if version.isdigit() else 1, source="ACCELERATE_USE_FSDP")
@@ -96,7 +98,8 @@ def engine_from_accelerate_config(config: Mapping[str, Any], source: str = "the 
     counts = {k: int(v) for k, v in counts.items() if v is not None}
     if kind == "DEEPSPEED":
         ds = config.get("deepspeed_config") or {}
-        return _deepspeed_engine(ds.get("deepspeed_config_file"), source, ds.get("zero_stage"), **counts)
+        return _deepspeed_engine(ds.get("deepspeed_config_file"), source, ds.get("zero_stage"),
+                                 mixed_precision=config.get("mixed_precision"), **counts)
     if kind == "FSDP":
         version = (config.get("fsdp_config") or {}).get("fsdp_version", 1)
         return Engine("fsdp", fsdp_version=int(version), source=source, **counts)

@@ -12,23 +12,28 @@ from typing import Any
 MERGE_FOR_GENERATION = "merge_adapter_for_generation"
 
 
-def merge_problem(*, quantized: str | None = None, dtype: str = "float32", bf16: bool = False,
-                  use_vllm: bool = False, sharded: str | None = None, cast: str | None = None,
-                  lora_dropout: float = 0.0) -> str | None:
+def merge_problem(*, quantized: str | None = None, quantized_fix: str = "", dtype: str = "float32",
+                  bf16: bool = False, use_vllm: bool = False, sharded: str | None = None, cast: str | None = None,
+                  cast_fix: str = "", lora_dropout: str | None = None,
+                  dropout_fix: str = "set lora_dropout: 0 (or disable_dropout: true)", lora_bias: bool = False,
+                  ) -> str | None:
     """Why the adapter cannot be merged for generation, as one line with its fix, or None (the rule
     ``merged_generation`` and :func:`check_merge_target` share it).
 
     Args:
-        quantized: how the base is quantized (e.g. ``"load_in_4bit=True"``), or None. dtype: the dtype the base loads
-            in (``models.settings.load_dtype``: ``"auto"`` is the checkpoint's own). bf16: the run's ``bf16``.
-        use_vllm: TRL generates with vLLM. sharded: the engine that shards the base (ZeRO-3, FSDP), or None.
-        cast: what casts the whole model to bf16/fp16 after loading (DeepSpeed, or TRL's continuous batching), with
-            the precision setting, or None. lora_dropout: the adapter's dropout probability."""
+        quantized: how the base is quantized (e.g. ``"load_in_4bit=True"``), or None; quantized_fix: how to undo it.
+        dtype: the dtype the base loads in (``models.settings.load_dtype``: ``"auto"`` is the checkpoint's own).
+        bf16: the run's ``bf16``. use_vllm: TRL generates with vLLM. sharded: the engine that shards the base (ZeRO-3,
+        FSDP), or None. cast: what casts the whole model to bf16/fp16 after loading (DeepSpeed, or TRL's continuous
+        batching) and under which setting, or None; cast_fix: how to turn that setting off. lora_dropout: the adapter's
+        dropout probability as written (e.g. ``"0.05 (TRL's ModelConfig default)"``) when above 0, else None;
+        dropout_fix: how to zero it.
+        lora_bias: an adapter with ``lora_bias`` on a layer without a bias (PEFT cannot merge it)."""
     fix = f"Fix: remove {MERGE_FOR_GENERATION}"
     if quantized:
         return (f"{MERGE_FOR_GENERATION}=True with {quantized}: PEFT would de-quantize, add the adapter and "
                 f"re-quantize the base at every generation, and the base would drift (docs/generation.md). {fix}, or "
-                "load the base unquantized (load_in_4bit: false, load_in_8bit: false).")
+                f"{quantized_fix}.")
     if dtype != "float32":
         loaded = (f"bf16=True and dtype={dtype!r} (the checkpoint's own dtype)" if dtype == "auto" and bf16
                   else f"the base loaded as {dtype!r}")
@@ -41,22 +46,56 @@ def merge_problem(*, quantized: str | None = None, dtype: str = "float32", bf16:
         return (f"{MERGE_FOR_GENERATION}=True with {sharded}: the base is sharded across processes and cannot be "
                 f"merged in place. {fix}.")
     if cast:
-        setting = cast.rsplit(" and ", 1)[-1].split("=")[0]
         return (f"{MERGE_FOR_GENERATION}=True with {cast}: the whole model is cast to that precision, and the cast "
-                f"rounds away a small merged LoRA delta. {fix}, or set {setting}: false.")
-    if lora_dropout > 0:
-        return (f"{MERGE_FOR_GENERATION}=True with lora_dropout={lora_dropout!r}: TRL generates in training mode, so "
+                f"rounds away a small merged LoRA delta. {fix}, or {cast_fix}.")
+    if lora_dropout:
+        return (f"{MERGE_FOR_GENERATION}=True with lora_dropout={lora_dropout}: TRL generates in training mode, so "
                 "unmerged generation applies the adapter's dropout and merged generation would not: the completions "
-                f"would be sampled from another policy than TRL's. {fix}, or set lora_dropout: 0.")
+                f"would be sampled from another policy than TRL's. {fix}, or {dropout_fix}.")
+    if lora_bias:
+        return (f"{MERGE_FOR_GENERATION}=True with lora_bias=True on a layer that has no bias: PEFT cannot merge such "
+                f"an adapter. {fix}, or lora_bias=False.")
     return None
 
 
-def check_merged_generation(values, engine) -> None:
+def _precision(values, engine) -> tuple[str | None, str]:
+    """The bf16/fp16 setting under which the model is cast, and how to turn it off."""
+    for name in ("bf16", "fp16"):
+        if values.get(name):
+            return f"{name}=True", f"set {name}: false"
+    if engine.mixed_precision in ("bf16", "fp16"):
+        return (f"mixed_precision={engine.mixed_precision!r} (from {engine.source})",
+                "set mixed_precision: 'no' in the accelerate config")
+    return None, ""
+
+
+def _adapter_dropout(values) -> float | None:
+    """``lora_dropout`` of the adapter a run continues (`models.source`), or None when it continues none."""
+    import json
+    from pathlib import Path
+
+    from ..models.source import resolve_model_source
+
+    name = values.get("model_name_or_path")
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        source = resolve_model_source(name)
+        if source.continued:
+            return float(json.loads(Path(source.adapter, "adapter_config.json").read_text()).get("lora_dropout") or 0)
+    except (ValueError, OSError, TypeError):
+        return None
+    return None
+
+
+def check_merged_generation(values, engine, user=None) -> None:
     """:func:`merge_problem` of a run's fields before any model loads (the rule ``merged_generation``; ``use_peft``
-    is `tables.REQUIRES`'s). A quantization in ``model_init_kwargs`` counts as the recipe's own.
+    is `tables.REQUIRES`'s). A quantization in ``model_init_kwargs`` counts as the recipe's own; a continued adapter's
+    own ``lora_dropout`` is judged, not the field's; ``disable_dropout`` zeroes it.
 
     Args:
-        values: the run's fields (anything with ``.get``). engine (`config.engines.Engine`): the run's engine.
+        values: the run's fields (anything with ``.get``). engine (`config.engines.Engine`): the run's engine. user:
+            the keys the user set (None: unknown), to say when ``lora_dropout`` is TRL's default.
 
     Raises:
         RunArgumentError: the problem's line."""
@@ -70,30 +109,40 @@ def check_merged_generation(values, engine) -> None:
         return
     quantization = as_dict(values.get("model_init_kwargs")).get("quantization_config")
     quantized = next((f"{name}=True" for name in ("load_in_4bit", "load_in_8bit") if values.get(name)), None)
+    quantized_fix = "load the base unquantized (load_in_4bit: false, load_in_8bit: false)"
     if quantized is None and (is_4bit(quantization) or is_8bit(quantization)):
         quantized = "a quantized base (model_init_kwargs.quantization_config)"
+        quantized_fix = "remove quantization_config from model_init_kwargs"
     bf16 = bool(values.get("bf16"))
     sharded = engine.describe() if engine.kind == "fsdp" or engine.zero_stage == 3 else None
-    precision = next((f"{name}=True" for name in ("bf16", "fp16") if values.get(name)), None)
+    precision, cast_fix = _precision(values, engine)
     caster = (engine.describe() if engine.kind == "deepspeed" else "use_transformers_continuous_batching=True"
               if values.get("use_transformers_continuous_batching") else None)
-    use_peft = values.get("use_peft")
+    dropout, dropout_fix = _adapter_dropout(values), "set disable_dropout: true (it keeps its own lora_dropout)"
+    if dropout is None:
+        dropout_fix = "set lora_dropout: 0 (or disable_dropout: true)"
+        dropout = float(values.get("lora_dropout") or 0.0) if values.get("use_peft") else 0.0
+        default = user is not None and "lora_dropout" not in user
+        shown = f"{dropout!r} (TRL's ModelConfig default)" if default else repr(dropout)
+    else:
+        shown = f"{dropout!r} (the continued adapter's, in its adapter_config.json)"
     problem = merge_problem(
-        quantized=quantized, dtype=load_dtype(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=bf16)),
-        bf16=bf16, use_vllm=bool(values.get("use_vllm")), sharded=sharded,
-        cast=f"{caster} and {precision}" if caster and precision else None,
-        lora_dropout=float(values.get("lora_dropout") or 0.0) if use_peft else 0.0)
+        quantized=quantized, quantized_fix=quantized_fix, bf16=bf16,
+        dtype=load_dtype(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=bf16)),
+        use_vllm=bool(values.get("use_vllm")), sharded=sharded,
+        cast=f"{caster} and {precision}" if caster and precision else None, cast_fix=cast_fix,
+        lora_dropout=shown if dropout > 0 and not values.get("disable_dropout") else None, dropout_fix=dropout_fix)
     if problem:
         raise RunArgumentError(problem)
 
 
 def check_merge_target(model, args: Any, sharded: str | None = None) -> None:
     """:func:`merge_problem` of a loaded ``model`` and the trainer's ``args`` (for a model built in Python; the rule
-    checks the recipe's settings before loading).
+    checks the recipe's settings before loading). Only the active adapters are judged.
 
     Args:
-        model: the trainer's model. args (`GRPOExtConfig`): reads ``use_vllm``, the continuous batching flag, ``bf16``
-            and ``fp16``. sharded: :func:`sharding`'s answer.
+        model: the trainer's model. args (`GRPOExtConfig`): reads ``use_vllm``, the continuous batching flag, ``bf16``,
+            ``fp16`` and ``mixed_precision``. sharded: :func:`sharding`'s answer.
 
     Raises:
         ValueError: not a PEFT model, or the problem's line (a quantized or not float32 adapted base weight ...)."""
@@ -104,20 +153,28 @@ def check_merge_target(model, args: Any, sharded: str | None = None) -> None:
         raise ValueError(f"{MERGE_FOR_GENERATION}=True needs a LoRA adapter to merge, but the model is a "
                          f"{type(model).__name__}. Fix: remove {MERGE_FOR_GENERATION}, or pass peft_config= "
                          "(use_peft: true).")
-    dtypes = {layer.get_base_layer().weight.dtype for layer in model.modules() if isinstance(layer, BaseTunerLayer)}
+    layers = [layer for layer in model.modules() if isinstance(layer, BaseTunerLayer)]
+    dtypes = {layer.get_base_layer().weight.dtype for layer in layers}
     quantized = next((str(d).removeprefix("torch.") for d in dtypes if not d.is_floating_point), None)
     floating = sorted(str(d).removeprefix("torch.") for d in dtypes if d.is_floating_point and d != torch.float32)
     precision = next((f"{name}=True" for name in ("bf16", "fp16") if getattr(args, name, False)), None)
+    if precision is None and getattr(args, "mixed_precision", "no") in ("bf16", "fp16"):
+        precision = f"mixed_precision={args.mixed_precision!r}"
+    batching = getattr(args, "use_transformers_continuous_batching", False)
     caster = ("DeepSpeed" if getattr(args, "deepspeed", None) or sharded == "DeepSpeed" else
-              "use_transformers_continuous_batching=True" if getattr(args, "use_transformers_continuous_batching", False)
-              else None)
-    dropout = max((float(getattr(module, "p", 0.0)) for layer in model.modules() if isinstance(layer, BaseTunerLayer)
-                   for module in getattr(layer, "lora_dropout", {}).values()), default=0.0)
+              "use_transformers_continuous_batching=True" if batching else None)
+    active = [(layer, name) for layer in layers for name in layer.active_adapters
+              if name in getattr(layer, "lora_A", {})]
+    dropout = max((float(getattr(layer.lora_dropout[name], "p", 0.0)) for layer, name in active), default=0.0)
+    bias = any(getattr(layer, "lora_bias", {}).get(name) and getattr(layer.get_base_layer(), "bias", None) is None
+               for layer, name in active)
     problem = merge_problem(
         quantized=f"a quantized base (adapted weights stored as {quantized})" if quantized else None,
-        dtype=floating[0] if floating else "float32", use_vllm=bool(getattr(args, "use_vllm", False)),
-        sharded=None if sharded == "DeepSpeed" else sharded, cast=f"{caster} and {precision}" if caster and precision
-        else None, lora_dropout=dropout)
+        quantized_fix="load the base in float32 without quantization", dtype=floating[0] if floating else "float32",
+        use_vllm=bool(getattr(args, "use_vllm", False)), sharded=None if sharded == "DeepSpeed" else sharded,
+        cast=f"{caster} and {precision}" if caster and precision else None,
+        cast_fix=f"set {precision.split('=')[0]}: false" if precision else "", lora_bias=bias,
+        lora_dropout=repr(dropout) if dropout > 0 else None)
     if problem:
         raise ValueError(problem)
 
@@ -136,7 +193,7 @@ def merged_adapter(model) -> Iterator[int]:
         model: a PEFT model over a float32 base that is not quantized (:func:`check_merge_target`).
 
     Yields:
-        int: how many adapted layers were merged."""
+        int: how many adapted layers were merged (layers without an active adapter merge nothing)."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     owners = Counter(id(param) for module in model.modules() for param in module.parameters(recurse=False))
@@ -146,7 +203,7 @@ def merged_adapter(model) -> Iterator[int]:
     try:
         for layer in layers:
             layer.merge()
-        yield len(layers)
+        yield sum(bool(layer.merged) for layer in layers)
     finally:
         for layer in layers:
             if layer.merged:

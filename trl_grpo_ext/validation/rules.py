@@ -372,7 +372,8 @@ RULES: tuple[Rule, ...] = (
          blocked_by=(*_REWARDS, "embedded_target", "dataset_name", "dataset_format")),
     # flash-attn, vLLM, Liger, the trackers: before the model, not after (each missing package a line of its own)
     Rule("run_packages", lambda v: check_run_packages(v.values, v.problems), (), blocked_by=()),
-    Rule("merged_generation", lambda v: check_merged_generation(v.values, _engine(v)), ("merge_adapter_for_generation",),
+    Rule("merged_generation", lambda v: check_merged_generation(v.values, _engine(v), v.user),
+         ("merge_adapter_for_generation",),
          blocked_by=("merge_adapter_for_generation", "use_peft", "lora_dropout", "dtype", "model_init_kwargs")),
     Rule("engine_settings", lambda v: check_engine_settings(_engine(v), v.values), ("deepspeed", "fsdp", "fsdp_config")),
     Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
