@@ -88,14 +88,14 @@ def test_check_merge_target_refuses_what_cannot_merge():
     plain = AutoModelForCausalLM.from_pretrained(tiny.ensure_tiny_model())
     with pytest.raises(ValueError, match="merge_adapter_for_generation=True needs a LoRA adapter to merge, but the "
                                          "model is a Qwen2ForCausalLM. Fix: remove merge_adapter_for_generation"):
-        check_merge_target(plain, None)
+        check_merge_target(plain, None, Engine())
     model = _peft_tiny().to(torch.bfloat16)
     args = GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, report_to=[])
     with pytest.raises(ValueError, match="with the base loaded as 'bfloat16'"):
-        check_merge_target(model, args)
-    check_merge_target(_peft_tiny(), args)  # float32: accepted
-    with pytest.raises(ValueError, match="with DeepSpeed ZeRO-3: the base is sharded"):
-        check_merge_target(_peft_tiny(), args, sharded="DeepSpeed ZeRO-3")
+        check_merge_target(model, args, Engine())
+    check_merge_target(_peft_tiny(), args, Engine())  # float32: accepted
+    with pytest.raises(ValueError, match=r"with DeepSpeed ZeRO-3 \(from deepspeed\): the base is sharded"):
+        check_merge_target(_peft_tiny(), args, Engine("deepspeed", zero_stage=3, source="deepspeed"))
 
 
 @pytest.mark.parametrize(("values", "engine", "message"), [
@@ -168,12 +168,12 @@ def test_only_active_adapters_are_merged_and_judged():
 
     model.add_adapter("b", LoraConfig(r=R, lora_alpha=ALPHA, target_modules=["q_proj"], lora_dropout=0.2))
     args = GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, report_to=[])
-    check_merge_target(model, args)
+    check_merge_target(model, args, Engine())
     with torch.no_grad(), merged_adapter(model) as merged:
         assert merged == 2 * len(LORA_TARGETS)
     model.set_adapter("b")
     with pytest.raises(ValueError, match="with lora_dropout=0.2"):
-        check_merge_target(model, args)
+        check_merge_target(model, args, Engine())
     before = [p.detach().clone() for p in model.parameters()]
     with torch.no_grad(), merged_adapter(model) as merged:
         assert merged == 2
@@ -187,7 +187,8 @@ def test_check_merge_target_refuses_lora_bias_without_a_bias():
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny.ensure_tiny_model(), dtype=torch.float32),
                            LoraConfig(r=R, lora_alpha=ALPHA, target_modules=["o_proj"], lora_bias=True))
     with pytest.raises(ValueError, match="with lora_bias=True on a layer that has no bias"):
-        check_merge_target(model, GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, report_to=[]))
+        check_merge_target(model, GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, report_to=[]),
+                           Engine())
 
 
 def _count_reward(completions, completion_ids, **kwargs):

@@ -22,6 +22,7 @@ from trl import GRPOTrainer
 
 from . import _trl_compat
 from .advantages import advantage_metrics, compute_advantages
+from .config.engines import resolve_engine
 from .config.ext_config import GRPOExtConfig
 from .models.settings import is_4bit_model, is_quantized_model, keep_4bit_training_layout
 from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings, seed_line
@@ -42,7 +43,7 @@ from .training.generation import (
     check_vllm_before_loading,
     preserved_dtypes,
 )
-from .training.merged_generation import check_merge_target, merged_adapter, sharding
+from .training.merged_generation import check_merge_target, merged_adapter
 from .training.sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
 from .zero_variance import (
     ZeroVarianceFilter,
@@ -123,7 +124,7 @@ class GRPOExtTrainer(GRPOTrainer):
             # next training step then fails. Keep the training layout (see models.keep_4bit_training_layout).
             keep_4bit_training_layout(self.model)
         if args.merge_adapter_for_generation:  # a model built in Python; the recipe's settings: rule merged_generation
-            check_merge_target(self.model, args, sharded=sharding(self.accelerator))
+            check_merge_target(self.model, args, resolve_engine(vars(args)))
         # use_vllm on a 4-bit base (opted in): measure how far the re-quantized base drifts, once per generation batch
         self.base_drift = (
             BaseDriftMonitor(self.model)

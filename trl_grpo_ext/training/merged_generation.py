@@ -69,6 +69,16 @@ def _precision(values, engine) -> tuple[str | None, str]:
     return None, ""
 
 
+def _engine_problem(values, engine) -> dict[str, Any]:
+    """`merge_problem`'s engine arguments of a run's fields and `config.engines.Engine`: the sharding engine (ZeRO-3,
+    FSDP), and what casts the model to bf16/fp16 (DeepSpeed, continuous batching) with the fix."""
+    precision, cast_fix = _precision(values, engine)
+    caster = (engine.describe() if engine.kind == "deepspeed" else "use_transformers_continuous_batching=True"
+              if values.get("use_transformers_continuous_batching") else None)
+    return {"sharded": engine.describe() if engine.kind == "fsdp" or engine.zero_stage == 3 else None,
+            "cast": f"{caster} and {precision}" if caster and precision else None, "cast_fix": cast_fix}
+
+
 def _adapter_dropout(values) -> float | None:
     """``lora_dropout`` of the adapter a run continues (`models.source`), or None when it continues none."""
     import json
@@ -114,10 +124,6 @@ def check_merged_generation(values, engine, user=None) -> None:
         quantized = "a quantized base (model_init_kwargs.quantization_config)"
         quantized_fix = "remove quantization_config from model_init_kwargs"
     bf16 = bool(values.get("bf16"))
-    sharded = engine.describe() if engine.kind == "fsdp" or engine.zero_stage == 3 else None
-    precision, cast_fix = _precision(values, engine)
-    caster = (engine.describe() if engine.kind == "deepspeed" else "use_transformers_continuous_batching=True"
-              if values.get("use_transformers_continuous_batching") else None)
     dropout, dropout_fix = _adapter_dropout(values), "set disable_dropout: true (it keeps its own lora_dropout)"
     if dropout is None:
         dropout_fix = "set lora_dropout: 0 (or disable_dropout: true)"
@@ -129,20 +135,20 @@ def check_merged_generation(values, engine, user=None) -> None:
     problem = merge_problem(
         quantized=quantized, quantized_fix=quantized_fix, bf16=bf16,
         dtype=load_dtype(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=bf16)),
-        use_vllm=bool(values.get("use_vllm")), sharded=sharded,
-        cast=f"{caster} and {precision}" if caster and precision else None, cast_fix=cast_fix,
+        use_vllm=bool(values.get("use_vllm")), **_engine_problem(values, engine),
         lora_dropout=shown if dropout > 0 and not values.get("disable_dropout") else None, dropout_fix=dropout_fix)
     if problem:
         raise RunArgumentError(problem)
 
 
-def check_merge_target(model, args: Any, sharded: str | None = None) -> None:
+def check_merge_target(model, args: Any, engine) -> None:
     """:func:`merge_problem` of a loaded ``model`` and the trainer's ``args`` (for a model built in Python; the rule
     checks the recipe's settings before loading). Only the active adapters are judged.
 
     Args:
-        model: the trainer's model. args (`GRPOExtConfig`): reads ``use_vllm``, the continuous batching flag, ``bf16``,
-            ``fp16`` and ``mixed_precision``. sharded: :func:`sharding`'s answer.
+        model: the trainer's model. args (`GRPOExtConfig`): reads ``use_vllm``, the continuous batching flag, ``bf16``
+            and ``fp16``. engine (`config.engines.Engine`): the run's engine (``resolve_engine(vars(args))``: its
+            fields, else the launch environment, with accelerate's ``mixed_precision``).
 
     Raises:
         ValueError: not a PEFT model, or the problem's line (a quantized or not float32 adapted base weight ...)."""
@@ -157,12 +163,6 @@ def check_merge_target(model, args: Any, sharded: str | None = None) -> None:
     dtypes = {layer.get_base_layer().weight.dtype for layer in layers}
     quantized = next((str(d).removeprefix("torch.") for d in dtypes if not d.is_floating_point), None)
     floating = sorted(str(d).removeprefix("torch.") for d in dtypes if d.is_floating_point and d != torch.float32)
-    precision = next((f"{name}=True" for name in ("bf16", "fp16") if getattr(args, name, False)), None)
-    if precision is None and getattr(args, "mixed_precision", "no") in ("bf16", "fp16"):
-        precision = f"mixed_precision={args.mixed_precision!r}"
-    batching = getattr(args, "use_transformers_continuous_batching", False)
-    caster = ("DeepSpeed" if getattr(args, "deepspeed", None) or sharded == "DeepSpeed" else
-              "use_transformers_continuous_batching=True" if batching else None)
     active = [(layer, name) for layer in layers for name in layer.active_adapters
               if name in getattr(layer, "lora_A", {})]
     dropout = max((float(getattr(layer.lora_dropout[name], "p", 0.0)) for layer, name in active), default=0.0)
@@ -171,9 +171,7 @@ def check_merge_target(model, args: Any, sharded: str | None = None) -> None:
     problem = merge_problem(
         quantized=f"a quantized base (adapted weights stored as {quantized})" if quantized else None,
         quantized_fix="load the base in float32 without quantization", dtype=floating[0] if floating else "float32",
-        use_vllm=bool(getattr(args, "use_vllm", False)), sharded=None if sharded == "DeepSpeed" else sharded,
-        cast=f"{caster} and {precision}" if caster and precision else None,
-        cast_fix=f"set {precision.split('=')[0]}: false" if precision else "", lora_bias=bias,
+        use_vllm=bool(getattr(args, "use_vllm", False)), **_engine_problem(vars(args), engine), lora_bias=bias,
         lora_dropout=repr(dropout) if dropout > 0 else None)
     if problem:
         raise ValueError(problem)
@@ -211,11 +209,3 @@ def merged_adapter(model) -> Iterator[int]:
         for weight, copy_ in saved:  # `.data =`: PEFT's unmerge of some variants (DoRA) replaces the tensor
             weight.data = copy_
 
-
-def sharding(accelerator) -> str | None:
-    """The engine under ``accelerator`` for :func:`check_merge_target`: ``"DeepSpeed ZeRO-3"`` or ``"FSDP"`` (they
-    shard the base), ``"DeepSpeed"`` (another stage: it casts the model under bf16/fp16), or None."""
-    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
-    if plugin is not None:
-        return "DeepSpeed ZeRO-3" if plugin.zero_stage == 3 else "DeepSpeed"
-    return "FSDP" if getattr(accelerator.state, "fsdp_plugin", None) is not None else None
