@@ -1,5 +1,6 @@
 """The front door: one way to read a config for plan, train and the recipe (trl_grpo_ext.config.frontdoor)."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,34 @@ def test_bad_value_type_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"invalid float value: 'abc'\. Fix: give skip_exploration_probability a "
                                           r"value of that type, e.g. its default 0\.25\.$"):
         read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--skip_exploration_probability", "abc"], light=True)
+
+
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+@pytest.mark.parametrize("key, value, says", [
+    # argparse types only string defaults: these reached TrainingArguments / LoraConfig as written
+    ("use_peft", 2, "use_peft=2 must be true or false. Fix: e.g. use_peft: false."),
+    ("gradient_checkpointing", [], "gradient_checkpointing=[] must be true or false."),
+    ("learning_rate", [1e-4], "learning_rate=[0.0001] must be a number. Fix: e.g. learning_rate: 1e-06."),
+    ("run_name", 5, 'run_name=5 must be a string. Fix: quote it: run_name: "5".'),
+    # PEFT iterates a string's characters (modules_to_save 'l', 'm', ...)
+    ("lora_modules_to_save", "lm_head", "lora_modules_to_save='lm_head' must be a list of strings. Fix: e.g. "
+                                        "lora_modules_to_save: [lm_head]."),
+    ("reward_weights", 1.0, "reward_weights=1.0 must be a list of numbers."),
+    ("lora_target_modules", [1, 2], "lora_target_modules=[1, 2] must be a list of strings."),
+])
+def test_a_yaml_value_of_the_wrong_type_is_refused(tmp_path, light, key, value, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, **{key: value})], light=light)
+
+
+@pytest.mark.parametrize("key, value, read", [
+    ("gradient_checkpointing", "yes", True),  # a string: argparse's string_to_bool reads it
+    ("learning_rate", 1, 1),  # an int for a float
+    ("lora_target_modules", "all-linear", "all-linear"),  # PEFT's own word
+])
+def test_a_yaml_value_its_field_can_read_is_kept(tmp_path, key, value, read):
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path, **{key: value})], light=True)
+    assert {**vars(run.training_args), **vars(run.model_args)}[key] == read
 
 
 def test_shipped_configs_by_name():

@@ -291,7 +291,8 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         ConfigError: several problems listed in ``problems``; a single one as the error its check raised."""
     from ..validation import validate_run_args
     from ..validation.problems import Problems
-    from ..validation.user_values import UserValues, check_user_values, user_values_from_argv, without_stray_values
+    from ..validation.user_values import (UserValues, check_user_values, check_yaml_types, user_values_from_argv,
+                                          without_stray_values)
     from .keymap import ALIASES, REMOVED, RENAMED
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -325,7 +326,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     # What the user set (the file after translation, then the command line), checked before the dataclasses run
     # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
     parser = hf_argument_parser(twins)
-    config = _parser_choices(config, parser, problems)
+    config = check_yaml_types(_parser_choices(config, parser, problems), problems)
     args, stray = without_stray_values(args, parser)
     for line in stray:
         problems.add(ConfigError(line), [line.split()[0].lstrip("-").replace("-", "_")])

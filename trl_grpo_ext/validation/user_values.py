@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -57,6 +59,61 @@ RANGES: dict[str, Range] = {**TRL_RANGES, **{n: c["range"] for n, c in _DECLARED
 #: the dataclass directly), TRL's, ours (declared on the fields).
 CHOICES: dict[str, tuple[str, ...]] = {**_ARGPARSE_CHOICES, **TRL_CHOICES,
                                        **{n: c["choices"] for n, c in _DECLARED.items() if "choices" in c}}
+
+
+def _kind(hint: Any) -> type | tuple | None:
+    """``bool``/``int``/``float``/``str`` for a scalar field (Optional allowed), ``(list, item type)`` for a list of
+    ``str`` or ``float``; None for anything else (unions, mappings, enums)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] \
+        if typing.get_origin(hint) in (typing.Union, types.UnionType) else [hint]
+    if len(args) != 1:
+        return None
+    if args[0] in (bool, int, float, str):
+        return args[0]
+    item = typing.get_args(args[0])
+    return (list, item[0]) if typing.get_origin(args[0]) is list and item and item[0] in (str, float) else None
+
+
+#: The type a YAML value of each field must have (`_kind`), from the recipe's dataclasses.
+KINDS = {f.name: kind for cls in reversed(RECIPE_DATACLASSES) for hints in [typing.get_type_hints(cls)]
+         for f in dataclasses.fields(cls) if f.init and (kind := _kind(hints[f.name])) is not None}
+_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+
+
+def check_yaml_types(config: Mapping[str, Any], problems: Problems) -> dict:
+    """``config`` (the YAML mapping) without the values whose type the field cannot hold, each recorded in
+    ``problems``: HfArgumentParser sets YAML values as argparse defaults, and argparse types only string defaults, so
+    ``use_peft: 2``, ``learning_rate: [1e-4]`` or ``lora_modules_to_save: lm_head`` would reach the dataclasses as
+    written. Strings and nulls are left to argparse and the checks; a number or boolean of a ranged field to its
+    `Range`; a string for ``lora_target_modules`` to `validation.lora` (PEFT reads it as a pattern)."""
+    out = dict(config)
+    for name, value in config.items():
+        kind = KINDS.get(name)
+        if kind is None or value is None or isinstance(value, str) and (
+                not isinstance(kind, tuple) or name == "lora_target_modules"):
+            continue
+        if isinstance(kind, tuple):
+            number = kind[1] is float
+            ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) if number
+                                                 else isinstance(v, str) for v in value)
+            words, fix = ("a list of numbers", f"e.g. {name}: [1.0, 0.5]") if number else \
+                ("a list of strings", f"e.g. {name}: [{value if isinstance(value, str) else 'a, b'}]")
+        else:
+            if name in RANGES and isinstance(value, (bool, int, float)):
+                continue
+            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool)) \
+                or kind is float and type(value) is int
+            default = FIELD_DEFAULTS.get(name)
+            shown = str(default).lower() if isinstance(default, bool) else default
+            words = _WORDS[kind]
+            fix = (f'quote it: {name}: "{value}"' if kind is str and isinstance(value, (int, float)) else
+                   f"e.g. {name}: {shown}" if default not in (None, "") else f"write {words}")
+        if not ok:
+            problems.add(f"{name}={value!r} must be {words}. Fix: {fix}.", (name,))
+            del out[name]
+    return out
+
+
 #: The dataclass defaults of the fields the cross-checks read (`tables.DEFAULT_FIELDS`).
 DEFAULTS: dict[str, Any] = {name: FIELD_DEFAULTS[name] for name in DEFAULT_FIELDS}
 
