@@ -103,3 +103,23 @@ def test_vllm_on_a_4bit_base_and_bf16_join_the_list(three, capsys, monkeypatch):
     # the recipe adds what only it checks: bf16 on this machine (plan imports no torch)
     assert [line[:28] for line in lines] == ["temperature=0 must be a numb", "use_vllm=True with a 4-bit b",
                                              "bf16=True, but this machine "]
+
+
+def test_fp16_off_the_cpu_on_a_machine_without_a_gpu_is_refused(three, capsys, monkeypatch):
+    """accelerate runs fp16 autocast on a GPU only (`Accelerator.native_amp` is False on a CPU device): fp16 with
+    use_cpu: false on a machine without one trained in float32 and said nothing."""
+    from trl_grpo_ext.config.ext_config import GRPOExtConfig
+    from trl_grpo_ext.models import settings as models
+
+    monkeypatch.setattr(models, "gpu_available", lambda: False)
+    three.write_text(yaml.safe_dump({**THREE, "rewards": ["char_fraction"], "zero_variance_filter": "mask",
+                                     "fp16": True, "use_cpu": False, "output_dir": str(three.parent / "out")}))
+    with pytest.raises(SystemExit):
+        parse_recipe_args(["--config", str(three)])
+    lines = _errors(capsys.readouterr().err, "error: ")
+    assert [line[:44] for line in lines] == ["temperature=0 must be a number > 0. Fix: GRP",
+                                             "fp16=True, but this machine has no GPU: acce"]
+    with pytest.raises(ValueError, match="fp16=True, but this machine has no GPU"):
+        GRPOExtConfig(output_dir=str(three.parent / "out"), fp16=True, bf16=False, use_cpu=False)
+    monkeypatch.setattr(models, "gpu_available", lambda: True)  # with a GPU the check lets it through
+    models.check_fp16_machine(True, False)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, NewType
 from trl import GRPOConfig
 
 from ..models.settings import bf16_available as _bf16_available
-from ..models.settings import check_bf16_machine
+from ..models.settings import check_bf16_machine, check_fp16_machine
 from ..plan import QuantityError
 from ..plan.resolve import NO_STEP_LIMIT_FIX
 from ..rewards.guard import REWARD_ERROR_POLICIES
@@ -184,6 +184,7 @@ class GRPOExtConfig(GRPOConfig):
             self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
         else:
             check_bf16_machine(self.bf16, self.use_cpu)
+        check_fp16_machine(self.fp16, self.use_cpu)
 
     def quantity_fields(self) -> dict[str, Any]:
         """Deprecated (removed in 0.3.0): ``config.resolved.quantity_fields()``."""

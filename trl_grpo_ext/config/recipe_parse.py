@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from ..hub.secrets import scrub_secrets
-from ..models.settings import check_bf16_machine, check_model_path
+from ..models.settings import check_bf16_machine, check_fp16_machine, check_model_path
 from ..models.source import resolve_model_source
 from ..rewards.spec import build_reward_funcs, with_run_defaults
 from ..validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
@@ -40,7 +40,7 @@ class RecipeArgumentError(SystemExit):
 
 
 def _recipe_checks(run) -> None:
-    """What the recipe needs besides valid values: a model it can find, bf16 on this machine, skip's epochs (a reward:
+    """What the recipe needs besides valid values: a model it can find, bf16/fp16 on this machine, skip's epochs (a reward:
     the rule list's ``rewards_set``)."""
     model_args, training_args = run.model_args, run.training_args
     problems = Problems()
@@ -49,6 +49,7 @@ def _recipe_checks(run) -> None:
     problems.check(lambda: check_continued_base(resolve_model_source(model_args.model_name_or_path)),
                    fields=["model_name_or_path"])
     problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
+    problems.check(check_fp16_machine, training_args.fp16, training_args.use_cpu, fields=["fp16"])
     problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), _world_size(), fields=["zero_variance_filter"])
     problems.raise_if_any(ValueError)
 

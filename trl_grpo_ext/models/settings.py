@@ -307,6 +307,25 @@ def check_bf16_machine(bf16: Any, use_cpu: Any) -> None:
         )
 
 
+def check_fp16_machine(fp16: Any, use_cpu: Any) -> None:
+    """Refuse ``fp16: true`` off the CPU on a machine without a GPU (`ValueError` with the fix): accelerate runs fp16
+    autocast on CUDA/XPU/MPS-like devices only, so on a CPU the run would silently stay float32 (``use_cpu: true``
+    with fp16: the rule table's ``fp16`` row)."""
+    if fp16 is True and not use_cpu and not gpu_available():
+        raise ValueError(
+            "fp16=True, but this machine has no GPU: accelerate runs no fp16 autocast on a CPU, so the run would stay "
+            "float32. Fix: remove fp16 (bf16: true with use_cpu: true runs bf16 autocast on a CPU)."
+        )
+
+
+def gpu_available() -> bool:
+    """Whether a CUDA, XPU or MPS device is present (imports torch)."""
+    import torch
+
+    return bool(torch.cuda.is_available() or (getattr(torch, "xpu", None) and torch.xpu.is_available())
+                or torch.backends.mps.is_available())
+
+
 def bf16_available() -> bool:
     """Whether a CUDA or XPU accelerator with bfloat16 support is present (imports torch)."""
     import torch
