@@ -137,6 +137,8 @@ def test_bad_value_type_is_one_line(tmp_path):
     ("gradient_checkpointing", [], "gradient_checkpointing=[] must be true or false."),
     ("learning_rate", [1e-4], "learning_rate=[0.0001] must be a number. Fix: e.g. learning_rate: 1e-06."),
     ("run_name", 5, 'run_name=5 must be a string. Fix: quote it: run_name: "5".'),
+    ("hub_model_id", True, "hub_model_id=True must be a string. Fix: quote the word you wrote (YAML reads an "
+                           "unquoted yes, no, on, off as a boolean)."),
     # PEFT iterates a string's characters (modules_to_save 'l', 'm', ...)
     ("lora_modules_to_save", "lm_head", "lora_modules_to_save='lm_head' must be a list of strings. Fix: e.g. "
                                         "lora_modules_to_save: [lm_head]."),
