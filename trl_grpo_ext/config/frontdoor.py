@@ -291,8 +291,13 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         ConfigError: several problems listed in ``problems``; a single one as the error its check raised."""
     from ..validation import validate_run_args
     from ..validation.problems import Problems
-    from ..validation.user_values import (UserValues, check_user_values, check_yaml_types, user_values_from_argv,
-                                          without_stray_values)
+    from ..validation.user_values import (
+        UserValues,
+        check_user_values,
+        check_yaml_types,
+        user_values_from_argv,
+        without_stray_values,
+    )
     from .keymap import ALIASES, REMOVED, RENAMED
 
     argv = list(sys.argv[1:] if argv is None else argv)
