@@ -401,3 +401,25 @@ def test_a_no_flag_of_a_field_that_defaults_to_false_is_named_with_its_fix(tmp_p
         read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--no_use_peft"], light=True)
     run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--no_plot"], light=True)  # plot defaults to true
     assert run.script_args.plot is False
+
+
+@pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
+def test_a_hyphenated_yaml_key_is_named_with_the_field_it_means(tmp_path, light):
+    # it reached argparse's set_defaults and ended in a TypeError traceback (RunArgs got a fifth namespace)
+    with pytest.raises(ConfigError, match=re.escape("unknown key(s): 'zero-variance-filter' (did you mean "
+                                                    "'zero_variance_filter'?)")):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, **{"zero-variance-filter": "mask"})], light=light)
+
+
+def test_scale_rewards_as_a_yaml_boolean_is_read_as_trl_reads_it(tmp_path):
+    # TRL 1.16 documents `scale_rewards: true/false` (GRPOConfig.__post_init__: True -> "group", False -> "none")
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path, scale_rewards=False)], light=False)
+    assert run.training_args.scale_rewards == "none"
+
+
+def test_a_type_error_s_fix_names_the_field_s_default_not_the_file_s_value(tmp_path):
+    # `num_generations: 1e1` is a string to PyYAML; the fix named "its default '1e1'" (the file's value)
+    with pytest.raises(ConfigError, match=re.escape("invalid int value: '1e1'. Fix: give num_generations a value of "
+                                                    "that type, e.g. its default 8.")):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, drop=["num_generations"], num_generations="1e1")],
+                      light=True)

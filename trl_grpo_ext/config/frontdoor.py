@@ -157,45 +157,6 @@ def load_yaml(path: Path) -> dict:
     return data
 
 
-def yaml_choices(config: dict) -> dict:
-    """``config`` with each YAML 1.1 boolean of a choice field read as the word written (`checks.choice_from_yaml`)."""
-    from ..validation.user_values import CHOICES
-    from .checks import choice_from_yaml
-
-    return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
-
-
-def _parser_choices(config: dict, parser, problems) -> dict:
-    """``config`` checked against the choices TRL's parser knows for other libraries' fields (``lr_scheduler_type``,
-    ``optim``, ...; argparse checks them on the command line only): a YAML boolean read as the word meant; no choice,
-    or YAML's null where the field needs a value: recorded in ``problems`` and left out."""
-    from ..validation.user_values import CHOICES
-    from .checks import check_choice, choice_from_yaml, closest_choice
-
-    out = dict(config)
-    for action in parser._actions:  # argparse's own list of the parser's arguments
-        key = action.dest
-        if key not in config or key in CHOICES or not action.choices:
-            continue
-        choices = [str(getattr(choice, "value", choice)) for choice in action.choices]
-        if config[key] is None:
-            if action.default is not None:
-                problems.add(ConfigError(f"{key}=None is not valid: the field needs a value. Fix: remove {key} "
-                                         f"(default {getattr(action.default, 'value', action.default)!r}) or give "
-                                         f"one of {', '.join(map(repr, choices))}."), [key])
-                del out[key]
-            continue
-        value = choice_from_yaml(config[key], choices)
-        hint = closest_choice(value, choices)
-        try:
-            out[key] = check_choice(key, value, choices, error=ConfigError,
-                                    fix=f"Fix: {key}: {hint}" if hint else "Fix: use one of them.")
-        except ConfigError as err:
-            problems.add(err, [key])
-            del out[key]
-    return out
-
-
 def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
     return {f.name: f.type for cls in reversed(types_) for f in fields(cls)}  # the first class holding a name wins
 
@@ -222,7 +183,9 @@ def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
     for key in unknown:
         bare = key.lstrip("-")
         no_flag = bare.startswith("no_") and "bool" in str(known.get(bare[3:]))  # --no_use_peft: defaults to false
-        close = [f"--{bare[3:]} false"] if no_flag else difflib.get_close_matches(bare, known, n=1, cutoff=0.75)
+        canon = bare.replace("-", "_")  # a YAML key is the field's own name, zero_variance_filter
+        close = [f"--{bare[3:]} false"] if no_flag else [canon] if canon in known else \
+            difflib.get_close_matches(bare, known, n=1, cutoff=0.75)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return (f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "
             "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md).")
@@ -295,8 +258,10 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         UserValues,
         check_user_values,
         check_yaml_types,
+        parser_choices,
         user_values_from_argv,
         without_stray_values,
+        yaml_choices,
     )
     from .keymap import ALIASES, REMOVED, RENAMED
 
@@ -319,7 +284,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     if announce:  # before any problem is raised: a refusal may name the new key the user did not write
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    config = yaml_choices(config)
+    config = yaml_choices(config)  # validation.user_values, as the checks below
     twins = dataclass_types(True)
     # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
@@ -327,11 +292,11 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     unknown, cli_given = _unknown_keys(config, args, twins)
     if unknown:
         problems.add(ConfigError(_unknown_message(unknown, twins)), [key.lstrip("-") for key in unknown])
-        config, args = _without_keys(config, args, {key.lstrip("-").replace("-", "_") for key in unknown})
+        config, args = _without_keys(config, args, {*unknown, *(key.lstrip("-").replace("-", "_") for key in unknown)})
     # What the user set (the file after translation, then the command line), checked before the dataclasses run
     # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
     parser = hf_argument_parser(twins)
-    config = check_yaml_types(_parser_choices(config, parser, problems), problems)
+    config = check_yaml_types(parser_choices(config, parser, problems), problems)
     args, stray = without_stray_values(args, parser)
     for line in stray:
         problems.add(ConfigError(line), [line.split()[0].lstrip("-").replace("-", "_")])
@@ -366,12 +331,13 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     return run
 
 
-def _argument_problem(err: argparse.ArgumentError, parser) -> tuple[str | None, ConfigError]:
+def _argument_problem(err: argparse.ArgumentError, parser, defaults=None) -> tuple[str | None, ConfigError]:
     """The field an argparse error is about (``--learning_rate/--learning-rate`` -> ``learning_rate``) and its problem:
-    argparse's line, with a fix naming the field's default when the value's type was refused."""
+    argparse's line, with a fix naming the field's default (``defaults``: before the file's values were set) when the
+    value's type was refused."""
     name = (err.argument_name or "").split("/")[0]
     field_ = name.lstrip("-").replace("-", "_") if name.startswith("--") else None
-    default = parser.get_default(field_) if field_ and "invalid" in str(err) else None
+    default = (defaults or {}).get(field_, parser.get_default(field_)) if field_ and "invalid" in str(err) else None
     fix = f" Fix: give {field_} a value of that type, e.g. its default {default!r}." if default is not None else ""
     return field_, ConfigError(f"{str(err).rstrip('.')}.{fix}")
 
@@ -388,7 +354,7 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
             outputs = parser.parse_args_into_dataclasses(args=args)
             break
         except argparse.ArgumentError as err:  # e.g. `learning_rate: fast`: argparse types a string default
-            field_, problem = _argument_problem(err, parser)
+            field_, problem = _argument_problem(err, parser, original)  # the dataclass's default, not the file's
             if not problems.blocked([field_] if field_ else []):
                 problems.add(problem, [field_] if field_ else [])
             if field_ not in config:  # not from the file (the command line was read before): nothing to leave out

@@ -85,12 +85,14 @@ def check_yaml_types(config: Mapping[str, Any], problems: Problems) -> dict:
     ``problems``: HfArgumentParser sets YAML values as argparse defaults, and argparse types only string defaults, so
     ``use_peft: 2``, ``learning_rate: [1e-4]`` or ``lora_modules_to_save: lm_head`` would reach the dataclasses as
     written. Strings and nulls are left to argparse and the checks; a number or boolean of a ranged field to its
-    `Range`; a string for ``lora_target_modules`` to `validation.lora` (PEFT reads it as a pattern)."""
+    `Range`; a string for ``lora_target_modules`` to `validation.lora` (PEFT reads it as a pattern); TRL reads
+    ``scale_rewards: true/false`` as group/none."""
     out = dict(config)
     for name, value in config.items():
         kind = KINDS.get(name)
-        if kind is None or value is None or isinstance(value, str) and (
-                not isinstance(kind, tuple) or name == "lora_target_modules"):
+        if kind is None or value is None or name == "scale_rewards" and isinstance(value, bool):
+            continue
+        if isinstance(value, str) and (not isinstance(kind, tuple) or name == "lora_target_modules"):
             continue
         if isinstance(kind, tuple):
             number = kind[1] is float
@@ -175,6 +177,39 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
                         mapping[name] = valid
     if own:
         problems.raise_if_any(RunArgumentError)
+
+
+def yaml_choices(config: dict) -> dict:
+    """``config`` with each YAML 1.1 boolean of a choice field read as the word written (`checks.choice_from_yaml`)."""
+    return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
+
+
+def parser_choices(config: dict, parser, problems) -> dict:
+    """``config`` checked against the choices TRL's parser knows for other libraries' fields (``lr_scheduler_type``,
+    ``optim``, ...; argparse checks them on the command line only): a YAML boolean read as the word meant; no choice,
+    or YAML's null where the field needs a value: recorded in ``problems`` and left out."""
+    out = dict(config)
+    for action in parser._actions:  # argparse's own list of the parser's arguments
+        key = action.dest
+        if key not in config or key in CHOICES or not action.choices:
+            continue
+        choices = [str(getattr(choice, "value", choice)) for choice in action.choices]
+        if config[key] is None:
+            if action.default is not None:
+                problems.add(f"{key}=None is not valid: the field needs a value. Fix: remove {key} (default "
+                             f"{getattr(action.default, 'value', action.default)!r}) or give one of "
+                             f"{', '.join(map(repr, choices))}.", [key])
+                del out[key]
+            continue
+        value = choice_from_yaml(config[key], choices)
+        hint = closest_choice(value, choices)
+        try:
+            out[key] = check_choice(key, value, choices, error=RunArgumentError,
+                                    fix=f"Fix: {key}: {hint}" if hint else "Fix: use one of them.")
+        except RunArgumentError as err:
+            problems.add(str(err), [key])  # raised as the caller's error (the front door's ConfigError)
+            del out[key]
+    return out
 
 
 def without_stray_values(args: Sequence[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
