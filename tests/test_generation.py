@@ -206,6 +206,11 @@ REFUSED = [
     (dict(use_transformers_continuous_batching=True, generation_kwargs={"min_new_tokens": 4},
           transformers_continuous_batching_config={"num_blocks": 8}), r"generation_kwargs \['min_new_tokens'\]"),
     (dict(use_transformers_continuous_batching=True), "without `num_blocks`"),
+    (dict(generation_kwargs={"temperature": 0.1, "top_k": 5}),
+     r"generation_kwargs \['temperature', 'top_k'\] would override .* \(temperature -> temperature: 0.1, top_k -> "
+     r"top_k: 5\)"),
+    (dict(generation_kwargs='{"n": 4}', use_vllm=True), r"generation_kwargs \['n'\] .*n -> num_generations: 4"),
+    (dict(generation_kwargs={"no_repeat_ngram_sise": 3}), r"generation_kwargs \['no_repeat_ngram_sise'\]: not a "),
     (dict(use_transformers_paged=True), "without `num_blocks`"),  # TRL's deprecated alias turns CB on
     (dict(use_transformers_continuous_batching=True, generation_kwargs='{"min_length": 4}',  # JSON from the CLI
           transformers_continuous_batching_config='{"num_blocks": 8}'), r"generation_kwargs \['min_length'\]"),

@@ -42,6 +42,14 @@ DRIFT_WARNING_THRESHOLD = 0.01
 CB_UNSUPPORTED_GENERATION_KWARGS = ("min_new_tokens", "min_length", "repetition_penalty",
                                     "encoder_repetition_penalty")
 
+#: ``generation_kwargs`` keys that would override a setting TRL builds from a field (TRL 1.16 updates its own
+#: ``GenerationConfig`` / vLLM ``SamplingParams`` arguments with ``generation_kwargs``), with that field.
+SHADOWED_GENERATION_KWARGS = {
+    "max_new_tokens": "max_completion_length", "max_length": "max_completion_length",
+    "max_tokens": "max_completion_length", "num_return_sequences": "num_generations", "n": "num_generations",
+    **{name: name for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "cache_implementation")},
+}
+
 
 def vllm_4bit_refusal(what: str) -> str:
     """The one-paragraph refusal for `use_vllm` on a 4-bit base. ``what`` names how the base is quantized."""
@@ -146,7 +154,9 @@ def check_generation_settings(values, on_cpu: bool) -> None:
               (:data:`CB_UNSUPPORTED_GENERATION_KWARGS`);
             - continuous batching on a CPU without ``num_blocks`` in ``transformers_continuous_batching_config``
               (its cache is then sized from free host memory: 6.8 GB resident for the 81k-parameter tiny model);
-            - ``allow_vllm_4bit_merge`` without ``use_vllm``.
+            - ``allow_vllm_4bit_merge`` without ``use_vllm``;
+            - a ``generation_kwargs`` key that overrides a field, ``do_sample``, or one generation would ignore
+              (`_check_generation_kwargs`).
     """
     from ..config.checks import RunArgumentError, as_number
 
@@ -176,6 +186,7 @@ def check_generation_settings(values, on_cpu: bool) -> None:
             raise RunArgumentError(f"cache_implementation={cache!r} is not a transformers cache; choose one of "
                                    f"{', '.join(map(repr, ALL_CACHE_IMPLEMENTATIONS))} (`static` for a static KV "
                                    "cache).")
+    _check_generation_kwargs(as_dict(get("generation_kwargs")), use_vllm)
     if not cb:
         return
     penalty = as_number(get("repetition_penalty", 1.0))
@@ -197,6 +208,36 @@ def check_generation_settings(values, on_cpu: bool) -> None:
             f"transformers_continuous_batching_config ({cb_config}): transformers then sizes the KV cache from "
             "free host memory (6.8 GB resident for the 81k-parameter tiny model, measured). Fix: set e.g. "
             "`transformers_continuous_batching_config: {num_blocks: 8, page_size: 64, max_batch_tokens: 512}`.")
+
+
+def _check_generation_kwargs(kwargs: dict, use_vllm: bool) -> None:
+    """Refuse ``generation_kwargs`` keys that override a field (`SHADOWED_GENERATION_KWARGS`: the plan and the run's
+    fields would describe another sampler; ``num_return_sequences`` breaks TRL's batch shapes), ``do_sample`` (GRPO
+    samples: greedy makes every group uniform), and, without vLLM, keys `transformers.GenerationConfig` does not
+    have (it keeps them silently). Raises `RunArgumentError` naming the key and the fix."""
+    from ..config.checks import RunArgumentError
+
+    shadowed = {key: SHADOWED_GENERATION_KWARGS[key] for key in kwargs if key in SHADOWED_GENERATION_KWARGS}
+    if shadowed:
+        fields = ", ".join(f"{key} -> {field}: {kwargs[key]!r}" for key, field in shadowed.items())
+        raise RunArgumentError(
+            f"generation_kwargs {sorted(shadowed)} would override TRL's own generation settings, so the plan and the "
+            f"run's fields would describe another sampler. Fix: set the fields instead ({fields}) and remove the keys "
+            "from generation_kwargs.")
+    if "do_sample" in kwargs:
+        raise RunArgumentError(
+            f"generation_kwargs do_sample={kwargs['do_sample']!r}: GRPO samples G completions per prompt (TRL sets "
+            "do_sample=True); greedy decoding makes all G alike, so every group would be uniform. Fix: remove "
+            "do_sample from generation_kwargs (temperature sets how much the completions differ).")
+    if not use_vllm:
+        from transformers import GenerationConfig
+
+        unknown = sorted(set(kwargs) - set(GenerationConfig().to_dict()))
+        if unknown:
+            raise RunArgumentError(
+                f"generation_kwargs {unknown}: not a transformers GenerationConfig setting, so generation would "
+                "ignore them. Fix: remove them, or use a GenerationConfig name (e.g. no_repeat_ngram_size, "
+                "suppress_tokens).")
 
 
 def as_dict(value) -> dict:
