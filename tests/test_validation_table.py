@@ -392,6 +392,12 @@ INVALID = [
     row("TRL's push_to_hub without a repository", {"push_to_hub": True},
         ["push_to_hub=True (a push of the adapter) needs a repository"], "set hub_repo_id"),
     # ignored before: the recipe turns TRL's own push off and pushes once, after the local files are written
+    # both were found only after training: the push refused the id, or pushed although push_to_hub_mode said none
+    row("push to an invalid repository id", {"push_to_hub_mode": "adapter", "hub_repo_id": "not a valid repo id!!"},
+        ["hub_repo_id='not a valid repo id!!' is not a valid Hub repository id"], "Fix: e.g. --hub_repo_id your-name"),
+    row("push_to_hub beside push_to_hub_mode none", {"push_to_hub": True, "hub_model_id": "me/x",
+                                                     "push_to_hub_mode": "none"},
+        ["push_to_hub=True", "push_to_hub_mode='none'"], "Fix: keep one: push_to_hub_mode: adapter"),
     row("hub_strategy with a push", {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x", "hub_strategy": "checkpoint"},
         ["hub_strategy='checkpoint' configures TRL's own push"], "Fix: remove hub_strategy"),
     row("hub_private without a push", {"hub_private": False}, ["hub_private=False only takes effect with a push"],

@@ -33,7 +33,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..config.checks import check_choice
+from ..config.checks import RunArgumentError, check_choice
 
 #: Files that make up a saved PEFT adapter; both are required.
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -81,15 +81,45 @@ def check_push_adapter(mode: str, use_peft: bool, named: str | None = None) -> N
             "(huggingface_hub's upload_folder).")
 
 
+def check_push_settings(v, adapter: bool) -> None:
+    """`check_push_adapter` (``adapter``), else `check_push_repository`, on the run's push settings (``v``: a
+    `validation.rules.RunView`; the rules ``push_needs_adapter`` and ``push_needs_repository``).
+
+    Raises:
+        RunArgumentError: naming the fields and the fix."""
+    field_mode, push = v.get("push_to_hub_mode") or "none", v.get("push_to_hub")
+    mode = push_mode(field_mode, push is True)
+    named = None if field_mode != "none" else "push_to_hub=True (a push of the adapter)"
+    if not adapter and push is True and field_mode == "none" and v.is_set("push_to_hub_mode"):
+        raise RunArgumentError("push_to_hub=True pushes the adapter after training, but push_to_hub_mode='none' says "
+                               "push nothing. Fix: keep one: push_to_hub_mode: adapter, or push_to_hub: false.")
+    if not adapter and mode != "none" and (v.user or {}).get("push_to_hub") is False:  # `--push_to_hub false`
+        raise RunArgumentError(f"push_to_hub=False, but push_to_hub_mode={mode!r} pushes after training all the same. "
+                               "Fix: set push_to_hub_mode: none to push nothing.")
+    try:
+        (check_push_adapter(mode, v.get("use_peft"), named) if adapter else
+         check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id"), named))
+    except ValueError as err:
+        raise RunArgumentError(str(err)) from None
+
+
 def check_push_repository(mode: str, repo_id: str | None, named: str | None = None) -> None:
     """A push (``mode`` from :func:`push_mode`; ``named`` as in :func:`check_push_adapter`) needs a repository.
 
     Raises:
         ValueError: ``mode`` is not ``"none"`` and ``repo_id`` (``hub_repo_id``, else TRL's ``hub_model_id``) is
-            unset."""
+            unset or not a valid Hub id (`huggingface_hub.utils.validate_repo_id`)."""
     if mode != "none" and not repo_id:
         raise ValueError(f"{named or f'push_to_hub_mode={mode!r}'} needs a repository: set hub_repo_id (or TRL's "
                          "hub_model_id), e.g. --hub_repo_id your-name/your-model.")
+    if mode != "none":  # the push would refuse it after training
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(repo_id)
+        except HFValidationError as err:
+            raise ValueError(f"hub_repo_id={repo_id!r} is not a valid Hub repository id: {err} Fix: e.g. "
+                             "--hub_repo_id your-name/your-model.") from None
 #: The modes a push uploads (and a model card is written for): :data:`PUSH_MODES` without ``"none"``.
 UPLOAD_MODES = PUSH_MODES[1:]
 #: Written next to the merged weights: how they were made, and which files they are.

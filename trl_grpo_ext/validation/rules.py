@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config.checks import RunArgumentError, as_number
 from ..config.engines import resolve_engine
+from ..hub.merge import check_push_settings
 from ..training.generation import check_generation_settings, check_vllm_settings
 from ..training.merged_generation import check_merged_generation
 from .engines import check_engine_settings
@@ -248,22 +249,6 @@ def cpu_bf16_on_float16(v: RunView) -> None:
             "at::autocast::prioritize). Fix: --dtype float32 (or bfloat16) with bf16: true, or --bf16 false.")
 
 
-def push_settings(v: RunView, adapter: bool) -> None:
-    """`hub.merge.check_push_adapter` (``adapter``), else `check_push_repository`, on the run's push settings."""
-    from ..hub.merge import check_push_adapter, check_push_repository, push_mode
-
-    mode = push_mode(v.get("push_to_hub_mode"), v.get("push_to_hub") is True)
-    named = None if (v.get("push_to_hub_mode") or "none") != "none" else "push_to_hub=True (a push of the adapter)"
-    if not adapter and mode != "none" and (v.user or {}).get("push_to_hub") is False:  # `--push_to_hub false`
-        raise RunArgumentError(f"push_to_hub=False, but push_to_hub_mode={mode!r} pushes after training all the same. "
-                               "Fix: set push_to_hub_mode: none to push nothing.")
-    try:
-        (check_push_adapter(mode, v.get("use_peft"), named) if adapter else
-         check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id"), named))
-    except ValueError as err:
-        raise RunArgumentError(str(err)) from None
-
-
 def normalize_then_sum(v: RunView) -> None:
     """`normalize_then_sum` is TRL's fixed formula: advantage settings set next to it would be ignored."""
     if v.get("multi_objective_aggregation") != "normalize_then_sum":
@@ -348,9 +333,9 @@ RULES: tuple[Rule, ...] = (
     Rule("chat_template", chat_template, ("chat_template",)),
     Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
     Rule("cpu_bf16_on_float16", cpu_bf16_on_float16, ("dtype", "bf16", "use_cpu")),
-    Rule("push_needs_adapter", lambda v: push_settings(v, adapter=True),
+    Rule("push_needs_adapter", lambda v: check_push_settings(v, adapter=True),
          ("push_to_hub_mode", "push_to_hub", "use_peft")),
-    Rule("push_needs_repository", lambda v: push_settings(v, adapter=False),
+    Rule("push_needs_repository", lambda v: check_push_settings(v, adapter=False),
          ("push_to_hub_mode", "push_to_hub", "hub_repo_id", "hub_model_id")),
     Rule("quantized_needs_adapter", lambda v: check_quantized_has_adapter(v.values),
          lambda v: (*(n for n in ("load_in_4bit", "load_in_8bit") if v.get(n)), "use_peft"),
