@@ -313,6 +313,13 @@ INVALID = [
     row("push_to_hub_mode typo", {"push_to_hub_mode": "merge"}, ["push_to_hub_mode"], "Did you mean 'merged'"),
     row("merge_dtype typo", {"merge_dtype": "fp16"}, ["merge_dtype"], "Choose one of 'bfloat16', 'float16'"),
     row("eval_num_prompts without an evaluation", {"eval_num_prompts": 16}, ["eval_num_prompts", "eval_strategy"]),
+    # TRL's eval loop alone reads them, and TRL prints completions only with log_completions: accepted silently
+    row("num_generations_eval without eval_strategy", {"num_generations_eval": 4},
+        ["num_generations_eval=4", "eval_strategy: steps or epoch"], "Fix: set eval_strategy: steps"),
+    row("per_device_eval_batch_size without eval_strategy", {"per_device_eval_batch_size": 4},
+        ["per_device_eval_batch_size=4", "eval_strategy: steps or epoch"], "Fix: set eval_strategy: steps"),
+    row("num_completions_to_print without log_completions", {"num_completions_to_print": 3},
+        ["num_completions_to_print=3", "log_completions: true"], "Fix: set log_completions: true"),
     row("final_eval_num_samples without final_eval", {"final_eval_num_samples": 4}, ["final_eval_num_samples",
                                                                                      "final_eval"]),
     row("eval_num_prompts=0", {"eval_strategy": "steps", "eval_num_prompts": 0}, ["eval_num_prompts"]),

@@ -218,6 +218,10 @@ _requires(("eval_num_prompts",), "an evaluation (eval_strategy other than no, or
           lambda v: enum_value(v.get("eval_strategy")) not in (None, "no")
           or v.get("final_eval") not in (None, "none"),
           "set eval_strategy: steps or final_eval: adapter, or remove {field}.")
+# TRL's eval loop alone reads these (final_eval generates in batches of its own)
+_requires(("num_generations_eval", "per_device_eval_batch_size"), "eval_strategy: steps or epoch (TRL's eval loop)",
+          lambda v: enum_value(v.get("eval_strategy")) not in (None, "no"),
+          "set eval_strategy: steps (with eval_steps) or remove {field}.")
 _requires(("final_eval_num_samples",), "final_eval: adapter or compare_base",
           lambda v: v.get("final_eval") not in (None, "none"), "set final_eval: adapter or remove {field}.")
 _when("loss_type", "sapo", ("sapo_temperature_neg", "sapo_temperature_pos"))
@@ -236,7 +240,7 @@ _requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer ev
           "set eval_strategy: steps (with eval_steps) to evaluate during training, or final_eval: adapter after it, "
           "and remove {field}.")
 _when("save_strategy", "steps", ("save_steps",))
-_when("log_completions", True, ("log_completions_hub_repo",))
+_when("log_completions", True, ("log_completions_hub_repo", "num_completions_to_print"))  # TRL prints only then
 # the push after training (hub.push) reads these; TRL's own push at every save is off in the recipe (push.resolve)
 # (hub_token is left out: a message would show it; `hub.secrets` keeps it out of every file)
 _PUSH_FIELDS = ("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision", "hub_strategy",
@@ -274,7 +278,8 @@ GOVERNED_BY: dict[str, tuple[str, ...]] = {
            "eval_num_prompts": ("eval_strategy", "final_eval"), "dataset_format": ("dataset_name",),
            "dataset_train_split": ("dataset_name",), "dataset_test_split": ("dataset_name",),
            "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
-           "log_completions_hub_repo": (),
+           "log_completions_hub_repo": (), "num_completions_to_print": ("log_completions",),
+           **dict.fromkeys(("num_generations_eval", "per_device_eval_batch_size"), ("eval_strategy",)),
            **dict.fromkeys(_PUSH_FIELDS, ("push_to_hub_mode", "push_to_hub")),
            "gradient_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing"),
            "activation_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing")}.get(
