@@ -25,3 +25,14 @@ def test_a_yaml_boolean_reads_as_the_word_written():
 def test_closest_choice_by_case_then_spelling():
     assert closest_choice("Dr_GRPO", ("grpo", "dr_grpo", "rloo")) == "dr_grpo"
     assert closest_choice("fp32", ("auto", "bfloat16", "float16", "float32")) is None
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-2", "1.5"])
+def test_world_size_from_the_environment_is_one_or_more_processes(raw):
+    from trl_grpo_ext.config.checks import RunArgumentError, world_size_from_env
+
+    # "0" and "-2" were read as 1 process, silently (torchrun and accelerate set 1 or more)
+    with pytest.raises(RunArgumentError, match=f"WORLD_SIZE='{raw}' in the environment is not a whole number of "
+                                               r"processes \(1 or more\)\. Fix: unset it"):
+        world_size_from_env({"WORLD_SIZE": raw})
+    assert world_size_from_env({}) == 1 and world_size_from_env({"WORLD_SIZE": "4"}) == 4

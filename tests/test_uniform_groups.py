@@ -131,6 +131,12 @@ def test_the_summary_gives_the_seconds_spent_generating_uniform_groups():
     assert summary_line(logs, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: 75% "
                                      "of the completions, 18 s of the 55 s of the training steps = 33%); 2 of 4 steps "
                                      "made no update")
+    # a short run (a breaker read "0 s of the 0 s of the training steps = 17%"): the seconds get decimals
+    short = [dict(row, **{"zero_variance/generation_seconds": row["zero_variance/generation_seconds"] / 100,
+                          "step_time": row["step_time"] / 100}) for row in logs[:2]]
+    assert "0.18 s of the 0.55 s of the training steps = 33%" in summary_line(short, 3)
+    tenth = [dict(row, step_time=row["step_time"] / 10) for row in logs[:2]]  # 18 s of 5.5 s: one decimal
+    assert "18.0 s of the 5.5 s of the training steps" in summary_line(tenth, 3)
     # a resumed run: its log_history holds every step's logs, its train_runtime only the resumed part's; the figure
     # reads the logs (a breaker's finding: '6 s of the 4 s of training = 157%')
     resumed = logs[:1] + [{"step": 2, "train_runtime": 30.0}] + logs[1:]

@@ -164,16 +164,18 @@ def as_number(value: Any) -> float | None:
 
 
 def world_size_from_env(environ=None) -> int:
-    """``WORLD_SIZE`` of ``environ`` (default ``os.environ``; set by `accelerate launch` / `torchrun`), at least
-    1; 1 when unset.
+    """``WORLD_SIZE`` of ``environ`` (default ``os.environ``; set by `accelerate launch` / `torchrun`); 1 when unset.
 
     Raises:
-        RunArgumentError: not a whole number."""
+        RunArgumentError: not a whole number of 1 or more."""
     import os
 
     raw = (os.environ if environ is None else environ).get("WORLD_SIZE", "1")
     try:
-        return max(1, int(raw))
+        size = int(raw)
     except ValueError:
-        raise RunArgumentError(f"WORLD_SIZE={raw!r} in the environment is not a whole number. Fix: unset it (plan: "
-                               "or pass --num-processes P).") from None
+        size = 0
+    if size < 1:  # torchrun and accelerate set 1 or more; 0 or less was read as 1 process, silently
+        raise RunArgumentError(f"WORLD_SIZE={raw!r} in the environment is not a whole number of processes (1 or more). "
+                               "Fix: unset it (plan: or pass --num-processes P).")
+    return size

@@ -184,7 +184,8 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
     else:
         cost, uniform_seconds, step_seconds = "", summary["uniform_generation_seconds"], summary["step_seconds"]
         if summary["generation_seconds"] and step_seconds:  # their share of each batch's wall time
-            cost = (f", {uniform_seconds:.0f} s of the {step_seconds:.0f} s of the training steps = "
+            digits = 0 if step_seconds >= 10 else 1 if step_seconds >= 1 else 2  # a short run: "0 s of the 0 s"
+            cost = (f", {uniform_seconds:.{digits}f} s of the {step_seconds:.{digits}f} s of the training steps = "
                     f"{uniform_seconds / step_seconds:.0%}")
         head = (f"Uniform groups (σ = 0): {share:.0%} of {groups} generated (their generation: {share:.0%} of the "
                 f"completions{cost}); ")
