@@ -154,6 +154,7 @@ def test_a_yaml_value_of_the_wrong_type_is_refused(tmp_path, light, key, value, 
     ("gradient_checkpointing", "yes", True),  # a string: argparse's string_to_bool reads it
     ("learning_rate", 1, 1),  # an int for a float
     ("lora_target_modules", "all-linear", "all-linear"),  # PEFT's own word
+    ("learning_rate", "5e-1", 0.5),  # PyYAML reads 5e-1 as a string, argparse types it
 ])
 def test_a_yaml_value_its_field_can_read_is_kept(tmp_path, key, value, read):
     run = read_run_args(["--config", tiny_cpu_yaml(tmp_path, **{key: value})], light=True)
@@ -423,3 +424,8 @@ def test_a_type_error_s_fix_names_the_field_s_default_not_the_file_s_value(tmp_p
                                                     "that type, e.g. its default 8.")):
         read_run_args(["--config", tiny_cpu_yaml(tmp_path, drop=["num_generations"], num_generations="1e1")],
                       light=True)
+
+
+def test_a_reward_weights_list_written_with_exponents_is_read_as_numbers(tmp_path):
+    path = tiny_cpu_yaml(tmp_path, rewards=["char_fraction"], reward_weights=["5e-1"])  # PyYAML: the string '5e-1'
+    assert read_run_args(["--config", path], light=False).training_args.reward_weights == [0.5]

@@ -143,3 +143,13 @@ def test_a_cli_list_string_is_read_as_the_list():
 
 def test_a_yaml_flow_mapping_on_the_cli_is_read_as_json_would_be():
     assert parse_reward_specs(["{name: accuracy, weight: 2}"]) == [RewardSpec("accuracy", 2.0, {})]
+
+
+def test_a_weight_written_as_an_exponent_is_a_number():
+    # PyYAML (YAML 1.1) reads `5e-1` as the string '5e-1'; argparse reads `learning_rate: 5e-1` as 0.5
+    (spec,) = parse_reward_specs(yaml.safe_load("[{name: accuracy, weight: 5e-1}]"))
+    assert spec.weight == 0.5
+    (spec,) = parse_reward_specs(["accuracy"], ["2"])  # a quoted number, as `num_generations: "8"` is read
+    assert spec.weight == 2.0
+    with pytest.raises(ValueError, match="weight='half' must be a finite number"):
+        parse_reward_specs(yaml.safe_load("[{name: accuracy, weight: half}]"))

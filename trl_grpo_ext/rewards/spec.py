@@ -65,6 +65,11 @@ def weight_warnings(specs: Sequence[RewardSpec]) -> list[str]:
 
 
 def _weight(value: Any, where: str) -> float:
+    if isinstance(value, str):  # PyYAML reads `5e-1` as a string; argparse reads `learning_rate: 5e-1` as a float
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     return float(check_number(f"{where}: weight", value, _WEIGHT))
 
 

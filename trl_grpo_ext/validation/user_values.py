@@ -80,6 +80,13 @@ KINDS = {f.name: kind for cls in reversed(RECIPE_DATACLASSES) for hints in [typi
 _WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
 
 
+def _as_float(value: Any) -> Any:
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
 def check_yaml_types(config: Mapping[str, Any], problems: Problems) -> dict:
     """``config`` (the YAML mapping) without the values whose type the field cannot hold, each recorded in
     ``problems``: HfArgumentParser sets YAML values as argparse defaults, and argparse types only string defaults, so
@@ -96,6 +103,8 @@ def check_yaml_types(config: Mapping[str, Any], problems: Problems) -> dict:
             continue
         if isinstance(kind, tuple):
             number = kind[1] is float
+            if number and isinstance(value, list):  # `[5e-1]`: PyYAML reads the number as a string
+                value = out[name] = [_as_float(v) for v in value]
             ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) if number
                                                  else isinstance(v, str) for v in value)
             words, fix = ("a list of numbers", f"e.g. {name}: [1.0, 0.5]") if number else \
