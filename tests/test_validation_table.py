@@ -258,6 +258,9 @@ INVALID = [
         "Fix: write it as a mapping in the YAML (generation_kwargs: {key: value})"),
     # TRL updates its own GenerationConfig arguments with generation_kwargs: num_return_sequences broke torch.cat at
     # the first step, max_new_tokens made the plan's token budget wrong, do_sample: false made every group uniform
+    # transformers refused it when loading the model, with a traceback
+    row("attn_implementation unknown", {"attn_implementation": "bogus"},
+        ["attn_implementation='bogus' is not an attention transformers knows"], "Fix: use one of 'eager'"),
     row("generation_kwargs num_return_sequences", {"generation_kwargs": {"num_return_sequences": 4}},
         ["generation_kwargs ['num_return_sequences']", "num_generations: 4"], "Fix: set the fields instead"),
     row("generation_kwargs max_new_tokens", {"generation_kwargs": {"max_new_tokens": 5}},
@@ -316,8 +319,6 @@ INVALID = [
     # TRL's eval loop alone reads them, and TRL prints completions only with log_completions: accepted silently
     row("num_generations_eval without eval_strategy", {"num_generations_eval": 4},
         ["num_generations_eval=4", "eval_strategy: steps or epoch"], "Fix: set eval_strategy: steps"),
-    row("per_device_eval_batch_size without eval_strategy", {"per_device_eval_batch_size": 4},
-        ["per_device_eval_batch_size=4", "eval_strategy: steps or epoch"], "Fix: set eval_strategy: steps"),
     row("num_completions_to_print without log_completions", {"num_completions_to_print": 3},
         ["num_completions_to_print=3", "log_completions: true"], "Fix: set log_completions: true"),
     row("final_eval_num_samples without final_eval", {"final_eval_num_samples": 4}, ["final_eval_num_samples",

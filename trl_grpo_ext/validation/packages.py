@@ -47,6 +47,14 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     """
     out = []
     attn = enum_value(values.get("attn_implementation"))
+    if isinstance(attn, str) and "/" not in attn:  # "org/repo": a kernel from the Hub, which transformers fetches
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        known = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
+        if attn.removeprefix("paged|") not in [k.removeprefix("paged|") for k in known]:
+            out.append(("attn_implementation", f"attn_implementation={attn!r} is not an attention transformers knows "
+                        "(it would fail when it loads the model). Fix: use one of "
+                        f"{', '.join(map(repr, known))}, or a Hub kernel 'org/repo'."))
     if attn == "flash_attention_2" and not installed("flash_attn"):
         out.append(("attn_implementation", "attn_implementation='flash_attention_2' needs the flash-attn package, "
                     "which is not installed (transformers would fail when it loads the model). Fix: pip install "

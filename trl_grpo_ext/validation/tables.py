@@ -218,8 +218,9 @@ _requires(("eval_num_prompts",), "an evaluation (eval_strategy other than no, or
           lambda v: enum_value(v.get("eval_strategy")) not in (None, "no")
           or v.get("final_eval") not in (None, "none"),
           "set eval_strategy: steps or final_eval: adapter, or remove {field}.")
-# TRL's eval loop alone reads these (final_eval generates in batches of its own)
-_requires(("num_generations_eval", "per_device_eval_batch_size"), "eval_strategy: steps or epoch (TRL's eval loop)",
+# TRL's eval loop alone reads it (final_eval generates in batches of its own). transformers' per_device_eval_batch_size
+# is left out: open-r1's configs carry it without an evaluation (tests/data/openr1_grpo_config.yaml)
+_requires(("num_generations_eval",), "eval_strategy: steps or epoch (TRL's eval loop)",
           lambda v: enum_value(v.get("eval_strategy")) not in (None, "no"),
           "set eval_strategy: steps (with eval_steps) or remove {field}.")
 _requires(("final_eval_num_samples",), "final_eval: adapter or compare_base",
@@ -279,7 +280,7 @@ GOVERNED_BY: dict[str, tuple[str, ...]] = {
            "dataset_train_split": ("dataset_name",), "dataset_test_split": ("dataset_name",),
            "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
            "log_completions_hub_repo": (), "num_completions_to_print": ("log_completions",),
-           **dict.fromkeys(("num_generations_eval", "per_device_eval_batch_size"), ("eval_strategy",)),
+           "num_generations_eval": ("eval_strategy",),
            **dict.fromkeys(_PUSH_FIELDS, ("push_to_hub_mode", "push_to_hub")),
            "gradient_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing"),
            "activation_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing")}.get(
