@@ -277,3 +277,11 @@ def test_eval_results_of_a_graded_reward_beyond_their_samples_ask_for_more_sampl
     assert "forecasts" not in err
     assert (f"note: --eval-results {results} holds no σ = 0 forecast for num_generations=16: rerun `trl-grpo-ext eval "
             "--k K` with K >= 16") in err
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "abc"])
+def test_gpu_memory_must_be_a_positive_number(value, capsys):
+    # -1 and nan passed every memory check ("... within it")
+    with pytest.raises(SystemExit):
+        plan_cli.main(["--config", "tiny_cpu", "--gpu-memory-gib", value])
+    assert f"argument --gpu-memory-gib: '{value}' is not a finite number > 0" in capsys.readouterr().err

@@ -47,14 +47,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="the accelerate config of the launch (a path or zero3, fsdp2, ...): its num_processes "
                              "and engine")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
-    parser.add_argument("--gpu-memory-gib", type=float, default=None,
+    parser.add_argument("--gpu-memory-gib", type=_positive, default=None,
                         help="memory of one device in GiB, to check that a micro-batch can fit")
-    parser.add_argument("--model-params", type=float, default=None,
+    parser.add_argument("--model-params", type=_positive, default=None,
                         help="number of model parameters (e.g. 0.5e9), used with --gpu-memory-gib")
     parser.add_argument("--eval-results", default=None,
                         help="an `eval --json` output (or eval_results.json): warn when its σ = 0 forecast for the "
                              "run's num_generations exceeds one half")
     return parser
+
+
+def _positive(text: str) -> float:
+    """A finite number > 0 (argparse type): ``--gpu-memory-gib -1`` or ``nan`` passed every memory check."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0 (e.g. 80 for an 80 GiB GPU)")
+    return value
 
 
 def dataset_size_from(script_args, dataset_size: int | None) -> int | None:
