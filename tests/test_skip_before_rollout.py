@@ -162,7 +162,7 @@ def test_plan_states_what_an_epoch_is_with_skip_and_refuses_one_epoch(tmp_path, 
 
     # tiny_cpu.yaml: 240 prompts, 2 per step -> 120 steps per epoch; 3 epochs = 360 steps
     path = tiny_cpu_yaml(tmp_path, zero_variance_filter="skip", total_epochs=3, total_training_steps=400,
-                         eval_strategy="no", drop=("eval_steps",))
+                         eval_strategy="no", drop=("eval_steps", "num_generations_eval"))
     assert plan_cli.main(["--config", path]) == 0
     captured = capsys.readouterr()
     out = captured.out + captured.err
