@@ -144,6 +144,8 @@ def test_bad_value_type_is_one_line(tmp_path):
                                         "lora_modules_to_save: [lm_head]."),
     ("reward_weights", 1.0, "reward_weights=1.0 must be a list of numbers."),
     ("lora_target_modules", [1, 2], "lora_target_modules=[1, 2] must be a list of strings."),
+    # a whole-valued float passed the range and reached PEFT (nn.Linear(..., 8.0): a TypeError traceback)
+    ("lora_r", 8.0, "lora_r=8.0 must be a whole number. Fix: write it without a decimal point: lora_r: 8."),
 ])
 def test_a_yaml_value_of_the_wrong_type_is_refused(tmp_path, light, key, value, says):
     with pytest.raises(ConfigError, match=re.escape(says)):

@@ -210,6 +210,8 @@ REFUSED = [
      r"generation_kwargs \['temperature', 'top_k'\] would override .* \(temperature -> temperature: 0.1, top_k -> "
      r"top_k: 5\)"),
     (dict(generation_kwargs='{"n": 4}', use_vllm=True), r"generation_kwargs \['n'\] .*n -> num_generations: 4"),
+    (dict(generation_kwargs={"return_dict_in_generate": True, "output_scores": True}),
+     r"generation_kwargs \['output_scores', 'return_dict_in_generate'\]: TRL's generation cannot use them"),
     (dict(generation_kwargs={"no_repeat_ngram_sise": 3}), r"generation_kwargs \['no_repeat_ngram_sise'\]: not a "),
     (dict(use_transformers_paged=True), "without `num_blocks`"),  # TRL's deprecated alias turns CB on
     (dict(use_transformers_continuous_batching=True, generation_kwargs='{"min_length": 4}',  # JSON from the CLI
@@ -369,3 +371,8 @@ def test_generation_benchmark_smoke_runs_end_to_end(tmp_path):
         assert arm["tokens_per_s"] > 0 and arm["s_per_step"] > 0 and arm["peak_gb"] > 0
         assert arm["trainable_dtypes"] == ["torch.float32"]
     assert "best arm:" in result.stdout
+
+
+def test_generation_kwargs_it_can_use_are_kept(tmp_path):
+    config = _config(tmp_path, generation_kwargs={"do_sample": True, "no_repeat_ngram_size": 3})  # do_sample: TRL's
+    assert config.generation_kwargs == {"do_sample": True, "no_repeat_ngram_size": 3}

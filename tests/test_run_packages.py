@@ -92,3 +92,18 @@ def test_an_installed_package_is_not_refused(monkeypatch):
 def test_installed_asks_the_import_system():
     assert packages.installed("json") is True
     assert packages.installed("no_such_package_trl_grpo_ext") is False
+
+
+@pytest.mark.parametrize("version", ["3", "4"])
+def test_flash_attention_3_and_4_need_their_package(monkeypatch, version):
+    # transformers raised an ImportError traceback when it loaded the model
+    import transformers.utils as hf_utils
+
+    from trl_grpo_ext.validation.packages import package_problems
+
+    monkeypatch.setattr(hf_utils, f"is_flash_attn_{version}_available", lambda: False)
+    ((field, line),) = package_problems({"attn_implementation": f"flash_attention_{version}"})
+    assert field == "attn_implementation" and line.startswith(f"attn_implementation='flash_attention_{version}' "
+                                                              f"needs FlashAttention {version}, which is not installed")
+    monkeypatch.setattr(hf_utils, f"is_flash_attn_{version}_available", lambda: True)
+    assert package_problems({"attn_implementation": f"flash_attention_{version}"}) == []

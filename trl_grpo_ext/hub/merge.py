@@ -98,12 +98,14 @@ def check_push_settings(v, adapter: bool) -> None:
                                "Fix: set push_to_hub_mode: none to push nothing.")
     try:
         (check_push_adapter(mode, v.get("use_peft"), named) if adapter else
-         check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id"), named))
+         check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id"), named,
+                               "hub_repo_id" if v.get("hub_repo_id") else "hub_model_id"))
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 
 
-def check_push_repository(mode: str, repo_id: str | None, named: str | None = None) -> None:
+def check_push_repository(mode: str, repo_id: str | None, named: str | None = None,
+                          field: str = "hub_repo_id") -> None:
     """A push (``mode`` from :func:`push_mode`; ``named`` as in :func:`check_push_adapter`) needs a repository.
 
     Raises:
@@ -118,8 +120,8 @@ def check_push_repository(mode: str, repo_id: str | None, named: str | None = No
         try:
             validate_repo_id(repo_id)
         except HFValidationError as err:
-            raise ValueError(f"hub_repo_id={repo_id!r} is not a valid Hub repository id: {err} Fix: e.g. "
-                             "--hub_repo_id your-name/your-model.") from None
+            raise ValueError(f"{field}={repo_id!r} is not a valid Hub repository id: {err} Fix: e.g. "
+                             f"--{field} your-name/your-model.") from None
 #: The modes a push uploads (and a model card is written for): :data:`PUSH_MODES` without ``"none"``.
 UPLOAD_MODES = PUSH_MODES[1:]
 #: Written next to the merged weights: how they were made, and which files they are.

@@ -50,6 +50,12 @@ SHADOWED_GENERATION_KWARGS = {
     **{name: name for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "cache_implementation")},
 }
 
+#: ``generation_kwargs`` keys that fail TRL 1.16's generation at the first step (a breaker's finding, each tried):
+#: a dict return, stop strings (generate needs the tokenizer), assisted or constrained generation.
+UNUSABLE_GENERATION_KWARGS = ("return_dict_in_generate", "output_scores", "output_logits", "output_attentions",
+                              "output_hidden_states", "stop_strings", "prompt_lookup_num_tokens",
+                              "assistant_early_exit", "force_words_ids", "constraints")
+
 
 def vllm_4bit_refusal(what: str) -> str:
     """The one-paragraph refusal for `use_vllm` on a 4-bit base. ``what`` names how the base is quantized."""
@@ -212,8 +218,9 @@ def check_generation_settings(values, on_cpu: bool) -> None:
 
 def _check_generation_kwargs(kwargs: dict, use_vllm: bool) -> None:
     """Refuse ``generation_kwargs`` keys that override a field (`SHADOWED_GENERATION_KWARGS`: the plan and the run's
-    fields would describe another sampler; ``num_return_sequences`` breaks TRL's batch shapes), ``do_sample`` (GRPO
-    samples: greedy makes every group uniform), and, without vLLM, keys `transformers.GenerationConfig` does not
+    fields would describe another sampler; ``num_return_sequences`` breaks TRL's batch shapes), keys its generation
+    cannot use (`UNUSABLE_GENERATION_KWARGS`), ``do_sample`` other than true (GRPO samples: greedy makes every group
+    uniform), and, without vLLM, keys `transformers.GenerationConfig` does not
     have (it keeps them silently). Raises `RunArgumentError` naming the key and the fix."""
     from ..config.checks import RunArgumentError
 
@@ -224,7 +231,13 @@ def _check_generation_kwargs(kwargs: dict, use_vllm: bool) -> None:
             f"generation_kwargs {sorted(shadowed)} would override TRL's own generation settings, so the plan and the "
             f"run's fields would describe another sampler. Fix: set the fields instead ({fields}) and remove the keys "
             "from generation_kwargs.")
-    if "do_sample" in kwargs:
+    unusable = sorted(set(kwargs) & set(UNUSABLE_GENERATION_KWARGS))
+    if unusable:
+        raise RunArgumentError(
+            f"generation_kwargs {unusable}: TRL's generation cannot use them (they change what generate returns, or "
+            "need a tokenizer, an assistant model or constrained beam search, and the first step fails). Fix: remove "
+            "them from generation_kwargs.")
+    if kwargs.get("do_sample", True) is not True:  # True is TRL's own setting
         raise RunArgumentError(
             f"generation_kwargs do_sample={kwargs['do_sample']!r}: GRPO samples G completions per prompt (TRL sets "
             "do_sample=True); greedy decoding makes all G alike, so every group would be uniform. Fix: remove "

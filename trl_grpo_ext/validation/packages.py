@@ -55,6 +55,13 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
             out.append(("attn_implementation", f"attn_implementation={attn!r} is not an attention transformers knows "
                         "(it would fail when it loads the model). Fix: use one of "
                         f"{', '.join(map(repr, known))}, or a Hub kernel 'org/repo'."))
+    if attn in ("flash_attention_3", "flash_attention_4"):  # transformers' own test of the package it loads
+        import transformers.utils as hf_utils
+
+        if not getattr(hf_utils, f"is_flash_attn_{attn[-1]}_available")():
+            out.append(("attn_implementation", f"attn_implementation={attn!r} needs FlashAttention {attn[-1]}, which "
+                        "is not installed (transformers would fail when it loads the model). Fix: install it (a "
+                        "recent NVIDIA GPU), or set attn_implementation: sdpa."))
     if attn == "flash_attention_2" and not installed("flash_attn"):
         out.append(("attn_implementation", "attn_implementation='flash_attention_2' needs the flash-attn package, "
                     "which is not installed (transformers would fail when it loads the model). Fix: pip install "

@@ -110,14 +110,16 @@ def check_yaml_types(config: Mapping[str, Any], problems: Problems) -> dict:
             words, fix = ("a list of numbers", f"e.g. {name}: [1.0, 0.5]") if number else \
                 ("a list of strings", f"e.g. {name}: [{value if isinstance(value, str) else 'a, b'}]")
         else:
-            if name in RANGES and isinstance(value, (bool, int, float)) or name in CHOICES:
+            whole_float = kind is int and isinstance(value, float) and value.is_integer()  # 8.0: argparse refuses
+            if (name in RANGES and isinstance(value, (bool, int, float)) and not whole_float) or name in CHOICES:
                 continue  # the range's and the choice's own lines
             ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool)) \
                 or kind is float and type(value) is int
             default = FIELD_DEFAULTS.get(name)
             shown = str(default).lower() if isinstance(default, bool) else default
             words = _WORDS[kind]
-            fix = ("quote the word you wrote (YAML reads an unquoted yes, no, on, off as a boolean)"
+            fix = (f"write it without a decimal point: {name}: {int(value)}" if whole_float else
+                   "quote the word you wrote (YAML reads an unquoted yes, no, on, off as a boolean)"
                    if kind is str and isinstance(value, bool) else
                    f'quote it: {name}: "{value}"' if kind is str and isinstance(value, (int, float)) else
                    f"e.g. {name}: {shown}" if default not in (None, "") else f"write {words}")
