@@ -55,6 +55,9 @@ def test_engine_from_the_launch_environment_and_the_run_fields(tmp_path):
     assert resolve_engine({"fsdp": "full_shard", "fsdp_config": {"version": 2}}, {}).describe() == "FSDP2 (from fsdp)"
     assert resolve_engine({}, env).kind == "fsdp"
     assert resolve_engine({}, {"WORLD_SIZE": "4"}).kind == "ddp" and resolve_engine({}, {}).kind == "single"
+    # read as world_size_from_env reads it: " 2" planned 2 processes but resolved a single-process engine
+    assert resolve_engine({}, {"WORLD_SIZE": " 2"}).kind == "ddp" and resolve_engine({}, {"WORLD_SIZE": "x"}).kind \
+        == "single"
 
 
 def test_multi_node_config_counts_all_processes():

@@ -115,5 +115,8 @@ def resolve_engine(values: Mapping[str, Any], environ: Mapping[str, str] | None 
     found = engine_from_run_values(values) or engine_from_env(env) or accelerate_config
     if found is not None:
         return found
-    world = env.get("WORLD_SIZE", "1")
-    return Engine("ddp" if world.isdigit() and int(world) > 1 else "single", source="WORLD_SIZE")
+    try:  # as `checks.world_size_from_env` reads it (" 2" is 2 processes); a bad value is its refusal, not ours
+        world = int(env.get("WORLD_SIZE", "1"))
+    except ValueError:
+        world = 1
+    return Engine("ddp" if world > 1 else "single", source="WORLD_SIZE")
