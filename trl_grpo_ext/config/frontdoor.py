@@ -284,7 +284,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     if announce:  # before any problem is raised: a refusal may name the new key the user did not write
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    config = yaml_choices(config)  # validation.user_values, as the checks below
+    config = yaml_choices(config)
     twins = dataclass_types(True)
     # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})

@@ -39,8 +39,8 @@ DRIFT_METRIC = "vllm/base_drift"
 DRIFT_WARNING_THRESHOLD = 0.01
 #: Generation kwargs that continuous batching drops (transformers marks their logits processors
 #: ``supports_continuous_batching = False``); the top-level field is named where one exists.
-CB_UNSUPPORTED_GENERATION_KWARGS = ("min_new_tokens", "min_length", "repetition_penalty",
-                                    "encoder_repetition_penalty")
+CB_UNSUPPORTED_GENERATION_KWARGS = ("min_new_tokens", "min_length", "encoder_repetition_penalty")
+# (repetition_penalty in generation_kwargs is refused for every back end: SHADOWED_GENERATION_KWARGS)
 
 #: ``generation_kwargs`` keys that would override a setting TRL builds from a field (TRL 1.16 updates its own
 #: ``GenerationConfig`` / vLLM ``SamplingParams`` arguments with ``generation_kwargs``), with that field.
