@@ -93,6 +93,22 @@ class Recorder:
         return out
 
 
+    def rollouts(self) -> list[list]:
+        """Every group in generation order, for analysis offline (e.g. of other skip predictors): ``[call, prompt id,
+        weighted totals of its G completions (None kept), first reward function's values]``; the prompt id is the
+        first 12 hex digits of the SHA-1 of its JSON text."""
+        import hashlib
+
+        rows = []
+        for index, (call, prompts) in enumerate(zip(self.calls, self.prompts)):
+            totals = [sum(w * v for w, v in zip(self.weights, row) if v is not None)
+                      if any(v is not None for v in row) else None for row in zip(*call)]
+            for group, prompt in enumerate(prompts):
+                key = hashlib.sha1(json.dumps(prompt, sort_keys=True, default=str).encode()).hexdigest()[:12]
+                span = slice(group * self.g, (group + 1) * self.g)
+                rows.append([index, key, totals[span], call[0][span]])
+        return rows
+
     def transitions(self) -> dict:
         """GRESO's premise measured (arXiv 2506.02177, "temporal consistency"): for every group after a prompt's first
         rollout, whether it came out uniform, split by how the prompt's previous group came out; and of the uniform
@@ -215,6 +231,7 @@ def run_arm(arm: str, seed: int, args) -> dict:
         "eval_minutes": (time.perf_counter() - eval_start) / 60,
         "skipped_prompt_share": _mean([row.get("zero_variance/frac_prompts_skipped")
                                        for row in _metrics_rows(Path(training_args.output_dir))]),
+        "rollouts": recorder.rollouts(),
     }
 
 
