@@ -414,6 +414,16 @@ def test_a_hyphenated_yaml_key_is_named_with_the_field_it_means(tmp_path, light)
         read_run_args(["--config", tiny_cpu_yaml(tmp_path, **{"zero-variance-filter": "mask"})], light=light)
 
 
+@pytest.mark.parametrize("key", ["use-peft", "use_pef"])
+def test_a_misspelt_switch_is_the_only_problem_its_settings_report(tmp_path, key):
+    # `use-peft: true` beside `lora_r: 8` also refused lora_r as needing use_peft: true, which the user had written
+    with pytest.raises(ConfigError) as caught:
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, drop=("use_peft",), **{key: True, "lora_r": 4})],
+                      light=True)
+    assert str(caught.value).startswith(f"unknown key(s): '{key}' (did you mean 'use_peft'?)")
+    assert "lora_r" not in str(caught.value)
+
+
 def test_scale_rewards_as_a_yaml_boolean_is_read_as_trl_reads_it(tmp_path):
     # TRL 1.16 documents `scale_rewards: true/false` (GRPOConfig.__post_init__: True -> "group", False -> "none")
     run = read_run_args(["--config", tiny_cpu_yaml(tmp_path, scale_rewards=False)], light=False)

@@ -177,9 +177,11 @@ def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tu
     return unknown, cli
 
 
-def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
+def _unknown_problem(unknown: list[str], types_: tuple[type, ...]) -> tuple[ConfigError, list[str]]:
+    """The unknown keys' problem, and the fields it names: the keys and the fields they were meant as (so that rules
+    on those fields stay silent: ``use-peft: true`` does not also refuse ``lora_r`` as needing ``use_peft``)."""
     known = _known_keys(types_)
-    parts = []
+    parts, named = [], []
     for key in unknown:
         bare = key.lstrip("-")
         no_flag = bare.startswith("no_") and "bool" in str(known.get(bare[3:]))  # --no_use_peft: defaults to false
@@ -187,8 +189,10 @@ def _unknown_message(unknown: list[str], types_: tuple[type, ...]) -> str:
         close = [f"--{bare[3:]} false"] if no_flag else [canon] if canon in known else \
             difflib.get_close_matches(bare, known, n=1, cutoff=0.75)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "
-            "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md).")
+        named += [bare, canon, *(bare[3:] if no_flag else close[:1])]
+    return ConfigError(f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of "
+                       "RecipeArguments, GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments "
+                       "(docs/configuration.md)."), named
 
 
 def _command_line_as_yaml(args: list[str], types_: tuple[type, ...]) -> list[str]:
@@ -291,7 +295,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     args = _command_line_as_yaml(args, twins)
     unknown, cli_given = _unknown_keys(config, args, twins)
     if unknown:
-        problems.add(ConfigError(_unknown_message(unknown, twins)), [key.lstrip("-") for key in unknown])
+        problems.add(*_unknown_problem(unknown, twins))
         config, args = _without_keys(config, args, {*unknown, *(key.lstrip("-").replace("-", "_") for key in unknown)})
     # What the user set (the file after translation, then the command line), checked before the dataclasses run
     # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
