@@ -28,3 +28,26 @@ def test_evaluation_and_save_time_is_not_counted_into_the_next_step(monkeypatch,
     lines = capsys.readouterr().out.splitlines()
     step_lines = [line for line in lines if line.startswith("step ") and "s/step" in line]
     assert [line.split()[-2] for line in step_lines] == ["0.50", "0.50"]  # 2.0 / 4 and 1.0 / 2
+
+
+def test_a_save_between_two_step_lines_leaves_the_no_update_interval_whole(monkeypatch, capsys):
+    # logging_steps 3, save_steps 4 (a breaker's run): step 6's line averages steps 4 to 6 and logged no_update 1/3 (1
+    # of 3 steps), but the save at step 4 had restarted the interval: "1 of 2 steps", and at step 9 "no update: 2 of 2
+    # groups uniform" on a step that did update (steps 7 and 8 did not)
+    clock = iter([0.0, 3.0, 3.5, 6.0, 6.5, 9.0])
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
+    callback = console.StepLineCallback(bar=False, groups_per_step=2)
+    state = SimpleNamespace(global_step=0, max_steps=12, is_world_process_zero=True)
+    callback.on_train_begin(None, state, None)
+    logs = {"reward": 0.5, "reward_std": 0.1, "learning_rate": 1e-3}
+    for step, no_update, save in ((3, 0.0, False), (4, None, True), (6, 1 / 3, False), (8, None, True),
+                                  (9, 2 / 3, False)):
+        state.global_step = step
+        if save:
+            callback.on_save(None, state, None)
+        else:
+            callback.on_log(None, state, None, logs={**logs, "zero_variance/no_update": no_update})
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert "no update on 1 of 3 steps (all groups uniform)" in lines[1]
+    assert "no update on 2 of 3 steps (all groups uniform)" in lines[2]
+    assert [line.split("s/step")[0].split()[-1] for line in lines] == ["1.00", "1.25", "2.50"]  # 3/3, 2.5/2, 2.5/1

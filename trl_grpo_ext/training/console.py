@@ -103,10 +103,11 @@ class StepLineCallback(ProgressCallback):
     def __init__(self, bar: bool = True, groups_per_step: int | None = None):
         super().__init__()
         self.bar, self.groups_per_step = bar, groups_per_step
-        self._last = None  # (time, step) of the previous training log
+        self._clock = None  # (time, step) the seconds per step count from: the last training log, save or evaluation
+        self._logged = 0  # the step of the previous training log: the interval a no-update notice covers
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._last = (time.perf_counter(), state.global_step)
+        self._clock, self._logged = (time.perf_counter(), state.global_step), state.global_step
         if self.bar:
             super().on_train_begin(args, state, control, **kwargs)
         else:
@@ -124,19 +125,18 @@ class StepLineCallback(ProgressCallback):
         self._restart_clock(state)  # a checkpoint's time is not the next step's
 
     def _restart_clock(self, state) -> None:
-        if self._last is not None:
-            self._last = (time.perf_counter(), state.global_step)
+        if self._clock is not None:
+            self._clock = (time.perf_counter(), state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or any(k in logs for k in _SUMMARY_KEYS):
             return  # the recipe prints the run's summary itself
         if "reward" in logs or "learning_rate" in logs:
-            now = time.perf_counter()
-            seconds, interval = None, 1
-            if self._last is not None and state.global_step > self._last[1]:
-                interval = state.global_step - self._last[1]
-                seconds = (now - self._last[0]) / interval
-            self._last = (now, state.global_step)
+            now, interval = time.perf_counter(), max(state.global_step - self._logged, 1)
+            seconds = None
+            if self._clock is not None and state.global_step > self._clock[1]:
+                seconds = (now - self._clock[0]) / (state.global_step - self._clock[1])
+            self._clock, self._logged = (now, state.global_step), state.global_step
             line = step_line(logs, state.global_step, state.max_steps, seconds, self.groups_per_step, interval)
         else:
             line = other_line(logs, state.global_step)
