@@ -51,3 +51,24 @@ def test_a_save_between_two_step_lines_leaves_the_no_update_interval_whole(monke
     assert "no update on 1 of 3 steps (all groups uniform)" in lines[1]
     assert "no update on 2 of 3 steps (all groups uniform)" in lines[2]
     assert [line.split("s/step")[0].split()[-1] for line in lines] == ["1.00", "1.25", "2.50"]  # 3/3, 2.5/2, 2.5/1
+
+
+def test_the_metrics_file_holds_each_step_once_after_an_overwrite_or_a_resume(tmp_path):
+    # it was only ever appended to: after --overwrite_output_dir the old run's steps 1-12 and summary came first, and
+    # a run killed at step 6 and resumed from checkpoint-4 logged steps 1..6, 5, 6, 7..12 (a breaker's finding)
+    import json
+
+    path = tmp_path / console.METRICS_FILE
+    rows = [{"step": step, "reward": step / 10} for step in range(1, 7)] + [{"step": 4, "eval_reward": 0.2}]
+    text = "".join(json.dumps(row) + "\n" for row in rows) + json.dumps({"step": 6, "train_runtime": 9.0}) + "\n"
+    args, callback = SimpleNamespace(output_dir=str(tmp_path)), console.MetricsFileCallback()
+
+    path.write_text(text + '{"step": 7, "rew')  # the last line cut short by the kill
+    callback.on_train_begin(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == rows[:4] + [rows[6]]
+    callback.on_log(args, SimpleNamespace(global_step=5, is_world_process_zero=True), None, logs={"reward": 0.7})
+    assert json.loads(path.read_text().splitlines()[-1]) == {"step": 5, "reward": 0.7}
+
+    path.write_text(text)
+    callback.on_train_begin(args, SimpleNamespace(global_step=0, is_world_process_zero=True), None)  # a new run
+    assert path.read_text() == ""

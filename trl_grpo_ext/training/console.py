@@ -172,7 +172,26 @@ class ZeroLossNoteCallback(TrainerCallback):
 
 
 class MetricsFileCallback(TrainerCallback):
-    """Appends every log (all metrics) to ``output_dir/metrics.jsonl`` on the main process."""
+    """Appends every log (all metrics) to ``output_dir/metrics.jsonl`` on the main process. At the start of training
+    the file keeps only the rows of steps up to the one training starts from: none for a new (or overwritten) run,
+    those up to the checkpoint's step for a resumed one (so it holds each step once, as trainer_state.json does)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        path = os.path.join(args.output_dir, METRICS_FILE)
+        if not state.is_world_process_zero or not os.path.exists(path):
+            return
+        kept = []
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except ValueError:  # a line cut short by a killed run
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= state.global_step \
+                        and not any(key in row for key in _SUMMARY_KEYS):
+                    kept.append(line if line.endswith("\n") else line + "\n")
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(kept)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
