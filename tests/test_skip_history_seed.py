@@ -72,6 +72,36 @@ def test_a_file_that_is_no_training_split_evaluation_is_refused_with_the_command
     assert f"trl-grpo-ext eval --config <this config> --split train --k 8 --output {path} (with this run's" in message
 
 
+def test_a_file_sampled_under_other_rewards_another_model_or_temperature_is_refused(tmp_path, monkeypatch):
+    # a breaker's finding: a file written with a format reward that is 0 everywhere started every prompt uniform, and
+    # one written by `eval --adapter checkpoint-6` (not the model trained) was accepted too
+    from trl_grpo_ext.rewards.spec import RewardSpec
+    from trl_grpo_ext.zero_variance.history import run_expectations
+
+    run = run_expectations([RewardSpec("exact_match", 1.0, {"column": "answer"})], 64, "embedded:tiny-qwen2", 0.7)
+    recorded = dict(num_samples=8, prompt_keys=[1], sample_totals=[[0.0] * 8], model="embedded:tiny-qwen2",
+                    temperature=0.7, rewards=[{"name": "exact_match", "weight": 1, "kwargs": {"column": "answer"}}])
+    assert read_history_seed(_write(tmp_path / "same.json", **recorded), 8, expect=run).uniform == {1}
+    unrecorded = {k: v for k, v in recorded.items() if k not in ("model", "temperature", "rewards")}
+    assert read_history_seed(_write(tmp_path / "by_hand.json", **unrecorded), 8, expect=run).uniform == {1}
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.chdir(tmp_path)  # the model as a folder, written two ways: the same model
+    folder = run_expectations([], 64, "ckpt", 0.7)
+    assert read_history_seed(_write(tmp_path / "f.json", **{**recorded, "model": str(tmp_path / "ckpt")}), 8,
+                             expect=folder).uniform == {1}
+    for change, says in (
+            ({"rewards": [{"name": "format", "weight": 0.5, "kwargs": {}}]},
+             "rewards (format x 0.5; the run: exact_match x 1, or their kwargs)"),
+            ({"rewards": [{"name": "exact_match", "weight": 1, "kwargs": {"column": "solution"}}]},
+             "rewards (exact_match x 1; the run: exact_match x 1, or their kwargs)"),
+            ({"model": "out/checkpoint-6"}, "model 'out/checkpoint-6' (the run: 'embedded:tiny-qwen2')"),
+            ({"temperature": 1.0}, "temperature 1.0 (the run: 0.7)")):
+        with pytest.raises(ValueError) as info:
+            read_history_seed(_write(tmp_path / "other.json", **{**recorded, **change}), 8, expect=run)
+        assert f"was sampled under other settings than this run's: {says}, so its uniform groups predict nothing " \
+               "about this run's. Fix: write it with trl-grpo-ext eval" in str(info.value)
+
+
 def test_the_history_starts_from_the_seed_for_the_training_prompts_only():
     from trl_grpo_ext.zero_variance.history import HistorySeed
 
@@ -126,6 +156,11 @@ def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
     assert result["num_samples"] == 8 and len(result["prompt_keys"]) == len(result["sample_totals"]) == 240
     uniform = sum(1 for totals in result["sample_totals"] if max(totals) == min(totals))  # no None: char_fraction
     assert 0 < uniform < 240
+    assert result["model"] == "embedded:tiny-qwen2" and [r["name"] for r in result["rewards"]] == ["char_fraction"]
+    other = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config", config, "--rewards",
+                            "exact_match"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert other.returncode == 2 and "was sampled under other settings than this run's: rewards (char_fraction x " \
+        "1; the run: exact_match x 1, or their kwargs)" in other.stderr, other.stderr[-2000:]
     done = subprocess.run([sys.executable, str(ROOT / "recipes/grpo_qlora.py"), "--config", config,
                            "--skip_exploration_probability", "1e-9", "--total_training_steps", "3",
                            "--final_eval", "none", "--eval_strategy", "no", "--output_dir", str(tmp_path / "run")],

@@ -51,6 +51,7 @@ from .zero_variance import (
     judged_reward_index,
     prompt_key,
     resample_note,
+    run_expectations,
     skip_note,
     start_history,
     weighted_total,
@@ -102,8 +103,9 @@ class GRPOExtTrainer(GRPOTrainer):
         zv = args.resolved.zero_variance
         # skip's streaks from skip_history_file, before any model; not read to resume (the checkpoint's history wins)
         resuming = zv.skip_history_file and resolve_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
-        history, self.history_seeded = start_history(zv, args.num_generations, lambda: dataset_prompts(train_dataset),
-                                                     bool(resuming))
+        history, self.history_seeded = start_history(
+            zv, args.num_generations, lambda: dataset_prompts(train_dataset), bool(resuming),
+            expect=run_expectations(args.resolved.rewards, args.max_completion_length, None, args.temperature))
         if zv.zero_variance_filter == "skip":
             check_skip_plan(self.plan, seeded=zv.skip_history_file is not None)
         for advice in plan_warnings(self.plan, instruct_model=True if "instruct" in str(model_name).lower() else None,

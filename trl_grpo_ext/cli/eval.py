@@ -197,6 +197,10 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
             results["comparison"] = compare(results["base"], results["adapter"])
     else:
         results["base"] = evaluate_model(model, tokenizer, dataset, reward_funcs, **settings)
+    for key in ("base", "adapter"):  # what a skip_history_file is compared with (zero_variance.history)
+        if key in results:
+            results[key].rewards = [spec.to_dict() for spec in specs]
+            results[key].model = adapter if key == "adapter" else model_args.model_name_or_path
     return results
 
 

@@ -63,6 +63,9 @@ class EvalResult:
         sample_totals (`list[list[float | None]]`): each prompt's K weighted total rewards (None: every reward
             None), what ``skip_history_file`` reads (empty when K = 0).
         correctness_reward (`str`): the reward that decides correctness.
+        rewards (`list[dict]`): the run's rewards (`RewardSpec.to_dict`) whose weighted totals ``sample_totals``
+            holds, and model (`str`): the model evaluated (the adapter's folder, else ``model_name_or_path``); set by
+            ``eval`` so that ``skip_history_file`` can refuse a file of another run (None / empty otherwise).
         mean_completion_tokens (`float`): mean greedy completion length [tokens].
         examples (`list[dict]`): the first few prompts with their greedy completion and rewards.
     """
@@ -82,6 +85,8 @@ class EvalResult:
     uniform_group_forecast_weighted: dict[int, float] = field(default_factory=dict)
     prompt_keys: list[int] = field(default_factory=list)
     sample_totals: list[list[float | None]] = field(default_factory=list)
+    rewards: list[dict] = field(default_factory=list)
+    model: str | None = None
     examples: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:

@@ -131,7 +131,8 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     if values.get("skip_history_file") is not None and enum_value(values.get("zero_variance_filter")) == "skip" and \
             not resumes(values.get("resume_from_checkpoint")) and train.dataset is not None \
             and not problems.blocked(SEED_FIELDS):  # a resumed run continues its checkpoint's history
-        problems.check(_seed_covers_prompts, train.dataset, values, survey, run.config_path, fields=["skip_history_file"])
+        problems.check(_seed_covers_prompts, train.dataset, values, survey, run.config_path, specs,
+                       fields=["skip_history_file"])
     evaluating = enum_value(values.get("eval_strategy")) not in (None, "no") or \
         (enum_value(values.get("final_eval")) or "none") != "none"
     if evaluating and not problems.blocked(EVAL_FIELDS):
@@ -151,14 +152,17 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     return survey
 
 
-def _seed_covers_prompts(dataset, values, survey: DatasetSurvey, config: str | None) -> None:
+def _seed_covers_prompts(dataset, values, survey: DatasetSurvey, config: str | None, specs) -> None:
     """``skip_history_file`` read and matched to the training prompts as the trainer will (`history.start_history`:
-    refused when unreadable, K < G, or starting none of them uniform); notes how many it starts uniform."""
-    from ..zero_variance.history import start_history
+    refused when unreadable, K < G, sampled under other rewards, model or temperature, or starting none of them
+    uniform); notes how many it starts uniform."""
+    from ..zero_variance.history import run_expectations, start_history
     from ..zero_variance.settings import ZeroVarianceSettings
 
+    expect = run_expectations(specs or (), values["max_completion_length"], values.get("model_name_or_path"),
+                              values.get("temperature"))
     _, (evaluated, uniform) = start_history(ZeroVarianceSettings.from_values(values), values["num_generations"],
-                                            lambda: [row["prompt"] for row in dataset], config=config)
+                                            lambda: [row["prompt"] for row in dataset], config=config, expect=expect)
     survey.notes.append(f"skip_history_file evaluated {evaluated} of the {len(dataset)} training prompts; {uniform} "
                         "of them start uniform (a streak of 1)")
 

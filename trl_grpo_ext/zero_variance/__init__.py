@@ -48,6 +48,7 @@ _WHERE = {
     "masked_loss_scale": "groups",
     "prompt_key": "history",
     "read_history_seed": "history",
+    "run_expectations": "history",
     "start_history": "history",
     "resample_note": "report",
     "resample_round_size": "resample",
@@ -90,6 +91,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs
         PromptHistory,
         prompt_key,
         read_history_seed,
+        run_expectations,
         skip_substitutes,
         start_history,
     )

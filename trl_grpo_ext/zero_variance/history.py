@@ -158,7 +158,40 @@ def _seed_fix(path: str, num_generations: int, config: str | None = None) -> str
             f"{num_generations} --output {path} (with this run's --key value overrides).")
 
 
-def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0, config: str | None = None) -> HistorySeed:
+def _rewards_record(specs) -> list[list]:
+    """[name, weight, kwargs as sorted JSON] of each reward (`RewardSpec` or its ``to_dict()``), for comparison."""
+    rows = [spec if isinstance(spec, dict) else spec.to_dict() for spec in specs]
+    return [[row.get("name"), float(row.get("weight", 1.0)), json.dumps(row.get("kwargs") or {}, sort_keys=True,
+                                                                          default=str)] for row in rows]
+
+
+def run_expectations(specs, max_completion_length: int, model, temperature) -> dict:
+    """What a ``skip_history_file`` must have been sampled under (`read_history_seed`'s ``expect``): the reward
+    specs as ``eval`` records them (run defaults filled; None without specs), the model if named, the temperature."""
+    from ..rewards.spec import with_run_defaults
+
+    return {"rewards": with_run_defaults(list(specs), max_completion_length) if specs else None,
+            "model": model if isinstance(model, str) else None, "temperature": temperature}
+
+
+def _run_mismatch(result: dict, expect: dict) -> str | None:
+    """What the file was sampled under that the run differs in (its rewards, model, temperature), or None. A key
+    the file or ``expect`` lacks is not compared (a file written by hand, a run whose rewards are Python objects)."""
+    found = []
+    if result.get("rewards") is not None and expect.get("rewards") is not None \
+            and _rewards_record(result["rewards"]) != _rewards_record(expect["rewards"]):
+        names = lambda specs: ", ".join(f"{n} x {w:g}" for n, w, _ in _rewards_record(specs))  # noqa: E731
+        found.append(f"rewards ({names(result['rewards'])}; the run: {names(expect['rewards'])}, or their kwargs)")
+    for key in ("model", "temperature"):
+        if result.get(key) is not None and expect.get(key) is not None and result[key] != expect[key] \
+                and not (key == "model" and Path(str(result[key])).expanduser().resolve()
+                         == Path(str(expect[key])).expanduser().resolve()):  # one folder, written two ways
+            found.append(f"{key} {result[key]!r} (the run: {expect[key]!r})")
+    return "; ".join(found) or None
+
+
+def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0, config: str | None = None,
+                      expect: dict | None = None) -> HistorySeed:
     """Skip's starting streaks from an evaluation of the training split with K samples per prompt.
 
     Args:
@@ -167,12 +200,15 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0, c
         num_generations (`int`): G; K must be at least G (fewer samples than a group predict less than a rollout).
         tolerance (`float`, defaults to `0.0`): ``zero_variance_tolerance`` [reward units].
         config (`str`, *optional*): the run's ``--config``, named in the fix (default ``<this config>``).
+        expect (`dict`, *optional*): the run's ``rewards`` (`RewardSpec` list, run defaults filled), ``model``
+            (``model_name_or_path``) and ``temperature``, compared with those the file records.
 
     Returns:
         `HistorySeed`.
 
     Raises:
-        ValueError: no such file, not such a result, or K < G; the message names ``skip_history_file`` and the fix.
+        ValueError: no such file, not such a result, K < G, or sampled under other rewards, another model or
+            temperature; the message names ``skip_history_file`` and the fix.
     """
     from .groups import zero_variance_group_mask
 
@@ -203,6 +239,9 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0, c
             for row in totals):
         raise ValueError(f"{where}: each prompt needs an integer key and its {k} sampled rewards as numbers (or null) "
                          f"in sample_totals. {fix}")
+    if (mismatch := _run_mismatch(result, expect or {})) is not None:
+        raise ValueError(f"{where} was sampled under other settings than this run's: {mismatch}, so its uniform "
+                         f"groups predict nothing about this run's. {fix}")
     if len(set(keys)) != len(keys):
         raise ValueError(f"{where} lists a prompt key more than once (eval writes each prompt once). {fix}")
     rewards = torch.tensor([[float("nan") if v is None else float(v) for v in row] for row in totals],
@@ -213,15 +252,15 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0, c
                        uniform=frozenset(key for key, flag in zip(prompts, uniform) if flag))
 
 
-def start_history(settings, num_generations: int, prompts, resuming: bool = False,
-                  config: str | None = None) -> tuple[PromptHistory | None, tuple[int, int] | None]:
+def start_history(settings, num_generations: int, prompts, resuming: bool = False, config: str | None = None,
+                  expect: dict | None = None) -> tuple[PromptHistory | None, tuple[int, int] | None]:
     """Skip's history seeded from ``skip_history_file`` for the training ``prompts``, or ``(None, None)`` without one
     or when ``resuming`` a checkpoint (which holds the history the run continues: the file is not read).
 
     Args:
         settings (`ZeroVarianceSettings`): reads ``zero_variance_filter``, ``skip_history_file``,
             ``zero_variance_tolerance``. num_generations (`int`): G. prompts (callable): () -> the training prompts
-            (called only with a file).
+            (called only with a file). expect (`dict`, *optional*): as `read_history_seed`.
 
     Returns:
         `(PromptHistory, (prompts evaluated, of them starting uniform))` (`PromptHistory.seed`).
@@ -230,6 +269,7 @@ def start_history(settings, num_generations: int, prompts, resuming: bool = Fals
         ValueError: as `read_history_seed` and `PromptHistory.seed`."""
     if settings.zero_variance_filter != "skip" or settings.skip_history_file is None or resuming:
         return None, None
-    seed = read_history_seed(settings.skip_history_file, num_generations, settings.zero_variance_tolerance, config)
+    seed = read_history_seed(settings.skip_history_file, num_generations, settings.zero_variance_tolerance, config,
+                             expect)
     history = PromptHistory()
     return history, history.seed(seed, [prompt_key(prompt) for prompt in prompts()], num_generations)
