@@ -107,6 +107,41 @@ def test_eval_refuses_bad_arguments_before_loading(args, message, capsys, monkey
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in err, err
 
 
+def test_eval_refuses_an_adapter_or_output_it_would_fail_on_after_loading(tmp_path, capsys, monkeypatch):
+    # a breaker's findings: `{}` as adapter_config.json (KeyError 'peft_type') and garbage weights (SafetensorError)
+    # failed after the base loaded; --output /sys/x.json failed after the evaluation, with a traceback; --output naming
+    # the --config file overwrote the config; --output "" wrote nothing
+    import transformers
+
+    from trl_grpo_ext.cli.main import main
+
+    def no_weights(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
+    config = ROOT / "recipes/configs/tiny_cpu.yaml"
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty/adapter_config.json").write_text("{}")
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage/adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (tmp_path / "garbage/adapter_model.safetensors").write_bytes(b"\xff" * 64)
+    (tmp_path / "weightless").mkdir()
+    (tmp_path / "weightless/adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (tmp_path / "notes.txt").write_text("a file, not a folder")  # a path below it cannot be created, root or not
+    cases = [(["--adapter", str(tmp_path / "empty")], "holds an adapter_config.json without a peft_type"),
+             (["--adapter", str(tmp_path / "garbage")], "holds an adapter_model.safetensors that cannot be read ("),
+             (["--adapter", str(tmp_path / "weightless")], "holds no adapter weights (adapter_model.safetensors or "),
+             (["--output", str(config)], "is the --config file: the result would overwrite it."),
+             (["--output", ""], "'' must be a file path, e.g. eval.json."),
+             (["--output", str(tmp_path / "notes.txt/x.json")], "must be a file path in an existing folder"),
+             (["--output", "/proc/x.json"], "cannot be written (")]
+    for args, message in cases:
+        assert main(["eval", "--config", str(config), *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert config.read_text().startswith("#")  # untouched
+
+
 def test_evaluate_model_scores_with_the_runs_rewards(monkeypatch):
     import trl_grpo_ext.evaluation.evaluate as evaluation
 

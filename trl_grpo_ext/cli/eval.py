@@ -84,11 +84,11 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         return _fail(str(err))
     if args.compare_base and not args.adapter:
         return _fail("--compare-base needs --adapter DIR (the trained run's output_dir).")
-    if args.adapter and not (Path(args.adapter) / "adapter_config.json").is_file():
-        return _fail(f"--adapter {args.adapter!r} holds no adapter_config.json; pass a finished run's output_dir.")
-    if args.output and (Path(args.output).is_dir() or not Path(args.output).parent.exists() and
-                        not Path(args.output).parent.parent.is_dir()):
-        return _fail(f"--output {args.output!r} must be a file path in an existing folder, e.g. eval.json.")
+    if args.adapter and (problem := _adapter_problem(args.adapter)):
+        return _fail(f"--adapter {args.adapter!r} {problem}; pass a finished run's output_dir or one of its "
+                     "checkpoint-* folders.")
+    if args.output is not None and (problem := _output_problem(args.output, resolve_config_path(args.config))):
+        return _fail(f"--output {args.output!r} {problem}")
     try:
         script_args, training_args, model_args, _ = parse_recipe_args(
             ["--config", resolve_config_path(args.config), *(overrides or [])], datasets=False
@@ -120,6 +120,54 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(results_to_json(results), indent=2))
     return 0
+
+
+def _adapter_problem(adapter: str) -> str | None:
+    """Why ``adapter`` is no PEFT adapter folder (its ``adapter_config.json`` without a ``peft_type``, its weights
+    missing or unreadable: PEFT fails on them only after the base has loaded), or None."""
+    folder = Path(adapter)
+    try:
+        config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+    except OSError:
+        return "holds no adapter_config.json"
+    except ValueError:
+        return "holds an adapter_config.json that is not JSON"
+    if not isinstance(config, dict) or "peft_type" not in config:
+        return "holds an adapter_config.json without a peft_type (not one PEFT wrote)"
+    weights = folder / "adapter_model.safetensors"
+    if weights.is_file():
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(weights), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            return f"holds an adapter_model.safetensors that cannot be read ({' '.join(str(err).split())})"
+    elif not (folder / "adapter_model.bin").is_file():
+        return "holds no adapter weights (adapter_model.safetensors or adapter_model.bin)"
+    return None
+
+
+def _output_problem(output: str, config: str) -> str | None:
+    """Why the JSON cannot be written to ``output`` (checked by creating it, before any model loads), or None."""
+    path = Path(output)
+    if not output.strip() or path.is_dir():
+        return "must be a file path, e.g. eval.json."
+    if path.exists() and path.resolve() == Path(config).resolve():
+        return "is the --config file: the result would overwrite it. Fix: write it to another file, e.g. eval.json."
+    if (path.parent.exists() and not path.parent.is_dir()) or not path.parent.exists() \
+            and not path.parent.parent.is_dir():
+        return "must be a file path in an existing folder, e.g. eval.json."
+    existed = path.exists()
+    try:
+        path.parent.mkdir(exist_ok=True)
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as err:
+        return f"cannot be written ({err.strerror or err}). Fix: write it to a folder you can write to."
+    if not existed:
+        path.unlink()
+    return None
 
 
 def _adapter_mismatch(adapter: str, model_name: str) -> str | None:
