@@ -126,7 +126,8 @@ INVALID = [
     row("per_device_eval_batch_size=0", {"per_device_eval_batch_size": 0}, ["per_device_eval_batch_size"]),
     row("dataloader_num_workers<0", {"dataloader_num_workers": -1}, ["dataloader_num_workers"]),
     row("vllm_gpu_memory_utilization>1", {"vllm_gpu_memory_utilization": 1.5}, ["vllm_gpu_memory_utilization"]),
-    row("ref_model_sync_steps=0", {"ref_model_sync_steps": 0}, ["ref_model_sync_steps"]),
+    row("ref_model_sync_steps=0", {"ref_model_sync_steps": 0, "sync_ref_model": True, "use_peft": False, "beta": 0.04,
+                                   **_NO_LORA, **_NO_4BIT, "final_eval": "adapter"}, ["ref_model_sync_steps"]),
     row("sapo_temperature_neg=0", {"loss_type": "sapo", "sapo_temperature_neg": 0}, ["sapo_temperature_neg"]),
     row("entropy_target<0", {"use_adaptive_entropy": True, "entropy_target": -1.0}, ["entropy_target"]),
     # choices that would fail after the model loads or at step 1
@@ -446,6 +447,20 @@ INVALID = [
                                                                "lr_scheduler_kwargs": {"num_cycle": 0.5}},
         ["lr_scheduler_kwargs has keys lr_scheduler_type='cosine' does not take: 'num_cycle' (it takes num_cycles"],
         "Fix: remove or rename them"),
+    # a breaker's findings: TRL raises for the first three after the model loads; the others TRL or transformers
+    # read only under the other setting
+    row("eval_on_start without evaluation", {"eval_on_start": True}, ["eval_on_start=True only takes effect with "
+        "eval_strategy: steps or epoch"], "Fix: set eval_strategy: steps"),
+    row("sync_ref_model with PEFT", {"sync_ref_model": True, "beta": 0.04},
+        ["use_peft=True and sync_ref_model=True cannot both be set"], "Fix: remove sync_ref_model"),
+    row("sync_ref_model without a reference", {"sync_ref_model": True, "use_peft": False, **_NO_LORA, **_NO_4BIT,
+                                               "final_eval": "adapter"},
+        ["sync_ref_model=True only takes effect with beta > 0"], "Fix: remove sync_ref_model or set beta: 0.04"),
+    row("ref_model_mixup_alpha without sync_ref_model", {"ref_model_mixup_alpha": 0.9},
+        ["ref_model_mixup_alpha=0.9 only takes effect with sync_ref_model: true"], "Fix: set sync_ref_model: true"),
+    row("save_total_limit without checkpoints", {"save_strategy": "no", "save_steps": DROP, "save_total_limit": 1},
+        ["save_total_limit=1 only takes effect with save_strategy: steps, epoch or best"],
+        "Fix: set save_strategy: steps"),
     row("liger_kernel_config without use_liger_kernel", {"liger_kernel_config": {"rope": True}},
         ["liger_kernel_config={'rope': True} only takes effect with use_liger_kernel: true"], "Fix: set use_liger_kernel"),
     row("continuous-batching config without continuous batching",

@@ -157,6 +157,8 @@ EXCLUSIVE: tuple[tuple[str, str, str], ...] = (
     ("load_in_4bit", "load_in_8bit", "choose one quantisation: load_in_4bit (QLoRA, NF4) or load_in_8bit."),
     ("bf16", "fp16", "choose one mixed-precision mode (bf16 on GPUs that support it)."),
     ("generation_batch_size", "steps_per_generation", "set one of them (TRL derives the other)."),
+    ("use_peft", "sync_ref_model", "remove sync_ref_model: with PEFT the reference is the base with the adapter off, "
+     "which TRL cannot sync (it raises after loading the model)."),
     ("hub_repo_id", "hub_model_id", "keep hub_repo_id: the push reads it first and hub_model_id (TRL's name for the "
      "repository) only without it."),
 )
@@ -255,6 +257,15 @@ _when("push_to_hub_mode", "merged", ("merge_dtype",))
 _requires(("fp16",), "a GPU (with use_cpu: true accelerate runs no fp16 autocast: the run stays float32)",
           lambda v: not v.get("fp16") or not v.get("use_cpu"),
           "remove {field} (bf16: true runs bf16 autocast on a CPU: docs/benchmarks.md, \"bf16 on a CPU\").")
+_requires(("eval_on_start",), "eval_strategy: steps or epoch (the recipe loads no evaluation split without it)",
+          lambda v: not v.get("eval_on_start") or enum_value(v.get("eval_strategy")) not in (None, "no"),
+          "set eval_strategy: steps (with eval_steps) or remove {field}.")
+_requires(("sync_ref_model",), "beta > 0 (with beta 0 TRL keeps no reference model to sync)",
+          lambda v: not v.get("sync_ref_model") or (v.get("beta") or 0) > 0, "remove {field} or set beta: 0.04 (say).")
+_when("sync_ref_model", True, ("ref_model_sync_steps", "ref_model_mixup_alpha"))  # TRL's SyncRefModelCallback alone
+_requires(("save_total_limit",), "save_strategy: steps, epoch or best (no checkpoint is saved to rotate)",
+          lambda v: enum_value(v.get("save_strategy")) != "no",
+          "set save_strategy: steps (with save_steps) or remove {field}.")
 _when("use_liger_kernel", True, ("liger_kernel_config",))  # transformers reads it only then
 _when("use_transformers_continuous_batching", True, ("transformers_continuous_batching_config",))  # TRL: only then
 _requires(("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
@@ -305,7 +316,7 @@ DEFAULT_FIELDS: tuple[str, ...] = (
     "model_revision", "trust_remote_code", "lora_target_modules", "lora_modules_to_save", "entropy_coef_min",
     "entropy_coef_max", "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max",
     "gradient_checkpointing", "activation_checkpointing", "use_liger_kernel", "use_transformers_continuous_batching",
-    "lr_scheduler_type",
+    "lr_scheduler_type", "beta", "sync_ref_model", "eval_on_start",
 )
 
 #: Advantage fields that TRL's `normalize_then_sum` formula ignores (it normalises each reward over its group with
