@@ -245,6 +245,19 @@ def test_no_token_fails_before_any_network_call(run, online, monkeypatch, tmp_pa
     assert (run / "adapter" / "README.md").is_file()
 
 
+def test_offline_the_push_names_hf_hub_offline_not_a_login(run, monkeypatch, tmp_path):
+    # a breaker's finding: without a token it said "Log in with `hf auth login`", which would not have helped
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    with pytest.raises(hub.HubPushError, match="HF_HUB_OFFLINE is set, so nothing was pushed. The adapter files are "
+                                               "ready in ") as failure:
+        hub.push_run(run, REPO)
+    assert f"trl-grpo-ext push {run} --repo-id {REPO}" in str(failure.value) and "hf auth login" in str(failure.value)
+
+
 def test_a_push_that_fails_leaves_the_run_s_own_card_as_it_was(tmp_path, monkeypatch):
     """A new user's finding: a push without a token rewrote output_dir/README.md to load the repository that was never
     created (`model_id = "you/tiny-test"`), so its snippet failed; the upload's card is the one to name it."""
@@ -257,6 +270,7 @@ def test_a_push_that_fails_leaves_the_run_s_own_card_as_it_was(tmp_path, monkeyp
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     with pytest.raises(hub.HubPushError, match="No Hugging Face token found"):
         hub.push_run(fresh, REPO)
     assert (fresh / "README.md").read_bytes() == before and REPO not in before.decode()

@@ -314,6 +314,13 @@ def push_run(
         raise ValueError(f"repo_id={repo_id!r} is not a valid Hub repository id ('user/name'): {err}") from None
     folder, files = prepare_upload(output_dir, mode=mode, repo_id=repo_id, merge_dtype=merge_dtype, token=token)
     retry = retry_command(output_dir, repo_id, mode=mode, revision=revision, private=private, merge_dtype=merge_dtype)
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:  # before the token: logging in would not help
+        raise HubPushError(
+            f"HF_HUB_OFFLINE is set, so nothing was pushed. The {mode} files are ready in {folder}. "
+            f"Unset HF_HUB_OFFLINE (and log in with `hf auth login` if needed), then run:\n  {retry}"
+        )
     if token is None and get_token() is None:
         raise HubPushError(
             f"No Hugging Face token found, so nothing was pushed. The {mode} files are ready in {folder}. "
