@@ -49,6 +49,7 @@ from trl_grpo_ext.training.checkpoints import (
 from trl_grpo_ext.training.host_memory import retain_freed_memory
 from trl_grpo_ext.training.interrupt import GracefulInterrupt, exit_run
 from trl_grpo_ext.validation import check_reward_columns
+from trl_grpo_ext.zero_variance.history import prompt_key
 from trl_grpo_ext.zero_variance.report import steps_per_generation, summary_line
 from trl_grpo_ext.zero_variance.settings import check_skip_plan
 
@@ -102,7 +103,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
         )
         checkpoint = check_checkpoint_plan(  # once per run: the trainer does not check a checked checkpoint again
             resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan,
-            filter_settings(training_args.resolved.zero_variance))
+            filter_settings(training_args.resolved.zero_variance),
+            lambda: map(prompt_key, train_dataset["prompt"]))
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)

@@ -91,3 +91,20 @@ def test_a_finished_run_is_not_offered_a_resume(tmp_path):
             assert "resume" not in message.lower()
             assert f"--model_name_or_path {root} to continue its adapter" in message
             assert "--overwrite_output_dir true" in message
+
+
+def test_a_skip_checkpoint_resumed_on_other_prompts_is_refused(tmp_path):
+    # a breaker's finding: resumed with --embedded_seed 3 (8 other prompts of the same count), the run went on without
+    # a word, its history holding 8 stale prompts next to 8 new ones; the resume check compared the dataset's size only
+    from trl_grpo_ext.plan import QuantityError
+    from trl_grpo_ext.training.checkpoints import ZERO_VARIANCE_STATE_FILE, check_history_prompts
+
+    (tmp_path / ZERO_VARIANCE_STATE_FILE).write_text(json.dumps(
+        {"prompt_history": {"streaks": {"11": 0, "22": 2}, "epoch_start": None}, "settings": {}}))
+    check_history_prompts(str(tmp_path), lambda: [11, 22, 33])  # the same training set: every recorded one in it
+    with pytest.raises(QuantityError, match=r"1 of the 2 prompts its skip history recorded are not among this run's "
+                                            r"training prompts, so the dataset differs .* Fix: resume with the "
+                                            r"checkpoint's dataset settings"):
+        check_history_prompts(str(tmp_path), lambda: [11, 33])
+    (tmp_path / ZERO_VARIANCE_STATE_FILE).write_text(json.dumps({"resample_cursor": 3}))
+    check_history_prompts(str(tmp_path), lambda: [])  # not a skip checkpoint: nothing to compare

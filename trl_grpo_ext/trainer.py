@@ -291,8 +291,10 @@ class GRPOExtTrainer(GRPOTrainer):
         if isinstance(resume_from_checkpoint, CheckedCheckpoint) and resume_from_checkpoint.plan == self.plan:
             checkpoint = resume_from_checkpoint
         else:
-            checkpoint = check_checkpoint_plan(resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir),
-                                               self.plan, filter_settings(self.args.resolved.zero_variance))
+            checkpoint = check_checkpoint_plan(
+                resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan,
+                filter_settings(self.args.resolved.zero_variance),
+                lambda: map(prompt_key, dataset_prompts(self.train_dataset)))
         check_output_dir(self.args.output_dir, resuming=checkpoint is not None or overwrite_output_dir, fixes="python")
         # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt, FSDP in
         # optimizer.bin (a full state dict) or optimizer_0/ (sharded)

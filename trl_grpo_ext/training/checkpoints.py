@@ -214,10 +214,27 @@ def check_filter_unchanged(checkpoint: str, settings: dict) -> None:
             "output_dir (load the checkpoint as the model).")
 
 
-def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan,
-                          zero_variance: dict | None = None) -> CheckedCheckpoint | None:
+def check_history_prompts(checkpoint: str, prompt_keys) -> None:
+    """Refuse (`QuantityError`) resuming a skip run's ``checkpoint`` whose prompt history holds prompts the run's
+    training set lacks (another dataset, split, seed or system prompt: every prompt it recorded was a training prompt).
+    ``prompt_keys``: () -> the `prompt_key` of every training prompt (called only for a skip checkpoint)."""
+    path = Path(checkpoint) / ZERO_VARIANCE_STATE_FILE
+    history = json.loads(path.read_text()).get("prompt_history") if path.is_file() else None
+    recorded = {int(key) for key in ((history or {}).get("streaks") or {})}
+    foreign = recorded - set(prompt_keys()) if recorded else set()
+    if foreign:
+        raise QuantityError(
+            f"cannot resume {checkpoint}: {len(foreign)} of the {len(recorded)} prompts its skip history recorded are "
+            "not among this run's training prompts, so the dataset differs from the one the checkpoint trained on "
+            "(dataset_name, its split, embedded_seed, system_prompt or chat_template). Fix: resume with the "
+            "checkpoint's dataset settings, or start a new output_dir (load the checkpoint as the model).")
+
+
+def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan, zero_variance: dict | None = None,
+                          prompt_keys=None) -> CheckedCheckpoint | None:
     """Refuse (`QuantityError`) a checkpoint whose saved plan differs from ``plan`` (see `check_resume_compatible`),
-    or, given ``zero_variance`` (`filter_settings`), whose filter does (`check_filter_unchanged`).
+    or, given ``zero_variance`` (`filter_settings`), whose filter does (`check_filter_unchanged`), or, given
+    ``prompt_keys`` (`check_history_prompts`), whose skip history is of other prompts.
 
     Returns:
         `CheckedCheckpoint` or `None`: the checkpoint, marked as checked against ``plan`` (None when ``checkpoint``
@@ -230,6 +247,8 @@ def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan,
         check_resume_compatible(json.loads(saved.read_text()), plan)
     if zero_variance is not None:
         check_filter_unchanged(checkpoint, zero_variance)
+    if prompt_keys is not None:
+        check_history_prompts(checkpoint, prompt_keys)
     check_checkpoint_unfinished(checkpoint, plan)
     return CheckedCheckpoint(checkpoint, plan)
 
