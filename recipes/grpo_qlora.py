@@ -14,6 +14,7 @@ arguments -> data, plan and resume checks -> tokenizer -> model settings -> trai
 model card -> push.
 """
 
+import os
 import sys
 
 from accelerate.utils import set_seed
@@ -111,6 +112,10 @@ def main(script_args, training_args, model_args, push_args) -> int:
         return 2
     for warning in gold_warnings + weight_warnings(training_args.resolved.rewards):
         print(f"warning: {warning}", file=sys.stderr)
+    if push.enabled and os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true"):
+        print(f"warning: HF_HUB_OFFLINE is set, so the push to {push.repo_id} after training will fail; everything "
+              "is written to output_dir first, and `trl-grpo-ext push` sends it later. Unset HF_HUB_OFFLINE to push "
+              "at the end of this run.", file=sys.stderr)
 
     ################
     # Tokenizer (an earlier run's adapter as model_name_or_path is continued: its base loads, the adapter trains on)

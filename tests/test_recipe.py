@@ -192,3 +192,21 @@ def test_a_bad_host_memory_switch_is_one_line_before_the_model_loads(tmp_path):
         "error: TRL_GRPO_EXT_RETAIN_MEMORY='maybe' is neither on nor off. Fix: unset it or use 1 (keep freed memory "
         "for reuse, the default on a CPU), or 0 (glibc's own malloc settings).")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_push_while_offline_is_announced_before_training_and_loses_nothing(tmp_path):
+    # a breaker's finding: offline, a run with a push trained to the end, then failed the push with exit 1 (plan and
+    # the start of the run said nothing); the outputs must be written before the upload is tried
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, str(ROOT / "recipes/grpo_qlora.py"), "--config", "tiny_cpu",
+                             "--output_dir", str(out), "--total_training_steps", "1", "--save_strategy", "no",
+                             "--eval_strategy", "no", "--final_eval", "none", "--push_to_hub_mode", "adapter",
+                             "--hub_repo_id", "someone/tiny-test"], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_TOKEN": ""}, timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]
+    warning = ("warning: HF_HUB_OFFLINE is set, so the push to someone/tiny-test after training will fail; everything "
+               "is written to output_dir first")
+    assert warning in result.stderr and result.stderr.index(warning) < result.stderr.index("HF_HUB_OFFLINE is set, so "
+                                                                                           "nothing was pushed")
+    assert "step 1/1" in result.stdout and (out / "adapter_model.safetensors").is_file()
+    assert (out / "adapter" / "README.md").is_file()  # the upload's folder, ready for `trl-grpo-ext push`
