@@ -69,6 +69,10 @@ def test_uniform_share_is_the_same_in_console_metrics_file_and_trainer_state(tmp
         assert [h["zero_variance/frac_uniform_before"] for h in logged] == expected_share
         assert [h["zero_variance/no_update"] for h in logged] == expected_no_update
     assert trainer.zero_variance.skipped_updates == 2
+    # a step with no kept token has no token means: entropy (and the clip ratios) were logged 0.0 there, an entropy of
+    # 0 reading as a deterministic policy (a breaker's finding); a step that trained has its real entropy
+    assert [h["entropy"] is None for h in steps] == [False, False, True, True]
+    assert all(h["entropy"] > 0 for h in steps[:2]) and steps[2]["clip_ratio/region_mean"] is None
     # the time each step spent generating, and the summary's share of it in uniform groups
     seconds = [h["zero_variance/generation_seconds"] for h in steps]
     assert all(value > 0 for value in seconds) and seconds == [h["zero_variance/generation_seconds"] for h in jsonl]

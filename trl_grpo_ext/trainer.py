@@ -128,10 +128,8 @@ class GRPOExtTrainer(GRPOTrainer):
         if args.merge_adapter_for_generation:  # a model built in Python; the recipe's settings: rule merged_generation
             check_merge_target(self.model, args, resolve_engine(vars(args)))
         # use_vllm on a 4-bit base (opted in): measure how far the re-quantized base drifts, once per generation batch
-        self.base_drift = (
-            BaseDriftMonitor(self.model)
-            if args.use_vllm and is_4bit_model(self.model) and hasattr(self.model, "merge_adapter") else None
-        )
+        self.base_drift = BaseDriftMonitor(self.model) if args.use_vllm and is_4bit_model(self.model) \
+            and hasattr(self.model, "merge_adapter") else None
         self.lost_updates = LostUpdateTracker(
             args.lost_update_steps, args.lost_update_warning_threshold,
             record=lambda fraction: _trl_compat.record_metric(self, "adapter/lost_update_frac", fraction),
@@ -152,10 +150,8 @@ class GRPOExtTrainer(GRPOTrainer):
         self.add_callback(_PlanCallback(self))
         self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
         self.add_callback(_SamplerEpochCallback(self))
-        #: `eval_plan.EvalPlan` of the run (set by the recipe), printed under the plan table when training starts.
-        self.eval_plan = None
-        #: The embedded task's ``embedded_seed`` (set by the recipe), named with ``seed`` under the plan table.
-        self.embedded_seed = None
+        self.eval_plan = None  # the run's `eval_plan.EvalPlan` (set by the recipe), printed under the plan table
+        self.embedded_seed = None  # the embedded task's embedded_seed (set by the recipe), named with seed there
 
     def create_optimizer(self, *args, **kwargs):
         """`Trainer.create_optimizer`, then attach the lost-update measurement (if `lost_update_steps` > 0) and the
@@ -256,11 +252,14 @@ class GRPOExtTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         """TRL's loss; with the filter on, of the micro-batch without its masked rows (they cost no forward or
-        backward: `ZeroVarianceFilter.drop_masked_rows`), rescaled so the gradient equals the masked batch's."""
+        backward: `ZeroVarianceFilter.drop_masked_rows`), rescaled so the gradient equals the masked batch's; the
+        token means of a micro-batch with no kept row are not logged as 0 (`void_empty_means`)."""
         if not self.model.training:
             return super()._compute_loss(model, inputs)
-        inputs = self.zero_variance.drop_masked_rows(inputs)
-        return self.zero_variance.scale_loss(super()._compute_loss(model, inputs), inputs)
+        inputs, marks = self.zero_variance.drop_masked_rows(inputs), _trl_compat.metric_marks(self)
+        loss = self.zero_variance.scale_loss(super()._compute_loss(model, inputs), inputs)
+        self.zero_variance.void_empty_means(marks, inputs)
+        return loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's step; at the end of an accumulation window, decide (on all processes) whether anything was kept."""

@@ -306,6 +306,22 @@ class ZeroVarianceFilter:
         self.window_dropped_rows += rows - target
         return dropped
 
+    def void_empty_means(self, metric_marks: dict, inputs: dict) -> None:
+        """Set to NaN the metrics TRL's loss added for a micro-batch whose every row is masked on every process: its
+        token means (``entropy``, ``kl``, the clip ratios) divide 0 by no token and read 0 (an ``entropy`` of 0 on a
+        step that made no update reads as a deterministic policy). TRL's log leaves NaN out of the interval's mean
+        (None when no micro-batch of the interval kept a token). ``entropy_coef`` (a setting, not a mean) stays.
+
+        Args:
+            metric_marks (`dict`): metric name -> number of values before TRL's ``_compute_loss`` ran.
+            inputs (`dict`): the micro-batch, with ``zero_variance_keep`` (B,) when the filter is on."""
+        keep = inputs.get("zero_variance_keep")
+        if keep is None or float(self.reduce(keep.sum().float())) > 0:
+            return
+        for name, values in self.metrics().items():
+            if name != "entropy_coef":
+                values[metric_marks.get(name, 0):] = [float("nan")] * (len(values) - metric_marks.get(name, 0))
+
     def scale_loss(self, loss: torch.Tensor, inputs: dict) -> torch.Tensor:
         """A micro-batch's loss, rescaled so that masked rows leave row-counting normalisers too (and, for a micro-batch
         whose masked rows were dropped, so that the row-normalised mean over R of its B rows equals the mean over B);
