@@ -11,6 +11,7 @@ from factories import tiny_config
 
 from trl_grpo_ext import GRPOExtTrainer
 from trl_grpo_ext.models.embedded import tiny
+from trl_grpo_ext.zero_variance.history import prompt_key
 
 COMMON = dict(max_completion_length=4, rewards=["char_fraction"], learning_rate=1e-3)
 
@@ -88,4 +89,5 @@ def test_a_checked_checkpoint_is_not_checked_again(tmp_path, tiny_model_dir, tin
     assert checks == []  # checked by the caller (the recipe) against this very plan
     assert trainer.train(resume_from_checkpoint="last") == str(checkpoint)
     filter_settings = {"zero_variance_filter": args.zero_variance_filter, "skip_exploration_probability": None}
-    assert checks == [(str(checkpoint), trainer.plan, filter_settings)]  # a library user's path: checked here
+    assert [call[:3] for call in checks] == [(str(checkpoint), trainer.plan, filter_settings)]  # a library user's path
+    assert sorted(checks[0][3]()) == sorted(prompt_key(row["prompt"]) for row in trainer.train_dataset)  # its prompts
