@@ -104,7 +104,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         )
         checkpoint = check_checkpoint_plan(  # once per run: the trainer does not check a checked checkpoint again
             resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan,
-            filter_settings(training_args.resolved.zero_variance),
+            filter_settings(training_args.resolved.zero_variance, training_args.seed),
             lambda: map(prompt_key, train_dataset["prompt"]))
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses

@@ -108,3 +108,22 @@ def test_a_skip_checkpoint_resumed_on_other_prompts_is_refused(tmp_path):
         check_history_prompts(str(tmp_path), lambda: [11, 33])
     (tmp_path / ZERO_VARIANCE_STATE_FILE).write_text(json.dumps({"resample_cursor": 3}))
     check_history_prompts(str(tmp_path), lambda: [])  # not a skip checkpoint: nothing to compare
+
+
+def test_a_checkpoint_resumed_with_another_seed_is_refused(tmp_path):
+    # a breaker's finding: `--seed 1` on a resume was dropped without a word (the checkpoint's random state is
+    # restored), while the seed also orders every epoch's prompts
+    from types import SimpleNamespace
+
+    from trl_grpo_ext.training.checkpoints import ZERO_VARIANCE_STATE_FILE, check_filter_unchanged, filter_settings
+
+    mask = SimpleNamespace(zero_variance_filter="mask", skip_exploration_probability=0.25)
+    saved = filter_settings(mask, seed=0)
+    assert saved == {"zero_variance_filter": "mask", "skip_exploration_probability": None, "seed": 0}
+    (tmp_path / ZERO_VARIANCE_STATE_FILE).write_text(json.dumps({"settings": saved}))
+    check_filter_unchanged(str(tmp_path), filter_settings(mask, seed=0))
+    with pytest.raises(QuantityError, match=r"cannot resume .*: seed: 0 in the checkpoint, 1 now\. These settings "
+                                            r"decide which prompts each step trains \(the sampler's order"):
+        check_filter_unchanged(str(tmp_path), filter_settings(mask, seed=1))
+    (tmp_path / ZERO_VARIANCE_STATE_FILE).write_text(json.dumps({"settings": filter_settings(mask)}))  # saved before
+    check_filter_unchanged(str(tmp_path), filter_settings(mask, seed=1))  # the seed was not saved: not compared

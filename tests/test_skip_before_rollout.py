@@ -229,7 +229,7 @@ def test_every_checkpoint_saves_its_filter_and_a_changed_one_is_refused_before_t
     tiny_trainer(tmp_path / "mask", _b_constant_reward, count_char_mix(8), **run).train()
     checkpoint = tmp_path / "mask" / "checkpoint-1"
     assert json.loads((checkpoint / "zero_variance_state.json").read_text()) == {
-        "settings": {"zero_variance_filter": "mask", "skip_exploration_probability": None}}
+        "settings": {"zero_variance_filter": "mask", "skip_exploration_probability": None, "seed": run["seed"]}}
     resumed = tiny_trainer(tmp_path / "skip", _b_constant_reward, count_char_mix(8), **SKIP_RUN)
     with pytest.raises(QuantityError, match=r"zero_variance_filter: 'mask' in the checkpoint, 'skip' now"):
         resumed.train(resume_from_checkpoint=str(checkpoint))

@@ -292,7 +292,7 @@ class GRPOExtTrainer(GRPOTrainer):
         else:
             checkpoint = check_checkpoint_plan(
                 resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan,
-                filter_settings(self.args.resolved.zero_variance),
+                filter_settings(self.args.resolved.zero_variance, self.args.seed),
                 lambda: map(prompt_key, dataset_prompts(self.train_dataset)))
         check_output_dir(self.args.output_dir, resuming=checkpoint is not None or overwrite_output_dir, fixes="python")
         # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt, FSDP in
@@ -339,7 +339,7 @@ class _PlanCallback(TrainerCallback):
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             if os.path.isdir(checkpoint):
                 write_plan(self.trainer.plan, checkpoint)
-                self.trainer.zero_variance.save_state(checkpoint, filter_settings(args.resolved.zero_variance))
+                self.trainer.zero_variance.save_state(checkpoint, filter_settings(args.resolved.zero_variance, args.seed))
 
     def on_train_end(self, args, state, control, **kwargs):
         plan = self.trainer.plan

@@ -182,13 +182,15 @@ class CheckedCheckpoint(str):
         return checked
 
 
-def filter_settings(zero_variance) -> dict:
-    """The zero-variance settings that decide which prompts a step trains, as saved in every checkpoint's
-    ``zero_variance_state.json``: the filter (skip's decisions, resample's extra prompts) and skip's p.
-    ``zero_variance``: a `ZeroVarianceSettings` (``resolved.zero_variance``)."""
+def filter_settings(zero_variance, seed: int | None = None) -> dict:
+    """The settings that decide which prompts a step trains, as saved in every checkpoint's
+    ``zero_variance_state.json``: the filter (skip's decisions, resample's extra prompts), skip's p and the run's
+    ``seed`` (the sampler's order of every epoch; a resumed run's random state is the checkpoint's whatever the seed).
+    ``zero_variance``: a `ZeroVarianceSettings` (``resolved.zero_variance``); ``seed`` None: not saved or compared."""
     skip = zero_variance.zero_variance_filter == "skip"
     return {"zero_variance_filter": zero_variance.zero_variance_filter,
-            "skip_exploration_probability": zero_variance.skip_exploration_probability if skip else None}
+            "skip_exploration_probability": zero_variance.skip_exploration_probability if skip else None,
+            **({} if seed is None else {"seed": seed})}
 
 
 def check_filter_unchanged(checkpoint: str, settings: dict) -> None:
@@ -208,10 +210,10 @@ def check_filter_unchanged(checkpoint: str, settings: dict) -> None:
                if key in saved and saved[key] != value]
     if changed:
         raise QuantityError(
-            f"cannot resume {checkpoint}: its zero-variance filter differs ({'; '.join(changed)}). These settings "
-            "decide which prompts each step trains (skip's decisions, resample's extra prompts), so the resumed run "
-            "would not continue the checkpoint's. Fix: resume with the checkpoint's settings, or start a new "
-            "output_dir (load the checkpoint as the model).")
+            f"cannot resume {checkpoint}: {'; '.join(changed)}. These settings decide which prompts each step trains "
+            "(the sampler's order, skip's decisions, resample's extra prompts), so the resumed run would not continue "
+            "the checkpoint's. Fix: resume with the checkpoint's settings, or start a new output_dir (load the "
+            "checkpoint as the model).")
 
 
 def check_history_prompts(checkpoint: str, prompt_keys) -> None:
