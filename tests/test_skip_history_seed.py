@@ -152,6 +152,7 @@ def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
                            "--k", "8", "--output", str(seed)], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == f"Evaluation: {seed}"  # a new user's finding: the file went unannounced
     result = json.loads(seed.read_text())
     assert result["num_samples"] == 8 and len(result["prompt_keys"]) == len(result["sample_totals"]) == 240
     uniform = sum(1 for totals in result["sample_totals"] if max(totals) == min(totals))  # no None: char_fraction

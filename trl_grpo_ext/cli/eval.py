@@ -119,6 +119,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(results_to_json(results), indent=2))
+        print(f"Evaluation: {args.output}", file=sys.stderr if args.json else sys.stdout)  # --json: stdout is JSON
     return 0
 
 
