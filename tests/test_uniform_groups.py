@@ -69,6 +69,8 @@ def test_uniform_share_is_the_same_in_console_metrics_file_and_trainer_state(tmp
         assert [h["zero_variance/frac_uniform_before"] for h in logged] == expected_share
         assert [h["zero_variance/no_update"] for h in logged] == expected_no_update
     assert trainer.zero_variance.skipped_updates == 2
+    # whether a group's 4 completions were the same tokens, recounted from the completions TRL logs
+    assert all(h["zero_variance/frac_identical_groups"] in (0.0, 0.25, 0.5, 0.75, 1.0) for h in steps)
     # a step with no kept token has no token means: entropy (and the clip ratios) were logged 0.0 there, an entropy of
     # 0 reading as a deterministic policy (a breaker's finding); a step that trained has its real entropy
     assert [h["entropy"] is None for h in steps] == [False, False, True, True]
@@ -96,14 +98,14 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
     assert run_summary(history) == {"uniform_share": 0.5, "generations": 3, "no_update_steps": 1,
                                     "all_uniform_steps": 1, "exact": True, "filter_on": True, "extra_groups": 0,
                                     "steps": 3, "logged_steps": 3, "generation_seconds": 0.0,
-                                    "uniform_generation_seconds": 0.0, "step_seconds": 0.0}
+                                    "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None}
     # logging_steps 2: each log is the mean of its 2 steps; 12 groups over 4 steps, 2 of them without an update
     every_two = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5},
                  {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5}]
     assert run_summary(every_two) == {"uniform_share": 0.75, "generations": 4, "no_update_steps": 2,
                                       "all_uniform_steps": 2, "exact": False, "filter_on": True, "extra_groups": 0,
                                       "steps": 4, "logged_steps": 2, "generation_seconds": 0.0,
-                                      "uniform_generation_seconds": 0.0, "step_seconds": 0.0}
+                                      "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None}
     assert summary_line(every_two, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: "
                                           "75% of the completions); 2 of 4 steps made no update")
     # filter off: TRL's figure only; an all-uniform step has zero advantages but still steps the optimizer
@@ -268,3 +270,21 @@ def test_eval_loop_counts_uniform_groups_truthfully(tmp_path):
                            per_device_eval_batch_size=16)
     metrics = trainer.evaluate(count_char_mix(4))
     assert metrics["eval_frac_reward_zero_std"] == 1.0
+
+
+def test_the_summary_says_how_many_groups_were_identical_completions():
+    # a collapsed sampler (the policy answers one way) makes a group uniform whatever the reward: the bench-vs-trl
+    # seeds 4 and 5 ended with 12-token replies, identical in most groups; no prompt selection helps there
+    from trl_grpo_ext.zero_variance.groups import identical_group_fraction
+    from trl_grpo_ext.zero_variance.report import summary_line
+
+    ids = [[5, 6, 2], [5, 6, 2], [5, 6, 2], [5, 6, 2], [7, 2], [7, 2], [7, 2], [8, 2]]  # G = 4: identical, not
+    assert identical_group_fraction(ids, lambda t: t, 4) == 0.5
+    assert identical_group_fraction([torch.tensor(i) for i in ids], lambda t: t, 4) == 0.5
+    logs = [{"step": 1, "frac_reward_zero_std": 0.5, "zero_variance/frac_identical_groups": 0.0,
+             "zero_variance/no_update": 0.0},
+            {"step": 2, "frac_reward_zero_std": 1.0, "zero_variance/frac_identical_groups": 0.5,
+             "zero_variance/no_update": 1.0}]
+    assert summary_line(logs, 4) == ("Uniform groups (σ = 0): 75% of the 8 groups generated (their generation: 75% of "
+                                     "the completions); 25% of the 8 groups were identical completions (a collapsed "
+                                     "sampler); 1 of 2 steps made no update")

@@ -21,6 +21,7 @@ from ..training.checkpoints import ZERO_VARIANCE_STATE_FILE, write_json
 from .groups import (
     ROW_NORMALISED_LOSSES,
     generated_uniform_fraction,
+    identical_group_fraction,
     judged_rewards,
     masked_loss_scale,
     weighted_total,
@@ -134,6 +135,8 @@ class ZeroVarianceFilter:
         zero_variance = self.judge(rewards_per_func)
         if self.enabled:
             self._record("fraction_before", zero_variance.float().mean().item())
+            self._record("identical", identical_group_fraction(completion_ids, self.gather, self.num_generations,
+                                                               rewards_per_func.device))
         if self.mode == "resample":
             output, rewards, zero_variance = self._resample(
                 output, rewards, zero_variance, rewards_per_func, completion_ids, generate_round)

@@ -129,3 +129,21 @@ def masked_loss_scale(loss_type: str, num_rows: int, kept_rows: int) -> float:
     if loss_type not in ROW_NORMALISED_LOSSES:
         raise ValueError(f"zero_variance_filter does not know how loss_type={loss_type!r} normalises its loss.")
     return num_rows / kept_rows if kept_rows else 1.0
+
+
+def identical_group_fraction(completion_ids: list, gather, num_generations: int, device=None) -> float:
+    """Share of the generated groups whose G completions are the same tokens: a sampler collapsed onto one reply,
+    whose group is uniform whatever the reward (no prompt selection helps; more entropy does).
+
+    Args:
+        completion_ids (`list`): the local completions' token ids (lists or 1-D tensors), in row order.
+        gather (callable): (B,) tensor -> (N,) the processes' rows in order (``accelerator.gather``).
+        num_generations (`int`): G. device: where ``gather`` expects the tensor.
+
+    >>> identical_group_fraction([[1, 2], [1, 2], [3], [4]], lambda t: t, 2)
+    0.5
+    """
+    hashes = torch.tensor([hash(tuple(ids.tolist() if torch.is_tensor(ids) else ids)) for ids in completion_ids],
+                          dtype=torch.int64, device=device)
+    groups = gather(hashes).view(-1, num_generations)
+    return (groups == groups[:, :1]).all(dim=1).float().mean().item()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import torch
 
 from .groups import generated_uniform_fraction, weighted_total
-from .report import GENERATION_SECONDS_KEY, NO_UPDATE_KEY, SKIPPED_PROMPTS_KEY
+from .report import GENERATION_SECONDS_KEY, IDENTICAL_KEY, NO_UPDATE_KEY, SKIPPED_PROMPTS_KEY
 
 #: Our metrics, by meaning -> the logged name (every value is averaged over the steps of a logging interval).
 METRICS = {
     "fraction_before": "zero_variance/frac_uniform_before",  # zero-variance rows / rows, first generation round
+    "identical": IDENTICAL_KEY,  # groups of G identical completions / groups, first generation round
     "fraction_after": "zero_variance/frac_uniform_after",  # after resampling: the rows masked out of the loss
     "completions_masked": "zero_variance/completions_masked",  # rows masked out of the loss, all processes
     "resample_rounds": "zero_variance/resample_rounds",  # extra generation rounds this step

@@ -23,6 +23,8 @@ SKIPPED_PROMPTS_KEY = "zero_variance/frac_prompts_skipped"
 GENERATION_SECONDS_KEY = "zero_variance/generation_seconds"
 #: TRL's wall seconds of an optimizer step (its micro-batches' ``training_step`` calls, generation included).
 STEP_TIME_KEY = "step_time"
+#: Share of the generated groups whose G completions were identical (a collapsed sampler), filter on.
+IDENTICAL_KEY = "zero_variance/frac_identical_groups"
 
 
 def _finite(value) -> float | None:
@@ -107,6 +109,7 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
     2
     """
     previous = previous_share = skipped = everything = covered = logs = generations = 0
+    identical = None
     weighted, filter_on, exact, extra, seconds, uniform_seconds, step_seconds = 0.0, False, True, 0.0, 0.0, 0.0, 0.0
     for row in log_history:
         if not _is_training_log(row):
@@ -124,6 +127,7 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
                       - _generated_by(previous_share, steps_per_generation))
         previous_share = row["step"]
         weighted, generations = weighted + share * batches, generations + batches
+        identical = None if row.get(IDENTICAL_KEY) is None else (identical or 0.0) + row[IDENTICAL_KEY] * batches
         batch_seconds = (_finite(row.get(GENERATION_SECONDS_KEY)) or 0.0) * batches
         seconds, uniform_seconds = seconds + batch_seconds, uniform_seconds + share * batch_seconds
         if share == 1.0:
@@ -135,7 +139,8 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
     return {"uniform_share": weighted / generations, "generations": generations, "no_update_steps": skipped,
             "all_uniform_steps": min(everything, covered), "exact": exact, "filter_on": filter_on,
             "extra_groups": round(extra), "steps": covered, "logged_steps": logs, "generation_seconds": seconds,
-            "uniform_generation_seconds": None if extra else uniform_seconds, "step_seconds": step_seconds}
+            "uniform_generation_seconds": None if extra else uniform_seconds, "step_seconds": step_seconds,
+            "identical_share": None if identical is None else identical / generations}
 
 
 def _generated_by(step: int, steps_per_generation: float) -> int:
@@ -189,6 +194,8 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
                     f"{uniform_seconds / step_seconds:.0%}")
         head = (f"Uniform groups (σ = 0): {share:.0%} of {groups} generated (their generation: {share:.0%} of the "
                 f"completions{cost}); ")
+    if summary["identical_share"]:  # why: no prompt selection makes a collapsed sampler's group informative
+        head += f"{summary['identical_share']:.0%} of {groups} were identical completions (a collapsed sampler); "
     if summary["filter_on"]:
         return head + f"{summary['no_update_steps']} of {steps} steps made no update"
     seen = "" if summary["exact"] else " in the logs (a log averaging several steps may hide more: logging_steps 1 counts each)"
