@@ -79,8 +79,7 @@ class ZeroVarianceFilter:
         self.tolerance, self.judged_index, self.max_rounds, self.loss_type = tolerance, judged_index, max_rounds, loss_type
         self.reward_names, self.scale_rewards = list(reward_names), scale_rewards
         self.eos_and_pad, self.pad_token_id = set(eos_and_pad), pad_token_id
-        self.gather, self.reduce = gather, reduce
-        self.process_index, self.num_processes = process_index, num_processes
+        self.gather, self.reduce, self.process_index, self.num_processes = gather, reduce, process_index, num_processes
         self.own_metrics: dict[str, list[float]] = defaultdict(list)
         self.metrics = metrics if metrics is not None else (lambda: self.own_metrics)
         self.source = ResampleSource(dataset_size, seed) if mode == "resample" else None
@@ -97,8 +96,9 @@ class ZeroVarianceFilter:
         """The filter changes training ("mask" or "resample")."""
         return self.mode != "off"
 
-    def _record(self, key: str, value: float) -> None:
-        self.metrics()[METRICS[key]].append(value)
+    def _record(self, key: str, value: float | None) -> None:
+        if value is not None:  # None: the batch has no such figure
+            self.metrics()[METRICS[key]].append(value)
 
     def local_rows(self, local_size: int) -> slice:
         """This process's rows of a gathered tensor: ``[rank·B, (rank+1)·B)``."""

@@ -131,7 +131,7 @@ def masked_loss_scale(loss_type: str, num_rows: int, kept_rows: int) -> float:
     return num_rows / kept_rows if kept_rows else 1.0
 
 
-def identical_group_fraction(completion_ids: list, gather, num_generations: int, device=None) -> float:
+def identical_group_fraction(completion_ids: list, gather, num_generations: int, device=None) -> float | None:
     """Share of the generated groups whose G completions are the same tokens: a sampler collapsed onto one reply,
     whose group is uniform whatever the reward (no prompt selection helps; more entropy does).
 
@@ -140,9 +140,14 @@ def identical_group_fraction(completion_ids: list, gather, num_generations: int,
         gather (callable): (B,) tensor -> (N,) the processes' rows in order (``accelerator.gather``).
         num_generations (`int`): G. device: where ``gather`` expects the tensor.
 
+    Returns:
+        `float | None`: the share; None without completions (a caller that passes none).
+
     >>> identical_group_fraction([[1, 2], [1, 2], [3], [4]], lambda t: t, 2)
     0.5
     """
+    if not completion_ids:
+        return None
     hashes = torch.tensor([hash(tuple(ids.tolist() if torch.is_tensor(ids) else ids)) for ids in completion_ids],
                           dtype=torch.int64, device=device)
     groups = gather(hashes).view(-1, num_generations)
