@@ -119,7 +119,8 @@ def test_eval_refuses_an_adapter_or_output_it_would_fail_on_after_loading(tmp_pa
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
-    config = ROOT / "recipes/configs/tiny_cpu.yaml"
+    config = tmp_path / "tiny_cpu.yaml"  # a copy, so that a hard link to it stays on one file system
+    config.write_text((ROOT / "recipes/configs/tiny_cpu.yaml").read_text())
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty/adapter_config.json").write_text("{}")
     (tmp_path / "garbage").mkdir()
@@ -127,11 +128,21 @@ def test_eval_refuses_an_adapter_or_output_it_would_fail_on_after_loading(tmp_pa
     (tmp_path / "garbage/adapter_model.safetensors").write_bytes(b"\xff" * 64)
     (tmp_path / "weightless").mkdir()
     (tmp_path / "weightless/adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (tmp_path / "bogus").mkdir()  # a second breaker's findings: KeyError 'BOGUS', an UnpicklingError
+    (tmp_path / "bogus/adapter_config.json").write_text('{"peft_type": "BOGUS"}')
+    (tmp_path / "bogus/adapter_model.safetensors").write_bytes(b"")
+    (tmp_path / "badbin").mkdir()
+    (tmp_path / "badbin/adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (tmp_path / "badbin/adapter_model.bin").write_text("garbage")
+    os.link(config, tmp_path / "linked.yaml")  # a hard link to the config: the same file
     (tmp_path / "notes.txt").write_text("a file, not a folder")  # a path below it cannot be created, root or not
     cases = [(["--adapter", str(tmp_path / "empty")], "holds an adapter_config.json without a peft_type"),
              (["--adapter", str(tmp_path / "garbage")], "holds an adapter_model.safetensors that cannot be read ("),
              (["--adapter", str(tmp_path / "weightless")], "holds no adapter weights (adapter_model.safetensors or "),
+             (["--adapter", str(tmp_path / "bogus")], "whose peft_type 'BOGUS' PEFT does not know"),
+             (["--adapter", str(tmp_path / "badbin")], "holds an adapter_model.bin that cannot be read ("),
              (["--output", str(config)], "is the --config file: the result would overwrite it."),
+             (["--output", str(tmp_path / "linked.yaml")], "is the --config file: the result would overwrite it."),
              (["--output", ""], "'' must be a file path, e.g. eval.json."),
              (["--output", str(tmp_path / "notes.txt/x.json")], "must be a file path in an existing folder"),
              (["--output", "/proc/x.json"], "cannot be written (")]

@@ -78,28 +78,41 @@ def test_a_file_sampled_under_other_rewards_another_model_or_temperature_is_refu
     from trl_grpo_ext.rewards.spec import RewardSpec
     from trl_grpo_ext.zero_variance.history import run_expectations
 
-    run = run_expectations([RewardSpec("exact_match", 1.0, {"column": "answer"})], 64, "embedded:tiny-qwen2", 0.7)
+    run = run_expectations([RewardSpec("exact_match", 1.0, {"column": "answer"}), RewardSpec("soft_overlong", 0.5)],
+                           64, "embedded:tiny-qwen2", 0.7)
     recorded = dict(num_samples=8, prompt_keys=[1], sample_totals=[[0.0] * 8], model="embedded:tiny-qwen2",
-                    temperature=0.7, rewards=[{"name": "exact_match", "weight": 1, "kwargs": {"column": "answer"}}])
+                    temperature=0.7, max_completion_length=64,
+                    rewards=[{"name": "exact_match", "weight": 1, "kwargs": {"column": "answer"}},
+                             {"name": "soft_overlong", "weight": 0.5, "kwargs": {"max_completion_len": 64}}])
     assert read_history_seed(_write(tmp_path / "same.json", **recorded), 8, expect=run).uniform == {1}
-    unrecorded = {k: v for k, v in recorded.items() if k not in ("model", "temperature", "rewards")}
+    # a second breaker's findings, accepted: the rewards in another order (the same weighted total), a reward under
+    # an alias, a parameter written out at its default
+    same = [{"name": "soft_overlong_punishment_reward", "weight": 0.5, "kwargs": {"max_completion_len": 64}},
+            {"name": "exact_match", "weight": 1.0, "kwargs": {"column": "answer", "case_sensitive": False}}]
+    assert read_history_seed(_write(tmp_path / "alias.json", **{**recorded, "rewards": same}), 8,
+                             expect=run).uniform == {1}
+    unrecorded = {k: v for k, v in recorded.items() if k not in ("model", "temperature", "rewards",
+                                                                 "max_completion_length")}
     assert read_history_seed(_write(tmp_path / "by_hand.json", **unrecorded), 8, expect=run).uniform == {1}
     (tmp_path / "ckpt").mkdir()
-    monkeypatch.chdir(tmp_path)  # the model as a folder, written two ways: the same model
+    monkeypatch.chdir(tmp_path)  # the model as a folder: eval records its absolute path, the run's is resolved too
     folder = run_expectations([], 64, "ckpt", 0.7)
     assert read_history_seed(_write(tmp_path / "f.json", **{**recorded, "model": str(tmp_path / "ckpt")}), 8,
                              expect=folder).uniform == {1}
     for change, says in (
-            ({"rewards": [{"name": "format", "weight": 0.5, "kwargs": {}}]},
-             "rewards (format x 0.5; the run: exact_match x 1, or their kwargs)"),
-            ({"rewards": [{"name": "exact_match", "weight": 1, "kwargs": {"column": "solution"}}]},
-             "rewards (exact_match x 1; the run: exact_match x 1, or their kwargs)"),
+            ({"rewards": [recorded["rewards"][1]]}, "rewards (soft_overlong x 0.5; the run: exact_match x 1, "
+                                                    "soft_overlong x 0.5)"),
+            ({"rewards": [recorded["rewards"][1], {"name": "exact_match", "weight": 1, "kwargs": {"column": "sol"}}]},
+             'rewards (kwargs exact_match {"answer_tag": "answer", "case_sensitive": false, "column": "sol"}; '
+             'soft_overlong {"max_completion_len": 64'),
             ({"model": "out/checkpoint-6"}, "model 'out/checkpoint-6' (the run: 'embedded:tiny-qwen2')"),
-            ({"temperature": 1.0}, "temperature 1.0 (the run: 0.7)")):
+            ({"temperature": 1.0}, "temperature 1.0 (the run: 0.7)"),
+            ({"max_completion_length": 16}, "max_completion_length 16 (the run: 64)")):
         with pytest.raises(ValueError) as info:
             read_history_seed(_write(tmp_path / "other.json", **{**recorded, **change}), 8, expect=run)
-        assert f"was sampled under other settings than this run's: {says}, so its uniform groups predict nothing " \
-               "about this run's. Fix: write it with trl-grpo-ext eval" in str(info.value)
+        assert f"was sampled under other settings than this run's: {says}" in str(info.value)
+        assert "so its uniform groups predict nothing about this run's. Fix: write it with trl-grpo-ext eval" in \
+            str(info.value)
 
 
 def test_the_history_starts_from_the_seed_for_the_training_prompts_only():
@@ -161,7 +174,7 @@ def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
     other = subprocess.run([sys.executable, "-m", "trl_grpo_ext.cli", "plan", "--config", config, "--rewards",
                             "exact_match"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert other.returncode == 2 and "was sampled under other settings than this run's: rewards (char_fraction x " \
-        "1; the run: exact_match x 1, or their kwargs)" in other.stderr, other.stderr[-2000:]
+        "1; the run: exact_match x 1)" in other.stderr, other.stderr[-2000:]
     done = subprocess.run([sys.executable, str(ROOT / "recipes/grpo_qlora.py"), "--config", config,
                            "--skip_exploration_probability", "1e-9", "--total_training_steps", "3",
                            "--final_eval", "none", "--eval_strategy", "no", "--output_dir", str(tmp_path / "run")],

@@ -135,17 +135,26 @@ def _adapter_problem(adapter: str) -> str | None:
         return "holds an adapter_config.json that is not JSON"
     if not isinstance(config, dict) or "peft_type" not in config:
         return "holds an adapter_config.json without a peft_type (not one PEFT wrote)"
-    weights = folder / "adapter_model.safetensors"
-    if weights.is_file():
-        from safetensors import SafetensorError, safe_open
+    from peft.utils import PeftType
 
-        try:
+    if config["peft_type"] not in {kind.value for kind in PeftType}:
+        return f"holds an adapter_config.json whose peft_type {config['peft_type']!r} PEFT does not know"
+    weights, binary = folder / "adapter_model.safetensors", folder / "adapter_model.bin"
+    try:
+        if weights.is_file():
+            from safetensors import safe_open
+
             with safe_open(str(weights), framework="pt"):
                 pass
-        except (SafetensorError, OSError) as err:
-            return f"holds an adapter_model.safetensors that cannot be read ({' '.join(str(err).split())})"
-    elif not (folder / "adapter_model.bin").is_file():
-        return "holds no adapter weights (adapter_model.safetensors or adapter_model.bin)"
+        elif binary.is_file():
+            import torch
+
+            torch.load(binary, map_location="cpu", weights_only=True)
+        else:
+            return "holds no adapter weights (adapter_model.safetensors or adapter_model.bin)"
+    except Exception as err:  # noqa: BLE001 (safetensors' and pickle's errors: the file is unreadable either way)
+        name = weights.name if weights.is_file() else binary.name
+        return f"holds an {name} that cannot be read ({' '.join(str(err).split())[:200]})"
     return None
 
 
@@ -154,7 +163,7 @@ def _output_problem(output: str, config: str) -> str | None:
     path = Path(output)
     if not output.strip() or path.is_dir():
         return "must be a file path, e.g. eval.json."
-    if path.exists() and path.resolve() == Path(config).resolve():
+    if path.exists() and Path(config).exists() and path.samefile(config):  # a link to it too
         return "is the --config file: the result would overwrite it. Fix: write it to another file, e.g. eval.json."
     if (path.parent.exists() and not path.parent.is_dir()) or not path.parent.exists() \
             and not path.parent.parent.is_dir():
@@ -246,10 +255,13 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
             results["comparison"] = compare(results["base"], results["adapter"])
     else:
         results["base"] = evaluate_model(model, tokenizer, dataset, reward_funcs, **settings)
+    from ..zero_variance.history import model_record
+
     for key in ("base", "adapter"):  # what a skip_history_file is compared with (zero_variance.history)
         if key in results:
             results[key].rewards = [spec.to_dict() for spec in specs]
-            results[key].model = adapter if key == "adapter" else model_args.model_name_or_path
+            results[key].model = model_record(adapter if key == "adapter" else model_args.model_name_or_path)
+            results[key].max_completion_length = training_args.max_completion_length
     return results
 
 

@@ -64,8 +64,9 @@ class EvalResult:
             None), what ``skip_history_file`` reads (empty when K = 0).
         correctness_reward (`str`): the reward that decides correctness.
         rewards (`list[dict]`): the run's rewards (`RewardSpec.to_dict`) whose weighted totals ``sample_totals``
-            holds, and model (`str`): the model evaluated (the adapter's folder, else ``model_name_or_path``); set by
-            ``eval`` so that ``skip_history_file`` can refuse a file of another run (None / empty otherwise).
+            holds, model (`str`): the model evaluated (the adapter's folder, else ``model_name_or_path``; a folder as
+            its absolute path) and max_completion_length (`int`) [tokens]; set by ``eval`` so that
+            ``skip_history_file`` can refuse a file of another run (None / empty otherwise).
         mean_completion_tokens (`float`): mean greedy completion length [tokens].
         examples (`list[dict]`): the first few prompts with their greedy completion and rewards.
     """
@@ -87,6 +88,7 @@ class EvalResult:
     sample_totals: list[list[float | None]] = field(default_factory=list)
     rewards: list[dict] = field(default_factory=list)
     model: str | None = None
+    max_completion_length: int | None = None
     examples: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:

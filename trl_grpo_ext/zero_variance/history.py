@@ -159,33 +159,55 @@ def _seed_fix(path: str, num_generations: int, config: str | None = None) -> str
 
 
 def _rewards_record(specs) -> list[list]:
-    """[name, weight, kwargs as sorted JSON] of each reward (`RewardSpec` or its ``to_dict()``), for comparison."""
-    rows = [spec if isinstance(spec, dict) else spec.to_dict() for spec in specs]
-    return [[row.get("name"), float(row.get("weight", 1.0)), json.dumps(row.get("kwargs") or {}, sort_keys=True,
-                                                                          default=str)] for row in rows]
+    """Sorted [name, weight, kwargs as sorted JSON] of each reward (`RewardSpec` or its ``to_dict()``), for
+    comparison: a registered reward under its canonical name (an alias is the same function) with its parameters'
+    defaults filled in; the order of the rewards does not change their weighted total."""
+    from ..rewards.registry import UnknownRewardError, get_reward_info
+
+    out = []
+    for row in (spec if isinstance(spec, dict) else spec.to_dict() for spec in specs):
+        name, kwargs = row.get("name"), dict(row.get("kwargs") or {})
+        try:
+            info = get_reward_info(str(name))
+            name, kwargs = info.name, {**{p.name: p.default for p in info.parameters or () if not p.required}, **kwargs}
+        except UnknownRewardError:  # an import path: as written
+            pass
+        out.append([name, float(row.get("weight", 1.0)), json.dumps(kwargs, sort_keys=True, default=str)])
+    return sorted(out)
 
 
 def run_expectations(specs, max_completion_length: int, model, temperature) -> dict:
     """What a ``skip_history_file`` must have been sampled under (`read_history_seed`'s ``expect``): the reward
-    specs as ``eval`` records them (run defaults filled; None without specs), the model if named, the temperature."""
+    specs as ``eval`` records them (run defaults filled; None without specs), the model if named (a folder that exists
+    as its absolute path, as ``eval`` records it), the temperature and the completion length [tokens]."""
     from ..rewards.spec import with_run_defaults
 
     return {"rewards": with_run_defaults(list(specs), max_completion_length) if specs else None,
-            "model": model if isinstance(model, str) else None, "temperature": temperature}
+            "model": model_record(model) if isinstance(model, str) else None, "temperature": temperature,
+            "max_completion_length": max_completion_length}
+
+
+def model_record(model: str) -> str:
+    """A model as a ``skip_history_file`` records it: an existing folder as its absolute path (the same folder from
+    any working directory), anything else (a Hub id, ``embedded:...``) as given."""
+    folder = Path(model).expanduser()
+    return str(folder.resolve()) if folder.is_dir() else model
 
 
 def _run_mismatch(result: dict, expect: dict) -> str | None:
     """What the file was sampled under that the run differs in (its rewards, model, temperature), or None. A key
     the file or ``expect`` lacks is not compared (a file written by hand, a run whose rewards are Python objects)."""
     found = []
-    if result.get("rewards") is not None and expect.get("rewards") is not None \
-            and _rewards_record(result["rewards"]) != _rewards_record(expect["rewards"]):
-        names = lambda specs: ", ".join(f"{n} x {w:g}" for n, w, _ in _rewards_record(specs))  # noqa: E731
-        found.append(f"rewards ({names(result['rewards'])}; the run: {names(expect['rewards'])}, or their kwargs)")
-    for key in ("model", "temperature"):
-        if result.get(key) is not None and expect.get(key) is not None and result[key] != expect[key] \
-                and not (key == "model" and Path(str(result[key])).expanduser().resolve()
-                         == Path(str(expect[key])).expanduser().resolve()):  # one folder, written two ways
+    if result.get("rewards") is not None and expect.get("rewards") is not None:
+        recorded, run = _rewards_record(result["rewards"]), _rewards_record(expect["rewards"])
+        if recorded != run:
+            same = [n for n, w, _ in recorded] == [n for n, w, _ in run] and \
+                [w for _, w, _ in recorded] == [w for _, w, _ in run]
+            show = (lambda rows: "; ".join(f"{n} {k}" for n, _, k in rows)) if same else \
+                (lambda rows: ", ".join(f"{n} x {w:g}" for n, w, _ in rows))
+            found.append(f"rewards ({'kwargs ' if same else ''}{show(recorded)}; the run: {show(run)})")
+    for key in ("model", "temperature", "max_completion_length"):
+        if result.get(key) is not None and expect.get(key) is not None and result[key] != expect[key]:
             found.append(f"{key} {result[key]!r} (the run: {expect[key]!r})")
     return "; ".join(found) or None
 
