@@ -248,3 +248,24 @@ def test_eval_on_a_cpu_loads_the_base_in_the_dtype_the_run_names(args, dtype, ca
     with pytest.raises(RuntimeError, match="stop after"):
         main(["eval", "--config", "tiny_cpu", "--num-prompts", "2", *args])
     assert loaded == [getattr(torch, dtype)]
+
+
+def test_an_adapter_of_another_shape_is_one_line_after_loading(tmp_path, tiny_model_dir, capsys):
+    # a second breaker's finding: an adapter of rank 8 whose config says rank 4 ended in PEFT's size-mismatch traceback
+    import json
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from trl_grpo_ext.cli.main import main
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    model.save_pretrained(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter/adapter_config.json").read_text())
+    (tmp_path / "adapter/adapter_config.json").write_text(json.dumps({**config, "r": 4}))
+    assert main(["eval", "--config", str(ROOT / "recipes/configs/tiny_cpu.yaml"), "--adapter",
+                 str(tmp_path / "adapter"), "--num-prompts", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"--adapter '{tmp_path / 'adapter'}' does not fit 'embedded:tiny-qwen2' (Error(s) in loading state_dict" in err
+    assert "Fix: pass an adapter trained on that model" in err and "Traceback" not in err

@@ -247,7 +247,12 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     if adapter:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter)
+        try:
+            model = PeftModel.from_pretrained(model, adapter)
+        except (RuntimeError, KeyError) as err:  # weights of another shape or names: PEFT's traceback otherwise
+            raise ValueError(f"--adapter {adapter!r} does not fit {model_args.model_name_or_path!r} "
+                             f"({' '.join(str(err).split())[:300]}). Fix: pass an adapter trained on that model, or "
+                             "the config it was trained with.") from None
         results["adapter"] = evaluate_model(model, tokenizer, dataset, reward_funcs, **settings)
         if compare_base:
             with model.disable_adapter():
