@@ -99,29 +99,48 @@ def check_push_settings(v, adapter: bool) -> None:
     try:
         (check_push_adapter(mode, v.get("use_peft"), named) if adapter else
          check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id"), named,
-                               "hub_repo_id" if v.get("hub_repo_id") else "hub_model_id"))
+                               "hub_repo_id" if v.get("hub_repo_id") else "hub_model_id", v.get("hub_revision")))
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 
 
 def check_push_repository(mode: str, repo_id: str | None, named: str | None = None,
-                          field: str = "hub_repo_id") -> None:
+                          field: str = "hub_repo_id", revision: str | None = None) -> None:
     """A push (``mode`` from :func:`push_mode`; ``named`` as in :func:`check_push_adapter`) needs a repository.
 
     Raises:
         ValueError: ``mode`` is not ``"none"`` and ``repo_id`` (``hub_repo_id``, else TRL's ``hub_model_id``) is
-            unset or not a valid Hub id (`huggingface_hub.utils.validate_repo_id`)."""
+            unset or not a valid Hub id (`huggingface_hub.utils.validate_repo_id`), or ``revision``
+            (``hub_revision``) is no valid branch name (`check_revision`)."""
     if mode != "none" and not repo_id:
         raise ValueError(f"{named or f'push_to_hub_mode={mode!r}'} needs a repository: set hub_repo_id (or TRL's "
                          "hub_model_id), e.g. --hub_repo_id your-name/your-model.")
     if mode != "none":  # the push would refuse it after training
         from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+        check_revision(revision, "hub_revision")
+
         try:
             validate_repo_id(repo_id)
         except HFValidationError as err:
             raise ValueError(f"{field}={repo_id!r} is not a valid Hub repository id: {err} Fix: e.g. "
                              f"--{field} your-name/your-model.") from None
+
+
+def check_revision(revision: str | None, field: str = "--revision") -> None:
+    """A branch name git (and so the Hub) accepts (`git check-ref-format`'s rules), or None for ``main``.
+
+    Raises:
+        ValueError: naming ``field``, the value and a fix."""
+    bad = revision is not None and (
+        not revision.strip() or any(c.isspace() or c in "~^:?*[\\" or ord(c) < 32 for c in revision)
+        or ".." in revision or "@{" in revision or revision.startswith(("-", "/", ".")) or revision.endswith(
+            ("/", ".", ".lock")) or "//" in revision or "/." in revision)
+    if bad:
+        raise ValueError(f"{field}={revision!r} is not a valid branch name (no spaces, '..', '~^:?*[\\', leading "
+                         "'-', '/' or '.', trailing '/', '.' or '.lock'). Fix: e.g. experiment-1.")
+
+
 #: The modes a push uploads (and a model card is written for): :data:`PUSH_MODES` without ``"none"``.
 UPLOAD_MODES = PUSH_MODES[1:]
 #: Written next to the merged weights: how they were made, and which files they are.

@@ -36,6 +36,7 @@ from .merge import (
     UPLOAD_MODES,
     check_adapter_dir,
     check_push_repository,
+    check_revision,
     export_merged,
     merged_export_is_current,
     push_mode,
@@ -312,6 +313,7 @@ def push_run(
         validate_repo_id(repo_id)
     except HFValidationError as err:
         raise ValueError(f"repo_id={repo_id!r} is not a valid Hub repository id ('user/name'): {err}") from None
+    check_revision(revision)
     folder, files = prepare_upload(output_dir, mode=mode, repo_id=repo_id, merge_dtype=merge_dtype, token=token)
     retry = retry_command(output_dir, repo_id, mode=mode, revision=revision, private=private, merge_dtype=merge_dtype)
     from huggingface_hub import constants
