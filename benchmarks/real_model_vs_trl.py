@@ -27,7 +27,10 @@ uniform groups (all steps, and after the first epoch), informative groups that r
 held-out greedy accuracy with its Wilson interval, and the paired difference against the ``trl`` arm of the same
 seed (Newcombe's interval); ratios are between arms of the same run. Then GRESO's premise, measured in each arm: of
 the groups of a prompt rolled out before, the share that came out uniform after a uniform and after an informative
-group, and whether the uniform ones were all solved or all failed. Writes ``--output-dir``/results.json.
+group, and whether the uniform ones were all solved or all failed. With ``--curve-at M1 M2 ...`` each arm is also
+evaluated at those CPU minutes on the first ``--curve-prompts`` held-out problems (their time left out of the
+budget): a learning curve, since on 24 problems an arm that runs more epochs can pass its best and collapse before
+the budget ends. Writes ``--output-dir``/results.json.
 """
 
 from __future__ import annotations
@@ -135,18 +138,28 @@ class Recorder:
         return counts
 
 
-def _budget_callback(cpu_seconds: float):
+def _budget_callback(cpu_seconds: float, marks: list[float] = (), evaluate=None):
     from transformers import TrainerCallback
 
     class Budget(TrainerCallback):
-        """Stops training once this process has used ``cpu_seconds`` of CPU time since training began."""
+        """Stops training once this process has used ``cpu_seconds`` of CPU time since training began. At each of
+        ``marks`` [CPU seconds] it records ``evaluate(model)`` with the step (the learning curve); the evaluation's own
+        CPU and wall time are left out of the budget."""
 
         def on_train_begin(self, args, state, control, **kwargs):
-            self.start, self.wall = time.process_time(), time.perf_counter()
+            self.start, self.wall, self.curve, self.pending = time.process_time(), time.perf_counter(), [], sorted(marks)
 
-        def on_step_end(self, args, state, control, **kwargs):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
             self.used = time.process_time() - self.start
             self.wall_used = time.perf_counter() - self.wall
+            while self.pending and self.used >= self.pending[0] and evaluate is not None:
+                self.pending.pop(0)
+                cpu, wall = time.process_time(), time.perf_counter()
+                accuracy = evaluate(model)
+                model.train()
+                self.curve.append({"cpu_minutes": self.used / 60, "step": state.global_step, "accuracy": accuracy})
+                self.start += time.process_time() - cpu
+                self.wall += time.perf_counter() - wall
             if self.used >= cpu_seconds:
                 control.should_training_stop = True
 
@@ -180,7 +193,14 @@ def run_arm(arm: str, seed: int, args) -> dict:
     funcs, weights = build_reward_funcs(specs, on_error="raise")
     g = training_args.num_generations
     recorder = Recorder(funcs, [float(w) for w in weights], g)
-    budget = _budget_callback(args.cpu_minutes * 60)
+    curve_set = eval_dataset.select(range(min(args.curve_prompts, len(eval_dataset))))
+
+    def curve_accuracy(model) -> float:  # greedy, on the first --curve-prompts held-out problems
+        return evaluate_model(model, tokenizer, curve_set, funcs, max_new_tokens=training_args.max_completion_length,
+                              batch_size=50).accuracy
+
+    budget = _budget_callback(args.cpu_minutes * 60, [m * 60 for m in args.curve_at if m < args.cpu_minutes],
+                              curve_accuracy)
 
     if arm == "trl":
         from trl import GRPOConfig, GRPOTrainer
@@ -232,7 +252,14 @@ def run_arm(arm: str, seed: int, args) -> dict:
         "skipped_prompt_share": _mean([row.get("zero_variance/frac_prompts_skipped")
                                        for row in _metrics_rows(Path(training_args.output_dir))]),
         "rollouts": recorder.rollouts(),
+        "curve": budget.curve + [{"cpu_minutes": budget.used / 60, "step": steps, "accuracy_first": _first_accuracy(
+            result.correct, args.curve_prompts)}] if args.curve_at else [],
     }
+
+
+def _first_accuracy(correct: list[int], n: int) -> float:
+    """Accuracy on the first ``n`` problems of the held-out set (the curve's subset) from the final evaluation."""
+    return sum(correct[:n]) / max(1, len(correct[:n]))
 
 
 def _metrics_rows(output_dir: Path) -> list[dict]:
@@ -273,6 +300,14 @@ def _format(results: list[dict], arms: list[str]) -> str:
                 f"{r['uniform_share']:7.2f} {later:>7s} {r['informative_groups_per_cpu_minute']:11.2f} "
                 f"{r['cpu_minutes']:7.1f} {r['accuracy']:.3f} [{r['accuracy_ci'][0]:.3f}, {r['accuracy_ci'][1]:.3f}]"
                 f"{versus:>30s}")
+    if any(r.get("curve") for r in results):
+        lines.append("")
+        lines.append("learning curve: held-out greedy accuracy on the first --curve-prompts problems at CPU minutes "
+                     "(step)")
+        for r in results:
+            points = [f"{p['cpu_minutes']:.1f} ({p['step']}): {p.get('accuracy', p.get('accuracy_first')):.3f}"
+                      for p in r.get("curve") or []]
+            lines.append(f"{r['arm']:5s} {r['seed']:4d}  " + "   ".join(points))
     lines.append("")
     lines.append("GRESO's premise: a revisited prompt's group uniform, after a uniform / after an informative group; "
                  "the uniform revisits all solved / all failed")
@@ -311,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-completion-length", type=int, default=48, help="new tokens per completion")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"),
                         help="the base's dtype in every arm (default: the shipped config's)")
+    parser.add_argument("--curve-at", type=float, nargs="*", default=[], metavar="CPU_MINUTES",
+                        help="also evaluate each arm at these CPU minutes of training (a learning curve; the "
+                             "evaluations' time is left out of the budget), e.g. --curve-at 3 6 9")
+    parser.add_argument("--curve-prompts", type=int, default=100, help="held-out problems of each curve point")
     parser.add_argument("--output-dir", default="outputs/bench-vs-trl")
     parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # internal: run one arm in this process
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -330,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                        str(args.cpu_minutes), "--train-prompts", str(args.train_prompts), "--eval-prompts",
                        str(args.eval_prompts), "--prompts-per-step", str(args.prompts_per_step),
                        "--max-completion-length", str(args.max_completion_length), "--output-dir", str(out),
-                       *(["--dtype", args.dtype] if args.dtype else [])]
+                       *(["--dtype", args.dtype] if args.dtype else []),
+                       *(["--curve-at", *map(str, args.curve_at)] if args.curve_at else []),
+                       "--curve-prompts", str(args.curve_prompts)]
             start = time.perf_counter()
             done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
             (out / f"{arm}-seed{seed}.log").write_text(done.stdout + done.stderr)
