@@ -252,7 +252,7 @@ def run_arm(arm: str, seed: int, args) -> dict:
         "skipped_prompt_share": _mean([row.get("zero_variance/frac_prompts_skipped")
                                        for row in _metrics_rows(Path(training_args.output_dir))]),
         "rollouts": recorder.rollouts(),
-        "curve": budget.curve + [{"cpu_minutes": budget.used / 60, "step": steps, "accuracy_first": _first_accuracy(
+        "curve": budget.curve + [{"cpu_minutes": budget.used / 60, "step": steps, "accuracy": _first_accuracy(
             result.correct, args.curve_prompts)}] if args.curve_at else [],
     }
 
@@ -305,7 +305,7 @@ def _format(results: list[dict], arms: list[str]) -> str:
         lines.append("learning curve: held-out greedy accuracy on the first --curve-prompts problems at CPU minutes "
                      "(step)")
         for r in results:
-            points = [f"{p['cpu_minutes']:.1f} ({p['step']}): {p.get('accuracy', p.get('accuracy_first')):.3f}"
+            points = [f"{p['cpu_minutes']:.1f} ({p['step']}): {p['accuracy']:.3f}"
                       for p in r.get("curve") or []]
             lines.append(f"{r['arm']:5s} {r['seed']:4d}  " + "   ".join(points))
     lines.append("")

@@ -14,10 +14,10 @@ arguments -> data, plan and resume checks -> tokenizer -> model settings -> trai
 model card -> push.
 """
 
-import os
 import sys
 
 from accelerate.utils import set_seed
+from huggingface_hub import constants as hf_constants
 
 from trl_grpo_ext import GRPOExtTrainer
 from trl_grpo_ext.config.recipe_parse import parse_recipe_args, set_offline_defaults, write_run_config
@@ -112,7 +112,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         return 2
     for warning in gold_warnings + weight_warnings(training_args.resolved.rewards):
         print(f"warning: {warning}", file=sys.stderr)
-    if push.enabled and os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true"):
+    if push.enabled and hf_constants.HF_HUB_OFFLINE:  # the push (hub.push_run) reads the same switch
         print(f"warning: HF_HUB_OFFLINE is set, so the push to {push.repo_id} after training will fail; everything "
               "is written to output_dir first, and `trl-grpo-ext push` sends it later. Unset HF_HUB_OFFLINE to push "
               "at the end of this run.", file=sys.stderr)

@@ -115,11 +115,10 @@ def check_push_repository(mode: str, repo_id: str | None, named: str | None = No
     if mode != "none" and not repo_id:
         raise ValueError(f"{named or f'push_to_hub_mode={mode!r}'} needs a repository: set hub_repo_id (or TRL's "
                          "hub_model_id), e.g. --hub_repo_id your-name/your-model.")
-    if mode != "none":  # the push would refuse it after training
+    if mode != "none":  # the push would refuse them after training
         from huggingface_hub.utils import HFValidationError, validate_repo_id
 
         check_revision(revision, "hub_revision")
-
         try:
             validate_repo_id(repo_id)
         except HFValidationError as err:

@@ -291,8 +291,8 @@ class ZeroVarianceFilter:
             inputs (`dict`): one micro-batch as TRL's ``_compute_loss`` receives it, with ``zero_variance_keep`` (B,).
 
         Returns:
-            `dict`: the same keys plus ``zero_variance_row_factor`` (`float`, R / B); ``inputs`` itself when the filter
-            is off or the batch is multimodal.
+            `dict`: the same keys plus ``zero_variance_row_factor`` (`float`, R / B) and ``zero_variance_any_kept``
+            (`bool`, a process kept a row: `void_empty_means`); ``inputs`` itself when off or multimodal.
         """
         keep = inputs.get("zero_variance_keep")
         if keep is None or "pixel_values" in inputs:
@@ -305,7 +305,7 @@ class ZeroVarianceFilter:
         order = torch.argsort((keep <= 0).to(torch.int8), stable=True)[:target]  # kept rows first, in their order
         dropped = {key: value[order] if torch.is_tensor(value) and value.dim() >= 1 and value.size(0) == rows
                    else value for key, value in inputs.items()}
-        dropped["zero_variance_row_factor"] = target / rows
+        dropped["zero_variance_row_factor"], dropped["zero_variance_any_kept"] = target / rows, kept > 0
         self.window_dropped_rows += rows - target
         return dropped
 
@@ -318,8 +318,8 @@ class ZeroVarianceFilter:
         Args:
             metric_marks (`dict`): metric name -> number of values before TRL's ``_compute_loss`` ran.
             inputs (`dict`): the micro-batch, with ``zero_variance_keep`` (B,) when the filter is on."""
-        keep = inputs.get("zero_variance_keep")
-        if keep is None or float(self.reduce(keep.sum().float())) > 0:
+        keep, any_kept = inputs.get("zero_variance_keep"), inputs.get("zero_variance_any_kept")  # drop_masked_rows'
+        if keep is None or (any_kept if any_kept is not None else float(self.reduce(keep.sum().float())) > 0):
             return
         for name, values in self.metrics().items():
             if name != "entropy_coef":
