@@ -33,13 +33,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 FIELD_DEFAULTS: dict[str, Any] = {"advantage_preset": None, "scale_rewards": "group", "advantage_baseline": None,
                                   "advantage_std_scaling": None, "advantage_epsilon": None,
-                                  "advantage_std_kind": None, "loss_type": "dapo"}
-"""Config defaults: TRL's fields keep TRL's; ours are None ("not set")."""
+                                  "advantage_std_kind": None, "loss_type": "dapo"}  # TRL's keep TRL's; ours None
 
 #: The config fields of the advantages (ours, then TRL's ``scale_rewards``), in the order the card shows them; TRL's
 #: ``normalize_then_sum`` ignores each of them (`validation.rules.normalize_then_sum`).
-FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon",
-               "advantage_std_kind", "scale_rewards")
+FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon", "advantage_std_kind",
+          "scale_rewards")
+
 
 class AdvantageConfigError(ValueError):
     """Advantage settings that are unknown or contradict each other."""

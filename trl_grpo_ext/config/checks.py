@@ -118,18 +118,14 @@ def check_choice(name: str, value: Any, choices: Iterable[str], error: type[Valu
     raise error(f"{name}={value!r} is not valid.{did_you_mean} Choose one of {', '.join(map(repr, choices))}.{extra}")
 
 
-#: The choice a YAML 1.1 boolean stands for, in order of preference: an unquoted ``off`` / ``no`` / ``false`` is read
-#: as ``False`` and ``on`` / ``yes`` / ``true`` as ``True`` (PyYAML, like TRL's parser, follows YAML 1.1).
-YAML_BOOLEAN_CHOICES = {False: ("off", "no"), True: ("on", "yes")}
-
-
 def choice_from_yaml(value: Any, choices: Iterable[str]) -> Any:
-    """The choice a YAML 1.1 boolean meant for a field with ``choices``: ``False`` -> ``"off"`` (else ``"no"``),
-    ``True`` -> ``"on"`` (else ``"yes"``), where that word is a choice; any other value unchanged."""
+    """The choice a YAML 1.1 boolean meant for a field with ``choices`` (PyYAML, like TRL's parser, reads an unquoted
+    ``off`` / ``no`` as ``False``): ``False`` -> ``"off"`` (else ``"no"``), ``True`` -> ``"on"`` (else ``"yes"``), where
+    that word is a choice; any other value unchanged."""
     if not isinstance(value, bool):
         return value
     choices = tuple(choices)
-    return next((word for word in YAML_BOOLEAN_CHOICES[value] if word in choices), value)
+    return next((word for word in (("off", "no"), ("on", "yes"))[value] if word in choices), value)
 
 
 def closest_choice(value: Any, choices: Iterable[str]) -> str | None:
@@ -163,11 +159,12 @@ def as_number(value: Any) -> float | None:
         return None
 
 
-def world_size_from_env(environ=None) -> int:
-    """``WORLD_SIZE`` of ``environ`` (default ``os.environ``; set by `accelerate launch` / `torchrun`); 1 when unset.
+def world_size_from_env(environ=None, strict: bool = True) -> int:
+    """``WORLD_SIZE`` of ``environ`` (default ``os.environ``; set by `accelerate launch` / `torchrun`); 1 when unset,
+    and without ``strict`` when not a whole number of 1 or more.
 
     Raises:
-        RunArgumentError: not a whole number of 1 or more."""
+        RunArgumentError: with ``strict``, not a whole number of 1 or more."""
     import os
 
     raw = (os.environ if environ is None else environ).get("WORLD_SIZE", "1")
@@ -175,6 +172,8 @@ def world_size_from_env(environ=None) -> int:
         size = int(raw)
     except ValueError:
         size = 0
+    if size < 1 and not strict:
+        return 1
     if size < 1:  # torchrun and accelerate set 1 or more; 0 or less was read as 1 process, silently
         raise RunArgumentError(f"WORLD_SIZE={raw!r} in the environment is not a whole number of processes (1 or more). "
                                "Fix: unset it (plan: or pass --num-processes P).")

@@ -10,15 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Engine kinds: one process, plain data parallel, DeepSpeed ZeRO, FSDP.
-KINDS = ("single", "ddp", "deepspeed", "fsdp")
+from .checks import world_size_from_env
 
 
 @dataclass(frozen=True)
 class Engine:
-    """A run's engine: ``kind`` (one of `KINDS`), ``zero_stage``, ``fsdp_version``, the process and machine counts when
-    the source says, the ``source`` it was read from, and ``optimizer_section`` (the DeepSpeed JSON builds its own
-    optimizer, so the trainer's ``create_optimizer`` is never called)."""
+    """A run's engine: ``kind`` (``single``, ``ddp``, ``deepspeed`` or ``fsdp``), ``zero_stage``, ``fsdp_version``, the
+    process and machine counts when the source says, the ``source`` it was read from, and ``optimizer_section`` (the
+    DeepSpeed JSON builds its own optimizer, so the trainer's ``create_optimizer`` is never called)."""
 
     kind: str = "single"
     zero_stage: int | None = None
@@ -115,8 +114,5 @@ def resolve_engine(values: Mapping[str, Any], environ: Mapping[str, str] | None 
     found = engine_from_run_values(values) or engine_from_env(env) or accelerate_config
     if found is not None:
         return found
-    try:  # as `checks.world_size_from_env` reads it (" 2" is 2 processes); a bad value is its refusal, not ours
-        world = int(env.get("WORLD_SIZE", "1"))
-    except ValueError:
-        world = 1
+    world = world_size_from_env(env, strict=False)  # a bad value is the front door's refusal, not ours
     return Engine("ddp" if world > 1 else "single", source="WORLD_SIZE")

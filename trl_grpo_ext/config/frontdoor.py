@@ -25,8 +25,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunArgs:
-    """A run's four dataclasses (or twins); ``given``: the keys the user set; ``light``: twins used; ``problems``: the
-    collector (`validation.problems.Problems`) while the front door's ``checks`` run (`validation.dataset_stage`)."""
+    """A run's four dataclasses (or twins); ``given``: the keys the user set; ``problems``: the collector (`validation.problems.Problems`) while the front door's ``checks`` run (`validation.dataset_stage`)."""
 
     script_args: Any
     training_args: Any
@@ -34,7 +33,6 @@ class RunArgs:
     push_args: Any
     given: frozenset
     config_path: str | None
-    light: bool
     user_values: dict | None = None
     problems: Any = None
 
@@ -321,7 +319,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
     check_user_values(user_values, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
-    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values, light=True)
+    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values)
     validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
                       user_checked=True)
     run.problems = problems
@@ -330,7 +328,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     problems.raise_if_any(ConfigError)
     if not light:  # the real dataclasses: what only they check (`GRPOExtConfig.__post_init__`)
         run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
-                     light=False, user_values=user_values)
+                     user_values=user_values)
         problems.raise_if_any(ConfigError)
     return run
 
@@ -346,7 +344,7 @@ def _argument_problem(err: argparse.ArgumentError, parser, defaults=None) -> tup
     return field_, ConfigError(f"{str(err).rstrip('.')}.{fix}")
 
 
-def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None, light: bool,
+def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None,
            user_values) -> RunArgs:
     """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs`: a YAML value its
     type cannot read is recorded and left out; a dataclass's own refusal is recorded and raised."""
@@ -368,6 +366,6 @@ def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset,
         except ValueError as err:  # a dataclass's own check (GRPOExtConfig.__post_init__)
             problems.add(err)
             problems.raise_if_any(ConfigError)
-    return RunArgs(*outputs, given=given, config_path=None if path is None else str(path), light=light,
+    return RunArgs(*outputs, given=given, config_path=None if path is None else str(path),
                    user_values=user_values)
 

@@ -46,20 +46,19 @@ def _recipe_checks(run) -> None:
     problems = Problems()
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
     # a continued adapter's base must be found too (its use_peft and output_dir: the rule continued_adapter)
-    problems.check(lambda: check_continued_base(resolve_model_source(model_args.model_name_or_path)),
-                   fields=["model_name_or_path"])
+    problems.check(_check_continued_base, model_args.model_name_or_path, fields=["model_name_or_path"])
     problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
     problems.check(check_fp16_machine, training_args.fp16, training_args.use_cpu, fields=["fp16"])
-    problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), _world_size(), fields=["zero_variance_filter"])
+    problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), world_size_from_env(strict=False),
+                   fields=["zero_variance_filter"])
     problems.raise_if_any(ValueError)
 
 
-def _world_size() -> int:
-    """The launch's ``WORLD_SIZE`` (1 when unset or not a number: the front door reports that)."""
-    try:
-        return world_size_from_env()
-    except ValueError:
-        return 1
+def _check_continued_base(model_name_or_path: str) -> None:
+    """A continued adapter's base must be found. Raises ValueError: as `resolve_model_source`, `check_model_path`."""
+    source = resolve_model_source(model_name_or_path)
+    if source.continued:
+        check_model_path(source.base)
 
 
 def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
@@ -70,9 +69,9 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
     Raises:
         RecipeArgumentError: the problems, printed to stderr; nothing has been loaded."""
     try:
-        survey = DatasetSurvey()
-        checks = (_recipe_checks, dataset_check(_world_size(), survey)) if datasets else (_recipe_checks,)
-        checks += (lambda run: check_eval_batches(run, survey.eval_rows, _world_size()),)  # on the rows read
+        survey, world = DatasetSurvey(), world_size_from_env(strict=False)  # a bad value: the front door's refusal
+        checks = (_recipe_checks, dataset_check(world, survey)) if datasets else (_recipe_checks,)
+        checks += (lambda run: check_eval_batches(run, survey.eval_rows, world),)  # on the rows read
         run = read_run_args(argv, checks=checks)
         script_args, training_args, model_args, push_args = run
         problems = Problems()
@@ -88,15 +87,6 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
     if warning:  # `--use_peft false` over a YAML with lora_r: accepted, and said
         print(f"warning: {warning}", file=sys.stderr)
     return run
-
-
-def check_continued_base(source) -> None:
-    """The base of a continued adapter (`models.source.ModelSource`) must be found (`check_model_path`).
-
-    Raises:
-        ValueError: as `check_model_path`."""
-    if source.continued:
-        check_model_path(source.base)
 
 
 def _fail(problems: list[str]) -> RecipeArgumentError:

@@ -89,14 +89,10 @@ class WrittenRewardWeights(list):
         super().__init__(values)
         self.written = tuple(self)
 
-    def is_unchanged(self) -> bool:
-        """Whether the list still holds what the config wrote."""
-        return tuple(self) == self.written
-
 
 def is_written(reward_weights: Any) -> bool:
     """Whether ``reward_weights`` is an unchanged :class:`WrittenRewardWeights`."""
-    return isinstance(reward_weights, WrittenRewardWeights) and reward_weights.is_unchanged()
+    return isinstance(reward_weights, WrittenRewardWeights) and tuple(reward_weights) == reward_weights.written
 
 
 _WEIGHT = Range(fix="give each reward function a number, e.g. `reward_weights: [1.0, 0.5]`.")

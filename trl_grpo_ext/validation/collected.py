@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.checks import RunArgumentError
-from ..config.resolved import QUANTITY_FIELDS
 from ..models.embedded.tiny import EMBEDDED_PREFIX
 from .tables import enum_value
 
@@ -20,23 +19,29 @@ def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | 
     return None
 
 
+def plan_of(run: Any, dataset_size: int | None, world_size: int):
+    """`plan.resolve_plan` of the quantities the user set in ``run`` (the front door's `RunArgs`), ``dataset_size``
+    prompts. Raises ValueError or TypeError: a quantity's own problem, or QuantityError: the plan's."""
+    from ..plan import resolve_plan
+    from .rules import RunView
+
+    batch = RunView({}, getattr(run, "user_values", None) or {}, world_size).batch
+    return resolve_plan(batch, dataset_size, world_size, run.training_args.max_completion_length)
+
+
 def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> None:
     """`check_skip_plan` on the plan of ``run`` (the front door's `RunArgs`) with ``dataset_size`` prompts; nothing when
     the filter is not ``skip``, the size is unknown or the plan does not resolve.
 
     Raises:
         RunArgumentError: the run covers at most one epoch."""
-    from ..plan import resolve_plan
     from ..zero_variance.settings import check_skip_plan
-    from .rules import RunView
 
     training = run.training_args
     if enum_value(getattr(training, "zero_variance_filter", None)) != "skip" or dataset_size is None:
         return
     try:  # the quantities alone (another field's problem, a misspelt reward, does not hide this one)
-        fields = RunView({}, getattr(run, "user_values", None) or {}, world_size).batch
-        plan = resolve_plan({k: fields.get(k) for k in QUANTITY_FIELDS}, dataset_size, world_size,
-                            training.max_completion_length)
+        plan = plan_of(run, dataset_size, world_size)
     except (ValueError, TypeError):  # reported by the checks of those fields
         return
     try:
@@ -56,13 +61,13 @@ def eval_plan_of(run: Any, eval_rows: int | None, world_size: int, total_steps: 
 
     Raises:
         QuantityError: as `resolve_eval_plan` (naming the test split's rows when ``eval_num_prompts`` is unset)."""
-    from ..config.data_sizes import embedded_test_size
+    from ..config.data_sizes import EMBEDDED_TEST_SIZES
     from ..evaluation.plan import resolve_eval_plan
 
     script, training = run.script_args, run.training_args
     prompts = eval_rows if eval_rows is not None else script.eval_num_prompts
     return resolve_eval_plan(
-        eval_prompts=prompts if prompts is not None else embedded_test_size(script.dataset_name),
+        eval_prompts=prompts if prompts is not None else EMBEDDED_TEST_SIZES.get(str(script.dataset_name)),
         eval_strategy=str(enum_value(training.eval_strategy)), eval_steps=training.eval_steps,
         logging_steps=training.logging_steps, num_generations=training.num_generations,
         num_generations_eval=training.num_generations_eval,

@@ -230,22 +230,18 @@ def _within_prompt_length(run, dataset, cut: int, survey: DatasetSurvey):
 def _size_checks(run, found, world_size: int, problems, exact: bool) -> None:
     """A training split smaller than one generation batch (TRL's sampler would train 0 steps), and skip's one-epoch
     refusal on its real size (only when ``exact``: ``max_prompt_length`` drops rows plan cannot count)."""
-    from ..plan import resolve_plan
     from ..plan.resolve import QuantityError
-    from .collected import QUANTITY_FIELDS, check_skip_epochs
+    from .collected import check_skip_epochs, plan_of
     from .rules import RunView
 
-    view = RunView({}, run.user_values or {}, world_size)
-    if problems.blocked(view.quantity_keys()):
+    if problems.blocked(RunView({}, run.user_values or {}, world_size).quantity_keys()):
         return
-    try:
-        quantities = {k: view.batch.get(k) for k in QUANTITY_FIELDS}
-        # any dataset size large enough for a step: what fails here is the config's own problem
-        resolve_plan(quantities, 10**12, world_size, run.training_args.max_completion_length)
+    try:  # any dataset size large enough for a step: what fails here is the config's own problem
+        plan_of(run, 10**12, world_size)
     except (ValueError, TypeError):  # reported by the checks of those fields
         return
     try:
-        resolve_plan(quantities, found.rows, world_size, run.training_args.max_completion_length)
+        plan_of(run, found.rows, world_size)
     except QuantityError as err:
         problems.add(f"{found.where} has {found.rows} row{'' if found.rows == 1 else 's'}: {err}")
         return

@@ -25,9 +25,6 @@ class Problems:
     def __len__(self) -> int:
         return len(self.messages)
 
-    def __bool__(self) -> bool:
-        return bool(self.messages)
-
     def add(self, problem: str | BaseException, fields: Iterable[str] = ()) -> None:
         """Record a problem (a message or a check's error; one carrying several adds each), once per line."""
         self.fields.update(fields)

@@ -162,18 +162,14 @@ def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: st
             )
 
 
-#: The recipe's line for a run that sets no reward (neither ``rewards`` nor TRL's ``reward_funcs``).
-REWARDS_NOT_SET = ("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one reward (see "
-                   "`trl-grpo-ext rewards`).")
-
-
 def check_rewards_set(values: Mapping[str, Any]) -> None:
     """``rewards`` (or TRL's ``reward_funcs``, read as ``rewards``) must be set: without it the recipe has no reward.
 
     Raises:
-        RunArgumentError: :data:`REWARDS_NOT_SET`."""
+        RunArgumentError: naming the fix."""
     if values.get("rewards") is None:
-        raise RunArgumentError(REWARDS_NOT_SET)
+        raise RunArgumentError("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one "
+                               "reward (see `trl-grpo-ext rewards`).")
 
 
 def check_rewards_not_empty(values: Mapping[str, Any]) -> None:

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS  # TRL's normalize_then_sum ignores each
 from ..config.checks import RunArgumentError, as_number
 from ..config.engines import resolve_engine
+from ..config.loss_settings import CLIP_DEFAULTS
 from ..hub.merge import check_push_settings
 from ..training.generation import check_generation_settings, check_vllm_settings
 from ..training.merged_generation import check_merged_generation
@@ -30,12 +32,11 @@ from .rewards import (
 from .tables import (
     EXCLUSIVE,
     GOVERNED_BY,
-    NORMALIZE_THEN_SUM_IGNORES,
     ORDERED,
     REQUIRES,
     enum_value,
+    ignored_fields,
     is_on,
-    switched_off_on_command_line,
 )
 from .trainer_settings import TRAINER_FIELDS, check_continued_adapter, trainer_problems
 
@@ -49,12 +50,12 @@ class RunView:
     def __init__(self, values: Mapping[str, Any], user: Mapping[str, Any] | None = None, world_size: int = 1, *,
                  batch: dict | None = None, on_cpu: bool | None = None, engine=None, problems=None,
                  defaults: Mapping[str, Any] | None = None, reward_names: list[str] | None = None,
-                 dataset_columns=None, check_model: bool = True):
+                 check_model: bool = True):
         self.values, self.user, self.world_size = values, user, world_size
         self._batch, self.engine, self.problems = batch, engine, problems
         self.on_cpu = bool(values.get("use_cpu")) if on_cpu is None else on_cpu
         self.defaults = defaults or {}
-        self._reward_names, self.dataset_columns, self.check_model = reward_names, dataset_columns, check_model
+        self._reward_names, self.check_model = reward_names, check_model
 
     def get(self, name: str, default: Any = None) -> Any:
         return enum_value(self.values.get(name, default))
@@ -180,12 +181,9 @@ def ignored_settings(v: RunView) -> None:
     switched off on the command line are `switched_off_warning`'s)."""
     user = v.user or {}
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
-    for name in user:
-        if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](v.values):
-            if switched_off_on_command_line(user, name):
-                continue  # switched off on the command line over a YAML that configures it: a warning
-            if not v.blocked((name, *GOVERNED_BY[name])):
-                ignored.setdefault(REQUIRES[name][0], []).append(name)
+    for name, switched_off in ignored_fields(user, v.values):
+        if not switched_off and not v.blocked((name, *GOVERNED_BY[name])):
+            ignored.setdefault(REQUIRES[name][0], []).append(name)
     found = []
     for setting, names in ignored.items():
         fix = REQUIRES[names[0]][2].format(field=" and ".join(names))
@@ -253,7 +251,7 @@ def normalize_then_sum(v: RunView) -> None:
     """`normalize_then_sum` is TRL's fixed formula: advantage settings set next to it would be ignored."""
     if v.get("multi_objective_aggregation") != "normalize_then_sum":
         return
-    name = next((n for n in NORMALIZE_THEN_SUM_IGNORES if v.is_set(n)), None)
+    name = next((n for n in ADVANTAGE_FIELDS if v.is_set(n)), None)
     if name is not None:
         raise RunArgumentError(
             f"{name}={v.values[name]!r} has no effect with multi_objective_aggregation='normalize_then_sum': TRL then "
@@ -286,7 +284,7 @@ def zero_variance(v: RunView) -> str | None:
 
 def clipping(v: RunView) -> None:
     """Clip settings that never act: every update on-policy (`loss_settings.ignored_clipping`)."""
-    from ..config.loss_settings import CLIP_DEFAULTS, ignored_clipping
+    from ..config.loss_settings import ignored_clipping
 
     settings = {name: as_number(v.values.get(name)) for name in CLIP_DEFAULTS if v.is_set(name)}
     if not settings:
@@ -306,13 +304,12 @@ def _reward_specs(v: RunView):
 
 
 def reward_columns(v: RunView) -> None:
-    columns = list(v.dataset_columns) if v.dataset_columns is not None else known_columns(v.values)
+    columns = known_columns(v.values)
     if columns is not None:
         check_reward_columns(columns, _reward_specs(v))
 
 
-_ADVANTAGE_FIELDS = (*NORMALIZE_THEN_SUM_IGNORES, "loss_type")
-_CLIP = ("epsilon", "epsilon_high", "delta")
+_CLIP = tuple(CLIP_DEFAULTS)
 _LORA = ("lora_target_modules", "lora_modules_to_save")
 _REWARDS = ("rewards", "reward_weights")
 _engine = lambda v: resolve_engine(v.values, accelerate_config=v.engine)  # noqa: E731
@@ -326,7 +323,7 @@ def _set(names):
 RULES: tuple[Rule, ...] = (
     Rule("exclusive", exclusive, (), blocked_by=()),
     Rule("quantity_conflicts", quantity_conflicts, RunView.quantity_keys),
-    Rule("advantage_conflicts", advantage_conflicts, _set(_ADVANTAGE_FIELDS)),
+    Rule("advantage_conflicts", advantage_conflicts, _set((*ADVANTAGE_FIELDS, "loss_type"))),
     Rule("ignored_settings", ignored_settings, (), blocked_by=()),
     Rule("ordered", ordered, (), blocked_by=()),
     Rule("evaluation_split", evaluation_split, ("eval_strategy", "final_eval", "dataset_test_split")),
@@ -341,7 +338,7 @@ RULES: tuple[Rule, ...] = (
          lambda v: (*(n for n in ("load_in_4bit", "load_in_8bit") if v.get(n)), "use_peft"),
          blocked_by=("load_in_4bit", "load_in_8bit", "use_peft")),
     Rule("reward_specs", _reward_specs, _REWARDS),
-    Rule("normalize_then_sum", normalize_then_sum, ("multi_objective_aggregation", *NORMALIZE_THEN_SUM_IGNORES),
+    Rule("normalize_then_sum", normalize_then_sum, ("multi_objective_aggregation", *ADVANTAGE_FIELDS),
          scope="run"),
     Rule("clipping", clipping, lambda v: (*_set(_CLIP)(v), "num_iterations"),
          blocked_by=lambda v: (*_set(_CLIP)(v), *v.quantity_keys(), "loss_type"), scope="run"),

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..config.checks import Range
 
 
@@ -319,10 +318,6 @@ DEFAULT_FIELDS: tuple[str, ...] = (
     "lr_scheduler_type", "beta", "sync_ref_model", "eval_on_start",
 )
 
-#: Advantage fields that TRL's `normalize_then_sum` formula ignores (it normalises each reward over its group with
-#: the sample std and ε = 1e-4, sums, then normalises over the batch; `GRPOTrainer._generate_and_score_completions`).
-NORMALIZE_THEN_SUM_IGNORES = ADVANTAGE_FIELDS
-
 
 def typed_value(value: Any) -> Any:
     """A numeric string as TRL's parser types it ("4" -> 4, "1.5" -> 1.5); anything else unchanged."""
@@ -354,14 +349,22 @@ def switched_off_on_command_line(user: Mapping[str, Any], name: str) -> bool:
     return name not in cli_keys and bool(cli_keys.intersection(GOVERNED_BY[name]))
 
 
+def ignored_fields(user: Mapping[str, Any], values: Mapping[str, Any]):
+    """``(name, switched_off)`` for each field of ``user`` (the keys set) whose `REQUIRES` setting is off in ``values``;
+    ``switched_off``: off by a command-line setting (`switched_off_on_command_line`), a warning rather than a refusal."""
+    for name in user:
+        if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values):
+            yield name, switched_off_on_command_line(user, name)
+
+
 def switched_off_warning(user: Mapping[str, Any] | None, values: Mapping[str, Any]) -> str | None:
     """The one warning line naming the YAML fields a command-line flag switched off (``--use_peft false`` over
     ``lora_r: 8``), which the run does not use; None when there are none. ``user``: the keys set (`UserValues`, with
     ``command_line_keys``); ``values``: every field's value."""
     user = user or {}
     off: dict[str, list[str]] = {}
-    for name in user:
-        if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values) and switched_off_on_command_line(user, name):
+    for name, switched_off in ignored_fields(user, values):
+        if switched_off:
             off.setdefault(REQUIRES[name][0], []).append(name)
     if not off:
         return None
