@@ -5,30 +5,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
-
-#: The config fields of the filter, in the order the card and the plan show them.
-FIELDS = ("zero_variance_filter", "zero_variance_tolerance", "zero_variance_reward", "max_resample_rounds",
-          "skip_exploration_probability", "skip_history_file")
 
 
 @dataclass(frozen=True)
 class ZeroVarianceSettings:
-    """The filter's settings as the run uses them (``resolved.zero_variance``; the card's rows): the :data:`FIELDS`."""
+    """The filter's settings as the run uses them (``resolved.zero_variance``; the card's rows): the :data:`FIELDS`
+    (the config's fields of the same names hold their defaults and docs)."""
 
-    zero_variance_filter: str = "off"
-    zero_variance_tolerance: float = 0.0
-    zero_variance_reward: str | None = None
-    max_resample_rounds: int = 3
-    skip_exploration_probability: float = 0.25
-    skip_history_file: str | None = None
+    zero_variance_filter: str
+    zero_variance_tolerance: float
+    zero_variance_reward: str | None
+    max_resample_rounds: int
+    skip_exploration_probability: float
+    skip_history_file: str | None
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any] | Any, **overrides: Any) -> ZeroVarianceSettings:
         """The settings of a mapping or object holding the :data:`FIELDS`, then ``overrides``."""
         get = values.get if isinstance(values, Mapping) else lambda name: getattr(values, name)
         return cls(**{**{name: get(name) for name in FIELDS}, **overrides})
+
+
+#: The config fields of the filter, in the order the card and the plan show them.
+FIELDS = tuple(f.name for f in fields(ZeroVarianceSettings))
 
 
 #: Loss types normalised by rows (masking rows needs the rescale rows / kept rows, `groups.masked_loss_scale`) or by
