@@ -248,3 +248,13 @@ def test_answer_phrase_format_gives_partial_credit():
 
     numeric = NumericMatch(answer_phrase="The answer is")
     assert numeric(completions=texts, answer=["7", "7", "7", "1200", "12", "7", "7"]) == [1, 1, 0, 1, 1, 0, 1]
+
+
+def test_numeric_match_reads_latex_golds_and_a_spaced_minus():
+    reward = get_reward("numeric_match", column="solution")
+    texts = ["<answer>34</answer>", "<answer>7</answer>", "<answer>-7</answer>", r"\boxed{1{,}000}",
+             r"<answer>1\,000</answer>", "<answer>10 - 7</answer>", "x = - 7"]
+    golds = [r"\frac34", "- 7", "- 7", "1000", "1000", "3", "-7"]
+    # \frac34 is 3/4, not 34 (no single number: None); "- 7" is -7; LaTeX's 1{,}000 and 1\,000 are 1000;
+    # "10 - 7" still ends in 7 (a subtraction, not a sign)
+    assert reward(completions=texts, solution=golds) == [None, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0]

@@ -152,3 +152,28 @@ def test_accuracy_reads_shorthand_latex_as_math_verify_does():
              (r"\sqrt{2}", r"\boxed{\sqrt3}", 0.0), (r"\boxed{3/4}", r"\boxed{0.75}", 1.0), ("42", r"\boxed{43}", 0.0)]
     scores = get_reward("accuracy")(completions=[c for _, c, _ in cases], solution=[g for g, _, _ in cases])
     assert scores == [expected for _, _, expected in cases]
+
+
+# (gold, right completion, wrong completion): the ways a model closes its answer in prose or Markdown. Before, each
+# right one scored 0 (math-verify reads "72." and "**72**" as nothing); the wrong ones differ by one unit.
+CLOSINGS = [
+    ("#### 72", "<answer>72.</answer>", "<answer>73.</answer>"),
+    ("72", "<think>24 + 48</think>\n<answer>\n72.\n</answer>", "<answer>\n71.\n</answer>"),
+    ("72", "<answer>**72**</answer>", "<answer>**73**</answer>"),
+    ("72", "The final answer is **72**.", "The final answer is **73**."),
+    ("72", "<answer>*72*</answer>", "<answer>*73*</answer>"),
+    ("3", "<answer>3;</answer>", "<answer>4;</answer>"),
+    (r"\frac{1}{2}", "<answer>1/2.</answer>", "<answer>1/3.</answer>"),
+    ("2", "<answer>x = 2.</answer>", "<answer>x = 3.</answer>"),
+    ("1200", "<answer>1,200.</answer>", "<answer>1,201.</answer>"),
+    ("1000", r"<answer>1\,000</answer>", r"<answer>1\,001</answer>"),
+    ("1000", r"\boxed{1{,}000}", r"\boxed{1{,}001}"),
+    ("-72", "<answer>-72.</answer>", "<answer>72.</answer>"),
+    ("24", "<answer>2 * 3 * 4.</answer>", "<answer>2 * 3 * 5.</answer>"),
+]
+
+
+@pytest.mark.parametrize("gold,right,wrong", CLOSINGS)
+def test_accuracy_reads_an_answer_closed_by_a_period_or_markdown(gold, right, wrong):
+    reward = get_reward("accuracy")
+    assert reward(prompts=["q", "q"], completions=[right, wrong], solution=[gold, gold]) == [1.0, 0.0]

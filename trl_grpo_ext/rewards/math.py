@@ -17,7 +17,7 @@ from typing import Any
 from ..config.checks import Range
 from .parameters import check_number
 from .registry import register_reward
-from .text import DEFAULT_ANSWER_COLUMNS, TextReward, check_tag_name, last_boxed, read_column
+from .text import DEFAULT_ANSWER_COLUMNS, LATEX_THOUSANDS, TextReward, check_tag_name, last_boxed, read_column
 
 logger = logging.getLogger(__name__)
 
@@ -81,16 +81,24 @@ def prose_words(span: str) -> list[str]:
     return _WORD.findall(_COMMAND.sub(" ", _TEXT_GROUP.sub(" ", span)))
 
 
+_EMPHASIS = re.compile(r"\*\*(.+?)\*\*|__(.+?)__|(?<![\w*])\*([^*\s](?:[^*]*[^*\s])?)\*(?![\w*])")
+_TRAILING = re.compile(r"(?<=[\w}$)\]])\s*[.;,:]+\s*$")
+
+
 def as_latex(span: str) -> str:
     r"""``span`` wrapped in ``$...$`` when it has no LaTeX delimiter (``$``, ``\(``, ``\[``, ``\boxed{``) and no
-    prose words, so that math-verify parses the whole expression rather than its last number; else ``span``.
+    prose words, so that math-verify parses the whole expression rather than its last number; else ``span``. First,
+    Markdown emphasis (``**72**``, ``*72*``, ``__72__``) is unwrapped and the sentence's closing ``.``, ``;``, ``,`` or
+    ``:`` dropped: math-verify reads ``72.`` or ``**72**`` as nothing and scores a right answer 0; LaTeX's thousands
+    separators (``1\,000``, ``1{,}000``) go as ``1,000`` does.
 
     >>> as_latex(r"10 - 2\sqrt{5}")
     '$10 - 2\\sqrt{5}$'
     >>> as_latex(r"\boxed{2}"), as_latex("The answer is 7")
     ('\\boxed{2}', 'The answer is 7')
     """
-    span = span.strip()
+    span = _EMPHASIS.sub(lambda m: next(g for g in m.groups() if g is not None), span.strip())
+    span = _plain_number(_TRAILING.sub("", LATEX_THOUSANDS.sub(",", span)))
     if not span or _DELIMITED.search(span) or prose_words(span):
         return span
     return f"${span}$"

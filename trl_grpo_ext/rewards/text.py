@@ -160,16 +160,26 @@ def stated_number(text: str, phrase: str) -> float | None:
     return float(found[-1].replace(",", "")) if found else None
 
 
+# LaTeX's thousands separators (1{,}000, 1\,000, 1\!000); a minus sign spaced from its number where no term precedes
+# it (at the start, after =, :, (, [, { or $: "- 7", "x = - 7"; not "10 - 7")
+LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\[,!])(?=\d{3})")
+_SPACED_MINUS = re.compile(r"(?:^|(?<=[=:(\[{$]))\s*-\s+(?=[\d.])")
+
+
 def numbers_in(text: str) -> list[str]:
-    """Every decimal number in ``text``, as written (the numbers :func:`last_number` chooses from; the Unicode minus
-    U+2212 read as ``-``)."""
-    return _NUMBER_RE.findall(text.replace("\u2212", "-"))
+    """Every decimal number in ``text``, as written (the numbers :func:`last_number` chooses from): the Unicode minus
+    U+2212 read as ``-``, a minus spaced from its number after no term (``- 7``) joined to it, LaTeX's thousands
+    separators (``1{,}000``, ``1\\,000``) read as ``,``; a number that LaTeX writes as digits of a command
+    (``\\frac34``) is no number: none is returned."""
+    text = LATEX_THOUSANDS.sub(",", text.replace("\u2212", "-"))
+    if re.search(r"\\[dt]?frac\s*\d", text):
+        return []
+    return _NUMBER_RE.findall(_SPACED_MINUS.sub(" -", text))
 
 
 def last_number(text: str) -> float | None:
-    """The last decimal number in ``text`` (thousands separators ``1,000`` allowed; U+2212 read as ``-``), or
-    ``None``."""
-    found = _NUMBER_RE.findall(text.replace("\u2212", "-"))
+    """The last of :func:`numbers_in` (thousands separators ``1,000`` allowed), or ``None``."""
+    found = numbers_in(text)
     return float(found[-1].replace(",", "")) if found else None
 
 
