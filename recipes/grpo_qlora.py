@@ -44,8 +44,10 @@ from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.training.checkpoints import (
     check_checkpoint_plan,
     check_output_dir,
+    config_lora_settings,
     filter_settings,
     resolve_resume_checkpoint,
+    resume_settings,
 )
 from trl_grpo_ext.training.host_memory import retain_freed_memory
 from trl_grpo_ext.training.interrupt import GracefulInterrupt, exit_run
@@ -105,7 +107,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
         checkpoint = check_checkpoint_plan(  # once per run: the trainer does not check a checked checkpoint again
             resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan,
             filter_settings(training_args.resolved.zero_variance, training_args.seed),
-            lambda: map(prompt_key, train_dataset["prompt"]))
+            lambda: map(prompt_key, train_dataset["prompt"]),
+            resume_settings(training_args, config_lora_settings(model_args)))
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)

@@ -127,3 +127,35 @@ def test_a_checkpoint_resumed_with_another_seed_is_refused(tmp_path):
         check_filter_unchanged(str(tmp_path), filter_settings(mask, seed=1))
     (tmp_path / ZERO_VARIANCE_STATE_FILE).write_text(json.dumps({"settings": filter_settings(mask)}))  # saved before
     check_filter_unchanged(str(tmp_path), filter_settings(mask, seed=1))  # the seed was not saved: not compared
+
+
+def test_a_checkpoint_resumed_with_other_optimizer_engine_or_adapter_settings_is_refused(tmp_path, monkeypatch):
+    # a breaker's finding: `--learning_rate 1e-5` on a resume was dropped without a word (transformers restores the
+    # optimizer's groups and the scheduler's base rate: the log showed lr 2.0e-03, the card 1e-05); a ZeRO-2
+    # checkpoint resumed under DDP lost its optimizer state; `--lora_r 4` failed after the model loaded
+    from types import SimpleNamespace
+
+    from trl_grpo_ext.training.checkpoints import SETTINGS_FILE, check_settings_unchanged, resume_settings
+
+    for name in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"):
+        monkeypatch.delenv(name, raising=False)
+    args = dict(learning_rate=2e-3, lr_scheduler_type="linear", lr_scheduler_kwargs={}, warmup_steps=0.0,
+                weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, optim="adamw_torch",
+                optim_args=None, deepspeed=None, fsdp=None)
+    lora = {"lora_r": 8, "lora_alpha": 16, "use_dora": False, "use_rslora": False}
+    saved = resume_settings(SimpleNamespace(**args), lora)
+    assert saved["engine"] == "ddp" and saved["learning_rate"] == 2e-3 and saved["lora"] == lora
+    (tmp_path / SETTINGS_FILE).write_text(json.dumps(saved))
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "use_dora": False}))
+    check_settings_unchanged(str(tmp_path), resume_settings(SimpleNamespace(**args), lora))  # the same run
+    changed = resume_settings(SimpleNamespace(**{**args, "learning_rate": 1e-5, "adam_beta1": 0.5}), {**lora, "lora_r": 4})
+    with pytest.raises(QuantityError, match=r"cannot resume .*: learning_rate: 0.002 in the checkpoint, 1e-05 now; "
+                                            r"adam_beta1: 0.9 in the checkpoint, 0.5 now; lora_r: 8 in the "
+                                            r"checkpoint, 4 now\. .* Fix: resume with the checkpoint's values"):
+        check_settings_unchanged(str(tmp_path), changed)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")  # what `accelerate launch` with a ZeRO-2 config sets
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    with pytest.raises(QuantityError, match=r"engine: 'ddp' in the checkpoint, 'deepspeed ZeRO-2' now"):
+        check_settings_unchanged(str(tmp_path), resume_settings(SimpleNamespace(**args), lora))
+    (tmp_path / SETTINGS_FILE).unlink()  # a checkpoint of an earlier version: only its adapter is compared
+    check_settings_unchanged(str(tmp_path), resume_settings(SimpleNamespace(**args), lora))

@@ -243,6 +243,20 @@ def test_resume_with_a_different_quantity_is_refused(interrupted, tmp_path):
     assert not (tmp_path / "other" / "trainer_state.json").exists()
 
 
+def test_resume_with_another_learning_rate_or_rank_is_refused_before_the_model_loads(interrupted, tmp_path):
+    # transformers restores the checkpoint's optimizer groups and scheduler: a new learning rate would be dropped
+    # silently, and a new LoRA rank fail after the weights load
+    out, _, _, _ = interrupted
+    checkpoint = out.parent / "interrupted-checkpoint"
+    assert json.loads((checkpoint / "resume_settings.json").read_text())["lora"]["lora_r"] == 8
+    result = accelerate_launch([RECIPE, *RUN_ARGS, "--learning_rate", "1e-5", "--lora_r", "4", "--output_dir",
+                                str(tmp_path / "other"), "--resume_from_checkpoint", str(checkpoint)])
+    assert result.returncode != 0, result.stderr[-2000:]  # 2 from the recipe; accelerate launch exits 1
+    assert "learning_rate: 0.002 in the checkpoint, 1e-05 now" in result.stderr
+    assert "lora_r: 8 in the checkpoint, 4 now" in result.stderr
+    assert "Loading" not in result.stderr and not (tmp_path / "other").exists()
+
+
 def test_second_sigint_exits_at_once_and_leaves_only_complete_checkpoints(tmp_path):
     """Ctrl-C twice in a terminal: SIGINT to the whole process group (launcher and script), twice."""
     out = tmp_path / "twice"

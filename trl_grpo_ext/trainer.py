@@ -26,16 +26,9 @@ from .config.engines import resolve_engine
 from .config.ext_config import GRPOExtConfig
 from .models.settings import is_4bit_model, is_quantized_model, keep_4bit_training_layout
 from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings, seed_line
+from .training import checkpoints as ckpt
 from .training import console
 from .training.adapter_precision import LostUpdateTracker, cast_trainable_to
-from .training.checkpoints import (
-    CheckedCheckpoint,
-    check_checkpoint_plan,
-    check_output_dir,
-    filter_settings,
-    resolve_resume_checkpoint,
-    write_plan,
-)
 from .training.engine_step import EngineStepGuard
 from .training.generation import (
     DRIFT_METRIC,
@@ -102,7 +95,7 @@ class GRPOExtTrainer(GRPOTrainer):
         model_name = model if isinstance(model, str) else getattr(model, "name_or_path", "")
         zv = args.resolved.zero_variance
         # skip's streaks from skip_history_file, before any model; not read to resume (the checkpoint's history wins)
-        resuming = zv.skip_history_file and resolve_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
+        resuming = zv.skip_history_file and ckpt.resolve_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
         history, self.history_seeded = start_history(
             zv, args.num_generations, lambda: dataset_prompts(train_dataset), bool(resuming),
             expect=run_expectations(args.resolved.rewards, args.max_completion_length, None, args.temperature))
@@ -287,14 +280,16 @@ class GRPOExtTrainer(GRPOTrainer):
         overwrite an ``output_dir`` holding a complete checkpoint, else `ValueError` (`check_output_dir`)."""
         if resume_from_checkpoint is None:
             resume_from_checkpoint = self.args.resume_from_checkpoint
-        if isinstance(resume_from_checkpoint, CheckedCheckpoint) and resume_from_checkpoint.plan == self.plan:
+        if isinstance(resume_from_checkpoint, ckpt.CheckedCheckpoint) and resume_from_checkpoint.plan == self.plan:
             checkpoint = resume_from_checkpoint
         else:
-            checkpoint = check_checkpoint_plan(
-                resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan,
-                filter_settings(self.args.resolved.zero_variance, self.args.seed),
-                lambda: map(prompt_key, dataset_prompts(self.train_dataset)))
-        check_output_dir(self.args.output_dir, resuming=checkpoint is not None or overwrite_output_dir, fixes="python")
+            checkpoint = ckpt.check_checkpoint_plan(
+                ckpt.resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan,
+                ckpt.filter_settings(self.args.resolved.zero_variance, self.args.seed),
+                lambda: map(prompt_key, dataset_prompts(self.train_dataset)),
+                ckpt.resume_settings(self.args, ckpt.peft_lora_settings(self.model)))
+        ckpt.check_output_dir(self.args.output_dir, resuming=checkpoint is not None or overwrite_output_dir,
+                              fixes="python")
         # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt, FSDP in
         # optimizer.bin (a full state dict) or optimizer_0/ (sharded)
         if checkpoint and not any(os.path.exists(os.path.join(checkpoint, f))
@@ -332,14 +327,17 @@ class _PlanCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             os.makedirs(args.output_dir, exist_ok=True)
-            write_plan(self.trainer.plan, args.output_dir)
+            ckpt.write_plan(self.trainer.plan, args.output_dir)
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             if os.path.isdir(checkpoint):
-                write_plan(self.trainer.plan, checkpoint)
-                self.trainer.zero_variance.save_state(checkpoint, filter_settings(args.resolved.zero_variance, args.seed))
+                ckpt.write_plan(self.trainer.plan, checkpoint)
+                zv = ckpt.filter_settings(args.resolved.zero_variance, args.seed)
+                self.trainer.zero_variance.save_state(checkpoint, zv)
+                lora = ckpt.peft_lora_settings(self.trainer.model)
+                ckpt.write_json(checkpoint, ckpt.SETTINGS_FILE, ckpt.resume_settings(args, lora))
 
     def on_train_end(self, args, state, control, **kwargs):
         plan = self.trainer.plan

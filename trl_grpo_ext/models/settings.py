@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config.checks import check_choice
 from .embedded import smollm2, tiny
-from .source import ModelSource, read_json, resolve_model_source
+from .source import LORA_FIELDS, ModelSource, read_json, resolve_model_source
 
 #: The floating-point dtypes a run may name (model ``dtype``, ``adapter_dtype``), as torch attribute names.
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -215,12 +215,6 @@ def keep_4bit_training_layout(model) -> int:
             module.support_avx512bf16_for_cpu = False
             changed += 1
     return changed
-
-
-#: ``ModelConfig`` LoRA fields and the ``adapter_config.json`` keys they set.
-LORA_FIELDS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
-               "lora_target_modules": "target_modules", "lora_modules_to_save": "modules_to_save",
-               "use_rslora": "use_rslora", "use_dora": "use_dora"}
 
 
 def continued_lora_differences(model_args, adapter_dir: str) -> list[str]:

@@ -24,6 +24,12 @@ MODEL_CONFIG_FILE = "config.json"
 KINDS = ("embedded", "hub", "local", "adapter")
 
 
+#: ``ModelConfig`` LoRA fields and the ``adapter_config.json`` keys they set.
+LORA_FIELDS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
+               "lora_target_modules": "target_modules", "lora_modules_to_save": "modules_to_save",
+               "use_rslora": "use_rslora", "use_dora": "use_dora"}
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """What ``model_name_or_path`` named, resolved.

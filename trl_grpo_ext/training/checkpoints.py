@@ -17,10 +17,17 @@ import re
 import warnings
 from pathlib import Path
 
+from ..models.source import ADAPTER_CONFIG_FILE, LORA_FIELDS, resolve_model_source
 from ..plan import QuantityError, RunPlan
 
 PLAN_FILE = "run_plan.json"
 ZERO_VARIANCE_STATE_FILE = "zero_variance_state.json"
+SETTINGS_FILE = "resume_settings.json"
+#: Settings a resumed run takes from its checkpoint whatever the config says: transformers restores the optimizer's
+#: param groups (learning rate, betas, ε, weight decay) and the scheduler's base rates, so a new value would be ignored
+#: or mixed with the old one (a new lr_scheduler_type over the old base rate). Saved in :data:`SETTINGS_FILE`.
+RESUME_FIXED_FIELDS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "weight_decay",
+                       "adam_beta1", "adam_beta2", "adam_epsilon", "optim", "optim_args")
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -216,6 +223,60 @@ def check_filter_unchanged(checkpoint: str, settings: dict) -> None:
             "checkpoint as the model).")
 
 
+def resume_settings(args, lora: dict | None = None) -> dict:
+    """What :func:`check_settings_unchanged` compares, saved with each checkpoint: ``args``'
+    :data:`RESUME_FIXED_FIELDS`, the engine that writes the optimizer state (DeepSpeed's ``global_step*/``, FSDP's
+    ``optimizer_0/`` and DDP's ``optimizer.pt`` are read by their own engine only) and ``lora`` (the run's
+    `models.source.LORA_FIELDS` by trl.ModelConfig's names; None: no adapter, or a continued one, which keeps its
+    own)."""
+    from ..config.engines import resolve_engine
+
+    engine = resolve_engine(vars(args))
+    kind = {"single": "ddp", "deepspeed": f"deepspeed ZeRO-{engine.zero_stage}",
+            "fsdp": f"fsdp{engine.fsdp_version or ''}"}.get(engine.kind, engine.kind)
+    values = {name: getattr(args, name, None) for name in RESUME_FIXED_FIELDS}
+    plain = {name: getattr(value, "value", value) for name, value in values.items()}  # enums as their values
+    settings = {**plain, "engine": kind, "lora": lora}
+    return json.loads(json.dumps(settings, default=lambda v: sorted(v) if isinstance(v, (set, frozenset)) else str(v)))
+
+
+def peft_lora_settings(model) -> dict | None:
+    """`models.source.LORA_FIELDS` of ``model``'s default PEFT adapter by trl.ModelConfig's names; None without one."""
+    config = (getattr(model, "peft_config", None) or {}).get("default")
+    return None if config is None else {field: getattr(config, key, None) for field, key in LORA_FIELDS.items()}
+
+
+def config_lora_settings(model_args) -> dict | None:
+    """`models.source.LORA_FIELDS` of ``model_args`` (trl.ModelConfig); None without ``use_peft`` or for a continued
+    adapter (``model_name_or_path`` an adapter folder: it keeps its own)."""
+    if not model_args.use_peft or resolve_model_source(model_args.model_name_or_path).continued:
+        return None
+    return {field: getattr(model_args, field, None) for field in LORA_FIELDS}
+
+
+def check_settings_unchanged(checkpoint: str, settings: dict) -> None:
+    """Refuse (`QuantityError`) resuming ``checkpoint`` with other `resume_settings` than it was saved with (its
+    :data:`SETTINGS_FILE`; a checkpoint without one is not judged) or another adapter than its adapter_config.json."""
+    saved_path, adapter = Path(checkpoint) / SETTINGS_FILE, Path(checkpoint) / ADAPTER_CONFIG_FILE
+    saved = json.loads(saved_path.read_text()) if saved_path.is_file() else {}
+    changed = [f"{key}: {saved[key]!r} in the checkpoint, {value!r} now" for key, value in settings.items()
+               if key != "lora" and key in saved and saved[key] != value]
+    lora = settings.get("lora")
+    if lora and adapter.is_file():
+        config = json.loads(adapter.read_text())
+        for field, key in LORA_FIELDS.items():  # (a new lora_dropout takes effect: the modules are built anew)
+            mine, theirs = lora.get(field), config.get(key)
+            mine, theirs = (sorted(v) if isinstance(v, (list, tuple)) else v for v in (mine, theirs))
+            if field != "lora_dropout" and mine not in (None, "all-linear") and key in config and mine != theirs:
+                changed.append(f"{field}: {theirs!r} in the checkpoint, {mine!r} now")
+    if changed:
+        raise QuantityError(
+            f"cannot resume {checkpoint}: {'; '.join(changed)}. A resumed run takes its optimizer and schedule state, "
+            "the engine's files and the adapter's shape from the checkpoint, so the new values would be ignored or "
+            "fail after the model loads. Fix: resume with the checkpoint's values, or start a new output_dir with "
+            "model_name_or_path set to the checkpoint (its adapter trains on under the new optimizer settings).")
+
+
 def check_history_prompts(checkpoint: str, prompt_keys) -> None:
     """Refuse (`QuantityError`) resuming a skip run's ``checkpoint`` whose prompt history holds prompts the run's
     training set lacks (another dataset, split, seed or system prompt: every prompt it recorded was a training prompt).
@@ -233,10 +294,11 @@ def check_history_prompts(checkpoint: str, prompt_keys) -> None:
 
 
 def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan, zero_variance: dict | None = None,
-                          prompt_keys=None) -> CheckedCheckpoint | None:
+                          prompt_keys=None, settings: dict | None = None) -> CheckedCheckpoint | None:
     """Refuse (`QuantityError`) a checkpoint whose saved plan differs from ``plan`` (see `check_resume_compatible`),
     or, given ``zero_variance`` (`filter_settings`), whose filter does (`check_filter_unchanged`), or, given
-    ``prompt_keys`` (`check_history_prompts`), whose skip history is of other prompts.
+    ``prompt_keys`` (`check_history_prompts`), whose skip history is of other prompts, or, given ``settings``
+    (`resume_settings`), whose optimizer, engine or adapter does (`check_settings_unchanged`).
 
     Returns:
         `CheckedCheckpoint` or `None`: the checkpoint, marked as checked against ``plan`` (None when ``checkpoint``
@@ -251,6 +313,8 @@ def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan, zero_variance: 
         check_filter_unchanged(checkpoint, zero_variance)
     if prompt_keys is not None:
         check_history_prompts(checkpoint, prompt_keys)
+    if settings is not None:
+        check_settings_unchanged(checkpoint, settings)
     check_checkpoint_unfinished(checkpoint, plan)
     return CheckedCheckpoint(checkpoint, plan)
 
