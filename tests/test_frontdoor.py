@@ -35,7 +35,7 @@ def test_every_unknown_key_is_named_once_and_list_values_are_not_keys(tmp_path, 
 
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
 def test_renamed_keys_are_read_under_their_new_name(tmp_path, capsys, light):
-    path = tiny_cpu_yaml(tmp_path, torch_dtype="float32", warmup_ratio=0.1)
+    path = tiny_cpu_yaml(tmp_path, torch_dtype="float32", warmup_ratio=0.1, lr_scheduler_type="cosine")
     script_args, training_args, model_args, _ = read_run_args(["--config", path], light=light)
     assert model_args.dtype == "float32"
     assert training_args.warmup_steps == 0.1  # transformers 5: below 1 is a fraction of the steps
@@ -297,7 +297,8 @@ def test_wandb_keys_need_a_value_the_last_wins_and_the_environment_wins(tmp_path
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
 def test_refused_and_unknown_keys_are_reported_with_the_values_problems(tmp_path, light):
     """A removed key, a key under both names, an unknown key and a value out of range: four lines in one error."""
-    path = tiny_cpu_yaml(tmp_path, vllm_device="auto", warmup_ratio=0.1, warmup_steps=3, lerning_rate=1e-4, top_k=-1)
+    path = tiny_cpu_yaml(tmp_path, vllm_device="auto", warmup_ratio=0.1, warmup_steps=3, lerning_rate=1e-4, top_k=-1,
+                         lr_scheduler_type="cosine")
     with pytest.raises(ConfigError) as info:
         read_run_args(["--config", path, "--reward_modle", "x"], light=light)
     problems = info.value.problems

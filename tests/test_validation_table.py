@@ -444,6 +444,15 @@ INVALID = [
                                                            "lr_scheduler_kwargs": {"min_lr_rate": 0.1}},
         ["lr_scheduler_kwargs={'min_lr_rate': 0.1} only takes effect with an lr_scheduler_type other than constant"],
         "Fix: set lr_scheduler_type: cosine"),
+    # a breaker's findings: each accepted and silently ignored (the run logged lr 2.0e-03 from step 1; data_seed 1,
+    # 999 and none gave the same rewards at every step)
+    row("warmup beside a constant schedule", {"lr_scheduler_type": "constant", "warmup_steps": 10},
+        ["warmup_steps=10 only takes effect with an lr_scheduler_type with a warmup"],
+        "Fix: set lr_scheduler_type: constant_with_warmup"),
+    row("data_seed", {"data_seed": 1}, ["data_seed=1 only takes effect with a sampler that reads it"],
+        "Fix: remove data_seed; seed sets the order of the prompts."),
+    row("label_smoothing_factor", {"label_smoothing_factor": 0.1},
+        ["label_smoothing_factor=0.1 only takes effect with a loss with labels"], "Fix: remove label_smoothing_factor."),
     # transformers' get_scheduler passes the kwargs to the schedule's function: a TypeError at the first step
     row("lr_scheduler_kwargs key the schedule does not take", {"lr_scheduler_type": "cosine",
                                                                "lr_scheduler_kwargs": {"num_cycle": 0.5}},

@@ -275,6 +275,15 @@ _requires(("lr_scheduler_kwargs",), "an lr_scheduler_type other than constant an
           "get_scheduler passes them no arguments)",
           lambda v: enum_value(v.get("lr_scheduler_type")) not in ("constant", "constant_with_warmup"),
           "set lr_scheduler_type: cosine (say) or remove {field}.")
+_requires(("warmup_steps",), "an lr_scheduler_type with a warmup (transformers' get_scheduler passes constant, "
+          "reduce_lr_on_plateau and greedy none)", lambda v: not v.get("warmup_steps") or enum_value(
+              v.get("lr_scheduler_type")) not in ("constant", "reduce_lr_on_plateau", "greedy"),
+          "set lr_scheduler_type: constant_with_warmup (or cosine) or remove {field}.")
+# TRL's GRPO sampler orders the prompts by seed (RepeatSampler(seed=args.seed)); GRPO has no label to smooth
+_requires(("data_seed",), "a sampler that reads it (TRL's GRPO sampler orders the prompts by seed alone)",
+          lambda v: v.get("data_seed") is None, "remove {field}; seed sets the order of the prompts.")
+_requires(("label_smoothing_factor",), "a loss with labels (GRPO's has none)",
+          lambda v: not v.get("label_smoothing_factor"), "remove {field}.")
 # (eval_strategy: steps without eval_steps evaluates every logging_steps, whatever logging_strategy says)
 _requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.get("logging_strategy")) in (None, "steps")
           or (enum_value(v.get("eval_strategy")) == "steps" and v.get("eval_steps") is None),
@@ -290,6 +299,7 @@ GOVERNED_BY: dict[str, tuple[str, ...]] = {
            "dataset_train_split": ("dataset_name",), "dataset_test_split": ("dataset_name",),
            "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
            "log_completions_hub_repo": (), "num_completions_to_print": ("log_completions",),
+           "warmup_steps": ("lr_scheduler_type",), "data_seed": (), "label_smoothing_factor": (),
            "num_generations_eval": ("eval_strategy",),
            **dict.fromkeys(_PUSH_FIELDS, ("push_to_hub_mode", "push_to_hub")),
            "gradient_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing"),
