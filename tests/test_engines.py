@@ -110,6 +110,10 @@ def test_zero3_peft_non_reentrant_checkpointing_refused():
     with pytest.raises(RunArgumentError, match=r"use_reentrant.*TRL forces use_reentrant=True"):
         engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=3), values, "0.19.8")
     engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=2), values, "0.19.8")
+    # the command line's JSON string (a breaker's finding: only the YAML mapping was read, and the run trained)
+    as_json = {"use_peft": True, "gradient_checkpointing_kwargs": '{"use_reentrant": false}'}
+    with pytest.raises(RunArgumentError, match=r"use_reentrant.*TRL forces use_reentrant=True"):
+        engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=3), as_json, "0.19.8")
 
 
 def test_fsdp_without_a_gpu_refused():

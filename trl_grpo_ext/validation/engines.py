@@ -9,6 +9,7 @@ from typing import Any
 
 from ..config.checks import RunArgumentError
 from ..config.engines import Engine
+from .mappings import as_mapping
 
 #: The first DeepSpeed release with both fixes of DeepSpeed #8072 (ZeRO-3 all-gather buffers sized by the first
 #: parameter's dtype, so float32 adapters beside a bf16 base fail at the first step): PRs #8073 and #8113. Checked in
@@ -83,8 +84,10 @@ def _check_zero3(where: str, values: Mapping[str, Any], version: str) -> None:
                 "all-gather buffers by the first parameter's dtype and fails at the first step with mixed dtypes "
                 f"(DeepSpeed #8072, fixed in {DEEPSPEED_MIXED_DTYPE_FIX} by PRs #8073 and #8113). Fix: pip install "
                 f"'deepspeed>={DEEPSPEED_MIXED_DTYPE_FIX}', or set adapter_dtype: bfloat16.")
-    kwargs = values.get("gradient_checkpointing_kwargs") or values.get("activation_checkpointing_kwargs") or {}
-    if values.get("use_peft") and isinstance(kwargs, Mapping) and kwargs.get("use_reentrant") is False:
+    name = "gradient_checkpointing_kwargs" if values.get("gradient_checkpointing_kwargs") else \
+        "activation_checkpointing_kwargs"
+    kwargs = as_mapping(name, values.get(name))  # the command line's JSON too
+    if values.get("use_peft") and kwargs.get("use_reentrant") is False:
         raise RunArgumentError(
             f"gradient_checkpointing_kwargs={{'use_reentrant': False}} with {where} and use_peft: TRL forces "
             "use_reentrant=True there (ZeRO-3 + PEFT needs reentrant checkpointing), so the setting would be "
