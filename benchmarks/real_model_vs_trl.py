@@ -183,6 +183,7 @@ def run_arm(arm: str, seed: int, args) -> dict:
         "--total_training_steps", "100000", "--total_epochs", "1000", "--save_strategy", "no", "--final_eval", "none",
         "--prompts_per_step", str(args.prompts_per_step), "--micro_batch_size", str(args.prompts_per_step * 8),
         "--max_completion_length", str(args.max_completion_length), *filter_args,
+        *(["--learning_rate", str(args.learning_rate)] if args.learning_rate else []),
     ])
     dtype = getattr(torch, args.dtype or load_dtype(model_args, training_args))  # the recipe's rule: float32 here
     train_dataset = load_prompt_dataset(script_args, seed=0)  # the same problems for every arm and seed
@@ -239,7 +240,8 @@ def run_arm(arm: str, seed: int, args) -> dict:
     result = evaluate_model(model, tokenizer, eval_dataset, funcs, max_new_tokens=training_args.max_completion_length,
                             batch_size=50)
     return {
-        "arm": arm, "seed": seed, "dtype": str(dtype).removeprefix("torch."), "optimizer_steps": steps,
+        "arm": arm, "seed": seed, "dtype": str(dtype).removeprefix("torch."), "learning_rate": training_args.learning_rate,
+        "optimizer_steps": steps,
         "steps_per_epoch": steps_per_epoch,
         "epochs": steps / steps_per_epoch, "completions": completions,
         "uniform_share": uniform / completions if completions else None,
@@ -350,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also evaluate each arm at these CPU minutes of training (a learning curve; the "
                              "evaluations' time is left out of the budget), e.g. --curve-at 3 6 9")
     parser.add_argument("--curve-prompts", type=int, default=100, help="held-out problems of each curve point")
+    parser.add_argument("--learning-rate", type=float, help="every arm's (constant) learning rate (default: the "
+                        "config's 4e-4, which the config decays to 0 over its 40 steps and the arms here do not)")
     parser.add_argument("--output-dir", default="outputs/bench-vs-trl")
     parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # internal: run one arm in this process
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -371,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
                        "--max-completion-length", str(args.max_completion_length), "--output-dir", str(out),
                        *(["--dtype", args.dtype] if args.dtype else []),
                        *(["--curve-at", *map(str, args.curve_at)] if args.curve_at else []),
-                       "--curve-prompts", str(args.curve_prompts)]
+                       "--curve-prompts", str(args.curve_prompts),
+                       *(["--learning-rate", str(args.learning_rate)] if args.learning_rate else [])]
             start = time.perf_counter()
             done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
             (out / f"{arm}-seed{seed}.log").write_text(done.stdout + done.stderr)
