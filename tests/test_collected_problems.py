@@ -123,3 +123,18 @@ def test_fp16_off_the_cpu_on_a_machine_without_a_gpu_is_refused(three, capsys, m
         GRPOExtConfig(output_dir=str(three.parent / "out"), fp16=True, bf16=False, use_cpu=False)
     monkeypatch.setattr(models, "gpu_available", lambda: True)  # with a GPU the check lets it through
     models.check_fp16_machine(True, False)
+
+
+def test_the_check_before_accelerate_judges_the_accelerate_configs_engine():
+    """A breaker's finding: `train --accelerate_config fsdp2_cpu` passed this check (the engine rules ran without the
+    accelerate config), and both ranks then refused, ending in a launcher traceback with status 1."""
+    import torch
+
+    argv = ["--config", "tiny_cpu", "--use_cpu", "false", "--micro_batch_size", "8"]
+    lines = check_before_launch(argv, ROOT / "recipes/accelerate_configs/multi_gpu.yaml")
+    assert len(lines) == 1 and lines[0].startswith("bf16 and fp16 are both false, but accelerate's mixed_precision='bf16'")
+    assert check_before_launch([*argv, "--bf16", "true"], ROOT / "recipes/accelerate_configs/multi_gpu.yaml") == []
+    if not torch.cuda.is_available():
+        lines = check_before_launch([*argv, "--bnb_4bit_quant_storage", "float32"],
+                                    ROOT / "recipes/accelerate_configs/fsdp2_cpu.yaml")
+        assert len(lines) == 1 and "on a machine without a GPU" in lines[0]

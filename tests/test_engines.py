@@ -132,7 +132,7 @@ def _plan(capsys, *argv):
 def test_plan_counts_the_accelerate_configs_processes(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(engine_checks, "installed_deepspeed", lambda: "0.19.8")  # installed or not
-    config = tiny_cpu_yaml(tmp_path, use_cpu=False, micro_batch_size=8)
+    config = tiny_cpu_yaml(tmp_path, use_cpu=False, micro_batch_size=8, bf16=True)  # zero2.yaml: mixed_precision bf16
     code, out, err = _plan(capsys, "--config", config, "--accelerate-config", "zero2", "--json")
     assert code == 0, err
     assert json.loads(out)["world_size"] == 2 and json.loads(out)["gradient_accumulation_steps"] == 1
@@ -145,7 +145,14 @@ def test_plan_counts_the_accelerate_configs_processes(capsys, monkeypatch, tmp_p
 
 @pytest.mark.parametrize(("argv", "named"), [
     (["--accelerate-config", "zero3"], "use_cpu=True with DeepSpeed ZeRO-3"),
-    (["--accelerate-config", "fsdp2", "--use_cpu", "false"], "bnb_4bit_quant_storage='uint8'"),
+    (["--accelerate-config", "fsdp2", "--use_cpu", "false", "--bf16", "true"], "bnb_4bit_quant_storage='uint8'"),
+    # a breaker's findings: accelerate skips FSDP on a CPU run (plain DDP, the whole model in every process), and
+    # its mixed_precision wins over bf16: false (or fails under DeepSpeed after the model loads)
+    (["--accelerate-config", "fsdp2_cpu"], "use_cpu=True with FSDP"),
+    (["--accelerate-config", "multi_gpu", "--use_cpu", "false"],
+     "bf16 and fp16 are both false, but accelerate's mixed_precision='bf16' (from --accelerate-config"),
+    (["--accelerate-config", "zero2", "--use_cpu", "false", "--fp16", "true"],
+     "fp16=True, but accelerate's mixed_precision='bf16'"),
 ])
 def test_plan_refuses_engine_combinations(capsys, monkeypatch, tmp_path, argv, named):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -156,7 +163,7 @@ def test_plan_refuses_engine_combinations(capsys, monkeypatch, tmp_path, argv, n
 def test_plan_refuses_zero3_float32_adapters_on_an_old_deepspeed(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(engine_checks, "installed_deepspeed", lambda: "0.19.2")
-    argv = ["--config", tiny_cpu_yaml(tmp_path, micro_batch_size=8, use_cpu=False, dtype="bfloat16"),
+    argv = ["--config", tiny_cpu_yaml(tmp_path, micro_batch_size=8, use_cpu=False, dtype="bfloat16", bf16=True),
             "--accelerate-config", "zero3"]
     code, _, err = _plan(capsys, *argv)
     assert code == 2 and "adapter_dtype='float32'" in err and "deepspeed 0.19.2" in err
@@ -174,7 +181,8 @@ def test_recipe_refuses_engine_combinations_before_loading(tmp_path, env, named)
     result = subprocess.run(
         # the FSDP case sets the quant storage FSDP + 4-bit needs, so that the machine is what is refused
         [sys.executable, str(ROOT / "recipes" / "grpo_qlora.py"), "--config",
-         tiny_cpu_yaml(tmp_path, **({"bnb_4bit_quant_storage": "float32"} if "ACCELERATE_USE_FSDP" in env else {}))],
+         tiny_cpu_yaml(tmp_path, **({"bnb_4bit_quant_storage": "float32", "use_cpu": False}
+                                    if "ACCELERATE_USE_FSDP" in env else {}))],
         capture_output=True, text=True, cwd=ROOT, timeout=180, env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 2, result.stderr[-2000:]

@@ -79,11 +79,14 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
     with every problem and status 2 without starting accelerate. What only the recipe checks (the model path, bf16
     on the machine) is still refused by the recipe, then with accelerate's 1.
     """
+    from ..config.engines import engine_from_accelerate_config
     from ..config.frontdoor import load_yaml, read_run_args
     from ..validation.problems import problem_lines
 
-    processes = load_yaml(config_file).get("num_processes")
+    accelerate = load_yaml(config_file)
+    processes = accelerate.get("num_processes")
     world = processes if isinstance(processes, int) and processes > 0 else 1
+    engine = engine_from_accelerate_config(accelerate, source=f"--accelerate_config {config_file}")
     try:
         from ..validation.collected import check_skip_epochs, dataset_size_of
         from ..validation.dataset_stage import DatasetSurvey, dataset_check
@@ -91,8 +94,15 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
         def skip_epochs(run):
             check_skip_epochs(run, dataset_size_of(run.script_args), world)
 
-        read_run_args(argv, light=True, announce=False, world_size=world,
-                      checks=(skip_epochs, dataset_check(world, DatasetSurvey())))
+        def engine_device(run):  # FSDP only: torch is imported to look for a GPU
+            if engine.kind == "fsdp":
+                from ..config.ext_config import _accelerator_available
+                from ..validation.engines import check_engine_device
+
+                check_engine_device(engine, _accelerator_available())
+
+        read_run_args(argv, light=True, announce=False, world_size=world, engine=engine,
+                      checks=(skip_epochs, dataset_check(world, DatasetSurvey()), engine_device))
     except (ValueError, OSError) as err:  # ConfigError, RunArgumentError, QuantityError are ValueErrors
         return problem_lines(err)
     return []

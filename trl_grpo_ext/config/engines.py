@@ -85,7 +85,8 @@ def engine_from_env(environ: Mapping[str, str] | None = None) -> Engine | None:
                                  mixed_precision=env.get("ACCELERATE_MIXED_PRECISION"))
     if _flag(env.get("ACCELERATE_USE_FSDP", "false")):
         version = env.get("FSDP_VERSION", "1")
-        return Engine("fsdp", fsdp_version=int(version) if version.isdigit() else 1, source="ACCELERATE_USE_FSDP")
+        return Engine("fsdp", fsdp_version=int(version) if version.isdigit() else 1, source="ACCELERATE_USE_FSDP",
+                      mixed_precision=env.get("ACCELERATE_MIXED_PRECISION"))
     return None
 
 
@@ -99,11 +100,12 @@ def engine_from_accelerate_config(config: Mapping[str, Any], source: str = "the 
         ds = config.get("deepspeed_config") or {}
         return _deepspeed_engine(ds.get("deepspeed_config_file"), source, ds.get("zero_stage"),
                                  mixed_precision=config.get("mixed_precision"), **counts)
+    mixed = config.get("mixed_precision")
     if kind == "FSDP":
         version = (config.get("fsdp_config") or {}).get("fsdp_version", 1)
-        return Engine("fsdp", fsdp_version=int(version), source=source, **counts)
+        return Engine("fsdp", fsdp_version=int(version), source=source, mixed_precision=mixed, **counts)
     multi = kind.startswith("MULTI_") or counts.get("num_processes", 1) > 1
-    return Engine("ddp" if multi else "single", source=source, **counts)
+    return Engine("ddp" if multi else "single", source=source, mixed_precision=mixed, **counts)
 
 
 def resolve_engine(values: Mapping[str, Any], environ: Mapping[str, str] | None = None,
@@ -115,4 +117,6 @@ def resolve_engine(values: Mapping[str, Any], environ: Mapping[str, str] | None 
     if found is not None:
         return found
     world = world_size_from_env(env, strict=False)  # a bad value is the front door's refusal, not ours
-    return Engine("ddp" if world > 1 else "single", source="WORLD_SIZE")
+    mixed = env.get("ACCELERATE_MIXED_PRECISION")  # `accelerate launch` sets it from its config
+    return Engine("ddp" if world > 1 else "single", source="ACCELERATE_MIXED_PRECISION" if mixed else "WORLD_SIZE",
+                  mixed_precision=mixed)

@@ -64,6 +64,19 @@ def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_v
                     "used), or set zero_variance_filter: off and lost_update_steps: 0.")
         if engine.zero_stage == 3:
             _check_zero3(where, values, version)
+    if engine.kind == "fsdp" and values.get("use_cpu"):
+        raise RunArgumentError(
+            f"use_cpu=True with {where}: accelerate then sets up a CPU run and skips FSDP, so every process would hold "
+            "the whole model and train with plain DDP. Fix: set use_cpu: false, or launch without FSDP.")
+    mixed = engine.mixed_precision
+    run = "bf16" if values.get("bf16") else "fp16" if values.get("fp16") else "no"
+    if mixed in ("bf16", "fp16") and run != mixed:
+        said = "bf16 and fp16 are both false" if run == "no" else f"{run}=True"
+        raise RunArgumentError(
+            f"{said}, but accelerate's mixed_precision={mixed!r} (from {engine.source}): transformers takes "
+            f"accelerate's when bf16 and fp16 are false (the run would train in {mixed} autocast), and DeepSpeed refuses "
+            f"the disagreement after the model loads. Fix: set {mixed}: true, or mixed_precision: "
+            f"{run if run != 'no' else repr('no')} in the accelerate config.")
     if engine.kind == "fsdp" and values.get("load_in_4bit"):
         compute = _compute_dtype(values)
         storage = values.get("bnb_4bit_quant_storage") or "uint8"
