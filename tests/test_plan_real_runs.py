@@ -82,8 +82,8 @@ def test_a_checked_checkpoint_is_not_checked_again(tmp_path, tiny_model_dir, tin
     checkpoint.mkdir()
     (checkpoint / "trainer_state.json").write_text("{}")
     checks = []
-    real_check = trainer_module.check_checkpoint_plan
-    monkeypatch.setattr(trainer_module, "check_checkpoint_plan", lambda *a: checks.append(a) or real_check(*a))
+    real_check = trainer_module.ckpt.check_checkpoint_plan
+    monkeypatch.setattr(trainer_module.ckpt, "check_checkpoint_plan", lambda *a: checks.append(a) or real_check(*a))
     monkeypatch.setattr(GRPOTrainer, "train", lambda self, resume_from_checkpoint=None, **kw: resume_from_checkpoint)
     assert trainer.train(resume_from_checkpoint=CheckedCheckpoint(str(checkpoint), trainer.plan)) == str(checkpoint)
     assert checks == []  # checked by the caller (the recipe) against this very plan
