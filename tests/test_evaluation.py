@@ -43,7 +43,7 @@ def test_the_recipe_evaluates_base_and_adapter_after_training(demo_run):
     assert trained["mean_reward"]["char_fraction"] > 0.9
     assert results["difference"] == pytest.approx(trained["accuracy"] - base["accuracy"])
     assert results["difference_ci"][0] > 0
-    assert "Greedy accuracy on 64 held-out prompts:" in result.stdout and "(base) ->" in result.stdout
+    assert "Greedy accuracy on 64 held-out prompts:" in result.stdout and "(base model, no adapter) ->" in result.stdout
     # TRL's eval loop ran every 40 steps on the held-out split
     state = json.loads((out / "trainer_state.json").read_text())
     assert [h["step"] for h in state["log_history"] if "eval_reward" in h] == [40, 80, 120]
