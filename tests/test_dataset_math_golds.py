@@ -127,5 +127,5 @@ def test_fraction_and_latex_golds_are_refused_for_numeric_match(tmp_path, monkey
     assert code == "refused with the arguments (2)", err
     error = next(line for line in err.splitlines() if line.startswith("error:"))
     assert "none of the 8 gold answers in column 'answer' can be scored by reward 'numeric_match' (row 0: " \
-           "'\\\\frac{1}{2}', it holds 2 numbers (1, 2), not one)" in error
+           "'\\\\frac{1}{2}', it holds a fraction (\\frac{1}{2}), not one number)" in error
     assert "use the accuracy reward, which reads them with math-verify" in error

@@ -250,11 +250,11 @@ def test_answer_phrase_format_gives_partial_credit():
     assert numeric(completions=texts, answer=["7", "7", "7", "1200", "12", "7", "7"]) == [1, 1, 0, 1, 1, 0, 1]
 
 
-def test_numeric_match_reads_latex_golds_and_a_spaced_minus():
+def test_numeric_match_reads_latex_numbers_and_a_spaced_minus():
     reward = get_reward("numeric_match", column="solution")
-    texts = ["<answer>34</answer>", "<answer>7</answer>", "<answer>-7</answer>", r"\boxed{1{,}000}",
-             r"<answer>1\,000</answer>", "<answer>10 - 7</answer>", "x = - 7"]
-    golds = [r"\frac34", "- 7", "- 7", "1000", "1000", "3", "-7"]
-    # \frac34 is 3/4, not 34 (no single number: None); "- 7" is -7; LaTeX's 1{,}000 and 1\,000 are 1000;
-    # "10 - 7" still ends in 7 (a subtraction, not a sign)
-    assert reward(completions=texts, solution=golds) == [None, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+    texts = ["<answer>34</answer>", r"\boxed{1{,}000}", r"<answer>1\,000</answer>", "<answer>10 - 7</answer>",
+             "x = - 7", "<answer>\n- 7\n</answer>", r"<answer>\frac12 of 144 is 72</answer>"]
+    golds = [r"\frac34", "1000", "1000", "3", "-7", "7", "72"]
+    # \frac34 is 3/4, not 34 (no single number: None); LaTeX's 1{,}000 and 1\,000 are 1000; "10 - 7" still ends in
+    # 7 (a subtraction, not a sign); "x = - 7" is -7; a Markdown bullet "- 7" is 7; a fraction's digits are no number
+    assert reward(completions=texts, solution=golds) == [None, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0]

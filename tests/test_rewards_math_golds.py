@@ -170,7 +170,18 @@ CLOSINGS = [
     ("1000", r"\boxed{1{,}000}", r"\boxed{1{,}001}"),
     ("-72", "<answer>-72.</answer>", "<answer>72.</answer>"),
     ("24", "<answer>2 * 3 * 4.</answer>", "<answer>2 * 3 * 5.</answer>"),
+    # not emphasis (a second breaker's finding: (2)*3*(4) was read as (2)3(4))
+    ("24", "<answer>(2)*3*(4)</answer>", "<answer>(2)*3*(5)</answer>"),
+    ("24", "<answer>2 *3* 4</answer>", "<answer>2 *3* 5</answer>"),
 ]
+
+
+def test_a_power_is_no_emphasis_and_a_prose_answer_keeps_its_closing_period():
+    # a second breaker's findings: 2**3 + 2**2 was read as 23 + 22 (45); dropping the period of a prose answer let
+    # math-verify read its last number ("72 (the total is 80)." scored 1 against 80)
+    reward = get_reward("accuracy")
+    completions = ["<answer>2**3 + 2**2</answer>", "<answer>72 (the total is 80).</answer>"]
+    assert reward(prompts=["q", "q"], completions=completions, solution=["45", "80"]) == [0.0, 0.0]
 
 
 @pytest.mark.parametrize("gold,right,wrong", CLOSINGS)

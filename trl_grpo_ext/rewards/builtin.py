@@ -17,6 +17,7 @@ from .parameters import check_number
 from .registry import register_reward
 from .text import (
     DEFAULT_ANSWER_COLUMNS,
+    LATEX_FRACTION,
     TextReward,
     check_tag_name,
     extract_answer,
@@ -126,7 +127,10 @@ class NumericMatch(TextReward):
     def gold_problem(self, reference: str) -> str:
         """Why this reward cannot score ``reference`` (``""``: it can; else `score` gives ``None``): a gold without a
         number, or with several (``\\frac{1}{2}``, ``3/4``, ``10 - 2\\sqrt{5}``)."""
-        numbers = numbers_in(extract_answer(reference, self.answer_tag))
+        answer = extract_answer(reference, self.answer_tag)
+        numbers = numbers_in(answer)
+        if LATEX_FRACTION.search(answer):
+            return f"it holds a fraction ({LATEX_FRACTION.search(answer)[0]}), not one number"
         if not numbers:
             return "it holds no number"
         shown = ", ".join(numbers[:4]) + (", ..." if len(numbers) > 4 else "")

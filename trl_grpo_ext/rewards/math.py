@@ -81,7 +81,9 @@ def prose_words(span: str) -> list[str]:
     return _WORD.findall(_COMMAND.sub(" ", _TEXT_GROUP.sub(" ", span)))
 
 
-_EMPHASIS = re.compile(r"\*\*(.+?)\*\*|__(.+?)__|(?<![\w*])\*([^*\s](?:[^*]*[^*\s])?)\*(?![\w*])")
+# **72** or __72__ inside a sentence (not 2**3, a power), or *72* / _72_ around the whole answer (not 2*3*4)
+_EMPHASIS = re.compile(r"(?<![\w)*])(\*\*|__)(?=\S)(.+?)(?<=\S)\1(?![\w(*])")
+_WHOLE_EMPHASIS = re.compile(r"([*_])([^*_\s](?:[^*_]*[^*_\s])?)\1")
 _TRAILING = re.compile(r"(?<=[\w}$)\]])\s*[.;,:]+\s*$")
 
 
@@ -97,8 +99,12 @@ def as_latex(span: str) -> str:
     >>> as_latex(r"\boxed{2}"), as_latex("The answer is 7")
     ('\\boxed{2}', 'The answer is 7')
     """
-    span = _EMPHASIS.sub(lambda m: next(g for g in m.groups() if g is not None), span.strip())
-    span = _plain_number(_TRAILING.sub("", LATEX_THOUSANDS.sub(",", span)))
+    span = _EMPHASIS.sub(r"\2", span.strip())
+    span = _WHOLE_EMPHASIS.fullmatch(span)[2] if _WHOLE_EMPHASIS.fullmatch(span) else span
+    span = LATEX_THOUSANDS.sub(",", span)
+    if prose_words(span):  # math-verify reads a sentence's closing period; a prose answer keeps it
+        return span
+    span = _plain_number(_TRAILING.sub("", span))
     if not span or _DELIMITED.search(span) or prose_words(span):
         return span
     return f"${span}$"

@@ -160,20 +160,19 @@ def stated_number(text: str, phrase: str) -> float | None:
     return float(found[-1].replace(",", "")) if found else None
 
 
-# LaTeX's thousands separators (1{,}000, 1\,000, 1\!000); a minus sign spaced from its number where no term precedes
-# it (at the start, after =, :, (, [, { or $: "- 7", "x = - 7"; not "10 - 7")
+# LaTeX's thousands separators (1{,}000, 1\,000, 1\!000); a minus sign spaced from its number on the same line after
+# =, :, (, [, { or $ ("x = - 7"; not "10 - 7", nor a Markdown bullet "- 7"); a LaTeX fraction (\frac34, \frac{1}{2})
 LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\[,!])(?=\d{3})")
-_SPACED_MINUS = re.compile(r"(?:^|(?<=[=:(\[{$]))\s*-\s+(?=[\d.])")
+_SPACED_MINUS = re.compile(r"(?<=[=:(\[{$])[ \t]*-[ \t]+(?=[\d.])")
+LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*(?:\{[^{}]*\}|\d)\s*(?:\{[^{}]*\}|\d)")
 
 
 def numbers_in(text: str) -> list[str]:
     """Every decimal number in ``text``, as written (the numbers :func:`last_number` chooses from): the Unicode minus
-    U+2212 read as ``-``, a minus spaced from its number after no term (``- 7``) joined to it, LaTeX's thousands
-    separators (``1{,}000``, ``1\\,000``) read as ``,``; a number that LaTeX writes as digits of a command
-    (``\\frac34``) is no number: none is returned."""
-    text = LATEX_THOUSANDS.sub(",", text.replace("\u2212", "-"))
-    if re.search(r"\\[dt]?frac\s*\d", text):
-        return []
+    U+2212 read as ``-``, a minus spaced from its number after ``=``, ``:`` or a bracket (``x = - 7``) joined to it,
+    LaTeX's thousands separators (``1{,}000``, ``1\\,000``) read as ``,``; a LaTeX fraction (``\\frac34``,
+    ``\\frac{1}{2}``) is no number (its digits are not 34, nor 1 and 2)."""
+    text = LATEX_FRACTION.sub(" ", LATEX_THOUSANDS.sub(",", text.replace("\u2212", "-")))
     return _NUMBER_RE.findall(_SPACED_MINUS.sub(" -", text))
 
 
