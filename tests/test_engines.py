@@ -116,6 +116,17 @@ def test_zero3_peft_non_reentrant_checkpointing_refused():
         engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=3), as_json, "0.19.8")
 
 
+def test_accelerate_s_mixed_precision_from_the_environment_is_judged(capsys, monkeypatch, tmp_path):
+    # a second breaker's findings: the fix named only the accelerate config, and BF16 (accelerate lower-cases it) passed
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "BF16")
+    code, _, err = _plan(capsys, "--config", tiny_cpu_yaml(tmp_path))
+    assert code == 2 and "mixed_precision='bf16' (from ACCELERATE_MIXED_PRECISION)" in err
+    assert "(or unset ACCELERATE_MIXED_PRECISION)" in err
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")  # what cpu.yaml sets
+    assert _plan(capsys, "--config", tiny_cpu_yaml(tmp_path))[0] == 0
+
+
 def test_fsdp_without_a_gpu_refused():
     with pytest.raises(RunArgumentError, match=r"FSDP2 \(from test\) on a machine without a GPU"):
         engine_checks.check_engine_device(Engine("fsdp", fsdp_version=2, source="test"), accelerator_available=False)

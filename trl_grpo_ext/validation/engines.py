@@ -68,15 +68,18 @@ def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_v
         raise RunArgumentError(
             f"use_cpu=True with {where}: accelerate then sets up a CPU run and skips FSDP, so every process would hold "
             "the whole model and train with plain DDP. Fix: set use_cpu: false, or launch without FSDP.")
-    mixed = engine.mixed_precision
+    mixed = str(engine.mixed_precision or "").lower()  # accelerate lower-cases it
     run = "bf16" if values.get("bf16") else "fp16" if values.get("fp16") else "no"
     if mixed in ("bf16", "fp16") and run != mixed:
-        said = "bf16 and fp16 are both false" if run == "no" else f"{run}=True"
+        where = f"set mixed_precision: {run if run != 'no' else repr('no')} in the accelerate config" + (
+            " that launched the run (or unset ACCELERATE_MIXED_PRECISION)" if engine.source.startswith("ACCELERATE_")
+            else "")
+        why = (f"transformers takes accelerate's when bf16 and fp16 are false: the run would train in {mixed} autocast"
+               if run == "no" else "the two disagree, which DeepSpeed refuses after the model loads")
         raise RunArgumentError(
-            f"{said}, but accelerate's mixed_precision={mixed!r} (from {engine.source}): transformers takes "
-            f"accelerate's when bf16 and fp16 are false (the run would train in {mixed} autocast), and DeepSpeed refuses "
-            f"the disagreement after the model loads. Fix: set {mixed}: true, or mixed_precision: "
-            f"{run if run != 'no' else repr('no')} in the accelerate config.")
+            f"{'bf16 and fp16 are both false' if run == 'no' else f'{run}=True'}, but accelerate's mixed_precision="
+            f"{mixed!r} (from {engine.source}): {why}. Fix: set {mixed}: true"
+            f"{f' and {run}: false' if run != 'no' else ''}, or {where}.")
     if engine.kind == "fsdp" and values.get("load_in_4bit"):
         compute = _compute_dtype(values)
         storage = values.get("bnb_4bit_quant_storage") or "uint8"
