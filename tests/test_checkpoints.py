@@ -159,3 +159,24 @@ def test_a_checkpoint_resumed_with_other_optimizer_engine_or_adapter_settings_is
         check_settings_unchanged(str(tmp_path), resume_settings(SimpleNamespace(**args), lora))
     (tmp_path / SETTINGS_FILE).unlink()  # a checkpoint of an earlier version: only its adapter is compared
     check_settings_unchanged(str(tmp_path), resume_settings(SimpleNamespace(**args), lora))
+
+
+def test_an_adapter_is_compared_by_module_names_and_unresolved_targets_are_left_to_the_trainer(tmp_path):
+    # a second breaker's findings: PEFT saves all-linear as full paths, so the same 7 modules listed by name were
+    # refused; a target list left to PEFT (null, all-linear) is known only once the model loads: the trainer compares
+    # the adapter it built (peft_lora_settings), and modules_to_save null against [lm_head] is a change
+    from trl_grpo_ext.training.checkpoints import check_settings_unchanged
+
+    names = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    saved = {"r": 8, "lora_alpha": 16, "modules_to_save": ["lm_head"],
+             "target_modules": [f"model.layers.{i}.{kind}.{n}" for i in range(2) for kind, n in
+                                [("self_attn", n) for n in names[:4]] + [("mlp", n) for n in names[4:]]]}
+    (tmp_path / "adapter_config.json").write_text(json.dumps(saved))
+    lora = {"lora_r": 8, "lora_alpha": 16, "lora_modules_to_save": ["lm_head"]}
+    for targets in (list(reversed(names)), "all-linear", None):
+        check_settings_unchanged(str(tmp_path), {"lora": {**lora, "lora_target_modules": targets}})
+    with pytest.raises(QuantityError, match=r"lora_target_modules: \['down_proj', .*\] in the checkpoint, "
+                                            r"\['q_proj', 'v_proj'\] now"):
+        check_settings_unchanged(str(tmp_path), {"lora": {**lora, "lora_target_modules": ["v_proj", "q_proj"]}})
+    with pytest.raises(QuantityError, match=r"lora_modules_to_save: \['lm_head'\] in the checkpoint, \[\] now"):
+        check_settings_unchanged(str(tmp_path), {"lora": {**lora, "lora_modules_to_save": None}})

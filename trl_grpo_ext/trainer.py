@@ -281,7 +281,8 @@ class GRPOExtTrainer(GRPOTrainer):
         if resume_from_checkpoint is None:
             resume_from_checkpoint = self.args.resume_from_checkpoint
         if isinstance(resume_from_checkpoint, ckpt.CheckedCheckpoint) and resume_from_checkpoint.plan == self.plan:
-            checkpoint = resume_from_checkpoint
+            checkpoint = resume_from_checkpoint  # the adapter as loaded (all-linear, a continued one): only now known
+            ckpt.check_settings_unchanged(checkpoint, {"lora": ckpt.peft_lora_settings(self.model)})
         else:
             checkpoint = ckpt.check_checkpoint_plan(
                 ckpt.resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir), self.plan,

@@ -254,6 +254,17 @@ def config_lora_settings(model_args) -> dict | None:
     return {field: getattr(model_args, field, None) for field in LORA_FIELDS}
 
 
+def _lora_value(field: str, value):
+    """``value`` comparable across spellings: a module list as its sorted module names (PEFT saves ``all-linear`` as
+    full paths); None for target modules a config leaves to PEFT (``None``, ``all-linear``: known once the model
+    loads, so the trainer compares them)."""
+    if field == "lora_target_modules" and value in (None, "all-linear"):
+        return None
+    if field in ("lora_target_modules", "lora_modules_to_save") and not isinstance(value, str):
+        return sorted({str(name).rsplit(".", 1)[-1] for name in value or ()})
+    return value
+
+
 def check_settings_unchanged(checkpoint: str, settings: dict) -> None:
     """Refuse (`QuantityError`) resuming ``checkpoint`` with other `resume_settings` than it was saved with (its
     :data:`SETTINGS_FILE`; a checkpoint without one is not judged) or another adapter than its adapter_config.json."""
@@ -265,9 +276,8 @@ def check_settings_unchanged(checkpoint: str, settings: dict) -> None:
     if lora and adapter.is_file():
         config = json.loads(adapter.read_text())
         for field, key in LORA_FIELDS.items():  # (a new lora_dropout takes effect: the modules are built anew)
-            mine, theirs = lora.get(field), config.get(key)
-            mine, theirs = (sorted(v) if isinstance(v, (list, tuple)) else v for v in (mine, theirs))
-            if field != "lora_dropout" and mine not in (None, "all-linear") and key in config and mine != theirs:
+            mine, theirs = _lora_value(field, lora.get(field)), _lora_value(field, config.get(key))
+            if field != "lora_dropout" and mine is not None and key in config and mine != theirs:
                 changed.append(f"{field}: {theirs!r} in the checkpoint, {mine!r} now")
     if changed:
         raise QuantityError(
