@@ -235,7 +235,8 @@ def resume_settings(args, lora: dict | None = None) -> dict:
     kind = {"single": "ddp", "deepspeed": f"deepspeed ZeRO-{engine.zero_stage}",
             "fsdp": f"fsdp{engine.fsdp_version or ''}"}.get(engine.kind, engine.kind)
     values = {name: getattr(args, name, None) for name in RESUME_FIXED_FIELDS}
-    plain = {name: getattr(value, "value", value) for name, value in values.items()}  # enums as their values
+    plain = {name: None if value in ({}, "", []) else getattr(value, "value", value)  # enums as their values;
+             for name, value in values.items()}  # `--lr_scheduler_kwargs '{}'` is no change from unset
     settings = {**plain, "engine": kind, "lora": lora}
     return json.loads(json.dumps(settings, default=lambda v: sorted(v) if isinstance(v, (set, frozenset)) else str(v)))
 
