@@ -39,9 +39,10 @@ from trl_grpo_ext.models.settings import (
     run_tokenizer,
 )
 from trl_grpo_ext.models.source import resolve_model_source
-from trl_grpo_ext.plan import QuantityError, resolve_plan
+from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.training.checkpoints import (
+    ResumeSettingsError,
     check_checkpoint_plan,
     check_output_dir,
     config_lora_settings,
@@ -178,7 +179,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         with GracefulInterrupt(trainer) as interrupt:
             train_result = trainer.train(resume_from_checkpoint=checkpoint,
                                          overwrite_output_dir=script_args.overwrite_output_dir)
-    except QuantityError as err:  # the loaded adapter against the checkpoint's (checkpoints.check_settings_unchanged)
+    except ResumeSettingsError as err:  # the adapter as loaded against the checkpoint's, before its state loads
         print(f"error: {err}", file=sys.stderr)
         return 2
     if interrupt.stopped:

@@ -146,6 +146,7 @@ def test_a_checkpoint_resumed_with_other_optimizer_engine_or_adapter_settings_is
     saved = resume_settings(SimpleNamespace(**args), lora)
     assert saved["engine"] == "ddp" and saved["learning_rate"] == 2e-3 and saved["lora"] == lora
     (tmp_path / SETTINGS_FILE).write_text(json.dumps(saved))
+    (tmp_path / "optimizer.pt").write_bytes(b"")  # the optimizer state a resume restores
     (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "use_dora": False}))
     check_settings_unchanged(str(tmp_path), resume_settings(SimpleNamespace(**args), lora))  # the same run
     changed = resume_settings(SimpleNamespace(**{**args, "learning_rate": 1e-5, "adam_beta1": 0.5}), {**lora, "lora_r": 4})
@@ -175,8 +176,25 @@ def test_an_adapter_is_compared_by_module_names_and_unresolved_targets_are_left_
     lora = {"lora_r": 8, "lora_alpha": 16, "lora_modules_to_save": ["lm_head"]}
     for targets in (list(reversed(names)), "all-linear", None):
         check_settings_unchanged(str(tmp_path), {"lora": {**lora, "lora_target_modules": targets}})
-    with pytest.raises(QuantityError, match=r"lora_target_modules: \['down_proj', .*\] in the checkpoint, "
-                                            r"\['q_proj', 'v_proj'\] now"):
+    with pytest.raises(QuantityError, match=r"lora_target_modules: '14 modules \(model.layers.0.mlp.down_proj, .*, "
+                                            r"\.\.\.\)' in the checkpoint, \['q_proj', 'v_proj'\] now"):
         check_settings_unchanged(str(tmp_path), {"lora": {**lora, "lora_target_modules": ["v_proj", "q_proj"]}})
     with pytest.raises(QuantityError, match=r"lora_modules_to_save: \['lm_head'\] in the checkpoint, \[\] now"):
         check_settings_unchanged(str(tmp_path), {"lora": {**lora, "lora_modules_to_save": None}})
+
+
+def test_module_paths_are_compared_exactly_and_a_checkpoint_without_optimizer_state_keeps_no_optimizer(tmp_path):
+    # a reviewer's findings: last names alone let q_proj of layer 0 pass for q_proj of every layer; a save_only_model
+    # checkpoint restores no optimizer, so a new learning rate does take effect
+    from trl_grpo_ext.training.checkpoints import SETTINGS_FILE, check_settings_unchanged
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"target_modules": [
+        "model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj"]}))
+    check_settings_unchanged(str(tmp_path), {"lora": {"lora_target_modules": ["q_proj"]}})
+    with pytest.raises(QuantityError, match="lora_target_modules"):
+        check_settings_unchanged(str(tmp_path), {"lora": {"lora_target_modules": ["model.layers.0.self_attn.q_proj"]}})
+    (tmp_path / SETTINGS_FILE).write_text(json.dumps({"learning_rate": 0.002}))
+    check_settings_unchanged(str(tmp_path), {"learning_rate": 1e-5})  # no optimizer.pt: nothing is restored
+    (tmp_path / "optimizer.pt").write_bytes(b"")
+    with pytest.raises(QuantityError, match="learning_rate: 0.002 in the checkpoint, 1e-05 now"):
+        check_settings_unchanged(str(tmp_path), {"learning_rate": 1e-5})

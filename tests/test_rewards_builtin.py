@@ -258,3 +258,7 @@ def test_numeric_match_reads_latex_numbers_and_a_spaced_minus():
     # \frac34 is 3/4, not 34 (no single number: None); LaTeX's 1{,}000 and 1\,000 are 1000; "10 - 7" still ends in
     # 7 (a subtraction, not a sign); "x = - 7" is -7; a Markdown bullet "- 7" is 7; a fraction's digits are no number
     assert reward(completions=texts, solution=golds) == [None, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    # a gold with a fraction beside a number is no one number either (a reviewer's finding: 3\frac{1}{2} read as 3)
+    assert reward(completions=["3"], solution=[r"3\frac{1}{2}"]) == [None]
+    phrase = get_reward("numeric_match", column="solution", answer_phrase="The answer is")
+    assert phrase(completions=["The answer is 1{,}000."], solution=["1000"]) == [1.0]

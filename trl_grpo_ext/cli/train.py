@@ -83,11 +83,9 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
     from ..config.frontdoor import load_yaml, read_run_args
     from ..validation.problems import problem_lines
 
-    accelerate = load_yaml(config_file)
-    processes = accelerate.get("num_processes")
-    world = processes if isinstance(processes, int) and processes > 0 else 1
-    engine = engine_from_accelerate_config(accelerate, source=f"--accelerate_config {config_file}")
     try:
+        engine = engine_from_accelerate_config(load_yaml(config_file), source=f"--accelerate_config {config_file}")
+        world = engine.num_processes if engine.num_processes and engine.num_processes > 0 else 1
         from ..validation.collected import check_skip_epochs, dataset_size_of
         from ..validation.dataset_stage import DatasetSurvey, dataset_check
 

@@ -4,6 +4,7 @@ to ``plan --accelerate-config`` (docs/scaling.md). The refusals are in `validati
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -114,6 +115,8 @@ def resolve_engine(values: Mapping[str, Any], environ: Mapping[str, str] | None 
     ``WORLD_SIZE`` > 1)."""
     env = os.environ if environ is None else environ
     found = engine_from_run_values(values) or engine_from_env(env) or accelerate_config
+    if found is not None and found.mixed_precision is None and env.get("ACCELERATE_MIXED_PRECISION"):
+        return dataclasses.replace(found, mixed_precision=env["ACCELERATE_MIXED_PRECISION"])  # `deepspeed`/`fsdp` fields
     if found is not None:
         return found
     world = world_size_from_env(env, strict=False)  # a bad value is the front door's refusal, not ours

@@ -141,7 +141,7 @@ class NumericMatch(TextReward):
         out: list[float | None] = []
         for text, ref in zip(texts, refs):
             answer = extract_answer(str(ref), self.answer_tag)
-            gold = last_number(answer) if len(numbers_in(answer)) == 1 else None  # several (3/4): nothing to compare
+            gold = None if self.gold_problem(str(ref)) else last_number(answer)  # 3/4, 3\frac{1}{2}: no one number
             if self.answer_phrase:
                 pred = stated_number(text, self.answer_phrase)
             else:

@@ -156,7 +156,7 @@ def stated_number(text: str, phrase: str) -> float | None:
     (1200.0, None)
     """
     pattern = rf"{re.escape(phrase)}[\s:*$]*({_NUMBER_RE.pattern})"
-    found = re.findall(pattern, text, flags=re.IGNORECASE)
+    found = re.findall(pattern, LATEX_THOUSANDS.sub(",", text), flags=re.IGNORECASE)
     return float(found[-1].replace(",", "")) if found else None
 
 

@@ -23,6 +23,8 @@ from ..plan import QuantityError, RunPlan
 PLAN_FILE = "run_plan.json"
 ZERO_VARIANCE_STATE_FILE = "zero_variance_state.json"
 SETTINGS_FILE = "resume_settings.json"
+#: The optimizer state a checkpoint may hold: DDP's, DeepSpeed's (behind its `latest` file), FSDP's (full or sharded).
+OPTIMIZER_STATE = ("optimizer.pt", "latest", "optimizer.bin", "optimizer_0")
 #: Settings a resumed run takes from its checkpoint whatever the config says: transformers restores the optimizer's
 #: param groups (learning rate, betas, ε, weight decay) and the scheduler's base rates, so a new value would be ignored
 #: or mixed with the old one (a new lr_scheduler_type over the old base rate). Saved in :data:`SETTINGS_FILE`.
@@ -255,6 +257,10 @@ def config_lora_settings(model_args) -> dict | None:
     return {field: getattr(model_args, field, None) for field in LORA_FIELDS}
 
 
+class ResumeSettingsError(QuantityError):
+    """A checkpoint resumed with other optimizer, engine or adapter settings (`check_settings_unchanged`)."""
+
+
 def _lora_value(field: str, value):
     """``value`` comparable across spellings: a module list as its sorted module names (PEFT saves ``all-linear`` as
     full paths); None for target modules a config leaves to PEFT (``None``, ``all-linear``: known once the model
@@ -262,8 +268,16 @@ def _lora_value(field: str, value):
     if field == "lora_target_modules" and value in (None, "all-linear"):
         return None
     if field in ("lora_target_modules", "lora_modules_to_save") and not isinstance(value, str):
-        return sorted({str(name).rsplit(".", 1)[-1] for name in value or ()})
+        return sorted({str(name) for name in value or ()})
     return value
+
+
+def _same_modules(mine: list, theirs) -> bool:
+    """Whether two module lists name the same modules: by their last names when one is written without paths (PEFT
+    saves ``all-linear`` as full paths, a config lists ``q_proj``), else exactly."""
+    if not isinstance(theirs, list) or any("." in name for name in mine) and any("." in name for name in theirs):
+        return mine == theirs
+    return {name.rsplit(".", 1)[-1] for name in mine} == {name.rsplit(".", 1)[-1] for name in theirs}
 
 
 def check_settings_unchanged(checkpoint: str, settings: dict) -> None:
@@ -271,6 +285,8 @@ def check_settings_unchanged(checkpoint: str, settings: dict) -> None:
     :data:`SETTINGS_FILE`; a checkpoint without one is not judged) or another adapter than its adapter_config.json."""
     saved_path, adapter = Path(checkpoint) / SETTINGS_FILE, Path(checkpoint) / ADAPTER_CONFIG_FILE
     saved = json.loads(saved_path.read_text()) if saved_path.is_file() else {}
+    if not any((Path(checkpoint) / name).exists() for name in OPTIMIZER_STATE):  # save_only_model: nothing restored
+        saved = {}
     changed = [f"{key}: {saved[key]!r} in the checkpoint, {value!r} now" for key, value in settings.items()
                if key != "lora" and key in saved and saved[key] != value]
     lora = settings.get("lora")
@@ -278,10 +294,13 @@ def check_settings_unchanged(checkpoint: str, settings: dict) -> None:
         config = json.loads(adapter.read_text())
         for field, key in LORA_FIELDS.items():  # (a new lora_dropout takes effect: the modules are built anew)
             mine, theirs = _lora_value(field, lora.get(field)), _lora_value(field, config.get(key))
-            if field != "lora_dropout" and mine is not None and key in config and mine != theirs:
-                changed.append(f"{field}: {theirs!r} in the checkpoint, {mine!r} now")
+            same = _same_modules(mine, theirs) if isinstance(mine, list) else mine == theirs
+            if field != "lora_dropout" and mine is not None and key in config and not same:
+                shown = [v if not isinstance(v, list) or len(v) <= 8 else f"{len(v)} modules ({', '.join(v[:3])}, ...)"
+                         for v in (theirs, mine)]
+                changed.append(f"{field}: {shown[0]!r} in the checkpoint, {shown[1]!r} now")
     if changed:
-        raise QuantityError(
+        raise ResumeSettingsError(
             f"cannot resume {checkpoint}: {'; '.join(changed)}. A resumed run takes its optimizer and schedule state, "
             "the engine's files and the adapter's shape from the checkpoint, so the new values would be ignored or "
             "fail after the model loads. Fix: resume with the checkpoint's values, or start a new output_dir with "
