@@ -162,7 +162,7 @@ def test_plan_counts_the_accelerate_configs_processes(capsys, monkeypatch, tmp_p
     (["--accelerate-config", "fsdp2_cpu"], "use_cpu=True with FSDP"),
     (["--accelerate-config", "multi_gpu", "--use_cpu", "false"],
      "bf16 and fp16 are both false, but accelerate's mixed_precision='bf16' (from --accelerate-config"),
-    (["--accelerate-config", "zero2", "--use_cpu", "false", "--fp16", "true"],
+    (["--accelerate-config", "multi_gpu", "--use_cpu", "false", "--fp16", "true"],
      "fp16=True, but accelerate's mixed_precision='bf16'"),
 ])
 def test_plan_refuses_engine_combinations(capsys, monkeypatch, tmp_path, argv, named):
