@@ -294,7 +294,7 @@ class GRPOExtTrainer(GRPOTrainer):
         # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt, FSDP in
         # optimizer.bin (a full state dict) or optimizer_0/ (sharded)
         if checkpoint and not any(os.path.exists(os.path.join(checkpoint, f))
-                                  for f in ("optimizer.pt", "latest", "optimizer.bin", "optimizer_0")):
+                                  for f in ckpt.OPTIMIZER_STATE):
             logger.warning(
                 "%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh optimizer "
                 "and scheduler state, so it will not match an uninterrupted run.", checkpoint

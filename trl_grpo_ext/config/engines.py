@@ -116,7 +116,8 @@ def resolve_engine(values: Mapping[str, Any], environ: Mapping[str, str] | None 
     env = os.environ if environ is None else environ
     found = engine_from_run_values(values) or engine_from_env(env) or accelerate_config
     if found is not None and found.mixed_precision is None and env.get("ACCELERATE_MIXED_PRECISION"):
-        return dataclasses.replace(found, mixed_precision=env["ACCELERATE_MIXED_PRECISION"])  # `deepspeed`/`fsdp` fields
+        # the `deepspeed` / `fsdp` fields name the engine; accelerate's precision is still the environment's
+        return dataclasses.replace(found, mixed_precision=env["ACCELERATE_MIXED_PRECISION"])
     if found is not None:
         return found
     world = world_size_from_env(env, strict=False)  # a bad value is the front door's refusal, not ours

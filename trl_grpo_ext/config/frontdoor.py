@@ -25,7 +25,8 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunArgs:
-    """A run's four dataclasses (or twins); ``given``: the keys the user set; ``problems``: the collector (`validation.problems.Problems`) while the front door's ``checks`` run (`validation.dataset_stage`)."""
+    """A run's four dataclasses (or twins); ``given``: the keys the user set; ``problems``: the collector
+    (`validation.problems.Problems`) while the front door's ``checks`` run (`validation.dataset_stage`)."""
 
     script_args: Any
     training_args: Any

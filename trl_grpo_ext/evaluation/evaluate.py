@@ -290,8 +290,8 @@ class FinalEvaluation:
         rewards = ", ".join(f"{name} {b.mean_reward[name]:.3f} -> {t.mean_reward[name]:.3f}" for name in t.mean_reward)
         return "\n".join([
             f"Greedy accuracy on {t.num_prompts} held-out prompts: {b.accuracy:.3f} [{b.accuracy_ci[0]:.3f}, "
-            f"{b.accuracy_ci[1]:.3f}] (base model, no adapter) -> {t.accuracy:.3f} [{t.accuracy_ci[0]:.3f}, {t.accuracy_ci[1]:.3f}] "
-            "(trained)",
+            f"{b.accuracy_ci[1]:.3f}] (base model, no adapter) -> {t.accuracy:.3f} [{t.accuracy_ci[0]:.3f}, "
+            f"{t.accuracy_ci[1]:.3f}] (trained)",
             format_comparison(self.comparison).replace("adapter − base", "trained − base"),
             f"Mean reward (greedy): {rewards}",
         ])

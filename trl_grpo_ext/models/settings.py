@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config.checks import check_choice
 from .embedded import smollm2, tiny
-from .source import LORA_FIELDS, ModelSource, read_json, resolve_model_source
+from .source import LORA_FIELDS, ModelSource, lora_differences, read_json, resolve_model_source
 
 #: The floating-point dtypes a run may name (model ``dtype``, ``adapter_dtype``), as torch attribute names.
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -221,14 +221,9 @@ def continued_lora_differences(model_args, adapter_dir: str) -> list[str]:
     """The config's LoRA fields that differ from the adapter being continued (whose own settings apply), as
     ``"lora_r: 16 in the config, 8 in the adapter"``; empty when they agree."""
     adapter = read_json(Path(adapter_dir) / "adapter_config.json")
-    differences = []
-    for field, key in LORA_FIELDS.items():
-        mine, theirs = getattr(model_args, field, None), adapter.get(key)
-        if isinstance(mine, (list, tuple)) and isinstance(theirs, (list, tuple)):
-            mine, theirs = sorted(mine), sorted(theirs)
-        if mine is not None and mine != theirs and not (field == "lora_target_modules" and mine == "all-linear"):
-            differences.append(f"{field}: {mine} in the config, {theirs} in the adapter")
-    return differences
+    mine = {field: getattr(model_args, field, None) for field in LORA_FIELDS}
+    return [f"{field}: {value} in the config, {theirs} in the adapter"
+            for field, theirs, value in lora_differences(mine, adapter)]
 
 
 #: Where :func:`remember_trainable_values` keeps the values that `adapter_precision.cast_trainable_to` restores.

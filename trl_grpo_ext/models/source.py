@@ -30,6 +30,33 @@ LORA_FIELDS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_
                "use_rslora": "use_rslora", "use_dora": "use_dora"}
 
 
+def _modules(value) -> list[str] | str | None:
+    return value if value is None or isinstance(value, str) else sorted({str(name) for name in value})
+
+
+def lora_differences(mine: dict, adapter_config: dict, skip: tuple[str, ...] = ()) -> list[tuple[str, object, object]]:
+    """``(field, the adapter's value, mine)`` for each `LORA_FIELDS` field of ``mine`` (trl.ModelConfig's names) that
+    ``adapter_config`` (an ``adapter_config.json`` mapping) holds otherwise. Module lists are compared as sets, by
+    their last names when one side lists bare names (PEFT saves ``all-linear`` as full paths); not compared: ``skip``,
+    a value of None, target modules left to PEFT (``all-linear``), a key the adapter's file lacks."""
+    found = []
+    for field, key in LORA_FIELDS.items():
+        value, theirs = mine.get(field), adapter_config.get(key)
+        if field in skip or value is None or key not in adapter_config or (
+                field == "lora_target_modules" and value == "all-linear"):
+            continue
+        if field in ("lora_target_modules", "lora_modules_to_save") and not isinstance(value, str):
+            value, theirs = _modules(value), _modules(theirs) or []
+            bare = isinstance(theirs, list) and not (any("." in n for n in value) and any("." in n for n in theirs))
+            same = {n.rsplit(".", 1)[-1] for n in value} == {n.rsplit(".", 1)[-1] for n in theirs} if bare else \
+                value == theirs
+        else:
+            same = value == theirs
+        if not same:
+            found.append((field, theirs, value))
+    return found
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """What ``model_name_or_path`` named, resolved.

@@ -129,8 +129,8 @@ class NumericMatch(TextReward):
         number, or with several (``\\frac{1}{2}``, ``3/4``, ``10 - 2\\sqrt{5}``)."""
         answer = extract_answer(reference, self.answer_tag)
         numbers = numbers_in(answer)
-        if LATEX_FRACTION.search(answer):
-            return f"it holds a fraction ({LATEX_FRACTION.search(answer)[0]}), not one number"
+        if fraction := LATEX_FRACTION.search(answer):
+            return f"it holds a fraction ({fraction[0]}), not one number"
         if not numbers:
             return "it holds no number"
         shown = ", ".join(numbers[:4]) + (", ..." if len(numbers) > 4 else "")
@@ -139,9 +139,12 @@ class NumericMatch(TextReward):
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         _, refs = read_column(kwargs, self.column or DEFAULT_ANSWER_COLUMNS, len(texts), self.__name__)
         out: list[float | None] = []
+        golds: dict[str, float | None] = {}  # each reference read once (a group repeats it G times)
         for text, ref in zip(texts, refs):
-            answer = extract_answer(str(ref), self.answer_tag)
-            gold = None if self.gold_problem(str(ref)) else last_number(answer)  # 3/4, 3\frac{1}{2}: no one number
+            ref = str(ref)
+            if ref not in golds:  # 3/4, 3\frac{1}{2}: no one number
+                golds[ref] = None if self.gold_problem(ref) else last_number(extract_answer(ref, self.answer_tag))
+            gold = golds[ref]
             if self.answer_phrase:
                 pred = stated_number(text, self.answer_phrase)
             else:

@@ -105,7 +105,7 @@ def as_latex(span: str) -> str:
     if prose_words(span):  # math-verify reads a sentence's closing period; a prose answer keeps it
         return span
     span = _plain_number(_TRAILING.sub("", span))
-    if not span or _DELIMITED.search(span) or prose_words(span):
+    if not span or _DELIMITED.search(span):
         return span
     return f"${span}$"
 

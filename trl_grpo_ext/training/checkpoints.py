@@ -17,7 +17,7 @@ import re
 import warnings
 from pathlib import Path
 
-from ..models.source import ADAPTER_CONFIG_FILE, LORA_FIELDS, resolve_model_source
+from ..models.source import ADAPTER_CONFIG_FILE, LORA_FIELDS, lora_differences, resolve_model_source
 from ..plan import QuantityError, RunPlan
 
 PLAN_FILE = "run_plan.json"
@@ -261,25 +261,6 @@ class ResumeSettingsError(QuantityError):
     """A checkpoint resumed with other optimizer, engine or adapter settings (`check_settings_unchanged`)."""
 
 
-def _lora_value(field: str, value):
-    """``value`` comparable across spellings: a module list as its sorted module names (PEFT saves ``all-linear`` as
-    full paths); None for target modules a config leaves to PEFT (``None``, ``all-linear``: known once the model
-    loads, so the trainer compares them)."""
-    if field == "lora_target_modules" and value in (None, "all-linear"):
-        return None
-    if field in ("lora_target_modules", "lora_modules_to_save") and not isinstance(value, str):
-        return sorted({str(name) for name in value or ()})
-    return value
-
-
-def _same_modules(mine: list, theirs) -> bool:
-    """Whether two module lists name the same modules: by their last names when one is written without paths (PEFT
-    saves ``all-linear`` as full paths, a config lists ``q_proj``), else exactly."""
-    if not isinstance(theirs, list) or any("." in name for name in mine) and any("." in name for name in theirs):
-        return mine == theirs
-    return {name.rsplit(".", 1)[-1] for name in mine} == {name.rsplit(".", 1)[-1] for name in theirs}
-
-
 def check_settings_unchanged(checkpoint: str, settings: dict) -> None:
     """Refuse (`QuantityError`) resuming ``checkpoint`` with other `resume_settings` than it was saved with (its
     :data:`SETTINGS_FILE`; a checkpoint without one is not judged) or another adapter than its adapter_config.json."""
@@ -290,15 +271,12 @@ def check_settings_unchanged(checkpoint: str, settings: dict) -> None:
     changed = [f"{key}: {saved[key]!r} in the checkpoint, {value!r} now" for key, value in settings.items()
                if key != "lora" and key in saved and saved[key] != value]
     lora = settings.get("lora")
-    if lora and adapter.is_file():
-        config = json.loads(adapter.read_text())
-        for field, key in LORA_FIELDS.items():  # (a new lora_dropout takes effect: the modules are built anew)
-            mine, theirs = _lora_value(field, lora.get(field)), _lora_value(field, config.get(key))
-            same = _same_modules(mine, theirs) if isinstance(mine, list) else mine == theirs
-            if field != "lora_dropout" and mine is not None and key in config and not same:
-                shown = [v if not isinstance(v, list) or len(v) <= 8 else f"{len(v)} modules ({', '.join(v[:3])}, ...)"
-                         for v in (theirs, mine)]
-                changed.append(f"{field}: {shown[0]!r} in the checkpoint, {shown[1]!r} now")
+    if lora and adapter.is_file():  # (a new lora_dropout takes effect: the modules are built anew)
+        lora = {**lora, "lora_modules_to_save": lora.get("lora_modules_to_save") or []}  # None: no module saved
+        for field, theirs, mine in lora_differences(lora, json.loads(adapter.read_text()), skip=("lora_dropout",)):
+            shown = [v if not isinstance(v, list) or len(v) <= 8 else f"{len(v)} modules ({', '.join(v[:3])}, ...)"
+                     for v in (theirs, mine)]
+            changed.append(f"{field}: {shown[0]!r} in the checkpoint, {shown[1]!r} now")
     if changed:
         raise ResumeSettingsError(
             f"cannot resume {checkpoint}: {'; '.join(changed)}. A resumed run takes its optimizer and schedule state, "

@@ -361,7 +361,7 @@ def switched_off_on_command_line(user: Mapping[str, Any], name: str) -> bool:
 
 def ignored_fields(user: Mapping[str, Any], values: Mapping[str, Any]):
     """``(name, switched_off)`` for each field of ``user`` (the keys set) whose `REQUIRES` setting is off in ``values``;
-    ``switched_off``: off by a command-line setting (`switched_off_on_command_line`), a warning rather than a refusal."""
+    ``switched_off``: off by a command-line setting (`switched_off_on_command_line`): a warning, not a refusal."""
     for name in user:
         if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values):
             yield name, switched_off_on_command_line(user, name)
