@@ -8,6 +8,7 @@ model builder and safetensors' loader raise `AssertionError`, which no error han
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -939,3 +940,35 @@ def test_a_config_built_in_python_passes_the_mapping_checks():
                            accelerator_config={"split_batches": False})
     assert type(config.accelerator_config).__name__ == "AcceleratorConfig"
     validate_run_args(None, config, None, None, check_model=False)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"data_seed": 3}, "data_seed=3 only takes effect with a sampler that reads it"),
+    ({"lr_scheduler_type": "constant", "warmup_steps": 5}, "warmup_steps=5 only takes effect with an lr_scheduler_type"),
+    ({"save_strategy": "no", "save_steps": 100}, "save_steps=100 only takes effect with save_strategy: steps"),
+    ({"zero_variance_filter": "off", "skip_exploration_probability": 0.3},
+     "skip_exploration_probability=0.3 only takes effect with zero_variance_filter: skip"),
+    ({"use_adaptive_entropy": True, "entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
+     "entropy_coef_min=0.5 is above entropy_coef_max=0.1"),
+    ({"bf16": True, "fp16": True}, "bf16=True and fp16=True cannot both be set"),
+])
+def test_a_config_built_in_python_refuses_what_plan_and_the_recipe_refuse(change, message):
+    """`GRPOExtConfig.__post_init__` runs the rules of its own fields (scope "run"): a Python user's ignored setting
+    is refused as the YAML's is, with the same line."""
+    from trl_grpo_ext import GRPOExtConfig
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, **{"bf16": False, **change})
+
+
+def test_a_config_built_in_python_is_not_judged_by_the_recipe_fields_it_lacks(monkeypatch):
+    """A Python user merges for generation with a peft_config and pushes with trainer.push_to_hub(): the rows that
+    need the recipe's use_peft / push_to_hub_mode do not apply; accelerate's mixed_precision does."""
+    from trl_grpo_ext import GRPOExtConfig
+
+    GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, merge_adapter_for_generation=True,
+                  hub_model_id="you/model")
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    with pytest.raises(ValueError, match=r"bf16 and fp16 are both false, but accelerate's mixed_precision='bf16' "
+                                         r"\(from ACCELERATE_MIXED_PRECISION\)"):
+        GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False)

@@ -328,8 +328,14 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
     if not light:  # the real dataclasses: what only they check (`GRPOExtConfig.__post_init__`)
-        run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
-                     user_values=user_values)
+        from ..validation.tables import ignored_fields
+        from ..validation.user_values import flatten_values
+
+        # a YAML field a command-line flag switched off is not used (a warning, `switched_off_warning`): the real
+        # config keeps its default, which its own rules accept
+        off = {name for name, switched_off in ignored_fields(user_values, flatten_values(*run)) if switched_off}
+        run = _parse(hf_argument_parser(dataclass_types(False)), {k: v for k, v in config.items() if k not in off},
+                     args, problems, given=given, path=path, user_values=user_values)
         problems.raise_if_any(ConfigError)
     return run
 

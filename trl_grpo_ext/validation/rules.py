@@ -68,6 +68,14 @@ class RunView:
 
         return is_explicit(name, self.values.get(name), self.defaults)
 
+    def set_keys(self) -> Mapping[str, Any]:
+        """The keys the user set: ``user``, or for a config built in Python the fields not at their default."""
+        if self.user is not None:
+            return self.user
+        from ..config.advantage_settings import is_explicit
+
+        return {k: v for k, v in self.values.items() if is_explicit(k, v, self.defaults)}
+
     def blocked(self, fields) -> bool:
         return self.problems is not None and self.problems.blocked(fields)
 
@@ -171,7 +179,7 @@ def _several(found: list[tuple[str, tuple[str, ...]]]) -> None:
 
 def exclusive(v: RunView) -> None:
     """`tables.EXCLUSIVE`: fields that cannot both be on."""
-    user = v.user or {}
+    user = v.set_keys()
     _several([(f"{a}={user[a]!r} and {b}={user[b]!r} cannot both be set. Fix: {fix}", (a, b))
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
 
@@ -179,10 +187,12 @@ def exclusive(v: RunView) -> None:
 def ignored_settings(v: RunView) -> None:
     """`tables.REQUIRES`: set fields whose setting is off, one line per setting (refused ones left out; those
     switched off on the command line are `switched_off_warning`'s)."""
-    user = v.user or {}
+    user = v.set_keys()
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
     for name, switched_off in ignored_fields(user, v.values):
-        if not switched_off and not v.blocked((name, *GOVERNED_BY[name])):
+        # a config built in Python has no recipe fields (use_peft, push_to_hub_mode): their rows are the recipe's
+        python_only = v.user is None and not all(g in v.values for g in GOVERNED_BY[name])
+        if not switched_off and not python_only and not v.blocked((name, *GOVERNED_BY[name])):
             ignored.setdefault(REQUIRES[name][0], []).append(name)
     found = []
     for setting, names in ignored.items():
@@ -321,11 +331,11 @@ def _set(names):
 
 #: Every cross-field rule, in the order they run.
 RULES: tuple[Rule, ...] = (
-    Rule("exclusive", exclusive, (), blocked_by=()),
+    Rule("exclusive", exclusive, (), blocked_by=(), scope="run"),
     Rule("quantity_conflicts", quantity_conflicts, RunView.quantity_keys),
     Rule("advantage_conflicts", advantage_conflicts, _set((*ADVANTAGE_FIELDS, "loss_type"))),
-    Rule("ignored_settings", ignored_settings, (), blocked_by=()),
-    Rule("ordered", ordered, (), blocked_by=()),
+    Rule("ignored_settings", ignored_settings, (), blocked_by=(), scope="run"),
+    Rule("ordered", ordered, (), blocked_by=(), scope="run"),
     Rule("evaluation_split", evaluation_split, ("eval_strategy", "final_eval", "dataset_test_split")),
     Rule("chat_template", chat_template, ("chat_template",)),
     Rule("compare_base_adapter", compare_base_adapter, ("final_eval", "use_peft")),
@@ -357,7 +367,8 @@ RULES: tuple[Rule, ...] = (
     Rule("merged_generation", lambda v: check_merged_generation(v.values, _engine(v), v.user),
          ("merge_adapter_for_generation",),
          blocked_by=("merge_adapter_for_generation", "use_peft", "lora_dropout", "dtype", "model_init_kwargs")),
-    Rule("engine_settings", lambda v: check_engine_settings(_engine(v), v.values), ("deepspeed", "fsdp", "fsdp_config")),
+    Rule("engine_settings", lambda v: check_engine_settings(_engine(v), v.values), ("deepspeed", "fsdp", "fsdp_config"),
+         scope="run"),
     Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
     Rule("lora_targets", lambda v: v.check_model and v.get("use_peft") and check_lora_targets(v.values), _LORA,
          blocked_by=(*_LORA, "use_peft", "model_name_or_path", "model_revision")),

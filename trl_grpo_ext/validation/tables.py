@@ -299,7 +299,7 @@ GOVERNED_BY: dict[str, tuple[str, ...]] = {
            "dataset_train_split": ("dataset_name",), "dataset_test_split": ("dataset_name",),
            "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
            "log_completions_hub_repo": (), "num_completions_to_print": ("log_completions",),
-           "warmup_steps": ("lr_scheduler_type",), "data_seed": (), "label_smoothing_factor": (),
+           "warmup_steps": ("lr_scheduler_type",), "lr_scheduler_kwargs": ("lr_scheduler_type",), "data_seed": (), "label_smoothing_factor": (),
            "num_generations_eval": ("eval_strategy",),
            **dict.fromkeys(_PUSH_FIELDS, ("push_to_hub_mode", "push_to_hub")),
            "gradient_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing"),
