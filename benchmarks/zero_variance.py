@@ -96,7 +96,7 @@ def train(mode: str, args, tmp: str) -> dict:
         learning_rate=args.learning_rate,
         lr_scheduler_type="constant",
         zero_variance_filter=mode,
-        max_resample_rounds=args.max_resample_rounds,
+        **({"max_resample_rounds": args.max_resample_rounds} if mode == "resample" else {}),  # resample's alone
         report_to=[],
         save_strategy="no",
         logging_steps=1,

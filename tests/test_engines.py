@@ -105,6 +105,18 @@ def test_fsdp_4bit_needs_quant_storage_equal_to_compute_dtype():
     engine_checks.check_engine_settings(fsdp, {**QLORA_BF16, "load_in_4bit": False})
 
 
+@pytest.mark.parametrize("engine", [Engine("single"), Engine("ddp"), Engine("deepspeed", zero_stage=2),
+                                    Engine("fsdp", fsdp_version=2)], ids=lambda e: e.describe())
+def test_ds3_gather_for_generation_false_outside_zero3_refused(engine):
+    """TRL passes ds3_gather_for_generation to unwrap_model_for_generation, which reads it under ZeRO-3 alone: False
+    anywhere else would be ignored. True (TRL's default) and ZeRO-3 (or a DeepSpeed stage not known) are accepted."""
+    with pytest.raises(RunArgumentError, match=r"ds3_gather_for_generation=False with .*only under DeepSpeed ZeRO-3"):
+        engine_checks.check_engine_settings(engine, {"ds3_gather_for_generation": False}, "0.19.8")
+    engine_checks.check_engine_settings(engine, {"ds3_gather_for_generation": True}, "0.19.8")
+    for accepted in (Engine("deepspeed", zero_stage=3), Engine("deepspeed")):
+        engine_checks.check_engine_settings(accepted, {"ds3_gather_for_generation": False}, "0.19.8")
+
+
 def test_zero3_peft_non_reentrant_checkpointing_refused():
     values = {"use_peft": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}}
     with pytest.raises(RunArgumentError, match=r"use_reentrant.*TRL forces use_reentrant=True"):

@@ -64,6 +64,11 @@ def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_v
                     "used), or set zero_variance_filter: off and lost_update_steps: 0.")
         if engine.zero_stage == 3:
             _check_zero3(where, values, version)
+    if values.get("ds3_gather_for_generation") is False and (engine.kind != "deepspeed" or engine.zero_stage in (1, 2)):
+        raise RunArgumentError(
+            f"ds3_gather_for_generation=False with {where}: TRL reads it only under DeepSpeed ZeRO-3 (generation then "
+            "runs on the sharded weights), so it would be ignored. Fix: remove ds3_gather_for_generation, or launch "
+            "with ZeRO-3 (recipes/accelerate_configs/zero3.yaml).")
     if engine.kind == "fsdp" and values.get("use_cpu"):
         raise RunArgumentError(
             f"use_cpu=True with {where}: accelerate then sets up a CPU run and skips FSDP, so every process would hold "
