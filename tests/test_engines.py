@@ -117,6 +117,22 @@ def test_ds3_gather_for_generation_false_outside_zero3_refused(engine):
         engine_checks.check_engine_settings(accepted, {"ds3_gather_for_generation": False}, "0.19.8")
 
 
+def test_accelerate_mixed_precision_against_an_unset_bf16_reads_what_the_machine_resolves(monkeypatch):
+    """bf16 left unset resolves to the machine's support (GRPOExtConfig._check_bf16): on a bf16 GPU it agrees with
+    `accelerate launch --mixed_precision bf16`; on a CPU (or with use_cpu) it is false, and refused as such."""
+    from trl_grpo_ext.models import settings
+
+    engine = Engine("single", source="ACCELERATE_MIXED_PRECISION", mixed_precision="bf16")
+    monkeypatch.setattr(settings, "bf16_available", lambda: True)
+    engine_checks.check_engine_settings(engine, {})
+    with pytest.raises(RunArgumentError, match=r"bf16 and fp16 are both false \(bf16 unset: false on this machine\), "
+                                               r"but accelerate's mixed_precision='bf16'"):
+        engine_checks.check_engine_settings(engine, {"use_cpu": True})
+    monkeypatch.setattr(settings, "bf16_available", lambda: False)
+    with pytest.raises(RunArgumentError, match=r"\(bf16 unset: false on this machine\)"):
+        engine_checks.check_engine_settings(engine, {})
+
+
 def test_zero3_peft_non_reentrant_checkpointing_refused():
     values = {"use_peft": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}}
     with pytest.raises(RunArgumentError, match=r"use_reentrant.*TRL forces use_reentrant=True"):

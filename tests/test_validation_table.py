@@ -710,6 +710,40 @@ def test_switching_a_feature_off_on_the_command_line_is_not_refused(tmp_path, no
         parse_recipe_args(["--config", path, "--save_strategy", "no", "--save_steps", "10"])
 
 
+def test_plan_and_the_recipe_name_the_same_switched_off_fields_and_the_real_config_keeps_their_defaults(
+        tmp_path, capsys, no_weights):
+    """`--lr_scheduler_type constant` over a YAML with warmup_steps and lr_scheduler_kwargs switches both off: plan
+    and the recipe name both (the recipe named only one: its warning read the real config, where the first was
+    already back at its default), and the real config holds the defaults (no refusal, no second warning)."""
+    path = _config(tmp_path, {"lr_scheduler_type": "cosine", "warmup_steps": 2,
+                              "lr_scheduler_kwargs": {"num_cycles": 0.25}})
+    assert plan_cli.main(["--config", path, "--lr_scheduler_type", "constant"]) == 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "not used" in line]
+    assert "lr_scheduler_kwargs (needs an lr_scheduler_type" in line and "warmup_steps (needs an lr_scheduler_type" in line
+    run = parse_recipe_args(["--config", path, "--lr_scheduler_type", "constant"])
+    assert capsys.readouterr().err.strip() == line
+    assert (run.training_args.warmup_steps, run.training_args.lr_scheduler_kwargs) == (0, None)
+
+
+def test_sync_ref_model_with_beta_0_is_refused_even_when_beta_comes_from_the_command_line(tmp_path, no_weights):
+    """TRL raises for sync_ref_model with beta 0 (GRPOTrainer.__init__), so `--beta 0` does not switch it off: plan
+    and the recipe refuse it alike (plan warned and the recipe refused the ref_model_* fields instead)."""
+    path = _config(tmp_path, {"use_peft": False, **_NO_LORA, **_NO_4BIT, "beta": 0.04, "sync_ref_model": True,
+                              "ref_model_sync_steps": 8})
+    parse_recipe_args(["--config", path])
+    assert plan_cli.main(["--config", path, "--beta", "0"]) == 2
+    with pytest.raises(RecipeArgumentError, match=r"^sync_ref_model=True only takes effect with beta > 0"):
+        parse_recipe_args(["--config", path, "--beta", "0"])
+
+
+def test_an_empty_lr_scheduler_kwargs_beside_a_constant_schedule_is_accepted(tmp_path, no_weights):
+    from trl_grpo_ext import GRPOExtConfig
+
+    assert plan_cli.main(["--config", _config(tmp_path, {"lr_scheduler_type": "constant", "lr_scheduler_kwargs": {}})]) == 0
+    GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, lr_scheduler_type="constant",
+                  lr_scheduler_kwargs={})
+
+
 #: The one warning for `--use_peft false --load_in_4bit false` over BASE (in the YAML's order: safe_dump sorts keys).
 SWITCHED_OFF = ("warning: not used, switched off on the command line: bnb_4bit_quant_type (needs load_in_4bit: true); "
                 "lora_alpha, lora_dropout, lora_r, lora_target_modules (need use_peft: true). Remove them from the "
@@ -944,31 +978,56 @@ def test_a_config_built_in_python_passes_the_mapping_checks():
 
 @pytest.mark.parametrize("change, message", [
     ({"data_seed": 3}, "data_seed=3 only takes effect with a sampler that reads it"),
-    ({"lr_scheduler_type": "constant", "warmup_steps": 5}, "warmup_steps=5 only takes effect with an lr_scheduler_type"),
-    ({"save_strategy": "no", "save_steps": 100}, "save_steps=100 only takes effect with save_strategy: steps"),
-    ({"zero_variance_filter": "off", "skip_exploration_probability": 0.3},
-     "skip_exploration_probability=0.3 only takes effect with zero_variance_filter: skip"),
+    ({"label_smoothing_factor": 0.1}, "label_smoothing_factor=0.1 only takes effect with a loss with labels"),
     ({"use_adaptive_entropy": True, "entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
      "entropy_coef_min=0.5 is above entropy_coef_max=0.1"),
     ({"bf16": True, "fp16": True}, "bf16=True and fp16=True cannot both be set"),
 ])
 def test_a_config_built_in_python_refuses_what_plan_and_the_recipe_refuse(change, message):
-    """`GRPOExtConfig.__post_init__` runs the rules of its own fields (scope "run"): a Python user's ignored setting
-    is refused as the YAML's is, with the same line."""
+    """`GRPOExtConfig.__post_init__` runs the rules of its own fields (scope "run"): a setting no other setting could
+    switch on is refused as the YAML's is, with the same line."""
     from trl_grpo_ext import GRPOExtConfig
 
     with pytest.raises(ValueError, match=re.escape(message)):
         GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, **{"bf16": False, **change})
 
 
-def test_a_config_built_in_python_is_not_judged_by_the_recipe_fields_it_lacks(monkeypatch):
-    """A Python user merges for generation with a peft_config and pushes with trainer.push_to_hub(): the rows that
-    need the recipe's use_peft / push_to_hub_mode do not apply; accelerate's mixed_precision does."""
+@pytest.mark.parametrize("change, message", [
+    ({"lr_scheduler_type": "constant", "warmup_steps": 5}, "warmup_steps=5 only takes effect with an lr_scheduler_type"),
+    ({"save_strategy": "no", "save_steps": 100}, "save_steps=100 only takes effect with save_strategy: steps"),
+    ({"zero_variance_filter": "off", "skip_exploration_probability": 0.3},
+     "skip_exploration_probability=0.3 only takes effect with zero_variance_filter: skip"),
+])
+def test_a_config_built_in_python_warns_of_a_field_its_setting_switched_off(change, message):
+    """In Python a setting may switch a field off on purpose (`dataclasses.replace(config, save_strategy="no")`, as
+    `--save_strategy no` on the command line): the field is named in a warning, not refused."""
+    import dataclasses
+
     from trl_grpo_ext import GRPOExtConfig
 
-    GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, merge_adapter_for_generation=True,
-                  hub_model_id="you/model")
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, **change)
+    (switch, _), *fields = change.items()
+    config = GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, **dict(fields))
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        dataclasses.replace(config, **{switch: change[switch]})
+
+
+def test_a_config_built_in_python_is_not_judged_by_the_recipe_fields_it_lacks(monkeypatch, recwarn):
+    """A Python user merges for generation with a peft_config, pushes with trainer.push_to_hub() and evaluates with
+    trainer.evaluate(): the rows of the recipe's use_peft / push_to_hub_mode / evaluation do not apply (no warning);
+    accelerate's mixed_precision does, against bf16 as the config resolves it."""
+    import dataclasses
+
+    from trl_grpo_ext import GRPOExtConfig
+
+    config = GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, merge_adapter_for_generation=True,
+                           hub_model_id="you/model", num_generations_eval=4, eval_on_start=True, do_eval=True)
+    dataclasses.replace(GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, eval_strategy="epoch"),
+                        eval_strategy="no")  # transformers set do_eval itself
+    assert not [w for w in recwarn if "only take" in str(w.message)], [str(w.message) for w in recwarn]
+    assert config.merge_adapter_for_generation and config.eval_on_start
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
     with pytest.raises(ValueError, match=r"bf16 and fp16 are both false, but accelerate's mixed_precision='bf16' "
                                          r"\(from ACCELERATE_MIXED_PRECISION\)"):
-        GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False)
+        GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True)

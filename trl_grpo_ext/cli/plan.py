@@ -23,8 +23,6 @@ from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.validation.collected import eval_plan_of
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
 from trl_grpo_ext.validation.problems import problem_lines
-from trl_grpo_ext.validation.tables import switched_off_warning
-from trl_grpo_ext.validation.user_values import flatten_values
 from trl_grpo_ext.zero_variance.report import resample_note, skip_note
 from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings
 
@@ -128,7 +126,7 @@ def build_plan(args: argparse.Namespace):
     memory = None if args.gpu_memory_gib is None else memory_note(plan, args.gpu_memory_gib, args.model_params)
     rewards = resolved.rewards
     warns += survey.warnings + weight_warnings(rewards or [])
-    warns += [w for w in [switched_off_warning(run.user_values, flatten_values(*run))] if w]
+    warns += [run.switched_off] if run.switched_off else []
     notes = ([survey.not_run] if survey.not_run else []) + survey.notes + ([memory] if memory else [])
     cut = getattr(script_args, "max_prompt_length", None)
     if survey.train_rows is not None and cut is not None and args.dataset_size is None and not survey.prompts_cut:

@@ -127,8 +127,8 @@ class GRPOExtConfig(GRPOConfig):
                                  f"{_DEFAULTS[name]!r}) or give a value.")
             if getattr(self, name) is not None:
                 check.check(name, getattr(self, name))
+        self._check_bf16()  # the rules read bf16 as the run resolves it (accelerate's mixed_precision beside it)
         self._check_rules(world_size)
-        self._check_bf16()
         self._adopt_activation_checkpointing()
         from ..validation.engines import check_engine_device
 
@@ -143,6 +143,9 @@ class GRPOExtConfig(GRPOConfig):
 
     def _resolve(self, world_size: int) -> None:
         """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
+        spg, gbs = self.steps_per_generation, self.generation_batch_size
+        if spg is not None and gbs is not None and gbs == self.per_device_train_batch_size * world_size * spg:
+            self.steps_per_generation = None  # both as TRL's __post_init__ wrote them (dataclasses.replace): agreeing
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
         values = {name: getattr(self, name) for name in USER_FIELDS}
         self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)

@@ -36,6 +36,7 @@ class RunArgs:
     config_path: str | None
     user_values: dict | None = None
     problems: Any = None
+    switched_off: str | None = None  # the warning naming the YAML fields a command-line flag switched off
 
     def __iter__(self):  # script_args, training_args, model_args, push_args = run
         return iter((self.script_args, self.training_args, self.model_args, self.push_args))
@@ -327,16 +328,18 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
-    if not light:  # the real dataclasses: what only they check (`GRPOExtConfig.__post_init__`)
-        from ..validation.tables import ignored_fields
-        from ..validation.user_values import flatten_values
+    from ..validation.tables import ignored_fields, switched_off_warning
+    from ..validation.user_values import flatten_values
 
-        # a YAML field a command-line flag switched off is not used (a warning, `switched_off_warning`): the real
-        # config keeps its default, which its own rules accept
-        off = {name for name, switched_off in ignored_fields(user_values, flatten_values(*run)) if switched_off}
+    values = flatten_values(*run)
+    warning = switched_off_warning(user_values, values)
+    if not light:  # the real dataclasses: what only they check (`GRPOExtConfig.__post_init__`)
+        # a YAML field a command-line flag switched off is not used (the warning): the real config keeps its default
+        off = {name for name, switched_off in ignored_fields(user_values, values) if switched_off}
         run = _parse(hf_argument_parser(dataclass_types(False)), {k: v for k, v in config.items() if k not in off},
                      args, problems, given=given, path=path, user_values=user_values)
         problems.raise_if_any(ConfigError)
+    run.switched_off = warning
     return run
 
 

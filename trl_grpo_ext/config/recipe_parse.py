@@ -18,8 +18,6 @@ from ..rewards.spec import build_reward_funcs, with_run_defaults
 from ..validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
 from ..validation.dataset_stage import DatasetSurvey, dataset_check
 from ..validation.problems import Problems, problem_lines
-from ..validation.tables import switched_off_warning
-from ..validation.user_values import flatten_values
 from .checks import world_size_from_env
 from .frontdoor import read_run_args
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
@@ -83,9 +81,8 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
         problems.raise_if_any(ValueError)
     except (ValueError, OSError, yaml.YAMLError) as err:
         raise _fail(problem_lines(err)) from err
-    warning = switched_off_warning(run.user_values, flatten_values(*run))
-    if warning:  # `--use_peft false` over a YAML with lora_r: accepted, and said
-        print(f"warning: {warning}", file=sys.stderr)
+    if run.switched_off:  # `--use_peft false` over a YAML with lora_r: accepted, and said
+        print(f"warning: {run.switched_off}", file=sys.stderr)
     return run
 
 

@@ -64,17 +64,22 @@ def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_v
                     "used), or set zero_variance_filter: off and lost_update_steps: 0.")
         if engine.zero_stage == 3:
             _check_zero3(where, values, version)
-    if values.get("ds3_gather_for_generation") is False and (engine.kind != "deepspeed" or engine.zero_stage in (1, 2)):
-        raise RunArgumentError(
-            f"ds3_gather_for_generation=False with {where}: TRL reads it only under DeepSpeed ZeRO-3 (generation then "
-            "runs on the sharded weights), so it would be ignored. Fix: remove ds3_gather_for_generation, or launch "
-            "with ZeRO-3 (recipes/accelerate_configs/zero3.yaml).")
     if engine.kind == "fsdp" and values.get("use_cpu"):
         raise RunArgumentError(
             f"use_cpu=True with {where}: accelerate then sets up a CPU run and skips FSDP, so every process would hold "
             "the whole model and train with plain DDP. Fix: set use_cpu: false, or launch without FSDP.")
+    if values.get("ds3_gather_for_generation") is False and (engine.kind != "deepspeed" or engine.zero_stage in (0, 1, 2)):
+        raise RunArgumentError(
+            f"ds3_gather_for_generation=False with {where}: TRL reads it only under DeepSpeed ZeRO-3 (generation then "
+            "runs on the sharded weights), so it would be ignored. Fix: remove ds3_gather_for_generation, or launch "
+            "with ZeRO-3 (recipes/accelerate_configs/zero3.yaml).")
     mixed = str(engine.mixed_precision or "").lower()  # accelerate lower-cases it
-    run = "bf16" if values.get("bf16") else "fp16" if values.get("fp16") else "no"
+    bf16 = values.get("bf16")
+    if bf16 is None and mixed in ("bf16", "fp16"):  # unset: what the machine supports (GRPOExtConfig._check_bf16)
+        from ..models.settings import bf16_available
+
+        bf16 = bf16_available() and not values.get("use_cpu") and not values.get("fp16")
+    run = "bf16" if bf16 else "fp16" if values.get("fp16") else "no"
     if mixed in ("bf16", "fp16") and run != mixed:
         where = f"set mixed_precision: {run if run != 'no' else repr('no')} in the accelerate config" + (
             " that launched the run (or unset ACCELERATE_MIXED_PRECISION)" if engine.source.startswith("ACCELERATE_")
@@ -82,7 +87,9 @@ def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_v
         why = (f"transformers takes accelerate's when bf16 and fp16 are false: the run would train in {mixed} autocast"
                if run == "no" else "the two disagree, which DeepSpeed refuses after the model loads")
         raise RunArgumentError(
-            f"{'bf16 and fp16 are both false' if run == 'no' else f'{run}=True'}, but accelerate's mixed_precision="
+            f"{'bf16 and fp16 are both false' if run == 'no' else f'{run}=True'}"
+            f"{' (bf16 unset: false on this machine)' if values.get('bf16') is None and run == 'no' else ''}, but "
+            "accelerate's mixed_precision="
             f"{mixed!r} (from {engine.source}): {why}. Fix: set {mixed}: true"
             f"{f' and {run}: false' if run != 'no' else ''}, or {where}.")
     if engine.kind == "fsdp" and values.get("load_in_4bit"):

@@ -184,23 +184,34 @@ def exclusive(v: RunView) -> None:
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
 
 
+#: `REQUIRES` rows that hold for the recipe alone: in Python, ``trainer.evaluate()`` reads num_generations_eval,
+#: eval_on_start evaluates a passed eval_dataset whatever eval_strategy says, and do_eval is the script's own flag.
+RECIPE_ROWS = ("num_generations_eval", "eval_on_start", "do_eval")
+
+
 def ignored_settings(v: RunView) -> None:
     """`tables.REQUIRES`: set fields whose setting is off, one line per setting (refused ones left out; those
-    switched off on the command line are `switched_off_warning`'s)."""
+    switched off on the command line are `switched_off_warning`'s). A config built in Python (no ``user``) skips the
+    rows of recipe fields (use_peft, push_to_hub_mode) and :data:`RECIPE_ROWS`, and only warns where a setting could
+    switch the field off (``dataclasses.replace(config, save_strategy="no")``); the rest it refuses."""
+    import warnings
+
     user = v.set_keys()
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
     for name, switched_off in ignored_fields(user, v.values):
-        # a config built in Python has no recipe fields (use_peft, push_to_hub_mode): their rows are the recipe's
-        python_only = v.user is None and not all(g in v.values for g in GOVERNED_BY[name])
-        if not switched_off and not python_only and not v.blocked((name, *GOVERNED_BY[name])):
+        python_skip = v.user is None and (name in RECIPE_ROWS or not all(g in v.values for g in GOVERNED_BY[name]))
+        if not switched_off and not python_skip and not v.blocked((name, *GOVERNED_BY[name])):
             ignored.setdefault(REQUIRES[name][0], []).append(name)
     found = []
     for setting, names in ignored.items():
         fix = REQUIRES[names[0]][2].format(field=" and ".join(names))
         one = len(names) == 1
-        found.append((f"{', '.join(f'{n}={user[n]!r}' for n in names)} only take{'s' if one else ''} effect with "
-                      f"{setting}, so {'it' if one else 'they'} would be ignored. Fix: {fix}",
-                      (*names, *GOVERNED_BY[names[0]])))
+        line = (f"{', '.join(f'{n}={user[n]!r}' for n in names)} only take{'s' if one else ''} effect with {setting}, "
+                f"so {'it' if one else 'they'} would be ignored. Fix: {fix}")
+        if v.user is None and GOVERNED_BY[names[0]]:
+            warnings.warn(line, UserWarning, stacklevel=2)
+        else:
+            found.append((line, (*names, *GOVERNED_BY[names[0]])))
     _several(found)
 
 

@@ -273,7 +273,8 @@ _requires(("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
           "set gradient_checkpointing: true or remove {field}.")
 _requires(("lr_scheduler_kwargs",), "an lr_scheduler_type other than constant and constant_with_warmup (transformers' "
           "get_scheduler passes them no arguments)",
-          lambda v: enum_value(v.get("lr_scheduler_type")) not in ("constant", "constant_with_warmup"),
+          lambda v: not v.get("lr_scheduler_kwargs") or enum_value(v.get("lr_scheduler_type")) not in (
+              "constant", "constant_with_warmup"),
           "set lr_scheduler_type: cosine (say) or remove {field}.")
 _requires(("warmup_steps",), "an lr_scheduler_type with a warmup (transformers' get_scheduler passes constant, "
           "reduce_lr_on_plateau and greedy none)", lambda v: not v.get("warmup_steps") or enum_value(
@@ -299,7 +300,9 @@ GOVERNED_BY: dict[str, tuple[str, ...]] = {
            "dataset_train_split": ("dataset_name",), "dataset_test_split": ("dataset_name",),
            "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
            "log_completions_hub_repo": (), "num_completions_to_print": ("log_completions",),
-           "warmup_steps": ("lr_scheduler_type",), "lr_scheduler_kwargs": ("lr_scheduler_type",), "data_seed": (), "label_smoothing_factor": (),
+           "warmup_steps": ("lr_scheduler_type",), "lr_scheduler_kwargs": ("lr_scheduler_type",), "data_seed": (),
+           "label_smoothing_factor": (), "fp16": ("use_cpu",),
+           "sync_ref_model": (),  # TRL raises for it with beta 0 (GRPOTrainer.__init__): refused, never switched off
            "num_generations_eval": ("eval_strategy",),
            **dict.fromkeys(_PUSH_FIELDS, ("push_to_hub_mode", "push_to_hub")),
            "gradient_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing"),
