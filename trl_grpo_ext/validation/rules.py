@@ -62,11 +62,7 @@ class RunView:
 
     def is_set(self, name: str) -> bool:
         """Whether the user set ``name`` (for a config built in Python: whether it is not its default)."""
-        if self.user is not None:
-            return self.user.get(name) is not None
-        from ..config.advantage_settings import is_explicit
-
-        return is_explicit(name, self.values.get(name), self.defaults)
+        return self.set_keys().get(name) is not None
 
     def set_keys(self) -> Mapping[str, Any]:
         """The keys the user set: ``user``, or for a config built in Python the fields not at their default."""
@@ -184,16 +180,14 @@ def exclusive(v: RunView) -> None:
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
 
 
-#: `REQUIRES` rows that hold for the recipe alone: in Python, ``trainer.evaluate()`` reads num_generations_eval,
-#: eval_on_start evaluates a passed eval_dataset whatever eval_strategy says, and do_eval is the script's own flag.
+#: `REQUIRES` rows of the recipe alone: in Python ``trainer.evaluate()`` reads these (do_eval: the script's own flag).
 RECIPE_ROWS = ("num_generations_eval", "eval_on_start", "do_eval")
 
 
 def ignored_settings(v: RunView) -> None:
-    """`tables.REQUIRES`: set fields whose setting is off, one line per setting (refused ones left out; those
-    switched off on the command line are `switched_off_warning`'s). A config built in Python (no ``user``) skips the
-    rows of recipe fields (use_peft, push_to_hub_mode) and :data:`RECIPE_ROWS`, and only warns where a setting could
-    switch the field off (``dataclasses.replace(config, save_strategy="no")``); the rest it refuses."""
+    """`tables.REQUIRES`: set fields whose setting is off, one line per setting (those switched off on the command
+    line: `switched_off_warning`'s). A config built in Python (no ``user``) skips the rows of recipe fields and
+    :data:`RECIPE_ROWS`, and warns of a field a setting switched off (``replace(config, save_strategy="no")``)."""
     import warnings
 
     user = v.set_keys()
