@@ -740,6 +740,10 @@ def test_an_empty_lr_scheduler_kwargs_beside_a_constant_schedule_is_accepted(tmp
     from trl_grpo_ext import GRPOExtConfig
 
     assert plan_cli.main(["--config", _config(tmp_path, {"lr_scheduler_type": "constant", "lr_scheduler_kwargs": {}})]) == 0
+    assert plan_cli.main(["--config", _config(tmp_path, {}), "--lr_scheduler_type", "constant",
+                          "--lr_scheduler_kwargs", "{}"]) == 0  # the command line's JSON string
+    assert plan_cli.main(["--config", _config(tmp_path, {}), "--lr_scheduler_type", "constant",
+                          "--lr_scheduler_kwargs", '{"num_cycles": 0.5}']) == 2
     GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, lr_scheduler_type="constant",
                   lr_scheduler_kwargs={})
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config.checks import Range
+from .mappings import as_mapping
 
 
 def _int(low, fix, source="", high=None):
@@ -273,8 +274,8 @@ _requires(("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
           "set gradient_checkpointing: true or remove {field}.")
 _requires(("lr_scheduler_kwargs",), "an lr_scheduler_type other than constant and constant_with_warmup (transformers' "
           "get_scheduler passes them no arguments)",
-          lambda v: not v.get("lr_scheduler_kwargs") or enum_value(v.get("lr_scheduler_type")) not in (
-              "constant", "constant_with_warmup"),
+          lambda v: not as_mapping("lr_scheduler_kwargs", v.get("lr_scheduler_kwargs"))  # {} or '{}': nothing
+          or enum_value(v.get("lr_scheduler_type")) not in ("constant", "constant_with_warmup"),
           "set lr_scheduler_type: cosine (say) or remove {field}.")
 _requires(("warmup_steps",), "an lr_scheduler_type with a warmup (transformers' get_scheduler passes constant, "
           "reduce_lr_on_plateau and greedy none)", lambda v: not v.get("warmup_steps") or enum_value(
