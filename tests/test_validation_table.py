@@ -1027,8 +1027,9 @@ def test_a_config_built_in_python_is_not_judged_by_the_recipe_fields_it_lacks(mo
 
     config = GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, merge_adapter_for_generation=True,
                            hub_model_id="you/model", num_generations_eval=4, eval_on_start=True, do_eval=True)
-    dataclasses.replace(GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, eval_strategy="epoch"),
-                        eval_strategy="no")  # transformers set do_eval itself
+    for strategy in ("epoch", "steps"):  # transformers set do_eval (and eval_steps = logging_steps) itself
+        dataclasses.replace(GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, eval_strategy=strategy),
+                            eval_strategy="no")
     assert not [w for w in recwarn if "only take" in str(w.message)], [str(w.message) for w in recwarn]
     assert config.merge_adapter_for_generation and config.eval_on_start
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")

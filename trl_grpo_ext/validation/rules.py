@@ -193,7 +193,9 @@ def ignored_settings(v: RunView) -> None:
     user = v.set_keys()
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
     for name, switched_off in ignored_fields(user, v.values):
-        python_skip = v.user is None and (name in RECIPE_ROWS or not all(g in v.values for g in GOVERNED_BY[name]))
+        python_skip = v.user is None and (name in RECIPE_ROWS or not all(g in v.values for g in GOVERNED_BY[name])
+                                          or (name == "eval_steps" and user[name] == v.get("logging_steps")))
+        # (transformers writes eval_steps = logging_steps under eval_strategy steps: a replace() carries it over)
         if not switched_off and not python_skip and not v.blocked((name, *GOVERNED_BY[name])):
             ignored.setdefault(REQUIRES[name][0], []).append(name)
     found = []
