@@ -262,7 +262,7 @@ class ResumeSettingsError(QuantityError):
 
 
 def check_settings_unchanged(checkpoint: str, settings: dict) -> None:
-    """Refuse (`QuantityError`) resuming ``checkpoint`` with other `resume_settings` than it was saved with (its
+    """Refuse (`ResumeSettingsError`) resuming ``checkpoint`` with other `resume_settings` than it was saved with (its
     :data:`SETTINGS_FILE`; a checkpoint without one is not judged) or another adapter than its adapter_config.json."""
     saved_path, adapter = Path(checkpoint) / SETTINGS_FILE, Path(checkpoint) / ADAPTER_CONFIG_FILE
     saved = json.loads(saved_path.read_text()) if saved_path.is_file() else {}

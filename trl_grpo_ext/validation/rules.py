@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS  # TRL's normalize_then_sum ignores each
+from ..config.advantage_settings import is_explicit
 from ..config.checks import RunArgumentError, as_number
 from ..config.engines import resolve_engine
 from ..config.loss_settings import CLIP_DEFAULTS
@@ -62,14 +63,13 @@ class RunView:
 
     def is_set(self, name: str) -> bool:
         """Whether the user set ``name`` (for a config built in Python: whether it is not its default)."""
-        return self.set_keys().get(name) is not None
+        return self.set_keys.get(name) is not None
 
+    @cached_property
     def set_keys(self) -> Mapping[str, Any]:
         """The keys the user set: ``user``, or for a config built in Python the fields not at their default."""
         if self.user is not None:
             return self.user
-        from ..config.advantage_settings import is_explicit
-
         return {k: v for k, v in self.values.items() if is_explicit(k, v, self.defaults)}
 
     def blocked(self, fields) -> bool:
@@ -175,7 +175,7 @@ def _several(found: list[tuple[str, tuple[str, ...]]]) -> None:
 
 def exclusive(v: RunView) -> None:
     """`tables.EXCLUSIVE`: fields that cannot both be on."""
-    user = v.set_keys()
+    user = v.set_keys
     _several([(f"{a}={user[a]!r} and {b}={user[b]!r} cannot both be set. Fix: {fix}", (a, b))
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
 
@@ -187,15 +187,15 @@ RECIPE_ROWS = ("num_generations_eval", "eval_on_start", "do_eval")
 def ignored_settings(v: RunView) -> None:
     """`tables.REQUIRES`: set fields whose setting is off, one line per setting (those switched off on the command
     line: `switched_off_warning`'s). A config built in Python (no ``user``) skips the rows of recipe fields and
-    :data:`RECIPE_ROWS`, and warns of a field a setting switched off (``replace(config, save_strategy="no")``)."""
+    :data:`RECIPE_ROWS`, and warns of a field a setting switched off (``replace(config, save_strategy="no")``); an
+    eval_steps equal to logging_steps is the one transformers wrote (under eval_strategy steps), not the user's."""
     import warnings
 
-    user = v.set_keys()
+    user = v.set_keys
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
     for name, switched_off in ignored_fields(user, v.values):
         python_skip = v.user is None and (name in RECIPE_ROWS or not all(g in v.values for g in GOVERNED_BY[name])
                                           or (name == "eval_steps" and user[name] == v.get("logging_steps")))
-        # (transformers writes eval_steps = logging_steps under eval_strategy steps: a replace() carries it over)
         if not switched_off and not python_skip and not v.blocked((name, *GOVERNED_BY[name])):
             ignored.setdefault(REQUIRES[name][0], []).append(name)
     found = []
