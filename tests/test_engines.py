@@ -278,3 +278,43 @@ def test_plan_reads_the_deepspeed_config_file_of_an_accelerate_config(capsys, mo
     config = tiny_cpu_yaml(tmp_path, use_cpu=False, micro_batch_size=8, zero_variance_filter="mask")
     code, _, err = _plan(capsys, "--config", config, "--accelerate-config", str(accelerate))
     assert code == 2 and "DeepSpeed ZeRO-3" in err and "zero_variance_filter='mask'" in err
+
+
+def test_a_deepspeed_config_that_does_not_read_as_json_is_refused_before_loading(tmp_path):
+    """accelerate's deepspeed_config_file written as YAML, or a path that does not exist: transformers'
+    HfDeepSpeedConfig would raise a JSONDecodeError (or a ValueError) after the model loads."""
+    as_yaml = tmp_path / "ds.yaml"
+    as_yaml.write_text("zero_optimization:\n  stage: 2\n")
+    good = tmp_path / "ds.json"
+    good.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    for env, named in (({"ACCELERATE_DEEPSPEED_CONFIG_FILE": str(as_yaml)}, "is not JSON"),
+                       ({"ACCELERATE_DEEPSPEED_CONFIG_FILE": str(tmp_path / "missing.json")}, "is no such file")):
+        engine = engine_from_env({"ACCELERATE_USE_DEEPSPEED": "true", **env})
+        assert engine.kind == "deepspeed" and engine.zero_stage is None
+        with pytest.raises(RunArgumentError, match=rf"DeepSpeed \(from ACCELERATE_USE_DEEPSPEED\): the DeepSpeed "
+                                                   rf"config '.*' {named}.*Fix: point deepspeed_config_file"):
+            engine_checks.check_engine_settings(engine, {}, "0.19.8")
+    # what transformers reads: a JSON file, a JSON string, base64 of one, a dict; accelerate's "none" is no file
+    import base64
+
+    for config in (str(good), json.dumps({"zero_optimization": {"stage": 2}}),
+                   base64.urlsafe_b64encode(b'{"zero_optimization": {"stage": 2}}').decode(),
+                   {"zero_optimization": {"stage": 2}}):
+        engine = resolve_engine({"deepspeed": config}, {})
+        assert (engine.zero_stage, engine.config_problem) == (2, None)
+        engine_checks.check_engine_settings(engine, {}, "0.19.8")
+    assert engine_from_env({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_CONFIG_FILE": "none",
+                            "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}).config_problem is None
+
+
+def test_plan_refuses_an_accelerate_config_whose_deepspeed_file_is_yaml(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(engine_checks, "installed_deepspeed", lambda: "0.19.8")
+    ds_yaml = tmp_path / "ds_config.yaml"
+    ds_yaml.write_text("zero_optimization:\n  stage: 3\n")
+    accelerate = tmp_path / "accelerate.yaml"
+    accelerate.write_text(yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_processes": 2,
+                                          "deepspeed_config": {"deepspeed_config_file": str(ds_yaml)}}))
+    config = tiny_cpu_yaml(tmp_path, use_cpu=False, micro_batch_size=8)
+    code, _, err = _plan(capsys, "--config", config, "--accelerate-config", str(accelerate))
+    assert code == 2 and f"the DeepSpeed config '{ds_yaml}' is not JSON" in err and "Traceback" not in err

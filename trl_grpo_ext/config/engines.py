@@ -4,6 +4,7 @@ to ``plan --accelerate-config`` (docs/scaling.md). The refusals are in `validati
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
@@ -17,8 +18,9 @@ from .checks import world_size_from_env
 @dataclass(frozen=True)
 class Engine:
     """A run's engine: ``kind`` (``single``, ``ddp``, ``deepspeed`` or ``fsdp``), ``zero_stage``, ``fsdp_version``, the
-    process and machine counts when the source says, the ``source`` it was read from, and ``optimizer_section`` (the
-    DeepSpeed JSON builds its own optimizer, so the trainer's ``create_optimizer`` is never called)."""
+    process and machine counts when the source says, the ``source`` it was read from, ``optimizer_section`` (the
+    DeepSpeed JSON builds its own optimizer, so the trainer's ``create_optimizer`` is never called) and
+    ``config_problem`` (its DeepSpeed config file does not read)."""
 
     kind: str = "single"
     zero_stage: int | None = None
@@ -28,6 +30,7 @@ class Engine:
     source: str = "default"
     optimizer_section: bool = False
     mixed_precision: str | None = None  # accelerate's (no, bf16, fp16), where the source names it
+    config_problem: str | None = None  # a DeepSpeed config file that does not read as JSON
 
     def describe(self) -> str:
         """``"DeepSpeed ZeRO-3 (from ACCELERATE_USE_DEEPSPEED)"`` and the like."""
@@ -43,26 +46,37 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def _deepspeed_json(config: Any) -> Mapping:
-    """A DeepSpeed config (a dict, a JSON string or a JSON file path) as a mapping; {} when unreadable."""
-    if isinstance(config, str):
-        try:
-            if os.path.isfile(config):
-                with open(config, encoding="utf-8") as f:
-                    config = json.load(f)
-            else:
-                config = json.loads(config)
-        except (OSError, ValueError):
-            return {}
-    return config if isinstance(config, Mapping) else {}
+def _deepspeed_json(config: Any) -> tuple[Mapping, str | None]:
+    """A DeepSpeed config (a dict, a JSON file path, a JSON or base64-JSON string, as transformers'
+    `HfDeepSpeedConfig` reads it) as a mapping, and what is wrong with it (None when it reads)."""
+    if not isinstance(config, str) or config.strip().lower() in ("", "none"):
+        return (config if isinstance(config, Mapping) else {}), None
+    try:
+        if os.path.isfile(config):
+            with open(config, encoding="utf-8") as f:
+                data = json.load(f)
+        else:
+            try:
+                data = json.loads(config)
+            except ValueError:
+                data = json.loads(base64.urlsafe_b64decode(config).decode("utf-8"))
+    except OSError as err:
+        return {}, f"the DeepSpeed config {config!r} cannot be read ({err.strerror or err})"
+    except (ValueError, UnicodeDecodeError):
+        what = "is not JSON (DeepSpeed reads a JSON file)" if os.path.isfile(config) else "is no such file"
+        return {}, f"the DeepSpeed config {config!r} {what}"
+    if not isinstance(data, Mapping):
+        return {}, f"the DeepSpeed config {config!r} is not a JSON object"
+    return data, None
 
 
 def _deepspeed_engine(config: Any, source: str, zero_stage: Any = None, **counts) -> Engine:
-    ds = _deepspeed_json(config)
+    ds, problem = _deepspeed_json(config)
     if zero_stage is None:
         zero_stage = (ds.get("zero_optimization") or {}).get("stage")
     stage = int(zero_stage) if str(zero_stage).isdigit() else None
-    return Engine("deepspeed", zero_stage=stage, source=source, optimizer_section="optimizer" in ds, **counts)
+    return Engine("deepspeed", zero_stage=stage, source=source, optimizer_section="optimizer" in ds,
+                  config_problem=problem, **counts)
 
 
 def engine_from_run_values(values: Mapping[str, Any]) -> Engine | None:

@@ -44,6 +44,11 @@ def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_v
         RunArgumentError: naming the engine, the field(s), the value(s) and a fix."""
     where = engine.describe()
     if engine.kind == "deepspeed":
+        if engine.config_problem:
+            raise RunArgumentError(
+                f"{where}: {engine.config_problem}, and transformers would fail reading it after the model loads. "
+                "Fix: point deepspeed_config_file (or the deepspeed field) at a JSON file, e.g. "
+                '{"zero_optimization": {"stage": 2}}, or set zero_stage in the accelerate config instead.')
         if values.get("use_cpu"):
             raise RunArgumentError(
                 f"use_cpu=True with {where}: accelerate drops DeepSpeed when use_cpu is set and trains with plain DDP. "
