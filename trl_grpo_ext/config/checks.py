@@ -147,6 +147,12 @@ def format_number(x: Any) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
 
 
+def shown(value: Any) -> str:
+    """A value as a message shows it: a whole float as the integer the user wrote (``10`` for 10.0, TRL's parser
+    types ``--save_steps 10`` as a float), anything else as `repr`."""
+    return format_number(value) if isinstance(value, float) else repr(value)
+
+
 def as_number(value: Any) -> float | None:
     """``value`` as a number (a numeric string cast as TRL's parser would), or None (booleans are not numbers)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS  # TRL's normalize_then_sum ignores each
 from ..config.advantage_settings import is_explicit
-from ..config.checks import RunArgumentError, as_number
+from ..config.checks import RunArgumentError, as_number, shown
 from ..config.engines import resolve_engine
 from ..config.loss_settings import CLIP_DEFAULTS
 from ..hub.merge import check_push_settings
@@ -176,7 +176,7 @@ def _several(found: list[tuple[str, tuple[str, ...]]]) -> None:
 def exclusive(v: RunView) -> None:
     """`tables.EXCLUSIVE`: fields that cannot both be on."""
     user = v.set_keys
-    _several([(f"{a}={user[a]!r} and {b}={user[b]!r} cannot both be set. Fix: {fix}", (a, b))
+    _several([(f"{a}={shown(user[a])} and {b}={shown(user[b])} cannot both be set. Fix: {fix}", (a, b))
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
 
 
@@ -202,7 +202,7 @@ def ignored_settings(v: RunView) -> None:
     for setting, names in ignored.items():
         fix = REQUIRES[names[0]][2].format(field=" and ".join(names))
         one = len(names) == 1
-        line = (f"{', '.join(f'{n}={user[n]!r}' for n in names)} only take{'s' if one else ''} effect with {setting}, "
+        line = (f"{', '.join(f'{n}={shown(user[n])}' for n in names)} only take{'s' if one else ''} effect with {setting}, "
                 f"so {'it' if one else 'they'} would be ignored. Fix: {fix}")
         if v.user is None and GOVERNED_BY[names[0]]:
             warnings.warn(line, UserWarning, stacklevel=2)
@@ -217,8 +217,8 @@ def ordered(v: RunView) -> None:
     for low, high, strict in ORDERED:
         lo, hi = as_number(v.values.get(low)), as_number(v.values.get(high))
         if lo is not None and hi is not None and (lo >= hi if strict else lo > hi) and not v.blocked((low, high)):
-            found.append((f"{low}={v.values[low]!r} {'is not below' if strict else 'is above'} {high}="
-                          f"{v.values[high]!r}. Fix: make {low} {'<' if strict else '<='} {high}.", (low, high)))
+            found.append((f"{low}={shown(v.values[low])} {'is not below' if strict else 'is above'} {high}="
+                          f"{shown(v.values[high])}. Fix: make {low} {'<' if strict else '<='} {high}.", (low, high)))
     _several(found)
 
 
