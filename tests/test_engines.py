@@ -318,3 +318,18 @@ def test_plan_refuses_an_accelerate_config_whose_deepspeed_file_is_yaml(capsys, 
     config = tiny_cpu_yaml(tmp_path, use_cpu=False, micro_batch_size=8)
     code, _, err = _plan(capsys, "--config", config, "--accelerate-config", str(accelerate))
     assert code == 2 and f"the DeepSpeed config '{ds_yaml}' is not JSON" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("config", "named"), [
+    ({"distributed_type": "DEEPSPEED", "num_processes": 2, "deepspeed_config": "zero2"},
+     "deepspeed_config='zero2' is not a mapping"),
+    ({"distributed_type": "FSDP", "fsdp_config": "fsdp2"}, "fsdp_config='fsdp2' is not a mapping"),
+    ({"distributed_type": "FSDP", "fsdp_config": {"fsdp_version": None}}, "fsdp_config.fsdp_version=None is not a whole"),
+    ({"distributed_type": "MULTI_GPU", "num_processes": "two"}, "num_processes='two' is not a whole number >= 1"),
+    ({"distributed_type": "MULTI_GPU", "num_processes": 2.5}, "num_processes=2.5 is not a whole number >= 1"),
+])
+def test_an_accelerate_config_accelerate_would_fail_on_is_refused_naming_the_key(capsys, tmp_path, config, named):
+    accelerate = tmp_path / "accelerate.yaml"
+    accelerate.write_text(yaml.safe_dump(config))
+    code, _, err = _plan(capsys, "--config", tiny_cpu_yaml(tmp_path), "--accelerate-config", str(accelerate))
+    assert code == 2 and f"--accelerate-config {accelerate}: {named}" in err and "Traceback" not in err

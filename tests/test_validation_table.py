@@ -986,6 +986,10 @@ def test_a_config_built_in_python_passes_the_mapping_checks():
     ({"use_adaptive_entropy": True, "entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
      "entropy_coef_min=0.5 is above entropy_coef_max=0.1"),
     ({"bf16": True, "fp16": True}, "bf16=True and fp16=True cannot both be set"),
+    # TRL's and transformers' numeric fields get the ranges plan checks (validation.tables.TRL_RANGES)
+    ({"top_p": 2.0}, "top_p=2.0 must be a number in (0, 1]"),
+    ({"beta": -1.0}, "beta=-1.0 must be a number >= 0"),
+    ({"max_completion_length": 0}, "max_completion_length=0 must be an integer >= 1"),
 ])
 def test_a_config_built_in_python_refuses_what_plan_and_the_recipe_refuse(change, message):
     """`GRPOExtConfig.__post_init__` runs the rules of its own fields (scope "run"): a setting no other setting could

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .checks import world_size_from_env
+from .checks import RunArgumentError, world_size_from_env
 
 
 @dataclass(frozen=True)
@@ -107,18 +107,33 @@ def engine_from_env(environ: Mapping[str, str] | None = None) -> Engine | None:
 
 def engine_from_accelerate_config(config: Mapping[str, Any], source: str = "the accelerate config") -> Engine:
     """The engine and counts of an accelerate config's contents (``num_processes``: over all machines, the world
-    size the plan counts)."""
+    size the plan counts).
+
+    Raises:
+        RunArgumentError: a key accelerate would fail on (a section that is not a mapping, a count or FSDP version
+            that is not a whole number), naming ``source``, the key, the value and a fix."""
+    def whole(key: str, value: Any, low: int = 1) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise RunArgumentError(f"{source}: {key}={value!r} is not a whole number >= {low}. Fix: e.g. {key}: 2.")
+        return value
+
+    def section(key: str) -> Mapping:
+        value = config.get(key) or {}
+        if not isinstance(value, Mapping):
+            raise RunArgumentError(f"{source}: {key}={value!r} is not a mapping of settings. Fix: write {key}: as "
+                                   "keys and values (recipes/accelerate_configs/ has examples), or remove it.")
+        return value
+
     kind = str(config.get("distributed_type", "NO")).upper()
-    counts = {"num_processes": config.get("num_processes"), "num_machines": config.get("num_machines")}
-    counts = {k: int(v) for k, v in counts.items() if v is not None}
+    counts = {k: whole(k, config[k]) for k in ("num_processes", "num_machines") if config.get(k) is not None}
     if kind == "DEEPSPEED":
-        ds = config.get("deepspeed_config") or {}
+        ds = section("deepspeed_config")
         return _deepspeed_engine(ds.get("deepspeed_config_file"), source, ds.get("zero_stage"),
                                  mixed_precision=config.get("mixed_precision"), **counts)
     mixed = config.get("mixed_precision")
     if kind == "FSDP":
-        version = (config.get("fsdp_config") or {}).get("fsdp_version", 1)
-        return Engine("fsdp", fsdp_version=int(version), source=source, mixed_precision=mixed, **counts)
+        version = whole("fsdp_config.fsdp_version", section("fsdp_config").get("fsdp_version", 1))
+        return Engine("fsdp", fsdp_version=version, source=source, mixed_precision=mixed, **counts)
     multi = kind.startswith("MULTI_") or counts.get("num_processes", 1) > 1
     return Engine("ddp" if multi else "single", source=source, mixed_precision=mixed, **counts)
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, NewType
 
@@ -127,6 +128,8 @@ class GRPOExtConfig(GRPOConfig):
                                  f"{_DEFAULTS[name]!r}) or give a value.")
             if getattr(self, name) is not None:
                 check.check(name, getattr(self, name))
+        for name, check in _trl_ranges().items():  # TRL's and transformers' numeric fields, as plan checks them
+            check.check(name, getattr(self, name))
         self._check_bf16()  # the rules read bf16 as the run resolves it (accelerate's mixed_precision beside it)
         self._check_rules(world_size)
         self._adopt_activation_checkpointing()
@@ -218,6 +221,15 @@ _FIELD_CHECKS: dict[str, Any] = {
        for name, checks in declared_checks(GRPOExtConfig).items()},
     **TRL_FIELD_RANGES,
 }
+
+
+@functools.lru_cache(maxsize=1)
+def _trl_ranges() -> dict[str, Range]:
+    """`validation.tables.TRL_RANGES` of the config's fields, but those of `_FIELD_CHECKS` (learning rate 0 allowed)."""
+    from ..validation.tables import TRL_RANGES
+
+    names = {f.name for f in fields(GRPOExtConfig)}
+    return {name: check for name, check in TRL_RANGES.items() if name in names and name not in _FIELD_CHECKS}
 
 
 #: our fields whose default ``None`` means "unset" (a declared check applies to a value, not to None)
