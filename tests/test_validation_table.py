@@ -287,6 +287,9 @@ INVALID = [
     # a chat_template TRL would fail to render at the first generation, after the model loads (the breaker's finding)
     row("chat_template that is not Jinja", {"chat_template": "{% for m in messages %}{{ m['content'] }{% endfor %}"},
         ["chat_template"], "Fix: close every {{ ... }}"),
+    # a template's name from another tool's config (axolotl's `chat_template: chatml`): every prompt would render as it
+    row("chat_template without Jinja", {"chat_template": "chatml"},
+        ["chat_template='chatml' has no Jinja in it"], "Fix: give a Jinja template that reads messages"),
     # PEFT: "No modules were targeted for adaptation", after the model loads
     row("lora_target_modules empty", {"lora_target_modules": []}, ["lora_target_modules"], "Fix: list module names"),
     # choices of transformers' enum fields, which argparse checks on the command line only
@@ -452,6 +455,9 @@ INVALID = [
         "Fix: set lr_scheduler_type: constant_with_warmup"),
     row("data_seed", {"data_seed": 1}, ["data_seed=1 only takes effect with a sampler that reads it"],
         "Fix: remove data_seed; seed sets the order of the prompts."),
+    row("dataloader_prefetch_factor without workers", {"dataloader_prefetch_factor": 2},
+        ["dataloader_prefetch_factor=2 only takes effect with dataloader_num_workers > 0"],
+        "Fix: set dataloader_num_workers: 2 (say) or remove dataloader_prefetch_factor."),
     row("label_smoothing_factor", {"label_smoothing_factor": 0.1},
         ["label_smoothing_factor=0.1 only takes effect with a loss with labels"], "Fix: remove label_smoothing_factor."),
     # transformers' get_scheduler passes the kwargs to the schedule's function: a TypeError at the first step

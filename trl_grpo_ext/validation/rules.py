@@ -30,15 +30,7 @@ from .rewards import (
     known_columns,
     reward_specs,
 )
-from .tables import (
-    EXCLUSIVE,
-    GOVERNED_BY,
-    ORDERED,
-    REQUIRES,
-    enum_value,
-    ignored_fields,
-    is_on,
-)
+from .tables import EXCLUSIVE, GOVERNED_BY, ORDERED, REQUIRES, enum_value, ignored_fields, is_on
 from .trainer_settings import TRAINER_FIELDS, check_continued_adapter, trainer_problems
 
 
@@ -246,6 +238,10 @@ def chat_template(v: RunView) -> None:
         raise RunArgumentError(f"chat_template is not a valid Jinja template ({err.message}, line {err.lineno}). Fix: "
                                "close every {{ ... }} and {% ... %} in it, or remove chat_template to use the "
                                "tokenizer's own.") from None
+    if "{{" not in template and "{%" not in template:  # `chatml`, a template's name in other tools' configs
+        raise RunArgumentError(f"chat_template={template!r} has no Jinja in it, so every prompt would render as that "
+                               "text. Fix: give a Jinja template that reads messages, or remove chat_template to use "
+                               "the tokenizer's own.")
 
 
 def compare_base_adapter(v: RunView) -> None:

@@ -284,6 +284,8 @@ _requires(("warmup_steps",), "an lr_scheduler_type with a warmup (transformers' 
 # TRL's GRPO sampler orders the prompts by seed (RepeatSampler(seed=args.seed)); GRPO has no label to smooth
 _requires(("data_seed",), "a sampler that reads it (TRL's GRPO sampler orders the prompts by seed alone)",
           lambda v: v.get("data_seed") is None, "remove {field}; seed sets the order of the prompts.")
+_requires(("dataloader_prefetch_factor",), "dataloader_num_workers > 0 (transformers raises for it without workers)",
+          lambda v: (v.get("dataloader_num_workers") or 0) > 0, "set dataloader_num_workers: 2 (say) or remove {field}.")
 _requires(("label_smoothing_factor",), "a loss with labels (GRPO's has none)",
           lambda v: not v.get("label_smoothing_factor"), "remove {field}.")
 # (eval_strategy: steps without eval_steps evaluates every logging_steps, whatever logging_strategy says)
