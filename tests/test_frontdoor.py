@@ -116,6 +116,8 @@ def test_a_yaml_list_on_the_command_line_is_read_as_the_list(tmp_path, light):
     run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--plot", "off", "--gradient_checkpointing", "on"],
                         light=light)
     assert run.script_args.plot is False and run.training_args.gradient_checkpointing is True
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--plot=off", "--gradient_checkpointing=ON"], light=light)
+    assert run.script_args.plot is False and run.training_args.gradient_checkpointing is True  # --key=value alike
     # HfArgumentParser's own spelling is unchanged
     run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--lora_target_modules", "k_proj", "o_proj"], light=light)
     assert run.model_args.lora_target_modules == ["k_proj", "o_proj"]
