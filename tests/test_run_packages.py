@@ -107,3 +107,24 @@ def test_flash_attention_3_and_4_need_their_package(monkeypatch, version):
                                                               f"needs FlashAttention {version}, which is not installed")
     monkeypatch.setattr(hf_utils, f"is_flash_attn_{version}_available", lambda: True)
     assert package_problems({"attn_implementation": f"flash_attention_{version}"}) == []
+
+
+@pytest.mark.parametrize(("optim", "requirement"), [
+    ("lomo", "lomo-optim"), ("adalomo", "lomo-optim"), ("galore_adamw_8bit", "galore-torch"),
+    ("apollo_adamw", "apollo-torch"), ("schedule_free_adamw", "schedulefree"), ("adamw_torch_4bit", "torchao"),
+    ("grokadamw", "grokadamw"), ("stable_adamw", "torch-optimi"),
+])
+def test_an_optimizer_whose_package_is_missing_is_refused_before_the_model(monkeypatch, capsys, optim, requirement):
+    """transformers' trainer_optimizer raises ImportError for these when it builds the optimizer, after the weights
+    loaded (the breaker's finding: `--optim lomo` passed plan, then the recipe failed)."""
+    module = packages.OPTIMIZERS[next(k for k in packages.OPTIMIZERS if optim == k or optim.startswith(k))][0]
+    monkeypatch.setattr(packages, "installed", lambda name: name != module and importlib.util.find_spec(name) is not None)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert plan_main(["--config", "tiny_cpu", "--optim", optim]) == 2
+    assert f"optim={optim!r} needs the {requirement} package, which is not installed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_recipe_args(["--config", "tiny_cpu", "--optim", optim])
+    assert f"Fix: pip install {requirement}, or set optim: adamw_torch." in capsys.readouterr().err
+    monkeypatch.setattr(packages, "installed", lambda name: True)
+    assert not [p for p in packages.package_problems({"optim": optim}) if p[0] == "optim"]
+    assert not [p for p in packages.package_problems({"optim": "adamw_torch"}) if p[0] == "optim"]

@@ -28,6 +28,17 @@ TRACKERS = {
 }
 
 
+#: ``optim`` name prefix -> (import name, pip requirement): transformers' ``trainer_optimizer`` raises ImportError for
+#: these when it builds the optimizer, after the model loads (the bitsandbytes ones need bitsandbytes, a dependency).
+OPTIMIZERS = {
+    "galore_": ("galore_torch", "galore-torch"), "apollo_": ("apollo_torch", "apollo-torch"),
+    "lomo": ("lomo_optim", "lomo-optim"), "adalomo": ("lomo_optim", "lomo-optim"),
+    "grokadamw": ("grokadamw", "grokadamw"), "adamw_torch_4bit": ("torchao", "torchao"),
+    "adamw_torch_8bit": ("torchao", "torchao"), "schedule_free_": ("schedulefree", "schedulefree"),
+    "stable_adamw": ("optimi", "torch-optimi"), "adamw_anyprecision": ("torchdistx", "torchdistx"),
+}
+
+
 def installed(module: str) -> bool:
     """Whether ``module`` can be imported (found on the path; not imported)."""
     try:
@@ -43,7 +54,7 @@ def _report_to(value: Any) -> list:
 
 def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(field, problem)`` for each package a setting of ``values`` (``attn_implementation``, ``use_vllm``,
-    ``use_liger_kernel``, ``report_to``) needs and this environment lacks: the pip command and the setting without it.
+    ``use_liger_kernel``, ``optim``, ``report_to``) needs and this environment lacks: the pip command and the setting without it.
     """
     out = []
     attn = enum_value(values.get("attn_implementation"))
@@ -73,6 +84,13 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
         out.append(("use_liger_kernel", "use_liger_kernel=True needs the liger-kernel package, which is not installed "
                     "(the trainer would fail after loading the model). Fix: pip install liger-kernel, or set "
                     "use_liger_kernel: false."))
+    optim = str(enum_value(values.get("optim")) or "")
+    module, requirement = next((v for k, v in OPTIMIZERS.items() if optim == k or k.endswith("_") and optim.startswith(k)),
+                               (None, None))
+    if module and not installed(module):
+        out.append(("optim", f"optim={optim!r} needs the {requirement} package, which is not installed (transformers "
+                    f"would fail building the optimizer, after loading the model). Fix: pip install {requirement}, or "
+                    "set optim: adamw_torch."))
     out += _report_to_problems(values.get("report_to"))
     report_to = _report_to(values.get("report_to"))
     for tracker in report_to:
