@@ -285,3 +285,18 @@ def test_gpu_memory_must_be_a_positive_number(value, capsys):
     with pytest.raises(SystemExit):
         plan_cli.main(["--config", "tiny_cpu", "--gpu-memory-gib", value])
     assert f"argument --gpu-memory-gib: '{value}' is not a finite number > 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "x"])
+def test_dataset_size_must_be_a_whole_number_of_prompts(value, capsys):
+    # -5 reached the embedded-task check, whose fix suggested embedded_num_prompts: -5
+    with pytest.raises(SystemExit):
+        plan_cli.main(["--config", "tiny_cpu", "--dataset-size", value])
+    assert f"argument --dataset-size: '{value}' is not a whole number of prompts >= 1 (e.g. 2000)" in \
+        capsys.readouterr().err
+
+
+def test_eval_results_that_cannot_be_read_name_the_flag_and_the_fix(capsys, tmp_path):
+    assert plan_cli.main(["--config", "tiny_cpu", "--eval-results", str(tmp_path / "missing.json")]) == 2
+    assert (f"--eval-results {tmp_path / 'missing.json'}: cannot be read (No such file or directory); pass the output "
+            "of `trl-grpo-ext eval --k K --json`") in capsys.readouterr().err

@@ -38,7 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, action=Once,
                         help="a run config: YAML path or shipped name (tiny_cpu, ...); any --key value overrides it")
-    parser.add_argument("--dataset-size", type=int, default=None, help="prompts in the training set")
+    parser.add_argument("--dataset-size", type=_count, default=None, help="prompts in the training set")
     parser.add_argument("--num-processes", type=int, default=None,
                         help="training processes (default: $WORLD_SIZE, else 1)")
     parser.add_argument("--accelerate-config", "--accelerate_config", dest="accelerate_config", default=None,
@@ -65,7 +65,21 @@ def _positive(text: str) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0 (e.g. 80 for an 80 GiB GPU)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0 (e.g. 80 for an 80 GiB GPU, 0.5e9 "
+                                         "parameters)")
+    return value
+
+
+def _count(text: str) -> int:
+    """A whole number >= 1 (argparse type for ``--dataset-size``)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of prompts >= 1 (e.g. 2000)")
     return value
 
 
@@ -151,6 +165,9 @@ def build_plan(args: argparse.Namespace):
             with open(args.eval_results, encoding="utf-8") as fh:
                 results = json.load(fh)
             forecast_warning = zero_variance_forecast_warning(results, plan.num_generations)
+        except OSError as err:
+            raise ValueError(f"--eval-results {args.eval_results}: cannot be read ({err.strerror or err}); pass the "
+                             "output of `trl-grpo-ext eval --k K --json` or a run's eval_results.json.") from None
         except json.JSONDecodeError as err:
             raise ValueError(f"--eval-results {args.eval_results}: not JSON ({err}); pass the output of "
                              "`trl-grpo-ext eval --k K --json` or a run's eval_results.json.") from None
