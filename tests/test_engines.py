@@ -333,3 +333,11 @@ def test_an_accelerate_config_accelerate_would_fail_on_is_refused_naming_the_key
     accelerate.write_text(yaml.safe_dump(config))
     code, _, err = _plan(capsys, "--config", tiny_cpu_yaml(tmp_path), "--accelerate-config", str(accelerate))
     assert code == 2 and f"--accelerate-config {accelerate}: {named}" in err and "Traceback" not in err
+
+
+def test_an_accelerate_config_that_is_not_yaml_is_named_as_the_accelerate_config(capsys, tmp_path):
+    accelerate = tmp_path / "accelerate.yaml"
+    accelerate.write_text("distributed_type: [DEEPSPEED\n")
+    code, _, err = _plan(capsys, "--config", tiny_cpu_yaml(tmp_path), "--accelerate-config", str(accelerate))
+    assert code == 2 and f"--accelerate-config {accelerate}: not valid YAML" in err and "--config " + str(accelerate) \
+        not in err

@@ -101,7 +101,7 @@ def accelerate_engine(name_or_path: str | None):
     from trl_grpo_ext.config.frontdoor import load_yaml, resolve_config
 
     path = resolve_config(name_or_path, kind="accelerate_configs")
-    return engine_from_accelerate_config(load_yaml(path), source=f"--accelerate-config {path}")
+    return engine_from_accelerate_config(load_yaml(path, "--accelerate-config"), source=f"--accelerate-config {path}")
 
 
 def world_size_from(num_processes: int | None, engine=None) -> int:

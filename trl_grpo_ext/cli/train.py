@@ -66,7 +66,7 @@ def run_recipe(argv: list[str]) -> int:
 def _uses_cpu(config_file) -> bool:
     from ..config.frontdoor import load_yaml
 
-    return bool(load_yaml(config_file).get("use_cpu")) and hasattr(os, "sched_getaffinity")
+    return bool(load_yaml(config_file, "--accelerate_config").get("use_cpu")) and hasattr(os, "sched_getaffinity")
 
 
 def check_before_launch(argv: list[str], config_file) -> list[str]:
@@ -84,7 +84,7 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
     from ..validation.problems import problem_lines
 
     try:
-        engine = engine_from_accelerate_config(load_yaml(config_file), source=f"--accelerate_config {config_file}")
+        engine = engine_from_accelerate_config(load_yaml(config_file, "--accelerate_config"), source=f"--accelerate_config {config_file}")
         world = engine.num_processes if engine.num_processes and engine.num_processes > 0 else 1
         from ..validation.collected import check_skip_epochs, dataset_size_of
         from ..validation.dataset_stage import DatasetSurvey, dataset_check

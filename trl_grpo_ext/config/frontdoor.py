@@ -124,9 +124,10 @@ def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
     return value, argv[:i] + argv[i + (1 if inline else 2):]
 
 
-def load_yaml(path: Path) -> dict:
+def load_yaml(path: Path, flag: str = "--config") -> dict:
     """The YAML mapping in ``path`` ({} when empty). Raises ConfigError on bad YAML, a non-mapping, or a key written
-    twice in one mapping (YAML loaders keep the last silently)."""
+    twice in one mapping (YAML loaders keep the last silently); ``flag``: the option that named the file, for the
+    message."""
     import yaml
 
     class UniqueKeys(yaml.SafeLoader):
@@ -137,10 +138,10 @@ def load_yaml(path: Path) -> dict:
                     continue
                 key = self.construct_object(key_node, deep=deep)
                 if not isinstance(key, str):  # `1: 3`, `true: 1`
-                    raise ConfigError(f"--config {path}: the key {key!r} (line {key_node.start_mark.line + 1}) is no "
+                    raise ConfigError(f"{flag} {path}: the key {key!r} (line {key_node.start_mark.line + 1}) is no "
                                       "field name. Fix: write `field_name: value`.")
                 if key in seen:
-                    raise ConfigError(f"--config {path}: {key!r} is written twice (lines {seen[key]} and "
+                    raise ConfigError(f"{flag} {path}: {key!r} is written twice (lines {seen[key]} and "
                                       f"{key_node.start_mark.line + 1}), and YAML would keep the second silently. "
                                       "Fix: keep one of them.")
                 seen[key] = key_node.start_mark.line + 1
@@ -149,11 +150,11 @@ def load_yaml(path: Path) -> dict:
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeys)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
-        raise ConfigError(f"--config {path}: not valid YAML: {' '.join(str(err).split())}") from None
+        raise ConfigError(f"{flag} {path}: not valid YAML: {' '.join(str(err).split())}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: expected a mapping of keys to values, got a {type(data).__name__}.")
+        raise ConfigError(f"{flag} {path}: expected a mapping of keys to values, got a {type(data).__name__}.")
     return data
 
 
