@@ -84,7 +84,8 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
     from ..validation.problems import problem_lines
 
     try:
-        engine = engine_from_accelerate_config(load_yaml(config_file, "--accelerate_config"), source=f"--accelerate_config {config_file}")
+        engine = engine_from_accelerate_config(load_yaml(config_file, "--accelerate_config"),
+                                               source=f"--accelerate_config {config_file}")
         world = engine.num_processes if engine.num_processes and engine.num_processes > 0 else 1
         from ..validation.collected import check_skip_epochs, dataset_size_of
         from ..validation.dataset_stage import DatasetSurvey, dataset_check

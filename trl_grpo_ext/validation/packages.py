@@ -54,8 +54,8 @@ def _report_to(value: Any) -> list:
 
 def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(field, problem)`` for each package a setting of ``values`` (``attn_implementation``, ``use_vllm``,
-    ``use_liger_kernel``, ``optim``, ``report_to``) needs and this environment lacks: the pip command and the setting without it.
-    """
+    ``use_liger_kernel``, ``optim``, ``report_to``) needs and this environment lacks: the pip command and the setting
+    without it."""
     out = []
     attn = enum_value(values.get("attn_implementation"))
     if isinstance(attn, str) and "/" not in attn:  # "org/repo": a kernel from the Hub, which transformers fetches
@@ -85,8 +85,8 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
                     "(the trainer would fail after loading the model). Fix: pip install liger-kernel, or set "
                     "use_liger_kernel: false."))
     optim = str(enum_value(values.get("optim")) or "")
-    module, requirement = next((v for k, v in OPTIMIZERS.items() if optim == k or k.endswith("_") and optim.startswith(k)),
-                               (None, None))
+    module, requirement = next(
+        (v for k, v in OPTIMIZERS.items() if optim == k or k.endswith("_") and optim.startswith(k)), (None, None))
     if module and not installed(module):
         out.append(("optim", f"optim={optim!r} needs the {requirement} package, which is not installed (transformers "
                     f"would fail building the optimizer, after loading the model). Fix: pip install {requirement}, or "
