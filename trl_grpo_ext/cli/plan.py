@@ -13,7 +13,7 @@ import sys
 from dataclasses import fields
 
 from trl_grpo_ext.cli import Once
-from trl_grpo_ext.config.checks import world_size_from_env
+from trl_grpo_ext.config.checks import Range, world_size_from_env
 from trl_grpo_ext.config.frontdoor import read_run_args
 from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.evaluation.plan import zero_variance_forecast_warning
@@ -25,6 +25,8 @@ from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
 from trl_grpo_ext.validation.problems import problem_lines
 from trl_grpo_ext.zero_variance.report import resample_note, skip_note
 from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings
+
+_POSITIVE = Range(low=0, low_open=True)
 
 EMBEDDED_PREFIX = "embedded:"
 #: ``run(args)`` receives the arguments ``plan`` does not declare (config overrides) as ``args.overrides``.
@@ -38,16 +40,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, action=Once,
                         help="a run config: YAML path or shipped name (tiny_cpu, ...); any --key value overrides it")
-    parser.add_argument("--dataset-size", type=_count, default=None, help="prompts in the training set")
+    parser.add_argument("--dataset-size", type=_number(Range(low=1, integer=True), "a whole number of prompts >= 1",
+                                                      "2000"), default=None, help="prompts in the training set")
     parser.add_argument("--num-processes", type=int, default=None,
                         help="training processes (default: $WORLD_SIZE, else 1)")
     parser.add_argument("--accelerate-config", "--accelerate_config", dest="accelerate_config", default=None,
                         help="the accelerate config of the launch (a path or zero3, fsdp2, ...): its num_processes "
                              "and engine")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
-    parser.add_argument("--gpu-memory-gib", type=_positive, default=None,
+    parser.add_argument("--gpu-memory-gib", type=_number(_POSITIVE, "a finite number > 0", "80 for an 80 GiB GPU"),
+                        default=None,
                         help="memory of one device in GiB, to check that a micro-batch can fit")
-    parser.add_argument("--model-params", type=_positive, default=None,
+    parser.add_argument("--model-params", type=_number(_POSITIVE, "a finite number > 0", "0.5e9 parameters"),
+                        default=None,
                         help="number of model parameters (e.g. 0.5e9), used with --gpu-memory-gib")
     parser.add_argument("--eval-results", default=None,
                         help="an `eval --json` output (or eval_results.json): warn when its σ = 0 forecast for the "
@@ -55,32 +60,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> float:
-    """A finite number > 0 (argparse type): ``--gpu-memory-gib -1`` or ``nan`` passed every memory check."""
-    import argparse
-    import math
+def _number(check, what: str, example: str):
+    """An argparse type: the number ``check`` (a `config.checks.Range`) accepts, else argparse's error
+    "'TEXT' is not <what> (e.g. <example>)". ``--gpu-memory-gib -1`` or ``nan`` passed every memory check."""
 
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0 (e.g. 80 for an 80 GiB GPU, 0.5e9 "
-                                         "parameters)")
-    return value
+    def parse(text: str):
+        try:
+            return check.check("value", text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} (e.g. {example})") from None
 
-
-def _count(text: str) -> int:
-    """A whole number >= 1 (argparse type for ``--dataset-size``)."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of prompts >= 1 (e.g. 2000)")
-    return value
+    return parse
 
 
 def dataset_size_from(script_args, dataset_size: int | None) -> int | None:
