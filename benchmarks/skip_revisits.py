@@ -8,11 +8,13 @@ by how the prompt's previous rollout came out. Reads one arm's result of `real_m
 import argparse
 import json
 
+from skip_predictors import minority  # benchmarks/ is on the path: the script's folder
+
 
 def uniform(totals: list) -> bool:
-    """The recorder's definition (`real_model_vs_trl.Recorder.groups`): fewer than 2 scored completions, or all equal."""
-    values = [t for t in totals if t is not None]
-    return len(values) < 2 or max(values) == min(values)
+    """Whether a group's weighted totals are uniform, as `skip_predictors.minority` counts them (no completion off the
+    most common total; fewer than 2 scored completions)."""
+    return minority(totals) == 0
 
 
 def revisits(rollouts: list, steps_per_epoch: int) -> dict[str, list[int]]:

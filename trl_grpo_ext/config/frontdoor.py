@@ -211,12 +211,13 @@ def _command_line_as_yaml(args: list[str], types_: tuple[type, ...]) -> list[str
             out.append("true" if token.lower() == "on" else "false")
             continue
         flag, equals, value = token.partition("=")
-        if equals and flag.startswith("--") and flag[2:].replace("-", "_") in flags and value.lower() in ("on", "off"):
+        name = flag[2:].replace("-", "_") if equals and flag.startswith("--") else None
+        if name in flags and value.lower() in ("on", "off"):
             out.append(f"{flag}={'true' if value.lower() == 'on' else 'false'}")  # --bf16=on as --bf16 on
             continue
-        if equals and flag.startswith("--") and flag[2:].replace("-", "_") in lists and value.startswith("["):
+        if name in lists and value.startswith("["):
             out.append(flag)  # --key=[a, b]: read as --key [a, b]
-            token, key = value, flag[2:].replace("-", "_")
+            token, key = value, name
         if key in lists and token.startswith("[") and token.endswith("]"):
             try:
                 items = yaml.safe_load(token)
