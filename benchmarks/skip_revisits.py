@@ -1,6 +1,7 @@
 """Skip's groups after the first epoch, split by visit: a prompt's first rollout of an epoch, and its repeats in the
-same epoch (`SkippingRepeatSampler` fills a skipped slot with a kept prompt, decided at the epoch's start), each repeat
-by how the prompt's previous rollout came out. Reads one arm's result of `real_model_vs_trl.py` (its ``rollouts``).
+same epoch (`SkippingRepeatSampler` fills a skipped slot with another prompt; until 2026-12-06 it decided a whole
+epoch at its start, since then each generation batch when drawn), each repeat by how the prompt's previous rollout
+came out. Reads one arm's result of `real_model_vs_trl.py` (its ``rollouts``).
 
     python benchmarks/skip_revisits.py outputs/bench-vs-trl/skip-seed3.json 64   # 64 = steps per epoch
 """

@@ -18,26 +18,41 @@ G = 4
 
 
 def test_keep_frequency_is_p_to_the_streak():
-    slots = list(range(2000))
-    keys = [1000 + i for i in slots]
-    streaks = {1000 + i: (1 if i < 1000 else 2) for i in slots}  # first half streak 1, second half streak 2
+    # rows 0-999 streak 1 (kept with p = 0.5), rows 1000-1999 streak 2 (0.25); the dataset also holds 2000 rows of
+    # streak 0 that may take the skipped slots
+    keys = [1000 + i for i in range(4000)]
+    streaks = {1000 + i: (1 if i < 1000 else 2) for i in range(2000)}
+    rows = list(range(2000))
     kept_1 = kept_2 = 0
     for epoch in range(10):
-        substitutes = skip_substitutes(slots, keys, streaks, 0.5, seed=3, epoch=epoch)
+        substitutes = skip_substitutes(rows, keys, streaks, 0.5, seed=3, epoch=epoch, batch=0)
         kept_1 += sum(1 for i in range(1000) if i not in substitutes)
         kept_2 += sum(1 for i in range(1000, 2000) if i not in substitutes)
-        assert set(substitutes.values()).isdisjoint(substitutes)  # a slot is filled by a kept row
+        # every skipped slot is filled by a row outside the batch, each once (1,375 skipped on average, 2,000 rows of
+        # streak 0 outside it, each passing its draw)
+        assert all(sub >= 2000 for sub in substitutes.values())
+        assert len(set(substitutes.values())) == len(substitutes)
     assert abs(kept_1 / 10000 - 0.5) < 0.02 and abs(kept_2 / 10000 - 0.25) < 0.02
-    # deterministic in (seed, epoch)
-    assert skip_substitutes(slots, keys, streaks, 0.5, 3, 1) == skip_substitutes(slots, keys, streaks, 0.5, 3, 1)
-    assert skip_substitutes(slots, keys, streaks, 0.5, 3, 1) != skip_substitutes(slots, keys, streaks, 0.5, 3, 2)
+    # deterministic in (seed, epoch, batch)
+    decide = lambda epoch, batch: skip_substitutes(rows, keys, streaks, 0.5, 3, epoch, batch)  # noqa: E731
+    assert decide(1, 0) == decide(1, 0) and decide(1, 0) != decide(2, 0) and decide(1, 0) != decide(1, 1)
 
 
-def test_never_skips_without_history_or_when_everything_would_be_skipped():
-    assert skip_substitutes([0, 1, 2], [5, 6, 7], {}, 0.1, 0, 0) == {}
-    assert skip_substitutes([0, 1, 2], [5, 6, 7], {5: 99, 6: 99, 7: 99}, 0.1, 0, 0) == {}
+def test_a_slot_goes_to_a_row_that_passes_the_same_draw():
+    # batch rows 0, 1 (streak 99: always skipped); outside it, rows 2, 3 are streak 99 too and row 4 is streak 0:
+    # only row 4 can take a slot, so one skipped row keeps its own
+    keys = [10, 11, 12, 13, 14]
+    streaks = {10: 99, 11: 99, 12: 99, 13: 99}
+    substitutes = skip_substitutes([0, 1], keys, streaks, 0.1, seed=0, epoch=0, batch=0)
+    assert list(substitutes.values()) == [4] and len(substitutes) == 1
+    # a prompt already in the batch (row 4 duplicates row 0's text) never fills a slot of it
+    assert skip_substitutes([0, 1], [10, 11, 12, 13, 10], {10: 99, 11: 99, 12: 99, 13: 99}, 0.1, 0, 0, 0) == {}
+
+
+def test_never_skips_without_history():
+    assert skip_substitutes([0, 1, 2], [5, 6, 7], {}, 0.1, 0, 0, 0) == {}
     with pytest.raises(ValueError, match="skip_exploration_probability"):
-        skip_substitutes([0], [5], {}, 0.0, 0, 0)
+        skip_substitutes([0], [5], {}, 0.0, 0, 0, 0)
 
 
 def test_history_counts_consecutive_uniform_rollouts_and_round_trips():
@@ -46,12 +61,16 @@ def test_history_counts_consecutive_uniform_rollouts_and_round_trips():
     assert history.streaks == {1: 2, 2: 1}
     history.observe([1], [False])
     assert history.streaks == {1: 0, 2: 1}
-    snapshot = history.begin_epoch(3)
-    history.observe([2], [True])
-    assert snapshot == {1: 0, 2: 1} and history.begin_epoch(3) == {1: 0, 2: 1}  # the epoch keeps its snapshot
+    decisions = history.epoch_decisions(3)
+    decisions.append({4: 5})
+    assert history.epoch_decisions(3) == [{4: 5}]  # the epoch keeps its decisions
     restored = PromptHistory()
     restored.load_state_dict(json.loads(json.dumps(history.state_dict())))
-    assert restored.streaks == history.streaks and restored.epoch_start == history.epoch_start
+    assert restored.streaks == history.streaks and restored.decisions == (3, [{4: 5}])
+    assert history.epoch_decisions(4) == []  # a new epoch starts a new record
+    old = PromptHistory()  # a checkpoint of the earlier version: epoch-start streaks, no decisions
+    old.load_state_dict({"streaks": {"1": 2}, "epoch_start": {"epoch": 1, "streaks": {"1": 1}}})
+    assert old.streaks == {1: 2} and old.decisions is None
 
 
 def test_sampler_keeps_trl_structure_and_replaces_only_skipped_rows():
@@ -72,11 +91,43 @@ def test_sampler_keeps_trl_structure_and_replaces_only_skipped_rows():
         assert a == b or a in (1, 3)
     mapping = {a: b for a, b in zip(reference, skipped) if a != b}
     assert set(mapping) == {1, 3} and all(b not in (1, 3) for b in mapping.values())
+    size = 4 * G * 2  # one generation batch: 4 rows, each G times, twice
+    for batch in (skipped[:size], skipped[size:]):
+        assert len(set(batch)) == 4  # still 4 distinct prompts in each batch
 
 
-def test_a_resumed_epoch_takes_the_decisions_of_its_start():
-    # the decisions of epoch 1 come from the history at its start, also after a checkpoint written mid-epoch, when
-    # later rollouts have changed the history (here: every prompt uniform 50 more times)
+def test_each_batch_is_decided_from_the_streaks_of_its_time():
+    # 8 prompts in 2 batches of 4. After the first batch is drawn, its row that would fill a slot comes out uniform
+    # many times: it no longer fills the second batch's slots, which a decision taken at the epoch's start would have
+    data = [{"prompt": f"p{i}"} for i in range(8)]
+    keys = [prompt_key(row["prompt"]) for row in data]
+    trl = RepeatSampler(data, mini_repeat_count=1, batch_size=4, repeat_count=1, seed=7)
+    list(trl)
+    second_batch = list(trl)[4:]  # TRL's epoch 1, its second generation batch
+    history = PromptHistory()
+    history.streaks = {keys[i]: 200 for i in second_batch[:2]}  # two rows of the second batch are always skipped
+    sampler = SkippingRepeatSampler(data, mini_repeat_count=1, batch_size=4, repeat_count=1, seed=7, history=history,
+                                    exploration_probability=0.5, prompt_keys=keys)
+    sampler.set_epoch(1)
+    drawn = iter(sampler)
+    first = [next(drawn) for _ in range(4)]
+    assert sampler.skipped_fraction == 0.0  # the first batch had no streaks
+    history.observe([keys[i] for i in first], [True] * 4)
+    for row in first:  # every row of the first batch is now uniform 200 times in a row: it cannot take a slot
+        history.streaks[keys[row]] = 200
+    second = list(drawn)
+    assert sampler.skipped_fraction == 0.0 and second == second_batch  # no row passes the draw: nothing replaced
+    history.streaks = {keys[i]: 200 for i in second_batch[:2]}  # the same decision from the epoch-start streaks
+    replay = SkippingRepeatSampler(data, mini_repeat_count=1, batch_size=4, repeat_count=1, seed=7,
+                                   history=PromptHistory(), exploration_probability=0.5, prompt_keys=keys)
+    replay.history.streaks = dict(history.streaks)
+    replay.set_epoch(1)
+    assert set(list(replay)[4:6]) <= set(first) and replay.skipped_fraction == 2 / 8  # the first batch's rows
+
+
+def test_a_resumed_epoch_replays_the_decisions_it_took():
+    # a checkpoint written mid-epoch holds the decisions taken so far (here: both batches drawn, then every prompt
+    # uniform 50 more times); a resumed epoch replays them, and a new epoch decides from the streaks of its time
     data = [{"prompt": f"p{i}"} for i in range(8)]
     keys = [prompt_key(row["prompt"]) for row in data]
 
@@ -97,7 +148,7 @@ def test_a_resumed_epoch_takes_the_decisions_of_its_start():
     resumed = sampler(restored)
     resumed.set_epoch(1)
     assert list(resumed) == epoch_1
-    resumed.set_epoch(2)  # a new epoch decides from the current history: everything would be skipped, so nothing is
+    resumed.set_epoch(2)  # a new epoch decides from the current history: no row passes a draw, so none is replaced
     trl = RepeatSampler(data, mini_repeat_count=G, batch_size=4, repeat_count=1, seed=7)
     list(trl), list(trl)
     assert list(resumed) == list(trl)
@@ -138,7 +189,7 @@ def test_skip_resumes_exactly_inside_an_epoch(tmp_path):
     full.train()
     checkpoint = tmp_path / "full" / "checkpoint-3"  # epoch 1 (0-based), after its first step
     state = json.loads((checkpoint / "zero_variance_state.json").read_text())
-    assert state["prompt_history"]["epoch_start"]["epoch"] == 1
+    assert state["prompt_history"]["decisions"]["epoch"] == 1
     resumed = tiny_trainer(tmp_path / "resumed", _b_constant_reward, count_char_mix(8), **run)
     resumed.train(resume_from_checkpoint=str(checkpoint))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from factories import count_char_mix, tiny_trainer
+from trl.trainer.utils import RepeatSampler
 
 from trl_grpo_ext.zero_variance.history import PromptHistory, prompt_key, read_history_seed
 
@@ -175,15 +176,24 @@ def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
                             "exact_match"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert other.returncode == 2 and "was sampled under other settings than this run's: rewards (char_fraction x " \
         "1; the run: exact_match x 1)" in other.stderr, other.stderr[-2000:]
+    # A generation batch's slots are decided when the dataloader draws it, one batch ahead of training: after step t,
+    # batches 1..t+1 of TRL's order (2 prompts each, seed 0), and with p = 1e-9 exactly their seeded-uniform rows
+    # (none rolled out yet in the first epoch) are replaced. The eval lists the training prompts in the dataset's
+    # order. The run is just long enough for a seeded-uniform row to come up.
+    order = list(RepeatSampler(range(240), mini_repeat_count=1, batch_size=2, repeat_count=1, seed=0))
+    starts_uniform = [max(totals) == min(totals) for totals in result["sample_totals"]]
+    steps = max(3, min(i for i, row in enumerate(order) if starts_uniform[row]) // 2)
     done = subprocess.run([sys.executable, str(ROOT / "recipes/grpo_qlora.py"), "--config", config,
-                           "--skip_exploration_probability", "1e-9", "--total_training_steps", "3",
-                           "--final_eval", "none", "--eval_strategy", "no", "--output_dir", str(tmp_path / "run")],
+                           "--skip_exploration_probability", "1e-9", "--total_training_steps", str(steps),
+                           "--final_eval", "none", "--eval_strategy", "no",
+                           "--output_dir", str(tmp_path / "run")],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"{uniform} of the 240 training prompts it evaluated start uniform" in done.stdout
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     skipped = [row["zero_variance/frac_prompts_skipped"] for row in rows if "zero_variance/frac_prompts_skipped" in row]
-    assert skipped == [uniform / 240] * 3
+    expected = [sum(starts_uniform[row] for row in order[:2 * (t + 1)]) / (2 * (t + 1)) for t in range(1, steps + 1)]
+    assert skipped == expected and expected[-1] > 0, (skipped, expected)
 
 
 def test_a_resumed_seeded_run_continues_the_checkpoint_s_history_without_the_file(tmp_path, capsys):

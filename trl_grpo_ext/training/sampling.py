@@ -89,9 +89,12 @@ class EpochRepeatSampler(RepeatSampler):
 class SkippingRepeatSampler(EpochRepeatSampler):
     """`EpochRepeatSampler` that skips prompts predicted uniform before rollout (``zero_variance_filter: skip``).
 
-    Each epoch yields TRL's order of that epoch with every skipped row replaced by a kept one
-    (`zero_variance.history.skip_substitutes`, decided once at the epoch's start from the `PromptHistory` snapshot):
-    the same length, the same chunks and repeats, so the plan's steps per epoch and stop rule are unchanged.
+    Each epoch yields TRL's order of that epoch, one generation batch (a chunk of ``batch_size`` rows, each
+    ``mini_repeat_count`` times, the chunk ``repeat_count`` times) at a time, with every skipped row of the batch
+    replaced (`zero_variance.history.skip_substitutes`). A batch is decided when its first index is drawn, from the
+    streaks of that moment (the dataloader draws one generation batch ahead of training, so the last batch generated
+    is not yet in them), and each decision is recorded in the `PromptHistory` so a resumed epoch replays it. The same
+    length, the same chunks and repeats, so the plan's steps per epoch and stop rule are unchanged.
 
     Args:
         *args, **kwargs: as `EpochRepeatSampler`.
@@ -100,7 +103,8 @@ class SkippingRepeatSampler(EpochRepeatSampler):
         prompt_keys (`list[int]`): `prompt_key` of every dataset row.
 
     Attributes:
-        skipped_fraction (`float`): share of the current epoch's prompt slots whose row was replaced.
+        skipped_fraction (`float`): share of the prompt slots decided so far in the current epoch whose row was
+            replaced (0.0 before the epoch's first batch).
     """
 
     def __init__(self, *args, history, exploration_probability: float, prompt_keys: list[int], **kwargs):
@@ -109,12 +113,22 @@ class SkippingRepeatSampler(EpochRepeatSampler):
         self.skipped_fraction = 0.0
 
     def __iter__(self):
+        epoch = self.epoch
+        return self._batches(super().__iter__(), epoch, self.history.epoch_decisions(epoch))
+
+    def _batches(self, order, epoch: int, decisions: list[dict[int, int]]):
+        from itertools import islice
+
         from ..zero_variance.history import skip_substitutes
 
-        epoch = self.epoch
-        order = list(super().__iter__())
-        slots = list(dict.fromkeys(order))  # each row once, in order (TRL's permutation holds each row once)
-        substitutes = skip_substitutes(slots, [self.prompt_keys[i] for i in slots], self.history.begin_epoch(epoch),
-                                       self.exploration_probability, self.seed or 0, epoch)
-        self.skipped_fraction = len(substitutes) / len(slots) if slots else 0.0
-        return iter([substitutes.get(i, i) for i in order])
+        size, slots, replaced = self.batch_size * self.mini_repeat_count * self.repeat_count, 0, 0
+        self.skipped_fraction = 0.0
+        for index, batch in enumerate(iter(lambda: list(islice(order, size)), [])):
+            rows = list(dict.fromkeys(batch))  # each row once, in order
+            if len(decisions) <= index:
+                decisions.append(skip_substitutes(rows, self.prompt_keys, self.history.streaks,
+                                                  self.exploration_probability, self.seed or 0, epoch, index))
+            substitutes = decisions[index]
+            slots, replaced = slots + len(rows), replaced + len(substitutes)
+            self.skipped_fraction = replaced / slots
+            yield from (substitutes.get(i, i) for i in batch)

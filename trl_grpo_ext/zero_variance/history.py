@@ -33,19 +33,20 @@ def prompt_key(prompt) -> int:
 
 
 class PromptHistory:
-    """How many rollouts in a row each prompt's group was uniform (its *streak*), and the epoch-start snapshot the
-    skip decisions of the current epoch were taken from.
+    """How many rollouts in a row each prompt's group was uniform (its *streak*), and the skip decisions the current
+    epoch has taken so far.
 
     Attributes:
         streaks (`dict[int, int]`): `prompt_key` -> consecutive uniform rollouts (0 after an informative one; absent
             = never rolled out).
-        epoch_start (`tuple[int, dict] | None`): ``(epoch, streaks at that epoch's start)``; saved with checkpoints
-            so that a run resumed inside an epoch takes the uninterrupted run's decisions.
+        decisions (`tuple[int, list[dict]] | None`): ``(epoch, [skipped row -> row generated in its place, per
+            generation batch])``, in the order the sampler decided them; saved with checkpoints, so that a run resumed
+            inside an epoch replays the uninterrupted run's decisions (each was taken from the streaks of its time).
     """
 
     def __init__(self):
         self.streaks: dict[int, int] = {}
-        self.epoch_start: tuple[int, dict[int, int]] | None = None
+        self.decisions: tuple[int, list[dict[int, int]]] | None = None
 
     def seed(self, seed: HistorySeed, keys: list[int], num_generations: int) -> tuple[int, int]:
         """Start the streaks of the prompts ``keys`` (the training set's) from ``seed``: streak 1 for each uniform one.
@@ -75,40 +76,47 @@ class PromptHistory:
         for key, is_uniform in zip(keys, uniform):
             self.streaks[key] = self.streaks.get(key, 0) + 1 if is_uniform else 0
 
-    def begin_epoch(self, epoch: int) -> dict[int, int]:
-        """The streaks epoch ``epoch``'s decisions use: the restored snapshot if a checkpoint of this epoch was
-        loaded, else the current streaks (snapshotted)."""
-        if self.epoch_start is None or self.epoch_start[0] != epoch:
-            self.epoch_start = (epoch, dict(self.streaks))
-        return self.epoch_start[1]
+    def epoch_decisions(self, epoch: int) -> list[dict[int, int]]:
+        """The decisions epoch ``epoch`` has taken, to replay and append to: the restored ones if a checkpoint of this
+        epoch was loaded, else a new empty list (the previous epoch's are dropped)."""
+        if self.decisions is None or self.decisions[0] != epoch:
+            self.decisions = (epoch, [])
+        return self.decisions[1]
 
     def state_dict(self) -> dict:
         """JSON-ready state (keys as strings)."""
-        start = None if self.epoch_start is None else {
-            "epoch": self.epoch_start[0], "streaks": {str(k): v for k, v in self.epoch_start[1].items()}}
-        return {"streaks": {str(k): v for k, v in self.streaks.items()}, "epoch_start": start}
+        decisions = None if self.decisions is None else {
+            "epoch": self.decisions[0],
+            "batches": [{str(row): sub for row, sub in batch.items()} for batch in self.decisions[1]]}
+        return {"streaks": {str(k): v for k, v in self.streaks.items()}, "decisions": decisions}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict`'s output. A checkpoint of an earlier version (epoch-start streaks, no decisions)
+        restores the streaks; the rest of its epoch is then decided anew."""
         self.streaks = {int(k): int(v) for k, v in state["streaks"].items()}
-        start = state.get("epoch_start")
-        self.epoch_start = None if start is None else (
-            int(start["epoch"]), {int(k): int(v) for k, v in start["streaks"].items()})
+        decisions = state.get("decisions")
+        self.decisions = None if decisions is None else (
+            int(decisions["epoch"]), [{int(row): int(sub) for row, sub in batch.items()}
+                                      for batch in decisions["batches"]])
 
 
-def skip_substitutes(slots: list[int], keys: list[int], streaks: dict[int, int], probability: float,
-                     seed: int, epoch: int) -> dict[int, int]:
-    """The epoch's skip decisions: which dataset rows are skipped before rollout, and which row takes each one's slot.
+def skip_substitutes(rows: list[int], prompt_keys: list[int], streaks: dict[int, int], probability: float,
+                     seed: int, epoch: int, batch: int) -> dict[int, int]:
+    """One generation batch's skip decisions: which of its dataset rows are skipped before rollout, and which row is
+    generated in each one's place, from the streaks as they are now.
 
-    Row ``slots[i]`` (prompt ``keys[i]``, streak k) is kept with probability ``probability``^k (always when k = 0);
-    the slots of skipped rows are filled, in order, from the kept rows in a seeded permutation (cycled), so each step
-    still trains ``prompts_per_step`` groups and the epoch keeps its number of steps. Nothing is skipped when every
-    row would be. Deterministic in (``seed``, ``epoch``) and the streaks.
+    Row r of ``rows`` (streak k) is kept with probability ``probability``^k (always when k = 0). Each skipped row's
+    slot goes to the next row of a seeded permutation of the whole dataset that passes the same draw (streak k': kept
+    with probability p^k') and whose prompt is not in the batch already; when no row passes, the skipped row keeps
+    its slot. So each step still trains ``prompts_per_step`` distinct prompts, and a prompt that came out uniform at
+    its last rollout stops filling slots at once. Deterministic in (``seed``, ``epoch``, ``batch``) and the streaks.
 
     Args:
-        slots (`list[int]`): the epoch's dataset rows in sampler order, each once. keys (`list[int]`): their
-            `prompt_key`. streaks (`dict`): the epoch-start streaks (`PromptHistory.begin_epoch`).
+        rows (`list[int]`): the batch's dataset rows in sampler order, each once.
+        prompt_keys (`list[int]`): `prompt_key` of every dataset row (indexed by row).
+        streaks (`dict`): `PromptHistory.streaks`, read as they are at the decision.
         probability (`float`): ``skip_exploration_probability`` p, in (0, 1].
-        seed (`int`), epoch (`int`): the run's seed and the 0-based epoch.
+        seed (`int`), epoch (`int`), batch (`int`): the run's seed, the 0-based epoch and generation batch in it.
 
     Returns:
         `dict[int, int]`: skipped row -> the row generated in its place (empty: nothing skipped).
@@ -116,22 +124,32 @@ def skip_substitutes(slots: list[int], keys: list[int], streaks: dict[int, int],
     Raises:
         ValueError: ``probability`` outside (0, 1].
 
-    >>> skip_substitutes([3, 1, 2, 0], [30, 10, 20, 0], {}, 0.5, seed=0, epoch=1)
+    >>> skip_substitutes([3, 1], [0, 10, 20, 30], {}, 0.5, seed=0, epoch=1, batch=0)
     {}
-    >>> substitutes = skip_substitutes([3, 1, 2, 0], [30, 10, 20, 0], {10: 60}, 0.5, seed=0, epoch=1)  # p^60
-    >>> list(substitutes), substitutes[1] in (3, 2, 0)
-    ([1], True)
+    >>> skip_substitutes([3, 1], [0, 10, 20, 30], {10: 60}, 0.5, seed=0, epoch=1, batch=0)[1] in (0, 2)  # p^60
+    True
     """
     probability = _PROBABILITY.check("skip_exploration_probability", probability, error=ValueError)
-    generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
-    draws = torch.rand(len(slots), generator=generator, dtype=torch.float64).tolist()
-    kept, skipped = [], []
-    for row, key, draw in zip(slots, keys, draws):
-        (kept if draw < probability ** streaks.get(key, 0) else skipped).append(row)
-    if not kept or not skipped:
+    digest = hashlib.sha1(f"{int(seed)}/{int(epoch)}/{int(batch)}".encode()).digest()
+    generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "big") >> 1)
+    draws = torch.rand(len(rows), generator=generator, dtype=torch.float64).tolist()
+    skipped = [row for row, draw in zip(rows, draws) if draw >= probability ** streaks.get(prompt_keys[row], 0)]
+    if not skipped:
         return {}
-    order = torch.randperm(len(kept), generator=generator).tolist()
-    return {row: kept[order[i % len(kept)]] for i, row in enumerate(skipped)}
+    taken = {prompt_keys[row] for row in rows}
+    order = torch.randperm(len(prompt_keys), generator=generator)
+    candidate_draws = torch.rand(len(prompt_keys), generator=generator, dtype=torch.float64)
+    substitutes, pending = {}, iter(skipped)
+    for start in range(0, len(prompt_keys), 256):
+        for row, draw in zip(order[start:start + 256].tolist(), candidate_draws[start:start + 256].tolist()):
+            key = prompt_keys[row]
+            if key in taken or draw >= probability ** streaks.get(key, 0):
+                continue
+            taken.add(key)
+            substitutes[next(pending)] = row
+            if len(substitutes) == len(skipped):
+                return substitutes
+    return substitutes
 
 
 @dataclass(frozen=True)

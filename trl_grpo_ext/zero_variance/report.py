@@ -258,7 +258,7 @@ def skip_note(plan, exploration_probability: float, seeded: tuple[int, int] | No
         start = f"from the first epoch on (streaks from skip_history_file {history_file}{seed})"
     return (
         f"zero_variance_filter=skip: an epoch is still {epoch}; {start}, a prompt uniform at its last k rollouts keeps its slot with "
-        f"probability {exploration_probability:g}^k, and a skipped prompt's slot goes to a prompt the epoch keeps "
-        f"(such a prompt may fill several slots of an epoch). The {counts} and stop reason above stay exact; skipped "
+        f"probability {exploration_probability:g}^k, and a skipped prompt's slot goes to another prompt that passes the "
+        f"same draw when its step's prompts are drawn (one prompt may fill slots of several steps). The {counts} and stop reason above stay exact; skipped "
         "slots are logged as zero_variance/frac_prompts_skipped."
     )
