@@ -176,7 +176,8 @@ def test_eval_of_the_training_split_seeds_the_recipe_s_prompts(tmp_path):
                             "exact_match"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert other.returncode == 2 and "was sampled under other settings than this run's: rewards (char_fraction x " \
         "1; the run: exact_match x 1)" in other.stderr, other.stderr[-2000:]
-    # A generation batch's slots are decided when the dataloader draws it, one batch ahead of training: after step t,
+    # A generation batch's slots are decided when the dataloader draws it, one micro-batch (here one step) ahead of
+    # training: after step t,
     # batches 1..t+1 of TRL's order (2 prompts each, seed 0), and with p = 1e-9 exactly their seeded-uniform rows
     # (none rolled out yet in the first epoch) are replaced. The eval lists the training prompts in the dataset's
     # order. The run is just long enough for a seeded-uniform row to come up.

@@ -92,8 +92,8 @@ class SkippingRepeatSampler(EpochRepeatSampler):
     Each epoch yields TRL's order of that epoch, one generation batch (a chunk of ``batch_size`` rows, each
     ``mini_repeat_count`` times, the chunk ``repeat_count`` times) at a time, with every skipped row of the batch
     replaced (`zero_variance.history.skip_substitutes`). A batch is decided when its first index is drawn, from the
-    streaks of that moment (the dataloader draws one generation batch ahead of training, so the last batch generated
-    is not yet in them), and each decision is recorded in the `PromptHistory` so a resumed epoch replays it. The same
+    streaks of that moment (the dataloader draws ahead of training, so the last rollout may not be in them yet), and
+    each decision is recorded in the `PromptHistory` so a resumed epoch replays it. The same
     length, the same chunks and repeats, so the plan's steps per epoch and stop rule are unchanged.
 
     Args:
