@@ -64,9 +64,13 @@ def test_history_counts_consecutive_uniform_rollouts_and_round_trips():
     decisions = history.epoch_decisions(3)
     decisions.append({4: 5})
     assert history.epoch_decisions(3) == [{4: 5}]  # the epoch keeps its decisions
+    assert history.observed == 2 and history.observed_in_epoch() == 0  # two batches observed, both before epoch 3
+    history.observe([2], [True])
+    assert history.observed_in_epoch() == 1
     restored = PromptHistory()
     restored.load_state_dict(json.loads(json.dumps(history.state_dict())))
-    assert restored.streaks == history.streaks and restored.decisions == (3, [{4: 5}])
+    assert restored.streaks == history.streaks and restored.decisions == (3, 2, [{4: 5}])
+    assert restored.observed_in_epoch() == 1
     assert history.epoch_decisions(4) == []  # a new epoch starts a new record
     old = PromptHistory()  # a checkpoint of the earlier version: epoch-start streaks, no decisions
     old.load_state_dict({"streaks": {"1": 2}, "epoch_start": {"epoch": 1, "streaks": {"1": 1}}})
@@ -84,14 +88,17 @@ def test_sampler_keeps_trl_structure_and_replaces_only_skipped_rows():
     history.observe([keys[1], keys[3]], [True, True])
     history.streaks[keys[1]] = history.streaks[keys[3]] = 200  # p^200: never kept
     reference = list(trl)  # TRL's epoch 1
-    skipped = list(ours)
+    drawn, skipped, size = iter(ours), [], 4 * G * 2  # one generation batch: 4 rows, each G times, twice
+    for _ in range(2):  # as in training: a batch is rolled out (here: informative) before the next one is drawn
+        skipped += [next(drawn) for _ in range(size)]
+        history.observe([keys[row] for row in dict.fromkeys(skipped[-size:])], [False] * 4)
+    assert next(drawn, None) is None
     assert len(skipped) == len(reference) and ours.skipped_fraction == 2 / 8
     assert 1 not in skipped and 3 not in skipped
     for a, b in zip(reference, skipped):
         assert a == b or a in (1, 3)
     mapping = {a: b for a, b in zip(reference, skipped) if a != b}
     assert set(mapping) == {1, 3} and all(b not in (1, 3) for b in mapping.values())
-    size = 4 * G * 2  # one generation batch: 4 rows, each G times, twice
     for batch in (skipped[:size], skipped[size:]):
         assert len(set(batch)) == 4  # still 4 distinct prompts in each batch
 
@@ -117,12 +124,53 @@ def test_each_batch_is_decided_from_the_streaks_of_its_time():
         history.streaks[keys[row]] = 200
     second = list(drawn)
     assert sampler.skipped_fraction == 0.0 and second == second_batch  # no row passes the draw: nothing replaced
-    history.streaks = {keys[i]: 200 for i in second_batch[:2]}  # the same decision from the epoch-start streaks
+    # the same run, but the first batch came out informative: its rows then fill the two skipped slots
+    start = {keys[i]: 200 for i in second_batch[:2]}
     replay = SkippingRepeatSampler(data, mini_repeat_count=1, batch_size=4, repeat_count=1, seed=7,
                                    history=PromptHistory(), exploration_probability=0.5, prompt_keys=keys)
-    replay.history.streaks = dict(history.streaks)
+    replay.history.streaks = dict(start)
     replay.set_epoch(1)
-    assert set(list(replay)[4:6]) <= set(first) and replay.skipped_fraction == 2 / 8  # the first batch's rows
+    drawn = iter(replay)
+    assert [next(drawn) for _ in range(4)] == first
+    replay.history.observe([keys[i] for i in first], [False] * 4)
+    second = list(drawn)
+    assert set(second[:2]) <= set(first) and second[2:] == second_batch[2:] and replay.skipped_fraction == 2 / 8
+
+
+def test_a_prompt_not_yet_rolled_out_fills_a_slot_only_when_no_other_can():
+    # accelerate's DataLoaderShard draws one batch ahead: batch m+1 is decided before batch m is rolled out, so the
+    # streaks of batch m's prompts are stale then. 64 prompts; 12 are informative at every rollout, the other 52 have
+    # streak 60 (never kept with p = 0.01) and stay uniform. Each batch of 4 has at most 4 prompts of batch m pending
+    # and 4 of its own, so at least 4 informative prompts remain to fill its slots: no prompt of batch m may fill a
+    # slot of batch m+1 (it may hold its own). Before pending prompts were set aside, some did (a breaker's finding).
+    # With every rollout uniform, the informative prompts run out, and pending ones take the slots before a skipped
+    # prompt would.
+    from accelerate.data_loader import DataLoaderShard
+
+    data = [{"prompt": f"p{i}"} for i in range(64)]
+    keys = [prompt_key(row["prompt"]) for row in data]
+    own_rows = list(RepeatSampler(data, mini_repeat_count=1, batch_size=4, repeat_count=1, seed=5))  # TRL's epoch 0
+
+    def run(informative_stay_informative: bool) -> tuple[int, int]:
+        history = PromptHistory()
+        history.streaks = {keys[i]: 60 for i in range(12, 64)}
+        sampler = SkippingRepeatSampler(data, mini_repeat_count=1, batch_size=4, repeat_count=1, seed=5,
+                                        history=history, exploration_probability=0.01, prompt_keys=keys)
+        loader = DataLoaderShard(data, batch_size=4, sampler=sampler,  # its first iteration sets epoch 0
+                                 collate_fn=lambda rows: [r["prompt"] for r in rows])
+        previous, repeats, informative = set(), 0, 0
+        for batch, own in zip(loader, [own_rows[i:i + 4] for i in range(0, 64, 4)]):
+            repeats += len(previous & {p for p, row in zip(batch, own) if p != f"p{row}"})  # slots it fills
+            informative += sum(int(p[1:]) < 12 for p in batch)
+            history.observe([prompt_key(p) for p in batch],
+                            [not (informative_stay_informative and int(p[1:]) < 12) for p in batch])
+            previous = set(batch)
+        return repeats, informative
+
+    repeats, informative = run(informative_stay_informative=True)
+    assert repeats == 0 and informative == 64  # every slot of the epoch went to an informative prompt
+    repeats, informative = run(informative_stay_informative=False)
+    assert repeats > 0 and 12 < informative < 64
 
 
 def test_a_resumed_epoch_replays_the_decisions_it_took():

@@ -92,9 +92,10 @@ class SkippingRepeatSampler(EpochRepeatSampler):
     Each epoch yields TRL's order of that epoch, one generation batch (a chunk of ``batch_size`` rows, each
     ``mini_repeat_count`` times, the chunk ``repeat_count`` times) at a time, with every skipped row of the batch
     replaced (`zero_variance.history.skip_substitutes`). A batch is decided when its first index is drawn, from the
-    streaks of that moment (the dataloader draws ahead of training, so the last rollout may not be in them yet), and
-    each decision is recorded in the `PromptHistory` so a resumed epoch replays it. The same
-    length, the same chunks and repeats, so the plan's steps per epoch and stop rule are unchanged.
+    streaks of that moment; the dataloader draws ahead of training, so the prompts of the batches decided but not yet
+    rolled out (their streaks are stale) do not fill its slots. Each decision is recorded in the `PromptHistory` so
+    a resumed epoch replays it. The same length, the same chunks and repeats, so the plan's steps per epoch and stop
+    rule are unchanged.
 
     Args:
         *args, **kwargs: as `EpochRepeatSampler`.
@@ -122,13 +123,15 @@ class SkippingRepeatSampler(EpochRepeatSampler):
         from ..zero_variance.history import skip_substitutes
 
         size, slots, replaced = self.batch_size * self.mini_repeat_count * self.repeat_count, 0, 0
-        self.skipped_fraction = 0.0
+        self.skipped_fraction, generated = 0.0, []  # generated: each batch's prompt keys, after its substitutions
         for index, batch in enumerate(iter(lambda: list(islice(order, size)), [])):
             rows = list(dict.fromkeys(batch))  # each row once, in order
             if len(decisions) <= index:
+                pending = {key for keys in generated[self.history.observed_in_epoch():] for key in keys}
                 decisions.append(skip_substitutes(rows, self.prompt_keys, self.history.streaks,
-                                                  self.exploration_probability, self.seed or 0, epoch, index))
+                                                  self.exploration_probability, self.seed or 0, epoch, index, pending))
             substitutes = decisions[index]
+            generated.append([self.prompt_keys[substitutes.get(row, row)] for row in rows])
             slots, replaced = slots + len(rows), replaced + len(substitutes)
             self.skipped_fraction = replaced / slots
             yield from (substitutes.get(i, i) for i in batch)

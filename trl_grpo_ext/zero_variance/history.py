@@ -39,14 +39,17 @@ class PromptHistory:
     Attributes:
         streaks (`dict[int, int]`): `prompt_key` -> consecutive uniform rollouts (0 after an informative one; absent
             = never rolled out).
-        decisions (`tuple[int, list[dict]] | None`): ``(epoch, [skipped row -> row generated in its place, per
-            generation batch])``, in the order the sampler decided them; saved with checkpoints, so that a run resumed
-            inside an epoch replays the uninterrupted run's decisions (each was taken from the streaks of its time).
+        observed (`int`): generation batches recorded by `observe` so far (the run's, not the seed's).
+        decisions (`tuple[int, int, list[dict]] | None`): ``(epoch, observed at the epoch's first decision, [skipped
+            row -> row generated in its place, per generation batch])``, in the order the sampler decided them; saved
+            with checkpoints, so that a run resumed inside an epoch replays the uninterrupted run's decisions (each was
+            taken from the streaks of its time).
     """
 
     def __init__(self):
         self.streaks: dict[int, int] = {}
-        self.decisions: tuple[int, list[dict[int, int]]] | None = None
+        self.observed = 0
+        self.decisions: tuple[int, int, list[dict[int, int]]] | None = None
 
     def seed(self, seed: HistorySeed, keys: list[int], num_generations: int) -> tuple[int, int]:
         """Start the streaks of the prompts ``keys`` (the training set's) from ``seed``: streak 1 for each uniform one.
@@ -71,45 +74,55 @@ class PromptHistory:
         return len(known), len(uniform)
 
     def observe(self, keys: list[int], uniform: list[bool]) -> None:
-        """Record one rollout per group: ``keys[i]``'s group was uniform iff ``uniform[i]`` (in order, so a prompt
+        """Record one generation batch: ``keys[i]``'s group was uniform iff ``uniform[i]`` (in order, so a prompt
         drawn twice in a batch counts twice)."""
         for key, is_uniform in zip(keys, uniform):
             self.streaks[key] = self.streaks.get(key, 0) + 1 if is_uniform else 0
+        self.observed += 1
 
     def epoch_decisions(self, epoch: int) -> list[dict[int, int]]:
         """The decisions epoch ``epoch`` has taken, to replay and append to: the restored ones if a checkpoint of this
-        epoch was loaded, else a new empty list (the previous epoch's are dropped)."""
+        epoch was loaded, else a new empty list (the previous epoch's are dropped; every batch of it was observed)."""
         if self.decisions is None or self.decisions[0] != epoch:
-            self.decisions = (epoch, [])
-        return self.decisions[1]
+            self.decisions = (epoch, self.observed, [])
+        return self.decisions[2]
+
+    def observed_in_epoch(self) -> int:
+        """Generation batches of the current epoch (`epoch_decisions`) observed so far; the later ones it decided
+        are still to be rolled out."""
+        return self.observed - self.decisions[1] if self.decisions is not None else 0
 
     def state_dict(self) -> dict:
         """JSON-ready state (keys as strings)."""
         decisions = None if self.decisions is None else {
-            "epoch": self.decisions[0],
-            "batches": [{str(row): sub for row, sub in batch.items()} for batch in self.decisions[1]]}
-        return {"streaks": {str(k): v for k, v in self.streaks.items()}, "decisions": decisions}
+            "epoch": self.decisions[0], "observed_before": self.decisions[1],
+            "batches": [{str(row): sub for row, sub in batch.items()} for batch in self.decisions[2]]}
+        return {"streaks": {str(k): v for k, v in self.streaks.items()}, "observed": self.observed,
+                "decisions": decisions}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict`'s output. A checkpoint of an earlier version (epoch-start streaks, no decisions)
         restores the streaks; the rest of its epoch is then decided anew."""
         self.streaks = {int(k): int(v) for k, v in state["streaks"].items()}
+        self.observed = int(state.get("observed", 0))
         decisions = state.get("decisions")
         self.decisions = None if decisions is None else (
-            int(decisions["epoch"]), [{int(row): int(sub) for row, sub in batch.items()}
-                                      for batch in decisions["batches"]])
+            int(decisions["epoch"]), int(decisions["observed_before"]),
+            [{int(row): int(sub) for row, sub in batch.items()} for batch in decisions["batches"]])
 
 
 def skip_substitutes(rows: list[int], prompt_keys: list[int], streaks: dict[int, int], probability: float,
-                     seed: int, epoch: int, batch: int) -> dict[int, int]:
+                     seed: int, epoch: int, batch: int, pending=frozenset()) -> dict[int, int]:
     """One generation batch's skip decisions: which of its dataset rows are skipped before rollout, and which row is
     generated in each one's place, from the streaks as they are now.
 
     Row r of ``rows`` (streak k) is kept with probability ``probability``^k (always when k = 0). Each skipped row's
     slot goes to the next row of a seeded permutation of the whole dataset that passes the same draw (streak k': kept
-    with probability p^k') and whose prompt is not in the batch already; when no row passes, the skipped row keeps
-    its slot. So each step still trains ``prompts_per_step`` distinct prompts, and a prompt that came out uniform at
-    its last rollout stops filling slots at once. Deterministic in (``seed``, ``epoch``, ``batch``) and the streaks.
+    with probability p^k') and whose prompt is not in the batch already; rows whose prompt is ``pending`` (in a batch
+    decided but not rolled out yet, so its streak is stale) come after all others. When no row passes, the skipped
+    row keeps its slot. So each step still trains ``prompts_per_step`` distinct prompts, and a prompt stops filling
+    slots once a uniform rollout of it is recorded. Deterministic in (``seed``, ``epoch``, ``batch``), the streaks and
+    ``pending``.
 
     Args:
         rows (`list[int]`): the batch's dataset rows in sampler order, each once.
@@ -117,6 +130,7 @@ def skip_substitutes(rows: list[int], prompt_keys: list[int], streaks: dict[int,
         streaks (`dict`): `PromptHistory.streaks`, read as they are at the decision.
         probability (`float`): ``skip_exploration_probability`` p, in (0, 1].
         seed (`int`), epoch (`int`), batch (`int`): the run's seed, the 0-based epoch and generation batch in it.
+        pending (`set[int]`, defaults to none): `prompt_key` of the prompts of batches decided but not yet observed.
 
     Returns:
         `dict[int, int]`: skipped row -> the row generated in its place (empty: nothing skipped).
@@ -136,20 +150,20 @@ def skip_substitutes(rows: list[int], prompt_keys: list[int], streaks: dict[int,
     skipped = [row for row, draw in zip(rows, draws) if draw >= probability ** streaks.get(prompt_keys[row], 0)]
     if not skipped:
         return {}
-    taken = {prompt_keys[row] for row in rows}
+    taken, pending = {prompt_keys[row] for row in rows}, set(pending)
     order = torch.randperm(len(prompt_keys), generator=generator)
     candidate_draws = torch.rand(len(prompt_keys), generator=generator, dtype=torch.float64)
-    substitutes, pending = {}, iter(skipped)
+    fresh, stale = [], []  # rows that pass the draw: not pending, pending (taken only when too few fresh ones pass)
     for start in range(0, len(prompt_keys), 256):
         for row, draw in zip(order[start:start + 256].tolist(), candidate_draws[start:start + 256].tolist()):
             key = prompt_keys[row]
             if key in taken or draw >= probability ** streaks.get(key, 0):
                 continue
             taken.add(key)
-            substitutes[next(pending)] = row
-            if len(substitutes) == len(skipped):
-                return substitutes
-    return substitutes
+            (stale if key in pending else fresh).append(row)
+            if len(fresh) == len(skipped):
+                return dict(zip(skipped, fresh))
+    return dict(zip(skipped, fresh + stale))
 
 
 @dataclass(frozen=True)
