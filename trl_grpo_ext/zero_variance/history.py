@@ -107,7 +107,7 @@ class PromptHistory:
         self.observed = int(state.get("observed", 0))
         decisions = state.get("decisions")
         self.decisions = None if decisions is None else (
-            int(decisions["epoch"]), int(decisions["observed_before"]),
+            int(decisions["epoch"]), int(decisions.get("observed_before", self.observed)),
             [{int(row): int(sub) for row, sub in batch.items()} for batch in decisions["batches"]])
 
 
