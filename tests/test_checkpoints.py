@@ -100,7 +100,7 @@ def test_a_skip_checkpoint_resumed_on_other_prompts_is_refused(tmp_path):
     from trl_grpo_ext.training.checkpoints import ZERO_VARIANCE_STATE_FILE, check_history_prompts
 
     (tmp_path / ZERO_VARIANCE_STATE_FILE).write_text(json.dumps(
-        {"prompt_history": {"streaks": {"11": 0, "22": 2}, "epoch_start": None}, "settings": {}}))
+        {"prompt_history": {"streaks": {"11": 0, "22": 2}, "decisions": None}, "settings": {}}))
     check_history_prompts(str(tmp_path), lambda: [11, 22, 33])  # the same training set: every recorded one in it
     with pytest.raises(QuantityError, match=r"1 of the 2 prompts its skip history recorded are not among this run's "
                                             r"training prompts, so the dataset differs .* Fix: resume with the "
