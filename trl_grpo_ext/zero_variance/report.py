@@ -259,6 +259,7 @@ def skip_note(plan, exploration_probability: float, seeded: tuple[int, int] | No
     return (
         f"zero_variance_filter=skip: an epoch is still {epoch}; {start}, a prompt uniform at its last k rollouts keeps its slot with "
         f"probability {exploration_probability:g}^k, and a skipped prompt's slot goes to another prompt that passes the "
-        f"same draw when its step's prompts are drawn (one prompt may fill slots of several steps). The {counts} and stop reason above stay exact; skipped "
-        "slots are logged as zero_variance/frac_prompts_skipped."
+        f"same draw when its step's prompts are drawn (one prompt may fill slots of several steps; with none, the "
+        f"skipped prompt keeps its slot). The {counts} and stop reason above stay exact; skipped "
+        "slots are logged as zero_variance/frac_prompts_skipped (a running share over the epoch)."
     )
