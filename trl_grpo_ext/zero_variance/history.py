@@ -120,8 +120,8 @@ def skip_substitutes(rows: list[int], prompt_keys: list[int], streaks: dict[int,
     slot goes to the next row of a seeded permutation of the whole dataset that passes the same draw (streak k': kept
     with probability p^k') and whose prompt is not in the batch already; rows whose prompt is ``pending`` (in a batch
     decided but not rolled out yet, so its streak is stale) come after all others. When no row passes, the skipped
-    row keeps its slot. So each step still trains ``prompts_per_step`` distinct prompts, and a prompt stops filling
-    slots once a uniform rollout of it is recorded. Deterministic in (``seed``, ``epoch``, ``batch``), the streaks and
+    row keeps its slot. So each step still trains ``prompts_per_step`` distinct prompts, and once a uniform rollout
+    of a prompt is recorded it fills a slot with probability p^k only, as it keeps its own. Deterministic in (``seed``, ``epoch``, ``batch``), the streaks and
     ``pending``.
 
     Args:
