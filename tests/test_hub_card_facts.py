@@ -18,6 +18,7 @@ import yaml  # noqa: E402
 from factories import ROOT  # noqa: E402
 from hub_testing import make_finished_run  # noqa: E402
 
+from trl_grpo_ext.hub import card_facts  # noqa: E402
 from trl_grpo_ext.hub.card import build_model_card  # noqa: E402
 
 SMOLLM2_CPU = yaml.safe_load((ROOT / "recipes/configs/smollm2_arithmetic_cpu.yaml").read_text())
@@ -133,3 +134,17 @@ def test_a_metric_that_was_not_measured_is_left_out(finished, tmp_path):
     assert "total_flos" not in metrics and "| train_loss | 0.0123 |" in metrics
     (run_dir / "train_results.json").write_text(json.dumps({**results, "total_flos": 1.5e12}))
     assert "| total_flos | 1.5e+12 |" in build_model_card(run_dir).text
+
+
+def test_a_resumed_runs_transformers_figures_say_they_cover_the_steps_after_the_checkpoint():
+    """transformers 5 divides train_loss by the steps of this train() call and times that call alone, so on a run
+    resumed from checkpoint-6 of 10 they are the figures of steps 7-10: the card says so."""
+    results = {"train_runtime": 30.0, "train_loss": 0.5, "train_steps_per_second": 0.133, "epoch": 1.0,
+               "resumed_from_step": 6}
+    assert card_facts.measured(results) == [
+        ("train_runtime (the steps after 6 alone: the run resumed from checkpoint-6)", 30.0),
+        ("train_loss (the steps after 6 alone: the run resumed from checkpoint-6)", 0.5),
+        ("train_steps_per_second (the steps after 6 alone: the run resumed from checkpoint-6)", 0.133),
+        ("epoch", 1.0)]
+    del results["resumed_from_step"]
+    assert card_facts.measured(results)[0] == ("train_runtime", 30.0)

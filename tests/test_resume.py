@@ -232,6 +232,20 @@ def test_resumed_steps_repeat_the_uninterrupted_rewards_and_losses(uninterrupted
         [entry.get(k) for k in keys] for entry in step_history(uninterrupted)]
 
 
+def test_resumed_runs_card_says_its_runtime_and_loss_cover_the_resumed_steps(uninterrupted, interrupted, resumed):
+    """transformers times and averages the loss over one train() call: the resumed run's figures are those of the
+    steps after its checkpoint, and its card and train_results.json say from which step."""
+    out, _, _, stop_step = interrupted
+    results = json.loads((out / "train_results.json").read_text())
+    assert results["resumed_from_step"] == stop_step
+    assert results["train_steps_per_second"] * results["train_runtime"] == pytest.approx(TOTAL_STEPS - stop_step,
+                                                                                         abs=0.5)
+    card = (out / "README.md").read_text()
+    assert f"| train_runtime (the steps after {stop_step} alone: the run resumed from checkpoint-{stop_step}) |" in card
+    assert "resumed_from_step" not in json.loads((uninterrupted / "train_results.json").read_text())
+    assert "| train_runtime |" in (uninterrupted / "README.md").read_text()
+
+
 def test_resume_with_a_different_quantity_is_refused(interrupted, tmp_path):
     out, _, _, _ = interrupted
     checkpoint = out.parent / "interrupted-checkpoint"

@@ -273,11 +273,12 @@ class GRPOExtTrainer(GRPOTrainer):
         return super().set_initial_training_values(stop, dataloader)
 
     def train(self, resume_from_checkpoint=None, overwrite_output_dir: bool = False, **kwargs):
-        """`Trainer.train`. ``resume_from_checkpoint`` (`str`/`bool`, defaults to ``args.resume_from_checkpoint``,
-        which transformers ignores): ``True``/``"last"`` is the newest *complete* checkpoint, ``False`` a new run; a
-        checkpoint whose saved plan differs from this run's is refused (`QuantityError`), a `CheckedCheckpoint` of this
-        plan (the recipe's) is not checked again. ``overwrite_output_dir`` (`bool`, defaults to False): a new run may
-        overwrite an ``output_dir`` holding a complete checkpoint, else `ValueError` (`check_output_dir`)."""
+        """`Trainer.train`; a resumed run's metrics add the checkpoint's step (`checkpoints.RESUMED_FROM_STEP`).
+        ``resume_from_checkpoint`` (`str`/`bool`, defaults to ``args.resume_from_checkpoint``, which transformers
+        ignores): ``True``/``"last"`` is the newest *complete* checkpoint, ``False`` a new run; a checkpoint whose saved
+        plan differs is refused (`QuantityError`), a `CheckedCheckpoint` of this plan (the recipe's) is not checked
+        again. ``overwrite_output_dir`` (`bool`, defaults to False): a new run may overwrite an ``output_dir`` holding a
+        complete checkpoint, else `ValueError` (`check_output_dir`)."""
         if resume_from_checkpoint is None:
             resume_from_checkpoint = self.args.resume_from_checkpoint
         if isinstance(resume_from_checkpoint, ckpt.CheckedCheckpoint) and resume_from_checkpoint.plan == self.plan:
@@ -291,18 +292,18 @@ class GRPOExtTrainer(GRPOTrainer):
                 ckpt.resume_settings(self.args, ckpt.peft_lora_settings(self.model)))
         ckpt.check_output_dir(self.args.output_dir, resuming=checkpoint is not None or overwrite_output_dir,
                               fixes="python")
-        # DeepSpeed keeps the optimizer in global_step*/ behind its `latest` file instead of optimizer.pt, FSDP in
-        # optimizer.bin (a full state dict) or optimizer_0/ (sharded)
-        if checkpoint and not any(os.path.exists(os.path.join(checkpoint, f))
-                                  for f in ckpt.OPTIMIZER_STATE):
-            logger.warning(
-                "%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh optimizer "
-                "and scheduler state, so it will not match an uninterrupted run.", checkpoint
-            )
+        # the optimizer state: optimizer.pt, DeepSpeed's global_step*/, FSDP's optimizer.bin or optimizer_0/
+        if checkpoint and not any(os.path.exists(os.path.join(checkpoint, f)) for f in ckpt.OPTIMIZER_STATE):
+            logger.warning("%s has no optimizer.pt (saved with save_only_model=True?): training resumes with a fresh "
+                           "optimizer and scheduler state, so it will not match an uninterrupted run.", checkpoint)
         self.zero_variance.load_state(checkpoint)
         if self.is_world_process_zero():  # before the progress bar starts
             self._print_plan(resumed=checkpoint is not None)
-        return super().train(resume_from_checkpoint=checkpoint, **kwargs)
+        resumed_from = ckpt.checkpoint_steps(checkpoint)[0] if checkpoint else None  # before rotation may delete it
+        output = super().train(resume_from_checkpoint=checkpoint, **kwargs)
+        if resumed_from is not None:  # transformers' train_* figures cover this call's steps alone: the card says so
+            output.metrics[ckpt.RESUMED_FROM_STEP] = resumed_from
+        return output
 
     def _print_plan(self, resumed: bool = False) -> None:
         """The plan table, the rewards and the resample note on stdout; the plan also goes to the trackers, which read

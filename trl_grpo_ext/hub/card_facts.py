@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models.source import ModelSource, recorded_model_source
+from ..training.checkpoints import RESUMED_FROM_STEP
 from .card_template import LORA_CITATION, QLORA_CITATION
 
 #: Final metrics whose value 0 means "not measured" (transformers leaves ``total_flos`` at 0 when the model cannot
@@ -125,6 +126,14 @@ def quantized_snippet(loading: BaseLoading | None, base: str, model_ref: str) ->
 
 def measured(results: dict) -> list[tuple]:
     """``train_results.json``'s metrics, without those that were not measured (:data:`UNMEASURED_WHEN_ZERO` at 0,
-    and None)."""
-    return [(key, value) for key, value in results.items()
-            if value is not None and not (key in UNMEASURED_WHEN_ZERO and value == 0)]
+    and None). A resumed run's (`checkpoints.RESUMED_FROM_STEP`: the checkpoint's step N) transformers figures
+    (``train_runtime``, ``train_loss``, ``train_*_per_second``) cover the steps after N alone, and say so."""
+    resumed = results.get(RESUMED_FROM_STEP)
+    rows = []
+    for key, value in results.items():
+        if value is None or (key in UNMEASURED_WHEN_ZERO and value == 0) or key == RESUMED_FROM_STEP:
+            continue
+        if resumed is not None and key.startswith("train_"):
+            key = f"{key} (the steps after {resumed} alone: the run resumed from checkpoint-{resumed})"
+        rows.append((key, value))
+    return rows

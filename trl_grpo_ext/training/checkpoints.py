@@ -111,7 +111,7 @@ def check_output_dir(output_dir: str | os.PathLike, resuming: bool, fixes: str =
     newest = last_complete_checkpoint(root)
     if newest is None or resuming:
         return
-    step, last = _steps_of(newest)
+    step, last = checkpoint_steps(newest)
     if step is not None and last and step >= last:  # finished: resuming it is refused too
         raise ValueError(
             f"output_dir={str(root)!r} already holds a finished run ({Path(newest).name}: step {step} of {last}); "
@@ -122,7 +122,7 @@ def check_output_dir(output_dir: str | os.PathLike, resuming: bool, fixes: str =
     )
 
 
-def _steps_of(checkpoint: str) -> tuple[int | None, int | None]:
+def checkpoint_steps(checkpoint: str) -> tuple[int | None, int | None]:
     """``(global_step, max_steps)`` of a checkpoint's ``trainer_state.json``; None where unreadable."""
     try:
         state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
@@ -132,6 +132,12 @@ def _steps_of(checkpoint: str) -> tuple[int | None, int | None]:
         return None, None
     step, last = state.get("global_step"), state.get("max_steps")
     return (step if isinstance(step, int) else None), (last if isinstance(last, int) else None)
+
+
+#: The key `GRPOExtTrainer.train` adds to a resumed run's metrics (``train_results.json``): the checkpoint's
+#: ``global_step``. transformers' ``train_runtime``, ``train_loss`` and ``train_*_per_second`` then cover the steps
+#: after it only.
+RESUMED_FROM_STEP = "resumed_from_step"
 
 
 #: Plan fields that may differ on resume: they change how the same steps are computed (batch split across devices
@@ -335,7 +341,7 @@ def check_checkpoint_unfinished(checkpoint: str, plan: RunPlan) -> None:
     ``resume_from_checkpoint=True`` ends at step 3), past the plan the run was sized for. A checkpoint without
     ``trainer_state.json`` is not judged.
     """
-    step, _ = _steps_of(checkpoint)
+    step, _ = checkpoint_steps(checkpoint)
     if step is not None and step >= plan.total_steps:
         raise QuantityError(
             f"resume_from_checkpoint: {checkpoint} already holds step {step} of the plan's {plan.total_steps}: the run "
