@@ -9,6 +9,7 @@ Printed per model: CPU seconds of the process per optimizer step (generation, sc
 the update; the first step left out; the phases in wall seconds), rows the loss saw per step, and the ratio dropped / mask.
 
     python benchmarks/dropped_rows.py                      # tiny model: about 1 minute on 2 cores
+    python benchmarks/dropped_rows.py --model tiny-shipped --prompts-per-step 2   # the tiny demo's step (4-bit, LoRA)
     python benchmarks/dropped_rows.py --model smollm2 --steps 3 --repeats 1   # SmolLM2-135M: about 10 minutes
     python benchmarks/dropped_rows.py --model smollm2 --prompt-format chat --prompts-per-step 3 --max-completion-length 64
                                                        # the shipped SmolLM2 run's step: its prompts, 3 x G 8, 64 tokens
@@ -49,7 +50,7 @@ def _dataset(model: str, num_prompts: int, prompt_format: str = "text"):
     from trl_grpo_ext.data.load import to_chat_prompt
     from trl_grpo_ext.models.embedded import tiny
 
-    rows = (tiny.count_char_rows(num_prompts) if model == "tiny"
+    rows = (tiny.count_char_rows(num_prompts) if model.startswith("tiny")
             else arithmetic.arithmetic_rows("train", num_problems=num_prompts))
     prompts = [row.get("prompt", row.get("question")) for row in rows]
     if prompt_format == "chat":
@@ -67,10 +68,25 @@ def _trainer(model: str, out_dir: str, args, seed: int):
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
     from trl_grpo_ext.models.embedded import smollm2, tiny
 
+    quantization, extra = None, {}
     if model == "tiny":
         path = tiny.ensure_tiny_model()
         tokenizer = tiny.load_tokenizer(path)
         peft = None
+    elif model == "tiny-shipped":  # the embedded demo's model as tiny_cpu.yaml loads it: 4-bit NF4, LoRA, float32 adapter
+        import yaml
+        from trl import ModelConfig
+
+        from trl_grpo_ext.models.settings import lora_config, quantization_config
+
+        shipped = yaml.safe_load((ROOT / "recipes/configs/tiny_cpu.yaml").read_text())
+        model_args = ModelConfig(**{k: v for k, v in shipped.items() if k in ModelConfig.__dataclass_fields__
+                                    and k != "model_name_or_path"})
+        path = tiny.ensure_tiny_model()
+        tokenizer = tiny.load_tokenizer(path)
+        peft = lora_config(model_args)
+        quantization = quantization_config(model_args, argparse.Namespace(bf16=False))
+        extra = {"adapter_dtype": shipped["adapter_dtype"]}
     else:
         path = smollm2.ensure_smollm2()
         from transformers import AutoTokenizer
@@ -83,12 +99,12 @@ def _trainer(model: str, out_dir: str, args, seed: int):
         disable_tqdm=True, prompts_per_step=args.prompts_per_step, num_generations=args.num_generations,
         micro_batch_size=args.micro_batch_size, total_training_steps=args.steps,
         max_completion_length=args.max_completion_length, learning_rate=1e-4, temperature=0.7, beta=0.0, seed=seed,
-        zero_variance_filter="mask", gradient_checkpointing=False, model_init_kwargs={"dtype": torch.float32},
+        zero_variance_filter="mask", gradient_checkpointing=False, model_init_kwargs={"dtype": torch.float32}, **extra,
     )
     GROUP_SIZE[0] = args.num_generations
     return GRPOExtTrainer(str(path), reward_funcs=[half_uniform_reward], args=config,
                           train_dataset=_dataset(model, args.prompts_per_step * args.steps, args.prompt_format),
-                          processing_class=tokenizer, peft_config=peft)
+                          processing_class=tokenizer, peft_config=peft, quantization_config=quantization)
 
 
 class _StepClock(TrainerCallback):
@@ -158,7 +174,8 @@ def _arm(model: str, drop: bool, args, seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
+    parser.add_argument("--model", choices=("tiny", "tiny-shipped", "smollm2"), default="tiny",
+                        help="tiny-shipped: the tiny model as tiny_cpu.yaml trains it (4-bit NF4, LoRA r 8, lm_head)")
     parser.add_argument("--steps", type=int, default=6, help="optimizer steps per arm (the first is not timed)")
     parser.add_argument("--repeats", type=int, default=2, help="A B pairs per model")
     parser.add_argument("--prompts-per-step", type=int, default=4)
@@ -171,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.prompt_format == "chat" and args.model != "smollm2":
         parser.error("--prompt-format chat is for --model smollm2 (the tiny model has no chat template)")
     args.micro_batch_size = args.micro_batch_size or args.prompts_per_step * args.num_generations
-    args.max_completion_length = args.max_completion_length or (24 if args.model == "tiny" else 48)
+    args.max_completion_length = args.max_completion_length or (24 if args.model.startswith("tiny") else 48)
 
     results = {"mask (rows weighted 0)": [], "dropped": []}
     for repeat in range(args.repeats):
