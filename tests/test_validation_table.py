@@ -455,6 +455,13 @@ INVALID = [
         "Fix: set lr_scheduler_type: constant_with_warmup"),
     row("data_seed", {"data_seed": 1}, ["data_seed=1 only takes effect with a sampler that reads it"],
         "Fix: remove data_seed; seed sets the order of the prompts."),
+    # a breaker's finding: TRL's GRPO sampler is always its RepeatSampler, so these changed nothing
+    row("train_sampling_strategy", {"train_sampling_strategy": "group_by_length"},
+        ["train_sampling_strategy='group_by_length' only takes effect with a sampler that reads it"],
+        "Fix: remove train_sampling_strategy; shuffle_dataset: false keeps the dataset's order."),
+    row("length_column_name", {"length_column_name": "n_tokens"},
+        ["length_column_name='n_tokens' only takes effect with a sampler that reads it"],
+        "Fix: remove length_column_name; shuffle_dataset: false"),
     row("dataloader_prefetch_factor without workers", {"dataloader_prefetch_factor": 2},
         ["dataloader_prefetch_factor=2 only takes effect with dataloader_num_workers > 0"],
         "Fix: set dataloader_num_workers: 2 (say) or remove dataloader_prefetch_factor."),
@@ -989,6 +996,7 @@ def test_a_config_built_in_python_passes_the_mapping_checks():
 @pytest.mark.parametrize("change, message", [
     ({"data_seed": 3}, "data_seed=3 only takes effect with a sampler that reads it"),
     ({"label_smoothing_factor": 0.1}, "label_smoothing_factor=0.1 only takes effect with a loss with labels"),
+    ({"train_sampling_strategy": "sequential"}, "train_sampling_strategy='sequential' only takes effect with a sampler"),
     ({"use_adaptive_entropy": True, "entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
      "entropy_coef_min=0.5 is above entropy_coef_max=0.1"),
     ({"bf16": True, "fp16": True}, "bf16=True and fp16=True cannot both be set"),

@@ -135,8 +135,8 @@ def checkpoint_steps(checkpoint: str) -> tuple[int | None, int | None]:
 
 
 #: The key `GRPOExtTrainer.train` adds to a resumed run's metrics (``train_results.json``): the checkpoint's
-#: ``global_step``. transformers' ``train_runtime``, ``train_loss`` and ``train_*_per_second`` then cover the steps
-#: after it only.
+#: ``global_step`` (None for a run that did not resume). transformers' ``train_runtime``, ``train_loss`` and
+#: ``train_*_per_second`` then cover the steps after it only.
 RESUMED_FROM_STEP = "resumed_from_step"
 
 

@@ -284,6 +284,12 @@ _requires(("warmup_steps",), "an lr_scheduler_type with a warmup (transformers' 
 # TRL's GRPO sampler orders the prompts by seed (RepeatSampler(seed=args.seed)); GRPO has no label to smooth
 _requires(("data_seed",), "a sampler that reads it (TRL's GRPO sampler orders the prompts by seed alone)",
           lambda v: v.get("data_seed") is None, "remove {field}; seed sets the order of the prompts.")
+# TRL's GRPO trainer always samples with its own RepeatSampler (shuffle_dataset orders it); transformers' samplers and
+# the length column they group by are never built
+_requires(("train_sampling_strategy", "length_column_name"), "a sampler that reads it (TRL's GRPO sampler is its own "
+          "RepeatSampler)", lambda v: enum_value(v.get("train_sampling_strategy")) in (None, "random")
+          and v.get("length_column_name") in (None, "length"),
+          "remove {field}; shuffle_dataset: false keeps the dataset's order.")
 _requires(("dataloader_prefetch_factor",), "dataloader_num_workers > 0 (transformers raises for it without workers)",
           lambda v: (v.get("dataloader_num_workers") or 0) > 0, "set dataloader_num_workers: 2 (say) or remove {field}.")
 _requires(("label_smoothing_factor",), "a loss with labels (GRPO's has none)",
@@ -304,6 +310,7 @@ GOVERNED_BY: dict[str, tuple[str, ...]] = {
            "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
            "log_completions_hub_repo": (), "num_completions_to_print": ("log_completions",),
            "warmup_steps": ("lr_scheduler_type",), "lr_scheduler_kwargs": ("lr_scheduler_type",), "data_seed": (),
+           "train_sampling_strategy": (), "length_column_name": (),
            "label_smoothing_factor": (), "fp16": ("use_cpu",),
            "sync_ref_model": (),  # TRL raises for it with beta 0 (GRPOTrainer.__init__): refused, never switched off
            "num_generations_eval": ("eval_strategy",),
