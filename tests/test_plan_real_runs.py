@@ -69,6 +69,7 @@ def test_the_trainer_takes_the_callers_plan_and_refuses_another(tmp_path, tiny_m
 
 
 def test_a_checked_checkpoint_is_not_checked_again(tmp_path, tiny_model_dir, tiny_tokenizer, monkeypatch):
+    from transformers.trainer_utils import TrainOutput
     from trl import GRPOTrainer
 
     from trl_grpo_ext import trainer as trainer_module
@@ -84,10 +85,12 @@ def test_a_checked_checkpoint_is_not_checked_again(tmp_path, tiny_model_dir, tin
     checks = []
     real_check = trainer_module.ckpt.check_checkpoint_plan
     monkeypatch.setattr(trainer_module.ckpt, "check_checkpoint_plan", lambda *a: checks.append(a) or real_check(*a))
-    monkeypatch.setattr(GRPOTrainer, "train", lambda self, resume_from_checkpoint=None, **kw: resume_from_checkpoint)
-    assert trainer.train(resume_from_checkpoint=CheckedCheckpoint(str(checkpoint), trainer.plan)) == str(checkpoint)
+    monkeypatch.setattr(GRPOTrainer, "train", lambda self, resume_from_checkpoint=None, **kw: TrainOutput(
+        0, 0.0, {"checkpoint": resume_from_checkpoint}))
+    checked = CheckedCheckpoint(str(checkpoint), trainer.plan)
+    assert trainer.train(resume_from_checkpoint=checked).metrics["checkpoint"] == str(checkpoint)
     assert checks == []  # checked by the caller (the recipe) against this very plan
-    assert trainer.train(resume_from_checkpoint="last") == str(checkpoint)
+    assert trainer.train(resume_from_checkpoint="last").metrics["checkpoint"] == str(checkpoint)
     filter_settings = {"zero_variance_filter": args.zero_variance_filter, "skip_exploration_probability": None,
                        "seed": args.seed}
     assert [call[:3] for call in checks] == [(str(checkpoint), trainer.plan, filter_settings)]  # a library user's path

@@ -25,7 +25,7 @@ def one_thread():
 def test_resume_from_checkpoint_in_the_config_is_honoured_and_a_new_run_is_refused(tmp_path):
     reward = RecordingReward()
     reference = trainer(tmp_path / "uninterrupted", reward, total_epochs=2)
-    reference.train()
+    assert reference.train().metrics["resumed_from_step"] is None  # a fresh run (the key clears all_results.json's)
     assert reference.state.global_step == 4
 
     run = tmp_path / "run"  # a run stopped after step 2: its output_dir holds checkpoint-2 only
@@ -33,8 +33,9 @@ def test_resume_from_checkpoint_in_the_config_is_honoured_and_a_new_run_is_refus
     shutil.copytree(tmp_path / "uninterrupted" / "checkpoint-2", run / "checkpoint-2")
     resumed_reward = RecordingReward()
     resumed = trainer(run, resumed_reward, total_epochs=2, resume_from_checkpoint=True)
-    resumed.train()  # no argument: the config says resume
+    output = resumed.train()  # no argument: the config says resume
     assert resumed.state.global_step == 4
+    assert output.metrics["resumed_from_step"] == 2  # its train_runtime / train_loss cover steps 3 and 4 alone
     # the reward was called for steps 2 and 3 only, on the uninterrupted run's prompts, with its rewards
     assert [c[0] for c in resumed_reward.calls] == [2, 3]
     assert resumed_reward.calls == [c for c in reward.calls if c[0] >= 2]
@@ -56,13 +57,15 @@ def test_resume_from_checkpoint_in_the_config_is_honoured_and_a_new_run_is_refus
 
 
 def test_overwrite_output_dir_lets_a_new_run_start_over(tmp_path, monkeypatch):
+    from transformers.trainer_utils import TrainOutput
     from trl import GRPOTrainer
 
     (tmp_path / "checkpoint-3").mkdir()
     (tmp_path / "checkpoint-3" / "trainer_state.json").write_text("{}")
-    monkeypatch.setattr(GRPOTrainer, "train", lambda self, resume_from_checkpoint=None, **kw: ("new run",
-                                                                                                resume_from_checkpoint))
+    monkeypatch.setattr(GRPOTrainer, "train", lambda self, resume_from_checkpoint=None, **kw: TrainOutput(
+        0, 0.0, {"run": "new run", "checkpoint": resume_from_checkpoint}))
     fresh = trainer(tmp_path, RecordingReward(), total_epochs=2)
-    assert fresh.train(overwrite_output_dir=True) == ("new run", None)
+    assert fresh.train(overwrite_output_dir=True).metrics == {"run": "new run", "checkpoint": None,
+                                                              "resumed_from_step": None}
     with pytest.raises(ValueError, match="already holds a run"):
         fresh.train()
