@@ -301,8 +301,8 @@ class GRPOExtTrainer(GRPOTrainer):
             self._print_plan(resumed=checkpoint is not None)
         resumed_from = ckpt.checkpoint_steps(checkpoint)[0] if checkpoint else None  # before rotation may delete it
         output = super().train(resume_from_checkpoint=checkpoint, **kwargs)
-        # transformers' train_* figures cover this call's steps alone: the card says so (None, a fresh run, clears an
-        output.metrics[ckpt.RESUMED_FROM_STEP] = resumed_from  # older run's key from all_results.json, which merges)
+        # the train_* figures cover this call's steps (the card says so); None overwrites all_results.json's old key
+        output.metrics[ckpt.RESUMED_FROM_STEP] = resumed_from
         return output
 
     def _print_plan(self, resumed: bool = False) -> None:

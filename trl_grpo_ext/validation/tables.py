@@ -286,10 +286,10 @@ _requires(("data_seed",), "a sampler that reads it (TRL's GRPO sampler orders th
           lambda v: v.get("data_seed") is None, "remove {field}; seed sets the order of the prompts.")
 # TRL's GRPO trainer always samples with its own RepeatSampler (shuffle_dataset orders it); transformers' samplers and
 # the length column they group by are never built
-_requires(("train_sampling_strategy", "length_column_name"), "a sampler that reads it (TRL's GRPO sampler is its own "
-          "RepeatSampler)", lambda v: enum_value(v.get("train_sampling_strategy")) in (None, "random")
-          and v.get("length_column_name") in (None, "length"),
-          "remove {field}; shuffle_dataset: false keeps the dataset's order.")
+for _name, _default in (("train_sampling_strategy", "random"), ("length_column_name", "length")):
+    _requires((_name,), "a sampler that reads it (TRL's GRPO sampler is its own RepeatSampler)",
+              lambda v, n=_name, d=_default: enum_value(v.get(n)) in (None, d),
+              "remove {field}; shuffle_dataset: false keeps the dataset's order.")
 _requires(("dataloader_prefetch_factor",), "dataloader_num_workers > 0 (transformers raises for it without workers)",
           lambda v: (v.get("dataloader_num_workers") or 0) > 0, "set dataloader_num_workers: 2 (say) or remove {field}.")
 _requires(("label_smoothing_factor",), "a loss with labels (GRPO's has none)",
