@@ -74,19 +74,14 @@ def _trainer(model: str, out_dir: str, args, seed: int):
         tokenizer = tiny.load_tokenizer(path)
         peft = None
     elif model == "tiny-shipped":  # the embedded demo's model as tiny_cpu.yaml loads it: 4-bit NF4, LoRA, float32 adapter
-        import yaml
-        from trl import ModelConfig
-
+        from trl_grpo_ext.config.frontdoor import read_run_args
         from trl_grpo_ext.models.settings import lora_config, quantization_config
 
-        shipped = yaml.safe_load((ROOT / "recipes/configs/tiny_cpu.yaml").read_text())
-        model_args = ModelConfig(**{k: v for k, v in shipped.items() if k in ModelConfig.__dataclass_fields__
-                                    and k != "model_name_or_path"})
+        _, shipped, model_args, _ = read_run_args(["--config", "tiny_cpu"], announce=False)  # as the recipe reads it
         path = tiny.ensure_tiny_model()
         tokenizer = tiny.load_tokenizer(path)
-        peft = lora_config(model_args)
-        quantization = quantization_config(model_args, argparse.Namespace(bf16=False))
-        extra = {"adapter_dtype": shipped["adapter_dtype"]}
+        peft, quantization = lora_config(model_args), quantization_config(model_args, shipped)
+        extra = {"adapter_dtype": shipped.adapter_dtype}
     else:
         path = smollm2.ensure_smollm2()
         from transformers import AutoTokenizer

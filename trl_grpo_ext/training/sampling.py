@@ -93,8 +93,8 @@ class SkippingRepeatSampler(EpochRepeatSampler):
     ``mini_repeat_count`` times, the chunk ``repeat_count`` times) at a time, with every skipped row of the batch
     replaced (`zero_variance.history.skip_substitutes`). A batch is decided when its first index is drawn, from the
     streaks of that moment; the dataloader draws ahead of training, so the prompts of the batches decided but not yet
-    rolled out (their streaks are stale) fill its slots only when no other prompt can. Each decision is recorded in the `PromptHistory` so
-    a resumed epoch replays it. The same length, the same chunks and repeats, so the plan's steps per epoch and stop
+    rolled out (their streaks are stale) fill its slots only when no other prompt can. Each decision is recorded in
+    the `PromptHistory` so a resumed epoch replays it. The same length, the same chunks and repeats, so the plan's steps per epoch and stop
     rule are unchanged.
 
     Args:

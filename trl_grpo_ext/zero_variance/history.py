@@ -121,8 +121,8 @@ def skip_substitutes(rows: list[int], prompt_keys: list[int], streaks: dict[int,
     with probability p^k') and whose prompt is not in the batch already; rows whose prompt is ``pending`` (in a batch
     decided but not rolled out yet, so its streak is stale) come after all others. When no row passes, the skipped
     row keeps its slot. So each step still trains ``prompts_per_step`` distinct prompts, and once a uniform rollout
-    of a prompt is recorded it fills a slot with probability p^k only, as it keeps its own. Deterministic in (``seed``, ``epoch``, ``batch``), the streaks and
-    ``pending``.
+    of a prompt is recorded it fills a slot with probability p^k only, as it keeps its own. Deterministic in
+    (``seed``, ``epoch``, ``batch``), the streaks and ``pending``.
 
     Args:
         rows (`list[int]`): the batch's dataset rows in sampler order, each once.
