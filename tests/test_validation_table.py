@@ -429,6 +429,12 @@ INVALID = [
         "pip install codecarbon", missing_module="codecarbon"),
     row("accelerator_config with an unknown key", {"accelerator_config": {"split_batchez": True}},
         ["accelerator_config has keys AcceleratorConfig does not take: 'split_batchez'"], "Fix: remove or rename"),
+    # accelerate cannot send GRPO's text batches (a TypeError at the first step), or cuts each process's batch
+    row("accelerator_config dispatch_batches", {"accelerator_config": {"dispatch_batches": True}},
+        ["accelerator_config.dispatch_batches=True", "a GRPO batch is prompts (text)"],
+        "Fix: remove dispatch_batches"),
+    row("accelerator_config split_batches as JSON", {"accelerator_config": '{"split_batches": true}'},
+        ["accelerator_config.split_batches=True divides each process's batch"], "Fix: remove split_batches"),
     row("model_init_kwargs torch_dtype", {"model_init_kwargs": {"torch_dtype": "bfloat16"}},
         ["model_init_kwargs sets torch_dtype='bfloat16', which the recipe sets from dtype"],
         "Fix: write dtype: bfloat16"),
@@ -563,6 +569,7 @@ RULE_ROWS = {
     "reward_columns": "exact_match needs an answer column",
     "run_packages": "report_to wandb without wandb",
     "engine_settings": "DeepSpeed with use_cpu",
+    "batch_dispatch": "accelerator_config dispatch_batches",
     "lora_names": "lora target lm_head",
     "lora_targets": "lora target typo",
     "empty_rewards": "rewards: []",
@@ -1004,6 +1011,8 @@ def test_a_config_built_in_python_passes_the_mapping_checks():
     ({"top_p": 2.0}, "top_p=2.0 must be a number in (0, 1]"),
     ({"beta": -1.0}, "beta=-1.0 must be a number >= 0"),
     ({"max_completion_length": 0}, "max_completion_length=0 must be an integer >= 1"),
+    ({"accelerator_config": {"dispatch_batches": True, "split_batches": True}},
+     "accelerator_config.dispatch_batches=True has process 0 read every batch"),
 ])
 def test_a_config_built_in_python_refuses_what_plan_and_the_recipe_refuse(change, message):
     """`GRPOExtConfig.__post_init__` runs the rules of its own fields (scope "run"): a setting no other setting could

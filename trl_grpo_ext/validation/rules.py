@@ -31,7 +31,7 @@ from .rewards import (
     reward_specs,
 )
 from .tables import EXCLUSIVE, GOVERNED_BY, ORDERED, REQUIRES, enum_value, ignored_fields, is_on
-from .trainer_settings import TRAINER_FIELDS, check_continued_adapter, trainer_problems
+from .trainer_settings import TRAINER_FIELDS, batch_dispatch_problems, check_continued_adapter, trainer_problems
 
 
 class RunView:
@@ -379,6 +379,7 @@ RULES: tuple[Rule, ...] = (
     Rule("empty_rewards", lambda v: check_rewards_not_empty(v.values), ("rewards",)),
     Rule("reward_weights", lambda v: check_some_weight(_reward_specs(v)), _REWARDS),
     Rule("trainer_settings", lambda v: _several(trainer_problems(v.values, v.user)), (), blocked_by=TRAINER_FIELDS),
+    Rule("batch_dispatch", lambda v: _several(batch_dispatch_problems(v.values)), ("accelerator_config",), scope="run"),
     Rule("continued_adapter", lambda v: check_continued_adapter(v.values), ("model_name_or_path", "use_peft",
                                                                            "output_dir"),
          blocked_by=("model_name_or_path", "output_dir")),  # listed with quantized_needs_adapter's use_peft line

@@ -84,6 +84,32 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
     return found
 
 
+def batch_dispatch_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """The problems of ``accelerator_config``'s ``dispatch_batches`` / ``split_batches`` set true (read from a mapping,
+    JSON, a JSON file's path, or the `AcceleratorConfig` ``TrainingArguments.__post_init__`` built). GRPO's batches are rows of text that
+    every process draws for itself from TRL's `RepeatSampler` (accelerate 1.15, ``data_loader.py``):
+    ``dispatch_batches`` has process 0 send them as tensors and fails at the first step (``concatenate`` /
+    ``find_batch_size`` raise TypeError on a string), on one process too; ``split_batches`` divides each process's
+    batch by the number of processes, so with N > 1 each trains 1/N of the completions the plan counts and some
+    prompts are never drawn (measured on 2 processes: 2 rows per micro-batch for 4, 5 of 8 prompts seen).
+
+    Returns one ``(line, fields)`` per key set true, the line naming it and the fix."""
+    value = values.get("accelerator_config")
+    read = as_mapping("accelerator_config", value) if not hasattr(value, "dispatch_batches") else vars(value)
+    found = []
+    if read.get("dispatch_batches") is True:
+        found.append(("accelerator_config.dispatch_batches=True has process 0 read every batch and send it to the "
+                      "others as tensors, but a GRPO batch is prompts (text): accelerate fails at the first step, after "
+                      "the model loads. Fix: remove dispatch_batches (each process draws its own prompts).",
+                      ("accelerator_config",)))
+    if read.get("split_batches") is True:
+        found.append(("accelerator_config.split_batches=True divides each process's batch among the processes: with "
+                      "several, each would train a fraction of the completions micro_batch_size counts, and some "
+                      "prompts would never be drawn. Fix: remove split_batches (micro_batch_size already counts the "
+                      "completions of one process).", ("accelerator_config",)))
+    return found
+
+
 def _scheduler_kwargs_problems(scheduler: str, kwargs: Any) -> list[tuple[str, tuple[str, ...]]]:
     """``lr_scheduler_kwargs`` keys the schedule's function does not take (transformers' `get_scheduler` passes them
     on: a TypeError at the first step), or that the trainer passes itself (the warmup and training steps)."""
