@@ -13,6 +13,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 from hub_testing import FAKE_TOKEN, make_finished_run  # noqa: E402
 
 from trl_grpo_ext.hub.card import build_model_card, format_value, is_hub_id  # noqa: E402
+from trl_grpo_ext.zero_variance.report import summary_line  # noqa: E402
 
 REPO = "someone/tiny-grpo"
 
@@ -283,6 +284,14 @@ def test_final_metrics_show_the_uniform_share_and_the_updates_it_cost(card, run,
     assert "| optimizer steps that made no update (every group uniform) | 1 |" in text  # 1/30 of the 30 steps 11-40
     # half of 20 s + all of 90 s, of 4 s × 10 + 5 s × 30 of training steps
     assert "| seconds generating uniform groups, of the training steps' (step_time) | 100 of 190 |" in text
+    # a short run, 50 times faster: the card prints the closing line's decimals (it read "2 of 4" beside the line's
+    # "2.0 s of the 3.8 s": a breaker's finding)
+    state["log_history"][0].update({"zero_variance/generation_seconds": 0.04, "step_time": 0.08})
+    state["log_history"][1].update({"zero_variance/generation_seconds": 0.06, "step_time": 0.1})
+    (copy / "trainer_state.json").write_text(json.dumps(state))
+    text = build_model_card(copy, repo_id=REPO).text
+    assert "| seconds generating uniform groups, of the training steps' (step_time) | 2.0 of 3.8 |" in text
+    assert "2.0 s of the 3.8 s of the training steps" in summary_line(state["log_history"])
 
 
 def test_skip_runs_cite_greso_and_show_their_settings(run, tmp_path):

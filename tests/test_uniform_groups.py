@@ -89,6 +89,31 @@ def test_uniform_share_is_the_same_in_console_metrics_file_and_trainer_state(tmp
         assert "zero-std 1.00" in line and "no update: 4 of 4 groups uniform" in line, line
 
 
+def per_prompt_constant(completions, target, **kwargs):
+    """1.0 for every completion of a "b" prompt, 0.0 for an "a" prompt: each group uniform, the batch not."""
+    return [1.0 if t == "b" else 0.0 for t in target]
+
+
+def test_with_the_filter_off_and_batch_scaling_the_share_counts_groups_not_the_batch(tmp_path, capsys):
+    # 4 prompts (2 "a", 2 "b") a step: every group uniform, the batch's std 0.5. TRL's frac_reward_zero_std judges
+    # the batch under scale_rewards "batch" (0.0); the console, the closing line and the card count groups (1.0)
+    trainer = tiny_trainer(tmp_path, per_prompt_constant, count_char_mix(4), prompts_per_step=4, num_generations=G,
+                           micro_batch_size=16, total_training_steps=2, max_completion_length=8, seed=0,
+                           zero_variance_filter="off", scale_rewards="batch")
+    trainer.train()
+    steps = [h for h in trainer.state.log_history if "reward" in h]
+    assert [h["frac_reward_zero_std"] for h in steps] == [0.0, 0.0]  # TRL's meaning: the batch's std is not 0
+    assert [h["zero_variance/frac_uniform_before"] for h in steps] == [1.0, 1.0]
+    assert "zero_variance/no_update" not in steps[0]  # the optimizer stepped: the filter is off
+    lines = [line for line in capsys.readouterr().out.splitlines() if re.match(r"step \d+/2 ", line)]
+    assert len(lines) == 2 and all("zero-std 1.00" in line for line in lines), lines
+    line = summary_line(trainer.state.log_history, 4)
+    assert line.startswith("Uniform groups (σ = 0): 100% of the 8 groups generated (their generation: 100% of the "
+                           "completions"), line
+    assert line.endswith("; 2 of 2 steps had every group uniform (zero advantages; with zero_variance_filter off the "
+                         "optimizer still stepped)"), line
+
+
 def test_plot_and_card_show_the_truthful_share(tmp_path):
     history = [{"step": 1, "reward": 0.1, "frac_reward_zero_std": 0.0},
                {"step": 2, "reward": 0.2, "frac_reward_zero_std": 1.0, "zero_variance/frac_uniform_before": 1.0,

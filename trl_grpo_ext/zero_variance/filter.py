@@ -116,12 +116,12 @@ class ZeroVarianceFilter:
     # -- one generation batch --------------------------------------------------------------------------------------
     def select(self, output: dict, rewards_per_func: torch.Tensor, completion_ids: list, metric_marks: dict,
                generate_round: GenerateRound) -> tuple[dict, torch.Tensor, torch.Tensor]:
-        """Judge a generation batch and, with "resample", replace its zero-variance groups.
+        """Judge a generation batch (its uniform share logged in every mode) and, with "resample", replace its
+        zero-variance groups.
 
         Args:
             output (`dict`): TRL's local generation output (``advantages`` (B,), ``completion_mask`` (B, C), ...).
-            rewards_per_func (`Tensor`): (N, F) gathered rewards of it, NaN = None. completion_ids (`list`): the local
-                completions' token ids.
+            rewards_per_func (`Tensor`): (N, F) gathered rewards of it, NaN = None. completion_ids (`list`): local.
             metric_marks (`dict`): metric name -> number of values before this batch was generated (resample moves
                 TRL's values of every round to ``zero_variance/rounds/<name>``).
             generate_round (`GenerateRound`): generates an extra round (resample only).
@@ -133,8 +133,8 @@ class ZeroVarianceFilter:
         rewards = weighted_total(rewards_per_func, self.reward_weights)
         self._correct_trl_share(rewards)
         zero_variance = self.judge(rewards_per_func)
+        self._record("fraction_before", zero_variance.float().mean().item())  # every mode: the console reads it
         if self.enabled:
-            self._record("fraction_before", zero_variance.float().mean().item())
             self._record("identical", identical_group_fraction(completion_ids, self.gather, self.num_generations,
                                                                rewards_per_func.device))
         if self.mode == "resample":

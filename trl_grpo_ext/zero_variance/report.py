@@ -2,16 +2,17 @@
 card and the benchmarks (pure functions over log dicts; no torch).
 
 A logged step holds TRL's ``frac_reward_zero_std`` (recomputed by the trainer with the float32-safe definition of
-`groups.zero_variance_group_mask`) and, with the filter on, ``zero_variance/frac_uniform_before`` (the filter's own
-judgement of the generated groups) and ``zero_variance/no_update`` (1.0 on a step whose optimizer update was
-skipped because every group was uniform). See docs/zero_variance.md.
+`groups.zero_variance_group_mask`; with ``scale_rewards: batch`` it judges the whole batch, as TRL's does),
+``zero_variance/frac_uniform_before`` (the filter's rule on the generated groups, logged whatever the mode) and, with
+the filter on, ``zero_variance/no_update`` (1.0 on a step whose optimizer update was skipped because every group was
+uniform). See docs/zero_variance.md.
 """
 
 from __future__ import annotations
 
 import math
 
-#: The filter's share of generated rows in uniform groups (first generation round), when the filter is on.
+#: Share of generated rows in uniform groups by the filter's rule (first generation round), whatever the mode.
 FILTER_SHARE_KEY = "zero_variance/frac_uniform_before"
 #: TRL's name for the same share of the generated batch (recomputed right by the trainer).
 TRL_SHARE_KEY = "frac_reward_zero_std"
@@ -36,7 +37,8 @@ def _finite(value) -> float | None:
 def uniform_share(logs: dict) -> float | None:
     """Share of the generated groups that were uniform (σ = 0) at a logged step, in [0, 1]; None if not logged.
 
-    The filter's judgement when the filter is on (it may judge one chosen reward), else TRL's metric.
+    The filter's rule (`GRPOExtTrainer` logs it whatever the mode; with the filter on it may judge one chosen reward),
+    else TRL's metric (a log without it, e.g. plain TRL's).
 
     >>> uniform_share({"frac_reward_zero_std": 0.5, "zero_variance/frac_uniform_before": 1.0})
     1.0
@@ -118,7 +120,7 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
         previous, covered, logs = row["step"], covered + interval, logs + 1
         step_seconds += (_finite(row.get(STEP_TIME_KEY)) or 0.0) * interval  # TRL logs the interval's mean
         skipped += no_update_steps(row, interval)
-        filter_on = filter_on or NO_UPDATE_KEY in row or FILTER_SHARE_KEY in row
+        filter_on = filter_on or NO_UPDATE_KEY in row
         extra += (_finite(row.get(PROMPTS_DRAWN_KEY)) or 0.0) * interval
         share = uniform_share(row)
         if share is None:
@@ -141,6 +143,16 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
             "extra_groups": round(extra), "steps": covered, "logged_steps": logs, "generation_seconds": seconds,
             "uniform_generation_seconds": None if extra else uniform_seconds, "step_seconds": step_seconds,
             "identical_share": None if identical is None else identical / generations}
+
+
+def seconds_digits(total_seconds: float) -> int:
+    """Decimals that show a run's seconds and a share of them (0 from 10 s, 1 from 1 s, else 2): the closing line and
+    the card print the same figures, and a short run does not read "0 s of the 0 s".
+
+    >>> [seconds_digits(seconds) for seconds in (854.0, 2.9, 0.4)]
+    [0, 1, 2]
+    """
+    return 0 if total_seconds >= 10 else 1 if total_seconds >= 1 else 2
 
 
 def _generated_by(step: int, steps_per_generation: float) -> int:
@@ -189,7 +201,7 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
     else:
         cost, uniform_seconds, step_seconds = "", summary["uniform_generation_seconds"], summary["step_seconds"]
         if summary["generation_seconds"] and step_seconds:  # their share of each batch's wall time
-            digits = 0 if step_seconds >= 10 else 1 if step_seconds >= 1 else 2  # a short run: "0 s of the 0 s"
+            digits = seconds_digits(step_seconds)
             cost = (f", {uniform_seconds:.{digits}f} s of the {step_seconds:.{digits}f} s of the training steps = "
                     f"{uniform_seconds / step_seconds:.0%}")
         head = (f"Uniform groups (σ = 0): {share:.0%} of {groups} generated (their generation: {share:.0%} of the "
@@ -235,7 +247,8 @@ def skip_note(plan, exploration_probability: float, seeded: tuple[int, int] | No
     """How ``zero_variance_filter: skip`` counts in this plan (printed under the plan table).
 
     Args:
-        plan (`RunPlan`): reads ``steps_per_epoch``, ``prompts_per_step``, ``total_steps``, ``epochs_covered``.
+        plan (`RunPlan`): reads ``steps_per_epoch``, ``prompts_per_step``, ``generation_batches_per_epoch``,
+            ``prompts_per_generation``, ``total_steps``, ``epochs_covered``.
         exploration_probability (`float`): ``skip_exploration_probability`` p.
         seeded (`tuple[int, int]`, *optional*): `PromptHistory.seed`'s (training prompts the seed evaluated, of them
             starting uniform). history_file (`str`, *optional*): ``skip_history_file``. resumed (`bool`): the run
@@ -244,9 +257,14 @@ def skip_note(plan, exploration_probability: float, seeded: tuple[int, int] | No
     Returns:
         `str`: one paragraph.
     """
-    epoch = (f"{plan.steps_per_epoch} steps × {plan.prompts_per_step} prompt slots "
-             f"({plan.steps_per_epoch * plan.prompts_per_step})" if plan.steps_per_epoch is not None else
-             f"its steps × {plan.prompts_per_step} prompt slots (the dataset's size is not known here)")
+    if plan.steps_per_epoch is None:
+        epoch = f"its steps × {plan.prompts_per_step} prompt slots (the dataset's size is not known here)"
+    else:
+        steps = f"{plan.steps_per_epoch} step{'' if plan.steps_per_epoch == 1 else 's'}"
+        batches, slots = plan.generation_batches_per_epoch, plan.prompts_per_generation
+        epoch = (f"{steps} × {plan.prompts_per_step} prompt slots ({plan.steps_per_epoch * plan.prompts_per_step})"
+                 if batches * slots == plan.steps_per_epoch * plan.prompts_per_step else  # μ > 1: batches reused
+                 f"{steps}, fed by {batches} generation batches × {slots} prompt slots ({batches * slots})")
     counts = f"{plan.total_steps} steps, {plan.epochs_covered:.3g} epochs" if plan.epochs_covered is not None \
         else "steps, epochs"
     start = "from the second epoch on"
