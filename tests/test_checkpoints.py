@@ -117,9 +117,11 @@ def test_a_checkpoint_resumed_with_another_seed_is_refused(tmp_path):
 
     from trl_grpo_ext.training.checkpoints import ZERO_VARIANCE_STATE_FILE, check_filter_unchanged, filter_settings
 
-    mask = SimpleNamespace(zero_variance_filter="mask", skip_exploration_probability=0.25)
+    mask = SimpleNamespace(zero_variance_filter="mask", skip_exploration_probability=0.25, zero_variance_tolerance=0.1,
+                           zero_variance_reward=None)
     saved = filter_settings(mask, seed=0)
-    assert saved == {"zero_variance_filter": "mask", "skip_exploration_probability": None, "seed": 0}
+    assert saved == {"zero_variance_filter": "mask", "skip_exploration_probability": None,
+                     "zero_variance_tolerance": None, "zero_variance_reward": None, "seed": 0}
     (tmp_path / ZERO_VARIANCE_STATE_FILE).write_text(json.dumps({"settings": saved}))
     check_filter_unchanged(str(tmp_path), filter_settings(mask, seed=0))
     with pytest.raises(QuantityError, match=r"cannot resume .*: seed: 0 in the checkpoint, 1 now\. These settings "

@@ -92,6 +92,6 @@ def test_a_checked_checkpoint_is_not_checked_again(tmp_path, tiny_model_dir, tin
     assert checks == []  # checked by the caller (the recipe) against this very plan
     assert trainer.train(resume_from_checkpoint="last").metrics["checkpoint"] == str(checkpoint)
     filter_settings = {"zero_variance_filter": args.zero_variance_filter, "skip_exploration_probability": None,
-                       "seed": args.seed}
+                       "zero_variance_tolerance": None, "zero_variance_reward": None, "seed": args.seed}
     assert [call[:3] for call in checks] == [(str(checkpoint), trainer.plan, filter_settings)]  # a library user's path
     assert sorted(checks[0][3]()) == sorted(prompt_key(row["prompt"]) for row in trainer.train_dataset)  # its prompts

@@ -271,6 +271,22 @@ def test_plan_states_what_an_epoch_is_with_skip_and_refuses_one_epoch(tmp_path, 
     assert plan_cli.main(["--config", one_epoch]) == 2
     err = capsys.readouterr().err
     assert "zero_variance_filter='skip'" in err and "covers 1 epoch(s) of 240 prompts" in err and "Fix:" in err
+    # μ = 2 with 4 prompts a generation batch (micro_batch_size 8 = 2 prompts × G 4 a step): each batch serves 2
+    # steps, so an epoch of 240 prompts is 60 generation batches × 4 slots over 120 steps (a breaker's finding: the
+    # note said 120 steps × 2 slots, 240, twice the slots rolled out)
+    reused = tiny_cpu_yaml(tmp_path, name="mu2.yaml", zero_variance_filter="skip", total_epochs=3,
+                           total_training_steps=400, num_iterations=2, eval_strategy="no",
+                           drop=("eval_steps", "num_generations_eval"))
+    assert plan_cli.main(["--config", reused, "--micro_batch_size", "16", "--prompts_per_step", "4"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "an epoch is still 120 steps, fed by 60 generation batches × 4 prompt slots (240)" in out, out
+    # every prompt in every generation batch: no prompt can take a skipped one's slot
+    whole = tiny_cpu_yaml(tmp_path, name="whole.yaml", zero_variance_filter="skip", total_epochs=3,
+                          embedded_num_prompts=2, eval_strategy="no", drop=("eval_steps", "num_generations_eval"))
+    assert plan_cli.main(["--config", whole]) == 2
+    err = capsys.readouterr().err
+    assert "the dataset's 2 prompts all fit in one generation batch of 2 prompts" in err and "Fix:" in err
 
 
 def test_recipe_refuses_a_one_epoch_skip_run_before_loading(tmp_path):
@@ -308,6 +324,15 @@ def test_a_resume_keeps_the_filter_and_skips_p_or_is_refused(tmp_path):
     check_filter_unchanged(saved, skip)  # the same settings: resumed
     with pytest.raises(QuantityError, match=r"skip_exploration_probability: 0.25 in the checkpoint, 0.5 now.*Fix"):
         check_filter_unchanged(saved, {**skip, "skip_exploration_probability": 0.5})
+    # what counts as uniform decides skip's streaks: a breaker's resume with --zero_variance_tolerance 0.5 was accepted
+    # and departed from the uninterrupted run at the next step
+    current = {**skip, "zero_variance_tolerance": 0.0, "zero_variance_reward": None}
+    tolerant = _checkpoint(tmp_path / "tolerance", {"prompt_history": {"streaks": {}}, "settings": current})
+    with pytest.raises(QuantityError, match=r"zero_variance_tolerance: 0.0 in the checkpoint, 0.5 now.*Fix"):
+        check_filter_unchanged(tolerant, {**current, "zero_variance_tolerance": 0.5})
+    with pytest.raises(QuantityError, match=r"zero_variance_reward: None in the checkpoint, 'accuracy' now"):
+        check_filter_unchanged(tolerant, {**current, "zero_variance_reward": "accuracy"})
+    check_filter_unchanged(saved, current)  # a checkpoint of an earlier version: the keys it lacks are not compared
     with pytest.raises(QuantityError, match=r"zero_variance_filter: 'skip' in the checkpoint, 'mask' now"):
         check_filter_unchanged(saved, {"zero_variance_filter": "mask", "skip_exploration_probability": None})
     # checkpoints of an earlier version hold no settings: the filter is read from the state they hold
@@ -328,7 +353,8 @@ def test_every_checkpoint_saves_its_filter_and_a_changed_one_is_refused_before_t
     tiny_trainer(tmp_path / "mask", _b_constant_reward, count_char_mix(8), **run).train()
     checkpoint = tmp_path / "mask" / "checkpoint-1"
     assert json.loads((checkpoint / "zero_variance_state.json").read_text()) == {
-        "settings": {"zero_variance_filter": "mask", "skip_exploration_probability": None, "seed": run["seed"]}}
+        "settings": {"zero_variance_filter": "mask", "skip_exploration_probability": None,
+                     "zero_variance_tolerance": None, "zero_variance_reward": None, "seed": run["seed"]}}
     resumed = tiny_trainer(tmp_path / "skip", _b_constant_reward, count_char_mix(8), **SKIP_RUN)
     with pytest.raises(QuantityError, match=r"zero_variance_filter: 'mask' in the checkpoint, 'skip' now"):
         resumed.train(resume_from_checkpoint=str(checkpoint))

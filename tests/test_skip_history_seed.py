@@ -60,6 +60,10 @@ def test_a_prompt_whose_samples_were_uniform_starts_as_after_one_uniform_rollout
     ({"num_samples": 8, "prompt_keys": [1], "sample_totals": [["0.5"] * 8]}, "needs an integer key and its 8"),
     ({"num_samples": 8, "prompt_keys": [1, 1], "sample_totals": [[0] * 8, [0, 1] * 4]}, "lists a prompt key more than "
                                                                                       "once"),
+    # a breaker's findings: NaN (JSON's NaN) read as a reward made every prompt uniform; a cut file was called no eval
+    ({"num_samples": 8, "prompt_keys": [1], "sample_totals": [[float("nan")] * 8]}, "as finite numbers (or null)"),
+    ({"num_samples": 8, "prompt_keys": [1], "sample_totals": [[0] * 8, [1] * 8]}, "lists 1 prompt_keys but 2 rows of "
+                                                                                  "sample_totals"),
 ])
 def test_a_file_that_is_no_training_split_evaluation_is_refused_with_the_command_that_writes_one(tmp_path, result,
                                                                                                  says):

@@ -199,12 +199,17 @@ class CheckedCheckpoint(str):
 
 def filter_settings(zero_variance, seed: int | None = None) -> dict:
     """The settings that decide which prompts a step trains, as saved in every checkpoint's
-    ``zero_variance_state.json``: the filter (skip's decisions, resample's extra prompts), skip's p and the run's
-    ``seed`` (the sampler's order of every epoch; a resumed run's random state is the checkpoint's whatever the seed).
-    ``zero_variance``: a `ZeroVarianceSettings` (``resolved.zero_variance``); ``seed`` None: not saved or compared."""
-    skip = zero_variance.zero_variance_filter == "skip"
-    return {"zero_variance_filter": zero_variance.zero_variance_filter,
-            "skip_exploration_probability": zero_variance.skip_exploration_probability if skip else None,
+    ``zero_variance_state.json``: the filter (skip's decisions, resample's extra prompts), skip's p, what counts as a
+    uniform group under skip or resample (``zero_variance_tolerance``, ``zero_variance_reward``: skip's streaks and
+    resample's rounds follow it) and the run's ``seed`` (the sampler's order of every epoch; a resumed run's random
+    state is the checkpoint's whatever the seed). ``zero_variance``: a `ZeroVarianceSettings` (``resolved.zero_variance``);
+    ``seed`` None: not saved or compared. A key a checkpoint of an earlier version lacks is not compared."""
+    mode = zero_variance.zero_variance_filter
+    selects = mode in ("skip", "resample")
+    return {"zero_variance_filter": mode,
+            "skip_exploration_probability": zero_variance.skip_exploration_probability if mode == "skip" else None,
+            "zero_variance_tolerance": zero_variance.zero_variance_tolerance if selects else None,
+            "zero_variance_reward": zero_variance.zero_variance_reward if selects else None,
             **({} if seed is None else {"seed": seed})}
 
 

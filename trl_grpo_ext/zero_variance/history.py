@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -281,18 +282,20 @@ def read_history_seed(path: str, num_generations: int, tolerance: float = 0.0, c
                          "from alone.")
     result = result if isinstance(result, dict) else {}
     keys, totals, k = result.get("prompt_keys"), result.get("sample_totals"), result.get("num_samples")
-    if not keys or not isinstance(keys, list) or not isinstance(totals, list) or len(totals) != len(keys) \
-            or type(k) is not int or k < 1:
+    if not keys or not isinstance(keys, list) or not isinstance(totals, list) or type(k) is not int or k < 1:
         raise ValueError(f"{where} holds no sampled rewards per prompt (an eval result without --k, or not an eval "
                          f"result). {fix}")
+    if len(totals) != len(keys):
+        raise ValueError(f"{where} lists {len(keys)} prompt_keys but {len(totals)} rows of sample_totals: one row per "
+                         f"prompt (the file was cut or edited). {fix}")
     if k < num_generations:
         raise ValueError(f"{where} has {k} samples per prompt, fewer than num_generations={num_generations}: they "
                          f"predict less than one rollout. {fix}")
     if any(type(key) is not int for key in keys) or any(
-            not isinstance(row, list) or len(row) != k or any(v is not None and type(v) not in (int, float) for v in row)
+            not isinstance(row, list) or len(row) != k or any(v is not None and (type(v) not in (int, float) or not math.isfinite(v)) for v in row)
             for row in totals):
-        raise ValueError(f"{where}: each prompt needs an integer key and its {k} sampled rewards as numbers (or null) "
-                         f"in sample_totals. {fix}")
+        raise ValueError(f"{where}: each prompt needs an integer key and its {k} sampled rewards as finite numbers (or "
+                         f"null) in sample_totals. {fix}")
     if (mismatch := _run_mismatch(result, expect or {})) is not None:
         raise ValueError(f"{where} was sampled under other settings than this run's: {mismatch}, so its uniform "
                          f"groups predict nothing about this run's. {fix}")

@@ -141,8 +141,9 @@ def judged_reward_index(name: str | None, reward_func_names: list[str]) -> int |
 
 
 def check_skip_plan(plan, seeded: bool = False) -> None:
-    """Refuse ``zero_variance_filter: skip`` where it skips nothing: a dataset without a length, or a `RunPlan`
-    covering at most one epoch (skip predicts from earlier epochs) unless ``seeded`` (a ``skip_history_file``).
+    """Refuse ``zero_variance_filter: skip`` where it skips nothing: a dataset without a length, one whose every
+    prompt is in every generation batch (no other prompt can take a skipped one's slot), or a `RunPlan` covering at
+    most one epoch (skip predicts from earlier epochs) unless ``seeded`` (a ``skip_history_file``).
 
     Raises:
         ValueError: naming the fix."""
@@ -150,6 +151,13 @@ def check_skip_plan(plan, seeded: bool = False) -> None:
         raise ValueError(
             "zero_variance_filter='skip' replaces prompts of a dataset with a length, but this dataset has none (an "
             "IterableDataset). Fix: use a map-style dataset, or zero_variance_filter: mask."
+        )
+    if plan.dataset_size <= plan.prompts_per_generation:
+        raise ValueError(
+            f"zero_variance_filter='skip' gives a skipped prompt's slot to another prompt, but the dataset's "
+            f"{plan.dataset_size} prompts all fit in one generation batch of {plan.prompts_per_generation} prompts: every "
+            "prompt is rolled out every time, so it would act as mask. Fix: use more training prompts than "
+            "prompts_per_step, or zero_variance_filter: mask."
         )
     if plan.epochs_covered <= 1 and not seeded:
         raise ValueError(
