@@ -220,3 +220,23 @@ def test_the_users_reward_weights_survive_replace_and_written_ones_go_with_their
     with pytest.raises(ValueError, match=r"reward_weights\[0\]=True must be a finite number"):
         GRPOExtConfig(**common, reward_weights=[True, False])  # for reward_funcs= passed to the trainer
     assert GRPOExtConfig(**common, reward_weights=[1.0, 0.5]).resolved.reward_weights == (1.0, 0.5)
+
+
+def test_a_field_set_after_the_config_was_built_is_refused_by_the_trainer(tmp_path):
+    # a breaker's finding: `args.zero_variance_filter = "skip"; args.total_epochs = 1` after GRPOExtConfig(...) trained
+    # mask for 3 epochs (the trainer reads `resolved`, taken when the config was built), past skip's one-epoch refusal
+    import dataclasses
+
+    from factories import count_char_mix, tiny_config
+
+    from trl_grpo_ext import GRPOExtTrainer
+
+    args = tiny_config(tmp_path, zero_variance_filter="mask", total_epochs=3, total_training_steps=None)
+    args.zero_variance_filter, args.total_epochs = "skip", 1
+    with pytest.raises(ValueError, match=r"GRPOExtConfig fields were set after the config was built \(total_epochs: 3 "
+                                         r"when built, 1 now; zero_variance_filter: 'mask' when built, 'skip' now\)"
+                                         r".* Fix: build the config with the new value, e.g\. dataclasses\.replace"):
+        GRPOExtTrainer("embedded:tiny-qwen2", args=args, train_dataset=count_char_mix(8))  # before the model loads
+    args.zero_variance_filter, args.total_epochs = "mask", 3  # set back: nothing changed
+    args.check_unchanged()
+    dataclasses.replace(args, total_epochs=2).check_unchanged()  # a replace() resolves and checks its fields again

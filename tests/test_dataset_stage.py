@@ -186,7 +186,8 @@ def test_a_hub_dataset_plan_cannot_read_is_named_in_one_note(tmp_path, capsys, m
     code, lines, _ = _plan_lines(capsys, ["--config", _config(tmp_path, "someone/not-cached",
                                                               total_training_steps=None, total_epochs=1)])
     assert code == 2 and lines[0].startswith("dataset size unknown (a dataset that was not read, such as a Hub dataset "
-                                             "plan does not download) and no step limit")
+                                             "plan does not download, or one without a length, such as an "
+                                             "IterableDataset) and no step limit")
 
 
 def test_a_hub_dataset_in_the_cache_is_checked_by_plan_offline(tmp_path, capsys, monkeypatch):

@@ -86,6 +86,7 @@ class GRPOExtTrainer(GRPOTrainer):
                 f"GRPOExtTrainer needs args=GRPOExtConfig(...), got {type(args).__name__}. GRPOExtConfig accepts every "
                 "GRPOConfig field."
             )
+        args.check_unchanged()  # a field set after the config was built would be silently ignored
         reward_funcs = _reward_funcs_from_args(reward_funcs, args)
         if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
             judged_reward_index(args.resolved.zero_variance.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])

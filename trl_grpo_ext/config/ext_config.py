@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field, fields
@@ -16,6 +17,7 @@ from ..models.settings import check_bf16_machine, check_fp16_machine
 from ..plan import QuantityError
 from ..plan.resolve import NO_STEP_LIMIT_FIX
 from ..rewards.guard import REWARD_ERROR_POLICIES
+from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
 from ..zero_variance.settings import ZeroVarianceSettings
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
 from .checks import Choices, Range, choice_from_yaml, declared_checks, world_size_from_env
@@ -142,6 +144,28 @@ class GRPOExtConfig(GRPOConfig):
                 f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "
                 f"variable) but accelerate reports {self.world_size} processes. Launch with `accelerate launch` or "
                 "`torchrun`, which set WORLD_SIZE."
+            )
+        self._built_values = self._resolved_inputs()  # `check_unchanged` compares them when a trainer is built
+
+    def _resolved_inputs(self) -> dict[str, Any]:
+        return copy.deepcopy({name: getattr(self, name) for name in (*USER_FIELDS, *ZERO_VARIANCE_FIELDS)})
+
+    def check_unchanged(self) -> None:
+        """Refuse a field `resolved` was built from that was set after the config was built (``args.x = y``): the
+        plan, the filter and the advantages read `resolved`, so the new value would be ignored. `GRPOExtTrainer`
+        calls it before loading anything.
+
+        Raises:
+            ValueError: naming each changed field, its value when built and now, and the fix."""
+        built = getattr(self, "_built_values", None) or {}
+        changed = [name for name, value in built.items() if getattr(self, name) != value]
+        if changed:
+            listed = "; ".join(f"{name}: {built[name]!r} when built, {getattr(self, name)!r} now" for name in changed)
+            raise ValueError(
+                f"GRPOExtConfig fields were set after the config was built ({listed}). The config resolves and checks "
+                "its fields when it is built, and the run reads what they resolved to, so the change would be "
+                f"ignored. Fix: build the config with the new value, e.g. dataclasses.replace(args, {changed[0]}="
+                f"{getattr(self, changed[0])!r}), which resolves and checks it."
             )
 
     def _resolve(self, world_size: int) -> None:

@@ -280,9 +280,10 @@ def resolve_plan(fields: dict, dataset_size: int | None, world_size: int, max_co
     if dataset_size is None:
         if step_limit is None:
             raise QuantityError(
-                "dataset size unknown (a dataset that was not read, such as a Hub dataset plan does not download) "
-                "and no step limit: the number of steps cannot be planned; set total_training_steps (or max_steps), "
-                "or give the dataset size (--dataset-size N)")
+                "dataset size unknown (a dataset that was not read, such as a Hub dataset plan does not download, or "
+                "one without a length, such as an IterableDataset) and no step limit: the number of steps cannot be "
+                "planned; set total_training_steps (or max_steps), or use a dataset with a length (plan: give its size "
+                "with --dataset-size N)")
         gen_batches = spe = epochs_covered = None
         total, reason = step_limit, "step_limit"
     else:
