@@ -435,6 +435,14 @@ INVALID = [
         "Fix: remove dispatch_batches"),
     row("accelerator_config split_batches as JSON", {"accelerator_config": '{"split_batches": true}'},
         ["accelerator_config.split_batches=True divides each process's batch"], "Fix: remove split_batches"),
+    # a second breaker's findings: accelerate reads 1 as true; num_steps is written over gradient_accumulation_steps
+    # (the run trained 4x the plan's batch); use_configured_state passed plan and was refused by the recipe
+    row("accelerator_config dispatch_batches 1", {"accelerator_config": {"dispatch_batches": 1}},
+        ["accelerator_config.dispatch_batches=1 has process 0 read every batch"], "Fix: remove dispatch_batches"),
+    row("accelerator_config num_steps", {"accelerator_config": {"gradient_accumulation_kwargs": {"num_steps": 4}}},
+        ["accelerator_config.gradient_accumulation_kwargs sets num_steps=4"], "Fix: remove num_steps"),
+    row("accelerator_config use_configured_state", {"accelerator_config": {"use_configured_state": True}},
+        ["accelerator_config.use_configured_state=True reuses an AcceleratorState"], "Fix: remove use_configured_state"),
     row("model_init_kwargs torch_dtype", {"model_init_kwargs": {"torch_dtype": "bfloat16"}},
         ["model_init_kwargs sets torch_dtype='bfloat16', which the recipe sets from dtype"],
         "Fix: write dtype: bfloat16"),

@@ -85,28 +85,36 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
 
 
 def batch_dispatch_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
-    """The problems of ``accelerator_config``'s ``dispatch_batches`` / ``split_batches`` set true (read from a mapping,
-    JSON, a JSON file's path, or the `AcceleratorConfig` ``TrainingArguments.__post_init__`` built). GRPO's batches are rows of text that
-    every process draws for itself from TRL's `RepeatSampler` (accelerate 1.15, ``data_loader.py``):
-    ``dispatch_batches`` has process 0 send them as tensors and fails at the first step (``concatenate`` /
-    ``find_batch_size`` raise TypeError on a string), on one process too; ``split_batches`` divides each process's
-    batch by the number of processes, so with N > 1 each trains 1/N of the completions the plan counts and some
-    prompts are never drawn (measured on 2 processes: 2 rows per micro-batch for 4, 5 of 8 prompts seen).
+    """The problems of ``accelerator_config``'s batch keys (read from a mapping, JSON, a JSON file's path, or the
+    `AcceleratorConfig` ``TrainingArguments.__post_init__`` built). GRPO's batches are rows of text that every process
+    draws for itself from TRL's `RepeatSampler` (accelerate 1.15, ``data_loader.py``): ``dispatch_batches`` has
+    process 0 send them as tensors and fails at the first step (``concatenate`` / ``find_batch_size`` raise TypeError
+    on a string), on one process too; ``split_batches`` divides each process's batch by the number of processes, so
+    with N > 1 each trains 1/N of the completions the plan counts and some prompts are never drawn (measured on 2
+    processes: 2 rows per micro-batch for 4, 5 of 8 prompts seen). Any value but None/False counts as set (accelerate
+    reads 1 or "false" as true). ``gradient_accumulation_kwargs.num_steps``: transformers writes it over
+    ``gradient_accumulation_steps`` (`Trainer.__init__`), or raises beside one above 1.
 
-    Returns one ``(line, fields)`` per key set true, the line naming it and the fix."""
+    Returns one ``(line, fields)`` per problem, the line naming the key, its value and the fix."""
     value = values.get("accelerator_config")
     read = as_mapping("accelerator_config", value) if not hasattr(value, "dispatch_batches") else vars(value)
     found = []
-    if read.get("dispatch_batches") is True:
-        found.append(("accelerator_config.dispatch_batches=True has process 0 read every batch and send it to the "
-                      "others as tensors, but a GRPO batch is prompts (text): accelerate fails at the first step, after "
-                      "the model loads. Fix: remove dispatch_batches (each process draws its own prompts).",
-                      ("accelerator_config",)))
-    if read.get("split_batches") is True:
-        found.append(("accelerator_config.split_batches=True divides each process's batch among the processes: with "
-                      "several, each would train a fraction of the completions micro_batch_size counts, and some "
-                      "prompts would never be drawn. Fix: remove split_batches (micro_batch_size already counts the "
-                      "completions of one process).", ("accelerator_config",)))
+    if read.get("dispatch_batches") not in (None, False):
+        found.append((f"accelerator_config.dispatch_batches={read['dispatch_batches']!r} has process 0 read every "
+                      "batch and send it to the others as tensors, but a GRPO batch is prompts (text): accelerate fails "
+                      "at the first step, after the model loads. Fix: remove dispatch_batches (each process draws its "
+                      "own prompts).", ("accelerator_config",)))
+    if read.get("split_batches") not in (None, False):
+        found.append((f"accelerator_config.split_batches={read['split_batches']!r} divides each process's batch among "
+                      "the processes: with several, each would train a fraction of the completions micro_batch_size "
+                      "counts, and some prompts would never be drawn. Fix: remove split_batches (micro_batch_size "
+                      "already counts the completions of one process).", ("accelerator_config",)))
+    accumulation = read.get("gradient_accumulation_kwargs")
+    if isinstance(accumulation, Mapping) and accumulation.get("num_steps") is not None:
+        found.append((f"accelerator_config.gradient_accumulation_kwargs sets num_steps={accumulation['num_steps']!r}, "
+                      "which transformers writes over gradient_accumulation_steps (or refuses beside it, after the "
+                      "model loads): the run would train other batches than the plan's. Fix: remove num_steps "
+                      "(prompts_per_step and micro_batch_size set the accumulation).", ("accelerator_config",)))
     return found
 
 
@@ -156,6 +164,11 @@ def _mapping_key_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[st
         if unknown:
             found.append((f"{name} has keys {cls.__name__} does not take: {', '.join(map(repr, unknown))} (its fields: "
                           f"{', '.join(f.name for f in dataclasses.fields(cls))}). Fix: remove or rename them.", (name,)))
+    if as_mapping("accelerator_config", values.get("accelerator_config")).get("use_configured_state"):
+        found.append(("accelerator_config.use_configured_state=True reuses an AcceleratorState built before the "
+                      "config, which plan and the recipe never build: transformers refuses it. Fix: remove "
+                      "use_configured_state (it is for a Python session that made its own Accelerator).",
+                      ("accelerator_config",)))
     init = as_mapping("model_init_kwargs", values.get("model_init_kwargs"))
     for key in sorted(set(init) & set(MODEL_INIT_FIELDS)):
         field = MODEL_INIT_FIELDS[key]
