@@ -238,5 +238,48 @@ def test_a_field_set_after_the_config_was_built_is_refused_by_the_trainer(tmp_pa
                                          r".* Fix: build the config with the new value, e.g\. dataclasses\.replace"):
         GRPOExtTrainer("embedded:tiny-qwen2", args=args, train_dataset=count_char_mix(8))  # before the model loads
     args.zero_variance_filter, args.total_epochs = "mask", 3  # set back: nothing changed
-    args.check_unchanged()
-    dataclasses.replace(args, total_epochs=2).check_unchanged()  # a replace() resolves and checks its fields again
+    args.check_current_values()
+    dataclasses.replace(args, total_epochs=2).check_current_values()  # a replace() resolves and checks its fields again
+    args.learning_rate = 1e-4  # a field nothing resolves: read by the trainer as it is, so it takes effect
+    args.check_current_values()
+    # every other field gets __post_init__'s checks again (a second breaker's findings: each of these was accepted
+    # after construction and failed at the first step, or trained nothing, or was ignored)
+    for name, value, says in [("temperature", 0.0, "temperature=0.0 must be a number > 0"),
+                              ("multi_objective_aggregation", "normalize_then_sum", "normalize_then_sum"),
+                              ("epsilon_high", 0.28, "epsilon_high=0.28")]:
+        setattr(args, name, value)
+        with pytest.raises(ValueError, match=says):
+            GRPOExtTrainer("embedded:tiny-qwen2", args=args, train_dataset=count_char_mix(8))
+        setattr(args, name, getattr(tiny_config(tmp_path), name))
+    args.accelerator_config.dispatch_batches = True
+    with pytest.raises(ValueError, match="accelerator_config.dispatch_batches=True has process 0 read every batch"):
+        args.check_current_values()
+
+
+def test_dataclasses_replace_derives_what_trl_derived_anew():
+    # a second breaker's finding: replace(args, num_generations=8) raised "conflicts with generation_batch_size=8",
+    # a value TRL's __post_init__ had written, not the user; a generation_batch_size the user set is kept
+    import dataclasses
+
+    from trl_grpo_ext import GRPOExtConfig
+
+    base = dict(output_dir="/tmp/unused", use_cpu=True, bf16=False, rewards=["format"], report_to="none")
+    ours = GRPOExtConfig(**base, prompts_per_step=2, num_generations=4, micro_batch_size=8, total_training_steps=4)
+    assert (ours.generation_batch_size, ours.steps_per_generation) == (8, 1)  # 2 prompts x 4, one micro-batch
+    wider = dataclasses.replace(ours, num_generations=8)  # 2 x 8 = 16 completions: 2 micro-batches of 8
+    assert (wider.per_device_train_batch_size, wider.gradient_accumulation_steps) == (8, 2)
+    assert (wider.generation_batch_size, wider.steps_per_generation) == (16, 2)
+    trl_style = GRPOExtConfig(**base, per_device_train_batch_size=8, num_generations=4, max_steps=4)
+    smaller = dataclasses.replace(trl_style, per_device_train_batch_size=4)
+    assert (smaller.generation_batch_size, smaller.steps_per_generation) == (4, 1)
+    users = GRPOExtConfig(**base, per_device_train_batch_size=8, num_generations=4, max_steps=4,
+                          generation_batch_size=32)
+    assert dataclasses.replace(users, num_generations=8).generation_batch_size == 32  # the user's: kept
+    # what an advantage preset wrote is the preset's: another preset, or none, resolves it anew (dr_grpo: loss_type
+    # dr_grpo, scale_rewards none; grpo: grpo, group); a loss_type the user wrote beside a preset stays theirs
+    dr = GRPOExtConfig(**base, prompts_per_step=2, num_generations=4, total_training_steps=4, advantage_preset="dr_grpo")
+    assert (dr.loss_type, dr.scale_rewards) == ("dr_grpo", "none")
+    grpo = dataclasses.replace(dr, advantage_preset="grpo")
+    assert (grpo.loss_type, grpo.scale_rewards) == ("grpo", "group")
+    plain = dataclasses.replace(dr, advantage_preset=None)
+    assert (plain.loss_type, plain.scale_rewards) == ("dapo", "group")  # TRL 1.16's defaults

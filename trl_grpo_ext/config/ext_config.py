@@ -123,8 +123,29 @@ class GRPOExtConfig(GRPOConfig):
             if isinstance(check, Choices):
                 setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
         world_size = world_size_from_env()
+        trl_writes = [name for name in _TRL_WRITTEN  # left to TRL's __post_init__, in this config or the replaced one
+                      if getattr(self, name) is None or isinstance(getattr(self, name), WrittenInt)]
         self._resolve(world_size)
-        for name, check in _FIELD_CHECKS.items():  # the checks each field declares, one value each
+        self._check(world_size)
+        self._adopt_activation_checkpointing()
+        from ..validation.engines import check_engine_device
+
+        check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
+        super().__post_init__()
+        for name in trl_writes:  # marked, so that a dataclasses.replace() handing them back derives them anew
+            if getattr(self, name) is not None:
+                setattr(self, name, WrittenInt(getattr(self, name)))
+        if self.world_size != world_size:
+            raise QuantityError(
+                f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "
+                f"variable) but accelerate reports {self.world_size} processes. Launch with `accelerate launch` or "
+                "`torchrun`, which set WORLD_SIZE."
+            )
+        self._built_values = self._resolved_inputs()  # `check_current_values` compares them
+
+    def _check(self, world_size: int) -> None:
+        """The checks each field declares, TRL's and transformers' ranges, and the rules of scope ``"run"``."""
+        for name, check in _FIELD_CHECKS.items():
             if getattr(self, name) is None and name not in _UNSET_BY_NONE:
                 raise ValueError(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
                                  f"{_DEFAULTS[name]!r}) or give a value.")
@@ -134,29 +155,18 @@ class GRPOExtConfig(GRPOConfig):
             check.check(name, getattr(self, name))
         self._check_bf16()  # the rules read bf16 as the run resolves it (accelerate's mixed_precision beside it)
         self._check_rules(world_size)
-        self._adopt_activation_checkpointing()
-        from ..validation.engines import check_engine_device
-
-        check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
-        super().__post_init__()
-        if self.world_size != world_size:
-            raise QuantityError(
-                f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "
-                f"variable) but accelerate reports {self.world_size} processes. Launch with `accelerate launch` or "
-                "`torchrun`, which set WORLD_SIZE."
-            )
-        self._built_values = self._resolved_inputs()  # `check_unchanged` compares them when a trainer is built
 
     def _resolved_inputs(self) -> dict[str, Any]:
         return copy.deepcopy({name: getattr(self, name) for name in (*USER_FIELDS, *ZERO_VARIANCE_FIELDS)})
 
-    def check_unchanged(self) -> None:
-        """Refuse a field `resolved` was built from that was set after the config was built (``args.x = y``): the
-        plan, the filter and the advantages read `resolved`, so the new value would be ignored. `GRPOExtTrainer`
-        calls it before loading anything.
+    def check_current_values(self) -> None:
+        """Check the fields as they are now, after any ``args.x = y`` since the config was built (`GRPOExtTrainer`
+        calls it before loading anything): a field `resolved` was built from must not have changed (the plan, the
+        filter and the advantages read `resolved`, so the new value would be ignored); every other field gets the
+        checks and rules `__post_init__` ran.
 
         Raises:
-            ValueError: naming each changed field, its value when built and now, and the fix."""
+            ValueError: naming each changed field, its value when built and now, and the fix; or as `__post_init__`."""
         built = getattr(self, "_built_values", None) or {}
         changed = [name for name, value in built.items() if getattr(self, name) != value]
         if changed:
@@ -167,19 +177,28 @@ class GRPOExtConfig(GRPOConfig):
                 f"ignored. Fix: build the config with the new value, e.g. dataclasses.replace(args, {changed[0]}="
                 f"{getattr(self, changed[0])!r}), which resolves and checks it."
             )
+        self._check(self.resolved.world_size)
 
     def _resolve(self, world_size: int) -> None:
         """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
+        for name in _TRL_WRITTEN:  # TRL wrote it for another config this one was replace()d from
+            if isinstance(getattr(self, name), WrittenInt):
+                setattr(self, name, None)
         spg, gbs = self.steps_per_generation, self.generation_batch_size
         if spg is not None and gbs is not None and gbs == self.per_device_train_batch_size * world_size * spg:
             self.steps_per_generation = None  # both as TRL's __post_init__ wrote them (dataclasses.replace): agreeing
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
+        for name, default in defaults.items():  # written by an advantage preset of the config replace()d from
+            if isinstance(getattr(self, name), WrittenStr):
+                setattr(self, name, default)
         values = {name: getattr(self, name) for name in USER_FIELDS}
         self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
         users_weights = self.reward_weights is not None and not is_written(self.reward_weights)
         for name, value in self.resolved.trl_fields().items():
             if name == "reward_weights" and users_weights:
                 continue  # the user's own list (equal to the resolved weights): kept as given, never marked
+            if name in defaults and isinstance(value, str) and value != getattr(self, name):
+                value = WrittenStr(value)  # the preset's, not the user's
             setattr(self, name, value)
         if self.resolved.rewards is None and is_written(self.reward_weights):
             self.reward_weights = None  # written for `rewards` that a replace() removed: not the user's weights
@@ -191,7 +210,8 @@ class GRPOExtConfig(GRPOConfig):
         from ..validation.rules import RunView, run_rules, zero_variance
 
         rewards = self.resolved.rewards
-        view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
+        values = {**vars(self), **{name: None for name in _TRL_WRITTEN if isinstance(getattr(self, name), WrittenInt)}}
+        view = RunView(values, None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
                        on_cpu=self.use_cpu or not _accelerator_available(),
                        reward_names=[spec.name for spec in rewards] if rewards else None)
         problems = Problems()
@@ -259,6 +279,17 @@ def _trl_ranges() -> dict[str, Range]:
 #: our fields whose default ``None`` means "unset" (a declared check applies to a value, not to None)
 _UNSET_BY_NONE = frozenset(f.name for f in fields(GRPOExtConfig) if f.default is None)
 _DEFAULTS = {f.name: f.default for f in fields(GRPOExtConfig)}
+#: TRL fields `GRPOConfig.__post_init__` derives when left None (one from the other and the batch).
+_TRL_WRITTEN = ("generation_batch_size", "steps_per_generation")
+
+
+class WrittenInt(int):
+    """A value of :data:`_TRL_WRITTEN` that TRL derived, not the user's (as `resolved.WrittenRewardWeights`)."""
+
+
+class WrittenStr(str):
+    """``scale_rewards`` / ``loss_type`` as an ``advantage_preset`` wrote them, not the user's: a `dataclasses.replace`
+    handing one back (with another preset, or none) resolves it anew."""
 
 
 def _accelerator_available() -> bool:
