@@ -72,3 +72,24 @@ def test_the_metrics_file_holds_each_step_once_after_an_overwrite_or_a_resume(tm
     path.write_text(text)
     callback.on_train_begin(args, SimpleNamespace(global_step=0, is_world_process_zero=True), None)  # a new run
     assert path.read_text() == ""
+
+
+def test_the_last_partial_logging_interval_gets_its_line(tmp_path, capsys):
+    # a new user's finding: 3 steps at logging_steps 2 printed "step 2/3" only; TRL folds step 3's metrics into the
+    # log that holds train_runtime, which the console skipped whole (the card and trainer_state.json had step 3)
+    import re
+
+    from factories import count_char_mix, tiny_trainer
+
+    def reward(completions, target, **kwargs):
+        return [float(i % 2) for i in range(len(completions))]  # every group informative: 0, 1, 0, 1
+
+    trainer = tiny_trainer(tmp_path, reward, count_char_mix(4), prompts_per_step=2, num_generations=4,
+                           micro_batch_size=8, total_training_steps=3, max_completion_length=4, logging_steps=2,
+                           seed=0)
+    trainer.train()
+    last = [entry for entry in trainer.state.log_history if "reward" in entry][-1]
+    assert last["step"] == 3 and "train_runtime" in last  # TRL's fold, as the console sees it
+    lines = [line for line in capsys.readouterr().out.splitlines() if re.match(r"step \d+/3 ", line)]
+    assert [line.split()[1] for line in lines] == ["2/3", "3/3"], lines
+    assert f"reward {last['reward']:.3f} ± {last['reward_std']:.3f}" in lines[1]

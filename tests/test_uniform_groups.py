@@ -160,7 +160,7 @@ def test_the_summary_gives_the_seconds_spent_generating_uniform_groups():
     assert (summary["generation_seconds"], summary["uniform_generation_seconds"], summary["step_seconds"]) == (
         26.0, 18.0, 55.0)
     assert summary_line(logs, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: 75% "
-                                     "of the completions, 18 s of the 55 s of the training steps = 33%); 2 of 4 steps "
+                                     "of the completions, 18.0 s of the 55.0 s of the training steps = 33%); 2 of 4 steps "
                                      "made no update")
     # a short run (a breaker read "0 s of the 0 s of the training steps = 17%"): the seconds get decimals
     short = [dict(row, **{"zero_variance/generation_seconds": row["zero_variance/generation_seconds"] / 100,

@@ -53,12 +53,17 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
     >>> step_line({"reward": 0.2, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
     ...            "zero_variance/frac_uniform_before": 1.0, "zero_variance/no_update": 1.0}, 9, 24, None, 3)
     'step 9/24  reward 0.200 ± 0.000  zero-std 1.00  lr -  no update: 3 of 3 groups uniform'
+    >>> step_line({"reward": 0.9, "reward_std": 0.1, "zero_variance/frac_uniform_before": 0.5,
+    ...            "zero_variance/prompts_drawn": 2.0, "zero_variance/frac_uniform_after": 0.0}, 5, 9, None)
+    'step 5/9  reward 0.900 ± 0.100  zero-std 0.50 (0.00 after resampling)  lr -'
     >>> step_line({"reward": 0.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0}, 2, 3, None)
     'step 2/3  reward 0.000 ± 0.000  zero-std 1.00  lr -  all groups uniform: zero advantages (zero_variance_filter off: the optimizer still steps)'
     """
     parts = [f"step {step}/{max_steps}",
              f"reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}",
              f"zero-std {_number(uniform_share(logs), '.2f')}"]
+    if _number(logs.get("zero_variance/prompts_drawn"), "g") not in ("-", "0"):  # resample: the trained batch's too
+        parts[-1] += f" ({_number(logs.get('zero_variance/frac_uniform_after'), '.2f')} after resampling)"
     if "kl" in logs:
         parts.append(f"kl {_number(logs['kl'], '.4f')}")
     parts.append(f"lr {_number(logs.get('learning_rate'), '.1e')}")
@@ -129,8 +134,10 @@ class StepLineCallback(ProgressCallback):
             self._clock = (time.perf_counter(), state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or any(k in logs for k in _SUMMARY_KEYS):
-            return  # the recipe prints the run's summary itself
+        if not state.is_world_process_zero or not logs:
+            return
+        if any(k in logs for k in _SUMMARY_KEYS) and "reward" not in logs:
+            return  # the recipe prints the run's summary itself; TRL folds a last, partial interval's metrics into it
         if "reward" in logs or "learning_rate" in logs:
             now, interval = time.perf_counter(), max(state.global_step - self._logged, 1)
             seconds = None

@@ -146,13 +146,14 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
 
 
 def seconds_digits(total_seconds: float) -> int:
-    """Decimals that show a run's seconds and a share of them (0 from 10 s, 1 from 1 s, else 2): the closing line and
-    the card print the same figures, and a short run does not read "0 s of the 0 s".
+    """Decimals that show a run's seconds and a share of them (0 from 100 s, 1 from 1 s, else 2): the closing line and
+    the card print the same figures, a short run does not read "0 s of the 0 s", and the rounded seconds agree with
+    the percentage beside them to about a point ("4 s of the 17 s = 26%" was 4.47 of 17.32).
 
-    >>> [seconds_digits(seconds) for seconds in (854.0, 2.9, 0.4)]
-    [0, 1, 2]
+    >>> [seconds_digits(seconds) for seconds in (854.0, 17.3, 2.9, 0.4)]
+    [0, 1, 1, 2]
     """
-    return 0 if total_seconds >= 10 else 1 if total_seconds >= 1 else 2
+    return 0 if total_seconds >= 100 else 1 if total_seconds >= 1 else 2
 
 
 def _generated_by(step: int, steps_per_generation: float) -> int:
@@ -185,7 +186,7 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
     >>> summary_line([{"step": 1, "frac_reward_zero_std": 0.5, "zero_variance/generation_seconds": 10.0,
     ...                "step_time": 15.0}, {"step": 2, "frac_reward_zero_std": 1.0,
     ...                "zero_variance/generation_seconds": 6.0, "step_time": 25.0}], 3).split("; ")[0]  # 0.5 × 10 + 6
-    'Uniform groups (σ = 0): 75% of the 6 groups generated (their generation: 75% of the completions, 11 s of the 40 s of the training steps = 28%)'
+    'Uniform groups (σ = 0): 75% of the 6 groups generated (their generation: 75% of the completions, 11.0 s of the 40.0 s of the training steps = 28%)'
     >>> summary_line([{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 1.0}], 3)
     'Uniform groups (σ = 0): 75% of the 6 groups generated (their generation: 75% of the completions); 1 of 2 steps had every group uniform (zero advantages; with zero_variance_filter off the optimizer still stepped)'
     """
