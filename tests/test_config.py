@@ -254,6 +254,10 @@ def test_a_field_set_after_the_config_was_built_is_refused_by_the_trainer(tmp_pa
     args.accelerator_config.dispatch_batches = True
     with pytest.raises(ValueError, match="accelerator_config.dispatch_batches=True has process 0 read every batch"):
         args.check_current_values()
+    # a reward's kwargs may hold what == cannot judge (a numpy array): unchanged, not a crash (a third breaker's finding)
+    import numpy as np
+
+    tiny_config(tmp_path, rewards=[{"name": "char_fraction", "kwargs": {"arr": np.array([1, 2])}}]).check_current_values()
 
 
 def test_dataclasses_replace_derives_what_trl_derived_anew():
@@ -283,3 +287,16 @@ def test_dataclasses_replace_derives_what_trl_derived_anew():
     assert (grpo.loss_type, grpo.scale_rewards) == ("grpo", "group")
     plain = dataclasses.replace(dr, advantage_preset=None)
     assert (plain.loss_type, plain.scale_rewards) == ("dapo", "group")  # TRL 1.16's defaults
+    # the stop fields our total_* wrote (a third breaker's finding: the refusal's own fix, replace(args,
+    # total_training_steps=10), raised "conflicts with max_steps=5")
+    longer = dataclasses.replace(ours, total_training_steps=10)
+    assert longer.max_steps == 10 and longer.resolved.total_training_steps == 10
+    by_epochs = dataclasses.replace(ours, total_training_steps=None, total_epochs=2)
+    assert (by_epochs.max_steps, by_epochs.num_train_epochs) == (-1, 2)
+    # the markers stay inside: to_dict (trackers, run_config.json, YAML) holds plain values
+    import yaml
+
+    plain_values = ours.to_dict()
+    assert type(plain_values["generation_batch_size"]) is int and type(plain_values["max_steps"]) is int
+    assert yaml.safe_load(yaml.safe_dump({k: v for k, v in plain_values.items() if k != "resolved"}))["max_steps"] == 4
+    assert ours.to_sanitized_dict()["steps_per_generation"] == 1  # TensorBoard's hparams: an int, not "1"

@@ -22,7 +22,7 @@ from ..zero_variance.settings import ZeroVarianceSettings
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
 from .checks import Choices, Range, choice_from_yaml, declared_checks, world_size_from_env
 from .engines import resolve_engine
-from .resolved import USER_FIELDS, ResolvedConfig, is_written, resolve_config
+from .resolved import USER_FIELDS, ResolvedConfig, WrittenRewardWeights, is_written, resolve_config
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
@@ -168,7 +168,7 @@ class GRPOExtConfig(GRPOConfig):
         Raises:
             ValueError: naming each changed field, its value when built and now, and the fix; or as `__post_init__`."""
         built = getattr(self, "_built_values", None) or {}
-        changed = [name for name, value in built.items() if getattr(self, name) != value]
+        changed = [name for name, value in built.items() if not _same(getattr(self, name), value)]
         if changed:
             listed = "; ".join(f"{name}: {built[name]!r} when built, {getattr(self, name)!r} now" for name in changed)
             raise ValueError(
@@ -187,18 +187,18 @@ class GRPOExtConfig(GRPOConfig):
         spg, gbs = self.steps_per_generation, self.generation_batch_size
         if spg is not None and gbs is not None and gbs == self.per_device_train_batch_size * world_size * spg:
             self.steps_per_generation = None  # both as TRL's __post_init__ wrote them (dataclasses.replace): agreeing
-        defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
-        for name, default in defaults.items():  # written by an advantage preset of the config replace()d from
-            if isinstance(getattr(self, name), WrittenStr):
+        for name, default in _TRL_DEFAULTS.items():  # written for the config this one was replace()d from
+            if isinstance(getattr(self, name), (WrittenInt, WrittenFloat, WrittenStr)):
                 setattr(self, name, default)
+        defaults = {name: _TRL_DEFAULTS[name] for name in ("scale_rewards", "loss_type")}
         values = {name: getattr(self, name) for name in USER_FIELDS}
         self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
         users_weights = self.reward_weights is not None and not is_written(self.reward_weights)
         for name, value in self.resolved.trl_fields().items():
             if name == "reward_weights" and users_weights:
                 continue  # the user's own list (equal to the resolved weights): kept as given, never marked
-            if name in defaults and isinstance(value, str) and value != getattr(self, name):
-                value = WrittenStr(value)  # the preset's, not the user's
+            if value != getattr(self, name) and type(value) in _WRITTEN:
+                value = _WRITTEN[type(value)](value)  # ours (from total_*, prompts_per_step, a preset), not the user's
             setattr(self, name, value)
         if self.resolved.rewards is None and is_written(self.reward_weights):
             self.reward_weights = None  # written for `rewards` that a replace() removed: not the user's weights
@@ -247,7 +247,7 @@ class GRPOExtConfig(GRPOConfig):
     def to_dict(self) -> dict[str, Any]:
         """`TrainingArguments.to_dict`, plus ``resolved`` and ``run_plan`` (once the trainer set it): what the trackers
         log and ``run_config.json`` holds."""
-        values = super().to_dict()
+        values = {name: _plain(value) for name, value in super().to_dict().items()}
         resolved = getattr(self, "resolved", None)  # set by __post_init__
         if resolved is not None:
             values["resolved"] = resolved.to_dict()
@@ -284,12 +284,40 @@ _TRL_WRITTEN = ("generation_batch_size", "steps_per_generation")
 
 
 class WrittenInt(int):
-    """A value of :data:`_TRL_WRITTEN` that TRL derived, not the user's (as `resolved.WrittenRewardWeights`)."""
+    """A TRL field's value derived by TRL's ``__post_init__`` (:data:`_TRL_WRITTEN`) or written from our fields
+    (``ResolvedConfig.trl_fields``), not the user's (as `resolved.WrittenRewardWeights`): a `dataclasses.replace`
+    handing it back derives it anew; ``to_dict`` shows it as a plain value."""
+
+
+class WrittenFloat(float):
+    """As `WrittenInt`, for ``num_train_epochs``."""
 
 
 class WrittenStr(str):
-    """``scale_rewards`` / ``loss_type`` as an ``advantage_preset`` wrote them, not the user's: a `dataclasses.replace`
-    handing one back (with another preset, or none) resolves it anew."""
+    """As `WrittenInt`, for ``scale_rewards`` / ``loss_type`` an ``advantage_preset`` wrote."""
+
+
+_WRITTEN = {int: WrittenInt, float: WrittenFloat, str: WrittenStr}
+#: TRL 1.16's defaults of the fields written for the user (``ResolvedConfig.trl_fields`` and :data:`_TRL_WRITTEN`).
+_TRL_DEFAULTS = {f.name: f.default for f in fields(GRPOConfig) if f.name in (
+    "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
+    "max_steps", "num_train_epochs", "num_generations", "num_iterations", "scale_rewards", "loss_type")}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b``, or equal reprs where ``==`` gives no truth value (a numpy array in a reward's kwargs)."""
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return repr(a) == repr(b)
+
+
+def _plain(value: Any) -> Any:
+    """A written marker's plain value (YAML, TensorBoard's hparams and older installs read plain types)."""
+    for kind, marker in _WRITTEN.items():
+        if isinstance(value, marker):
+            return kind(value)
+    return list(value) if isinstance(value, WrittenRewardWeights) else value
 
 
 def _accelerator_available() -> bool:
