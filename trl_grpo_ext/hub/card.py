@@ -163,7 +163,7 @@ def _final_metrics(results: dict, state: dict, plan: dict) -> list[tuple]:
                      f"{summary['logged_steps']} logs)", round(summary["uniform_share"], 4)))
         if summary["uniform_generation_seconds"] is not None and summary["generation_seconds"] and \
                 summary["step_seconds"]:
-            digits = seconds_digits(summary["step_seconds"])  # as the run's closing line prints them
+            digits = seconds_digits(summary["uniform_generation_seconds"], summary["step_seconds"])  # as the line
             rows.append(("seconds generating uniform groups, of the training steps' (step_time)",
                          f"{summary['uniform_generation_seconds']:.{digits}f} of {summary['step_seconds']:.{digits}f}"))
         if summary["filter_on"]:

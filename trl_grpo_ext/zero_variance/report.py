@@ -145,15 +145,17 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
             "identical_share": None if identical is None else identical / generations}
 
 
-def seconds_digits(total_seconds: float) -> int:
-    """Decimals that show a run's seconds and a share of them (0 from 100 s, 1 from 1 s, else 2): the closing line and
-    the card print the same figures, a short run does not read "0 s of the 0 s", and the rounded seconds agree with
-    the percentage beside them to about a point ("4 s of the 17 s = 26%" was 4.47 of 17.32).
+def seconds_digits(*seconds: float) -> int:
+    """Decimals that show a share of a run's seconds, read from the smallest nonzero of ``seconds`` (0 from 100 s, 1
+    from 1 s, else 2): the closing line and the card print the same figures, a short run does not read "0 s of the
+    0 s", and the rounded seconds agree with the percentage beside them ("4 s of the 17 s = 26%" was 4.47 of 17.32,
+    "0.1 s of the 1.1 s = 14%" 0.15 of 1.05).
 
-    >>> [seconds_digits(seconds) for seconds in (854.0, 17.3, 2.9, 0.4)]
-    [0, 1, 1, 2]
+    >>> [seconds_digits(*pair) for pair in ((287.0, 727.0), (4.47, 17.32), (0.15, 1.05), (0.0, 17.3))]
+    [0, 1, 2, 1]
     """
-    return 0 if total_seconds >= 100 else 1 if total_seconds >= 1 else 2
+    smallest = min((value for value in seconds if value > 0), default=0.0)
+    return 0 if smallest >= 100 else 1 if smallest >= 1 else 2
 
 
 def _generated_by(step: int, steps_per_generation: float) -> int:
@@ -202,7 +204,7 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
     else:
         cost, uniform_seconds, step_seconds = "", summary["uniform_generation_seconds"], summary["step_seconds"]
         if summary["generation_seconds"] and step_seconds:  # their share of each batch's wall time
-            digits = seconds_digits(step_seconds)
+            digits = seconds_digits(uniform_seconds, step_seconds)
             cost = (f", {uniform_seconds:.{digits}f} s of the {step_seconds:.{digits}f} s of the training steps = "
                     f"{uniform_seconds / step_seconds:.0%}")
         head = (f"Uniform groups (σ = 0): {share:.0%} of {groups} generated (their generation: {share:.0%} of the "
