@@ -181,15 +181,12 @@ class GRPOExtConfig(GRPOConfig):
 
     def _resolve(self, world_size: int) -> None:
         """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
-        for name in _TRL_WRITTEN:  # TRL wrote it for another config this one was replace()d from
-            if isinstance(getattr(self, name), WrittenInt):
-                setattr(self, name, None)
+        for name, default in _TRL_DEFAULTS.items():  # written (by TRL or us) for the config this one was replace()d from
+            if isinstance(getattr(self, name), (WrittenInt, WrittenFloat, WrittenStr)):
+                setattr(self, name, default)
         spg, gbs = self.steps_per_generation, self.generation_batch_size
         if spg is not None and gbs is not None and gbs == self.per_device_train_batch_size * world_size * spg:
             self.steps_per_generation = None  # both as TRL's __post_init__ wrote them (dataclasses.replace): agreeing
-        for name, default in _TRL_DEFAULTS.items():  # written for the config this one was replace()d from
-            if isinstance(getattr(self, name), (WrittenInt, WrittenFloat, WrittenStr)):
-                setattr(self, name, default)
         defaults = {name: _TRL_DEFAULTS[name] for name in ("scale_rewards", "loss_type")}
         values = {name: getattr(self, name) for name in USER_FIELDS}
         self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
