@@ -26,7 +26,7 @@ import time
 from transformers.trainer_callback import ProgressCallback, TrainerCallback
 
 from ..config.loss_settings import CLIPPED_LOSSES, clip_takes_effect
-from ..zero_variance.report import NO_UPDATE_KEY, no_update_steps, uniform_share
+from ..zero_variance.report import NO_UPDATE_KEY, PROMPTS_DRAWN_KEY, no_update_steps, uniform_share
 
 METRICS_FILE = "metrics.jsonl"
 _SUMMARY_KEYS = ("train_runtime", "train_loss")
@@ -62,7 +62,7 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
     parts = [f"step {step}/{max_steps}",
              f"reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}",
              f"zero-std {_number(uniform_share(logs), '.2f')}"]
-    if _number(logs.get("zero_variance/prompts_drawn"), "g") not in ("-", "0"):  # resample: the trained batch's too
+    if (logs.get(PROMPTS_DRAWN_KEY) or 0) > 0:  # resample drew prompts: the trained batch's share too
         parts[-1] += f" ({_number(logs.get('zero_variance/frac_uniform_after'), '.2f')} after resampling)"
     if "kl" in logs:
         parts.append(f"kl {_number(logs['kl'], '.4f')}")

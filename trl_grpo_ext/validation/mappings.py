@@ -3,6 +3,7 @@ front door's check (`user_values.check_user_values`) and the rules on the mappin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -49,7 +50,9 @@ def read_mapping(name: str, value: Any, takes_string: bool = True) -> Any:
 
 def as_mapping(name: str, value: Any) -> Mapping:
     """:func:`read_mapping` of a value as a mapping: {} when unset or refused (`user_values.check_user_values` says
-    why)."""
+    why); the dataclass ``__post_init__`` built of one (an `AcceleratorConfig`) as its fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     try:
         value = read_mapping(name, value)
     except ValueError:

@@ -96,8 +96,7 @@ def batch_dispatch_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[
     ``gradient_accumulation_steps`` (`Trainer.__init__`), or raises beside one above 1.
 
     Returns one ``(line, fields)`` per problem, the line naming the key, its value and the fix."""
-    value = values.get("accelerator_config")
-    read = as_mapping("accelerator_config", value) if not hasattr(value, "dispatch_batches") else vars(value)
+    read = as_mapping("accelerator_config", values.get("accelerator_config"))
     found = []
     if read.get("dispatch_batches") not in (None, False):
         found.append((f"accelerator_config.dispatch_batches={read['dispatch_batches']!r} has process 0 read every "
