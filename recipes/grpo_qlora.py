@@ -201,7 +201,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
             first, last = reward_trend(trainer.state.log_history)
             print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
             plan = trainer.plan
-            uniform = summary_line(trainer.state.log_history, plan.prompts_per_generation, steps_per_generation(plan))
+            uniform = summary_line(trainer.state.log_history, plan.prompts_per_generation, steps_per_generation(plan),
+                                   plan.max_completion_length)
             if uniform:
                 print(uniform)
         else:

@@ -144,7 +144,7 @@ LAYERS = {
         "rewards.text", "rewards.trl_rewards", "zero_variance.settings", "zero_variance.report",
         "config.keymap", "config.loss_settings", "models.source", "config.engines"],
     2: ["advantages", "zero_variance", "zero_variance.groups", "zero_variance.merge", "zero_variance.resample",
-        "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "training.sampling",
+        "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "zero_variance.causes", "training.sampling",
         "training.engine_step"],
     3: ["models", "data", "models.settings", "training.adapter_precision", "training.generation", "data.load",
         "training.merged_generation",

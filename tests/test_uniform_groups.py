@@ -14,7 +14,7 @@ from factories import count_char_mix, tiny_trainer
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from trl_grpo_ext.zero_variance.report import run_summary, summary_line
+from trl_grpo_ext.zero_variance.report import CAUSE_KEYS, run_summary, summary_line
 
 G = 4
 
@@ -110,8 +110,11 @@ def test_with_the_filter_off_and_batch_scaling_the_share_counts_groups_not_the_b
     line = summary_line(trainer.state.log_history, 4)
     assert line.startswith("Uniform groups (σ = 0): 100% of the 8 groups generated (their generation: 100% of the "
                            "completions"), line
-    assert line.endswith("; 2 of 2 steps had every group uniform (zero advantages; with zero_variance_filter off the "
-                         "optimizer still stepped)"), line
+    assert ("; 2 of 2 steps had every group uniform (zero advantages; with zero_variance_filter off the optimizer "
+            "still stepped); why, of the groups generated: ") in line, line
+    # every uniform group has one cause (logged in this mode too): the shares add up to the uniform share
+    for h in steps:
+        assert sum(h[key] for key in CAUSE_KEYS.values()) == pytest.approx(h["zero_variance/frac_uniform_before"])
 
 
 def test_plot_and_card_show_the_truthful_share(tmp_path):
@@ -123,14 +126,16 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
     assert run_summary(history) == {"uniform_share": 0.5, "generations": 3, "no_update_steps": 1,
                                     "all_uniform_steps": 1, "exact": True, "filter_on": True, "extra_groups": 0,
                                     "steps": 3, "logged_steps": 3, "generation_seconds": 0.0,
-                                    "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None}
+                                    "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None,
+                                    "causes": None, "lengths": None}
     # logging_steps 2: each log is the mean of its 2 steps; 12 groups over 4 steps, 2 of them without an update
     every_two = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5},
                  {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5}]
     assert run_summary(every_two) == {"uniform_share": 0.75, "generations": 4, "no_update_steps": 2,
                                       "all_uniform_steps": 2, "exact": False, "filter_on": True, "extra_groups": 0,
                                       "steps": 4, "logged_steps": 2, "generation_seconds": 0.0,
-                                      "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None}
+                                      "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None,
+                                      "causes": None, "lengths": None}
     assert summary_line(every_two, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: "
                                           "75% of the completions); 2 of 4 steps made no update")
     # filter off: TRL's figure only; an all-uniform step has zero advantages but still steps the optimizer

@@ -48,6 +48,9 @@ def test_mask_mode_on_one_process():
     assert float(output["zero_variance_loss_scale"]) == 3.0  # grpo: 6 rows / 2 kept
     assert dict(metrics) == {
         "zero_variance/frac_uniform_before": [pytest.approx(4 / 6)],  # a float32 mean
+        # the run's rewards span [0, 2] (no declared range): (2, 2) is all right, (1, 1) tied
+        "zero_variance/frac_uniform_wrong": [0.0], "zero_variance/frac_uniform_right": [pytest.approx(1 / 3)],
+        "zero_variance/frac_uniform_cut": [0.0], "zero_variance/frac_uniform_tied": [pytest.approx(1 / 3)],
         "zero_variance/completions_masked": [4.0],
         "zero_variance/frac_uniform_after": [1 - 2 / 6],
     }
@@ -143,7 +146,9 @@ def test_resample_replaces_a_group_and_logs_the_trained_batch(tmp_path):
     assert metrics["completions/mean_length"] == [1.75] and metrics["completions/clipped_ratio"] == [0.75]
     assert metrics["completions/mean_terminated_length"] == [2.0]
     # the state a checkpoint keeps, and its round trip
-    assert zv.state_dict() == {"resample_cursor": 1, "uniform_fraction_estimate": {"uniform": 0.9, "groups": 2.8}}
+    assert zv.state_dict() == {"resample_cursor": 1, "uniform_fraction_estimate": {"uniform": 0.9, "groups": 2.8},
+                               "reward_range": {"low": 0.0, "high": 1.0}}  # the first round's: (1, 1) all right
+    assert zv.causes == ["right", None]
     zv.save_state(str(tmp_path))
     resumed = ZeroVarianceFilter("resample", 2, torch.tensor([1.0]), dataset_size=4, seed=0)
     resumed.load_state(str(tmp_path))
@@ -158,8 +163,15 @@ def test_off_judges_but_changes_nothing():
     assert set(output) == {"advantages", "completion_mask", "num_items_in_batch"}
     # groups [1, 1], [0, 1], [2, 2]: two of three uniform. Logged with the filter off too: the console's share of
     # groups, which TRL's frac_reward_zero_std is not under scale_rewards "batch"
-    assert zv.own_metrics == {"zero_variance/frac_uniform_before": [pytest.approx(2 / 3)]}
-    assert zv.state_dict() is None
+    # and why each uniform group was uniform: no reward range declared, the run's rewards span [0, 2], so [2, 2] is
+    # all right and [1, 1] tied (neither extreme); no completion was cut
+    assert zv.own_metrics == {"zero_variance/frac_uniform_before": [pytest.approx(2 / 3)],
+                              "zero_variance/frac_uniform_wrong": [0.0],
+                              "zero_variance/frac_uniform_right": [pytest.approx(1 / 3)],
+                              "zero_variance/frac_uniform_cut": [0.0],
+                              "zero_variance/frac_uniform_tied": [pytest.approx(1 / 3)]}
+    assert zv.causes == ["tied", None, "right"]
+    assert zv.state_dict() == {"reward_range": {"low": 0.0, "high": 2.0}}
 
 
 # --- the group mask with a tolerance -----------------------------------------------------------------------------------

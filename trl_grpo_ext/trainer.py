@@ -133,7 +133,7 @@ class GRPOExtTrainer(GRPOTrainer):
             zv.zero_variance_filter, self.num_generations, self.reward_weights, tolerance=zv.zero_variance_tolerance,
             judged_index=judged_reward_index(zv.zero_variance_reward, self.reward_func_names),
             max_rounds=zv.max_resample_rounds, loss_type=self.loss_type, dataset_size=dataset_size, seed=args.seed,
-            reward_names=self.reward_func_names, scale_rewards=self.scale_rewards,
+            reward_names=self.reward_func_names, scale_rewards=self.scale_rewards, reward_funcs=self.reward_funcs,
             eos_and_pad=_trl_compat.eos_and_pad_ids(self), pad_token_id=self.processing_class.pad_token_id,
             gather=self.accelerator.gather,
             reduce=lambda value: self.accelerator.reduce(value.to(self.accelerator.device), reduction="sum"),

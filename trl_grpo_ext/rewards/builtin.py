@@ -61,6 +61,9 @@ class ExactMatch(TextReward):
         answer_tag (`str`, defaults to ``"answer"``): tag whose content is the answer.
     """
 
+    #: (lowest, highest) value this reward can take: a uniform group at either is all right / all wrong.
+    value_range = (0.0, 1.0)
+
     def __init__(self, column: str | None = None, case_sensitive: bool = False, answer_tag: str = "answer"):
         super().__init__()
         self.column = column
@@ -108,6 +111,9 @@ class NumericMatch(TextReward):
             occurrence that is followed by one (:func:`~trl_grpo_ext.rewards.text.stated_number`, the same reading
             as ``answer_phrase_format``), and a completion without it scores 0.0.
     """
+
+    #: (lowest, highest) value this reward can take: a uniform group at either is all right / all wrong.
+    value_range = (0.0, 1.0)
 
     def __init__(
         self, column: str | None = None, abs_tol: float = 1e-6, rel_tol: float = 0.0, answer_tag: str = "answer",
@@ -175,6 +181,9 @@ class AnswerPhraseFormat(TextReward):
         phrase (`str`, defaults to ``"The answer is"``): the sentence start the system prompt asks for.
     """
 
+    #: (lowest, highest) value this reward can take: a uniform group at either is all right / all wrong.
+    value_range = (0.0, 1.0)
+
     def __init__(self, phrase: str = "The answer is"):
         super().__init__()
         self.phrase = _check_phrase(phrase)
@@ -209,6 +218,9 @@ class Format(_TagReward):
         answer_tag (`str`, defaults to ``"answer"``): tag of the answer block.
     """
 
+    #: (lowest, highest) value this reward can take: a uniform group at either is all right / all wrong.
+    value_range = (0.0, 1.0)
+
     def __init__(self, reasoning_tag: str = "think", answer_tag: str = "answer"):
         super().__init__(reasoning_tag, answer_tag)
         r, a = re.escape(self.reasoning_tag), re.escape(self.answer_tag)
@@ -230,6 +242,9 @@ class TagCount(_TagReward):
         reasoning_tag (`str`, defaults to ``"think"``): tag of the reasoning block.
         answer_tag (`str`, defaults to ``"answer"``): tag of the answer block.
     """
+
+    #: (lowest, highest) value this reward can take: a uniform group at either is all right / all wrong.
+    value_range = (0.0, 1.0)
 
     def score(self, texts: list[str], **kwargs: Any) -> list[float | None]:
         tags = [f"<{t}>" for t in (self.reasoning_tag, self.answer_tag)]
@@ -344,6 +359,9 @@ class CharFraction(TextReward):
     Args:
         column (`str`, defaults to ``"target"``): dataset column holding the target character (one per completion).
     """
+
+    #: (lowest, highest) value this reward can take: a uniform group at either is all right / all wrong.
+    value_range = (0.0, 1.0)
 
     def __init__(self, column: str = "target"):
         super().__init__()

@@ -26,7 +26,7 @@ import time
 from transformers.trainer_callback import ProgressCallback, TrainerCallback
 
 from ..config.loss_settings import CLIPPED_LOSSES, clip_takes_effect
-from ..zero_variance.report import NO_UPDATE_KEY, PROMPTS_DRAWN_KEY, no_update_steps, uniform_share
+from ..zero_variance.report import CAUSE_KEYS, NO_UPDATE_KEY, PROMPTS_DRAWN_KEY, no_update_steps, uniform_share
 
 METRICS_FILE = "metrics.jsonl"
 _SUMMARY_KEYS = ("train_runtime", "train_loss")
@@ -56,12 +56,18 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
     >>> step_line({"reward": 0.9, "reward_std": 0.1, "zero_variance/frac_uniform_before": 0.5,
     ...            "zero_variance/prompts_drawn": 2.0, "zero_variance/frac_uniform_after": 0.0}, 5, 9, None)
     'step 5/9  reward 0.900 ± 0.100  zero-std 0.50 (0.00 after resampling)  lr -'
+    >>> step_line({"reward": 0.1, "reward_std": 0.2, "zero_variance/frac_uniform_before": 0.75,
+    ...            "zero_variance/frac_uniform_wrong": 0.5, "zero_variance/frac_uniform_right": 0.25,
+    ...            "zero_variance/frac_uniform_cut": 0.0, "zero_variance/frac_uniform_tied": 0.0}, 4, 9, None, 4)
+    'step 4/9  reward 0.100 ± 0.200  zero-std 0.75 (2 wrong, 1 right, 0 cut)  lr -'
     >>> step_line({"reward": 0.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0}, 2, 3, None)
     'step 2/3  reward 0.000 ± 0.000  zero-std 1.00  lr -  all groups uniform: zero advantages (zero_variance_filter off: the optimizer still steps)'
     """
     parts = [f"step {step}/{max_steps}",
              f"reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}",
              f"zero-std {_number(uniform_share(logs), '.2f')}"]
+    if causes := cause_counts(logs, groups_per_step if steps_in_interval == 1 else None):
+        parts[-1] += f" ({causes})"
     if (logs.get(PROMPTS_DRAWN_KEY) or 0) > 0:  # resample drew prompts: the trained batch's share too
         parts[-1] += f" ({_number(logs.get('zero_variance/frac_uniform_after'), '.2f')} after resampling)"
     if "kl" in logs:
@@ -78,6 +84,23 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
     elif uniform_share(logs) == 1.0 and NO_UPDATE_KEY not in logs:  # filter off: TRL steps on zero advantages
         parts.append("all groups uniform: zero advantages (zero_variance_filter off: the optimizer still steps)")
     return "  ".join(parts)
+
+
+def cause_counts(logs: dict, groups: int | None) -> str:
+    """Why the step's uniform groups were uniform (`zero_variance.causes`): counts of ``groups`` per generation batch
+    (shares when unknown, or when the log averages several steps); ``""`` when none was uniform or not logged.
+
+    >>> cause_counts({"zero_variance/frac_uniform_wrong": 0.25, "zero_variance/frac_uniform_right": 0.0,
+    ...               "zero_variance/frac_uniform_cut": 0.125, "zero_variance/frac_uniform_tied": 0.125}, None)
+    'wrong 0.25, right 0.00, cut 0.12, tied 0.12'
+    """
+    shares = {cause: logs.get(key) for cause, key in CAUSE_KEYS.items()}
+    if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in shares.values()) or not any(shares.values()):
+        return ""
+    shown = {cause: share for cause, share in shares.items() if cause != "tied" or share}
+    if groups:
+        return ", ".join(f"{round(share * groups)} {cause}" for cause, share in shown.items())
+    return ", ".join(f"{cause} {share:.2f}" for cause, share in shown.items())
 
 
 def other_line(logs: dict, step: int) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 
 from ..training.checkpoints import ZERO_VARIANCE_STATE_FILE, write_json
+from .causes import RewardRange, cause_shares, declared_range, uniform_causes
 from .groups import (
     ROW_NORMALISED_LOSSES,
     generated_uniform_fraction,
@@ -29,7 +30,7 @@ from .groups import (
 )
 from .history import PromptHistory
 from .merge import ROW_STAT_KEYS, fill_zero_variance_groups
-from .metrics import METRICS, ROUNDS_PREFIX, TRL_METRICS, trained_batch_metrics
+from .metrics import METRICS, TRL_METRICS, log_trained_batch, row_stats, truncated_rows
 from .resample import ResampleSource, ZeroVarianceFractionEstimate, resample_round_size
 
 #: ``generate_round(dataset_indices)`` -> (TRL's local output dict, gathered (N, F) rewards, local completion ids):
@@ -62,6 +63,8 @@ class ZeroVarianceFilter:
         process_index (`int`, defaults to `0`), num_processes (`int`, defaults to `1`): this process, all processes.
         metrics (`callable`, *optional*): () -> the dict of metric lists to append to (TRL's, through
             `_trl_compat.train_metrics`); None keeps them in `own_metrics`.
+        reward_funcs (`list`, *optional*): TRL's reward functions: their declared ``value_range`` gives the judged
+            reward's (minimum, maximum) (`causes.declared_range`), for the cause of a uniform group.
 
     Raises:
         ValueError: ``mode="resample"`` without a dataset length (`ResampleSource`).
@@ -74,7 +77,8 @@ class ZeroVarianceFilter:
                  gather: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
                  reduce: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
                  process_index: int = 0, num_processes: int = 1,
-                 metrics: Callable[[], dict[str, list[float]]] | None = None, history: PromptHistory | None = None):
+                 metrics: Callable[[], dict[str, list[float]]] | None = None, history: PromptHistory | None = None,
+                 reward_funcs: list = ()):
         self.mode, self.num_generations, self.reward_weights = mode, num_generations, reward_weights
         self.tolerance, self.judged_index, self.max_rounds, self.loss_type = tolerance, judged_index, max_rounds, loss_type
         self.reward_names, self.scale_rewards = list(reward_names), scale_rewards
@@ -90,6 +94,9 @@ class ZeroVarianceFilter:
         self.window_dropped_rows = 0  # masked rows dropped before the loss forward in this window (this process)
         self.skip_next_step = False
         self.skipped_updates = 0
+        self.reward_range = RewardRange(declared_range(reward_funcs, reward_weights.tolist(), judged_index)
+                                        if len(reward_funcs) else None)  # the judged reward's range: right / wrong (`causes`)
+        self.causes: list[str | None] = []  # the last generation batch's cause per group
 
     @property
     def enabled(self) -> bool:
@@ -108,6 +115,20 @@ class ZeroVarianceFilter:
         """(N,) bool, True for every row of a zero-variance group in the judged reward."""
         judged = judged_rewards(rewards_per_func, self.reward_weights, self.judged_index)
         return zero_variance_group_mask(judged, self.num_generations, self.tolerance)
+
+    def _record_causes(self, rewards_per_func: torch.Tensor, completion_ids: list, zero_variance: torch.Tensor):
+        """The cause of each group's uniformity in the first round (`causes.uniform_causes`: None for a group with
+        variance), its shares logged (`causes.CAUSE_KEYS`) in every mode."""
+        judged = judged_rewards(rewards_per_func, self.reward_weights, self.judged_index)
+        self.reward_range.update(judged)
+        truncated = self.gather(truncated_rows(completion_ids, self.eos_and_pad, rewards_per_func.device)).bool()
+        if truncated.numel() != judged.numel():  # no completion ids given (a caller of the filter alone)
+            truncated = torch.zeros_like(zero_variance)
+        sizes = [self.num_generations] * (len(judged) // self.num_generations)
+        causes = uniform_causes(judged, zero_variance, truncated, sizes, self.reward_range, self.tolerance)
+        for key, share in cause_shares(causes).items():
+            self.metrics()[key].append(share)
+        return causes
 
     def kept_rows(self, zero_variance: torch.Tensor) -> torch.Tensor:
         """(N,) bool, the rows that stay in the loss: all of them with the filter off."""
@@ -134,13 +155,14 @@ class ZeroVarianceFilter:
         self._correct_trl_share(rewards)
         zero_variance = self.judge(rewards_per_func)
         self._record("fraction_before", zero_variance.float().mean().item())  # every mode: the console reads it
+        self.causes = self._record_causes(rewards_per_func, completion_ids, zero_variance)
         if self.enabled:
             self._record("identical", identical_group_fraction(completion_ids, self.gather, self.num_generations,
                                                                rewards_per_func.device))
         if self.mode == "resample":
             output, rewards, zero_variance = self._resample(
                 output, rewards, zero_variance, rewards_per_func, completion_ids, generate_round)
-            self._log_trained_batch(output, metric_marks)
+            log_trained_batch(self, output, metric_marks)
         for key in ROW_STAT_KEYS:
             output.pop(key, None)
         return output, rewards, zero_variance
@@ -155,7 +177,7 @@ class ZeroVarianceFilter:
         g, world, rank = self.num_generations, self.num_processes, self.process_index
         local = self.local_rows(len(output["advantages"]))
         output["zero_variance_rewards"] = rewards[local]
-        output.update(self._row_stats(rewards_per_func, completion_ids, local))
+        output.update(row_stats(rewards_per_func, completion_ids, local, self.eos_and_pad))
         local_zero_variance = zero_variance[local]
         cap = len(local_zero_variance) // g  # groups of this process's share of a generation batch
         self.fraction_estimate.update(int(zero_variance.sum()) // g, len(zero_variance) // g)
@@ -173,7 +195,7 @@ class ZeroVarianceFilter:
             self.fraction_estimate.update(int(extra_zero_variance.sum()) // g, len(extra_zero_variance) // g)
             extra_local = self.local_rows(per_process * g)
             extra["zero_variance_rewards"] = extra_rewards[extra_local]
-            extra.update(self._row_stats(extra_rewards_per_func, extra_ids, extra_local))
+            extra.update(row_stats(extra_rewards_per_func, extra_ids, extra_local, self.eos_and_pad))
             output, local_zero_variance, _ = fill_zero_variance_groups(
                 output, local_zero_variance, extra, extra_zero_variance[extra_local], g, self.pad_token_id
             )
@@ -224,38 +246,6 @@ class ZeroVarianceFilter:
         if logged:
             logged[-1] = generated_uniform_fraction(total_rewards, num_generations, self.scale_rewards,
                                                     self.tolerance)
-
-    def _row_stats(self, rewards_per_func: torch.Tensor, completion_ids: list, local: slice) -> dict:
-        """Per-row figures of one generation round (local rows), carried through `fill_zero_variance_groups` so that
-        the trained batch's metrics can be computed: rewards per function, completion lengths, truncation."""
-        device = rewards_per_func.device
-        return {
-            "zero_variance_rewards_per_func": rewards_per_func[local],
-            "zero_variance_completion_lengths": torch.tensor([len(row) for row in completion_ids], device=device),
-            "zero_variance_truncated": torch.tensor(
-                [int(row[-1]) not in self.eos_and_pad for row in completion_ids], device=device),
-        }
-
-    def _log_trained_batch(self, output: dict, metric_marks: dict) -> None:
-        """Log TRL's batch metrics of the batch that is trained on under TRL's names; move TRL's values of every
-        generation round of this step to ``zero_variance/rounds/<name>`` (their average over the rounds)."""
-        values = trained_batch_metrics(
-            self.gather(output["zero_variance_rewards_per_func"]),
-            self.reward_weights,
-            self.reward_names,
-            self.num_generations,
-            self.scale_rewards,
-            self.gather(output["zero_variance_completion_lengths"]),
-            self.gather(output["zero_variance_truncated"].to(torch.int8)).bool(),
-            tolerance=self.tolerance,
-        )
-        metrics = self.metrics()
-        for name, value in values.items():
-            logged = metrics[name]
-            mark = metric_marks.get(name, 0)
-            metrics[f"{ROUNDS_PREFIX}{name}"].extend(logged[mark:])
-            del logged[mark:]
-            logged.append(value)
 
     def mask(self, output: dict, kept: torch.Tensor, local: slice) -> None:
         """Mask the rows not ``kept`` out of the loss (``tool_mask``) and its token normaliser
@@ -361,31 +351,32 @@ class ZeroVarianceFilter:
         return guarded_step
 
     # -- checkpoints -----------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict | None:
-        """Where resample's extra prompts continue and how its rounds are sized; skip's prompt history; None with
-        neither."""
-        state = {}
+    def state_dict(self) -> dict:
+        """The judged reward's range so far (the causes); where resample's extra prompts continue and how its rounds
+        are sized; skip's prompt history."""
+        state = {"reward_range": self.reward_range.state_dict()}
         if self.source is not None:
             state.update(resample_cursor=self.source.cursor,
                          uniform_fraction_estimate=self.fraction_estimate.state_dict())
         if self.history is not None:
             state["prompt_history"] = self.history.state_dict()
-        return state or None
+        return state
 
     def save_state(self, checkpoint: str, settings: dict | None = None) -> None:
         """Write `state_dict` and ``settings`` (`checkpoints.filter_settings`, checked on resume) to
         ``checkpoint/zero_variance_state.json``."""
-        state = {**(self.state_dict() or {}), **({"settings": settings} if settings else {})}
-        if state:
-            write_json(checkpoint, ZERO_VARIANCE_STATE_FILE, state)
+        write_json(checkpoint, ZERO_VARIANCE_STATE_FILE, {**self.state_dict(), **({"settings": settings} if settings else {})})
 
     def load_state(self, checkpoint: str | None) -> None:
         """Restore the state `save_state` wrote in ``checkpoint``, if any (resample and skip only)."""
         path = os.path.join(checkpoint or "", ZERO_VARIANCE_STATE_FILE)
-        if not checkpoint or (self.source is None and self.history is None) or not os.path.isfile(path):
+        if not checkpoint or not os.path.isfile(path):
             return
         with open(path) as f:
             state = json.load(f)
+        self.reward_range.load_state_dict(state.get("reward_range", {}))
+        if self.source is None and self.history is None:
+            return
         if self.history is not None:
             if "prompt_history" not in state:
                 raise ValueError(f"{path} holds no prompt history: the checkpoint was not written by a "

@@ -102,3 +102,48 @@ def trained_batch_metrics(
     metrics[name_of["terminated_length_min"]] = terminated.min().item()
     metrics[name_of["terminated_length_max"]] = terminated.max().item()
     return metrics
+
+
+def truncated_rows(completion_ids: list, eos_and_pad: set[int], device=None) -> torch.Tensor:
+    """(B,) int8, 1 for a completion that did not end with an end-of-sequence or pad token (cut at
+    ``max_completion_length``, as TRL's ``completions/clipped_ratio`` counts it); an empty completion is not cut."""
+    return torch.tensor([int(len(row) > 0 and int(row[-1]) not in eos_and_pad) for row in completion_ids],
+                        dtype=torch.int8, device=device)
+
+
+def row_stats(rewards_per_func: torch.Tensor, completion_ids: list, local: slice, eos_and_pad: set[int]) -> dict:
+    """Per-row figures of one generation round (local rows), carried through `merge.fill_zero_variance_groups` so
+    that the trained batch's metrics can be computed: rewards per function, completion lengths, truncation."""
+    device = rewards_per_func.device
+    return {
+        "zero_variance_rewards_per_func": rewards_per_func[local],
+        "zero_variance_completion_lengths": torch.tensor([len(row) for row in completion_ids], device=device),
+        "zero_variance_truncated": truncated_rows(completion_ids, eos_and_pad, device).bool(),
+    }
+
+
+def log_trained_batch(zero_variance, output: dict, metric_marks: dict) -> None:
+    """Log TRL's batch metrics of the batch that is trained on under TRL's names; move TRL's values of every
+    generation round of this step to ``zero_variance/rounds/<name>`` (their average over the rounds).
+
+    Args:
+        zero_variance (`ZeroVarianceFilter`): its gather, metrics and reward settings.
+        output (`dict`): the local batch with the `row_stats` keys. metric_marks (`dict`): metric name -> number of
+            values before the step's first round."""
+    values = trained_batch_metrics(
+        zero_variance.gather(output["zero_variance_rewards_per_func"]),
+        zero_variance.reward_weights,
+        zero_variance.reward_names,
+        zero_variance.num_generations,
+        zero_variance.scale_rewards,
+        zero_variance.gather(output["zero_variance_completion_lengths"]),
+        zero_variance.gather(output["zero_variance_truncated"].to(torch.int8)).bool(),
+        tolerance=zero_variance.tolerance,
+    )
+    metrics = zero_variance.metrics()
+    for name, value in values.items():
+        logged = metrics[name]
+        mark = metric_marks.get(name, 0)
+        metrics[f"{ROUNDS_PREFIX}{name}"].extend(logged[mark:])
+        del logged[mark:]
+        logged.append(value)

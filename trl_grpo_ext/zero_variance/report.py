@@ -26,6 +26,20 @@ GENERATION_SECONDS_KEY = "zero_variance/generation_seconds"
 STEP_TIME_KEY = "step_time"
 #: Share of the generated groups whose G completions were identical (a collapsed sampler), filter on.
 IDENTICAL_KEY = "zero_variance/frac_identical_groups"
+#: Why a uniform group was uniform (`causes.uniform_causes`), in the order the console and closing line name them.
+CAUSES = ("wrong", "right", "cut", "tied")
+#: Logged share of a generation batch's groups uniform for each cause (they sum to the uniform share).
+CAUSE_KEYS = {cause: f"zero_variance/frac_uniform_{cause}" for cause in CAUSES}
+#: What to do when one cause accounts for most uniform groups of a run (the closing line's advice).
+CAUSE_FIXES = {
+    "cut": "most uniform groups had every completion cut at max_completion_length (the rewards of unfinished answers "
+           "are all equal): {lengths}; raise max_completion_length or ask the prompt for shorter answers",
+    "wrong": "most uniform groups were all wrong (the prompts are too hard for the group size to find a right answer): "
+             "measure the base model's pass@k with `trl-grpo-ext eval --config <config> --k 16`, give hard prompts more "
+             "completions (rollout_budget: adaptive) or learn from them (zero_variance_signal: entropy)",
+    "right": "most uniform groups were all right (the prompts are already solved): skip them "
+             "(zero_variance_filter: skip) or train on harder data",
+}
 
 
 def _finite(value) -> float | None:
@@ -111,7 +125,7 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
     2
     """
     previous = previous_share = skipped = everything = covered = logs = generations = 0
-    identical = None
+    identical, causes, lengths = None, None, []
     weighted, filter_on, exact, extra, seconds, uniform_seconds, step_seconds = 0.0, False, True, 0.0, 0.0, 0.0, 0.0
     for row in log_history:
         if not _is_training_log(row):
@@ -130,6 +144,10 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
         previous_share = row["step"]
         weighted, generations = weighted + share * batches, generations + batches
         identical = None if row.get(IDENTICAL_KEY) is None else (identical or 0.0) + row[IDENTICAL_KEY] * batches
+        if all(_finite(row.get(key)) is not None for key in CAUSE_KEYS.values()):
+            causes = {cause: (causes or {}).get(cause, 0.0) + row[key] * batches for cause, key in CAUSE_KEYS.items()}
+        lengths.append((row.get("completions/mean_length"), row.get("completions/max_length"),
+                        row.get("completions/clipped_ratio"), batches))
         batch_seconds = (_finite(row.get(GENERATION_SECONDS_KEY)) or 0.0) * batches
         seconds, uniform_seconds = seconds + batch_seconds, uniform_seconds + share * batch_seconds
         if share == 1.0:
@@ -142,7 +160,44 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
             "all_uniform_steps": min(everything, covered), "exact": exact, "filter_on": filter_on,
             "extra_groups": round(extra), "steps": covered, "logged_steps": logs, "generation_seconds": seconds,
             "uniform_generation_seconds": None if extra else uniform_seconds, "step_seconds": step_seconds,
-            "identical_share": None if identical is None else identical / generations}
+            "identical_share": None if identical is None else identical / generations,
+            "causes": None if causes is None else {cause: value / generations for cause, value in causes.items()},
+            "lengths": _length_summary(lengths)}
+
+
+def _length_summary(rows: list) -> dict | None:
+    """The completions' mean length, longest and cut share over the logs (each weighted by its generation batches);
+    None when TRL logged no lengths."""
+    rows = [(m, x, c, w) for m, x, c, w in rows if None not in (_finite(m), _finite(x), _finite(c))]
+    if not rows:
+        return None
+    total = sum(w for *_, w in rows)
+    return {"mean": sum(m * w for m, _, _, w in rows) / total, "max": max(x for _, x, _, _ in rows),
+            "cut": sum(c * w for _, _, c, w in rows) / total}
+
+
+def cause_sentence(summary: dict, max_completion_length: int | None = None) -> str:
+    """Why the run's uniform groups were uniform, as shares of the generated groups, and, when one cause accounts for
+    at least half of them, what to do (`CAUSE_FIXES`); ``""`` when the causes were not logged.
+
+    >>> cause_sentence({"causes": {"wrong": 0.5, "right": 0.1, "cut": 0.0, "tied": 0.0}, "lengths": None})[:80]
+    'why, of the groups generated: 50% all wrong, 10% all right, 0% cut; most uniform'
+    """
+    causes = summary.get("causes")
+    if not causes:
+        return ""
+    shown = [f"{causes[c]:.0%} {'all ' if c in ('wrong', 'right') else ''}{c}" for c in CAUSES
+             if c != "tied" or causes[c]]
+    text = "why, of the groups generated: " + ", ".join(shown)
+    uniform = sum(causes.values())
+    top = max(CAUSES, key=lambda c: causes[c])
+    if uniform > 0 and top in CAUSE_FIXES and causes[top] >= 0.5 * uniform:
+        lengths, limit = summary.get("lengths"), f"max_completion_length={max_completion_length}" \
+            if max_completion_length else "max_completion_length"
+        shape = (f"completions averaged {lengths['mean']:.0f} tokens, the longest {lengths['max']:.0f}, and "
+                 f"{lengths['cut']:.0%} were cut at {limit}") if lengths else f"see completions/* in metrics.jsonl against {limit}"
+        text += "; " + CAUSE_FIXES[top].format(lengths=shape)
+    return text
 
 
 def seconds_digits(*seconds: float) -> int:
@@ -169,7 +224,7 @@ def _generated_by(step: int, steps_per_generation: float) -> int:
 
 
 def summary_line(log_history: list[dict], groups_per_generation: int | None = None,
-                 steps_per_generation: float = 1) -> str | None:
+                 steps_per_generation: float = 1, max_completion_length: int | None = None) -> str | None:
     """One line for the end of a run: the uniform share of the generated groups and the updates it cost.
 
     Uniform groups cost their share of the generation (their completions were generated and scored); with the filter
@@ -181,6 +236,7 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
         log_history (`list[dict]`): ``TrainerState.log_history``.
         groups_per_generation (`int`, *optional*): prompts per generation batch (the plan's ``prompts_per_generation``).
         steps_per_generation (`float`, defaults to 1): optimizer steps per generation batch.
+        max_completion_length (`int`, *optional*): named when most uniform groups were cut (`cause_sentence`).
 
     >>> summary_line([{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 1.0,
     ...               "zero_variance/frac_uniform_before": 1.0, "zero_variance/no_update": 1.0}], 3)
@@ -211,11 +267,13 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
                 f"completions{cost}); ")
     if summary["identical_share"]:  # why: no prompt selection makes a collapsed sampler's group informative
         head += f"{summary['identical_share']:.0%} of {groups} were identical completions (a collapsed sampler); "
+    why = cause_sentence(summary, max_completion_length)
+    why = f"; {why}" if why else ""
     if summary["filter_on"]:
-        return head + f"{summary['no_update_steps']} of {steps} steps made no update"
+        return head + f"{summary['no_update_steps']} of {steps} steps made no update{why}"
     seen = "" if summary["exact"] else " in the logs (a log averaging several steps may hide more: logging_steps 1 counts each)"
     return head + (f"{summary['all_uniform_steps']} of {steps} steps had every group uniform{seen} (zero advantages; "
-                   f"with zero_variance_filter off the optimizer still stepped)")
+                   f"with zero_variance_filter off the optimizer still stepped){why}")
 
 
 def resample_note(plan, max_resample_rounds: int) -> str:
