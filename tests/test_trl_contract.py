@@ -601,9 +601,9 @@ def test_train_sampler_is_a_repeat_sampler_with_its_settings_as_attributes(train
 
 def test_resume_epoch_and_epoch_begin_hook():
     # transformers computes the resumed epoch as global_step // num_update_steps_per_epoch, and calls on_epoch_begin
-    # before running each epoch; the sampler's epoch is set there (trainer.py _SamplerEpochCallback), because accelerate
+    # before running each epoch; the sampler's epoch is set there (training/callbacks.py SamplerEpochCallback), because accelerate
     # does not forward set_epoch through SkipBatchSampler around BatchSamplerShard (several processes, resumed epoch).
-    ours = "trainer.py _SamplerEpochCallback (sampler epoch on resume)"
+    ours = "training/callbacks.py SamplerEpochCallback (sampler epoch on resume)"
     init_state = _source(Trainer._init_training_state)
     assert "epochs_trained = int(self.state.global_step // num_update_steps_per_epoch)" in init_state, _broken(
         "Trainer._init_training_state computes the resumed epoch differently", ours

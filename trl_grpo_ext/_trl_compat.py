@@ -57,6 +57,13 @@ SURFACE: tuple[TouchPoint, ...] = (
                "trainer.py GRPOExtTrainer._generate_single_turn (merge_adapter_for_generation)"),
     TouchPoint("trl.GRPOTrainer", "_compute_loss", "override", ("self", "model", "inputs"),
                "trainer.py GRPOExtTrainer._compute_loss (zero-variance loss rescale)"),
+    TouchPoint("trl.GRPOTrainer", "_get_per_token_logps_and_entropies", "override",
+               ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+                "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
+                "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids",
+                "image_position_ids"),
+               "trainer.py GRPOExtTrainer._get_per_token_logps_and_entropies (zero_variance_signal: token advantages "
+               "from the loss forward's entropies)"),
     TouchPoint("trl.GRPOTrainer", "_get_train_sampler", "override", ("self", "dataset"),
                "trainer.py GRPOExtTrainer._get_train_sampler (EpochRepeatSampler: resume in any epoch)"),
     TouchPoint("trl.GRPOTrainer", "training_step", "override", ("self", "model", "inputs", "num_items_in_batch"),

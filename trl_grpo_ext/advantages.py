@@ -255,3 +255,43 @@ def advantage_metrics(advantages: torch.Tensor, mask: torch.Tensor | None = None
         "advantages/abs_mean": values.abs().mean().item(),
         "advantages/std": std,
     }
+
+
+def uniform_group_signal(signs: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor,
+                         coef: float) -> torch.Tensor:
+    """Token advantages for the completions of all-right and all-wrong uniform groups (RL-ZVP-style; docs/advantages.md).
+
+    A uniform group has GRPO advantage 0 on every token. RL-ZVP (Le et al. 2025, "No Prompt Left Behind", arXiv
+    2509.21880) gives such a group's tokens a signed advantage instead: the sign from the group's correctness, the
+    size from the token's entropy under the policy. Here, with H_t the (detached) entropy of token t, H_max the
+    largest over the completion's loss tokens and α = ``coef``:
+
+        all right (sign +1):  A_t = +α · H_t / H_max          (forks the model was unsure of are reinforced most)
+        all wrong (sign −1):  A_t = −α · (1 − H_t / H_max)    (confident wrong tokens are penalised most; forks least)
+        any other row (0):    A_t = 0
+
+    so 0 ≤ |A_t| ≤ α; a completion whose every loss token has zero entropy gets 0 (right) or −α (wrong).
+
+    Args:
+        signs (`Tensor`): (B,) float, +1 for a row of an all-right group, −1 of an all-wrong one, 0 otherwise.
+        entropies (`Tensor`): (B, T) float, per-token entropy [nats] of the completion under the current policy.
+        mask (`Tensor`): (B, T), 1 for the tokens in the loss.
+        coef (`float`): α > 0, the largest |advantage| a token gets (``zero_variance_signal_coef``).
+
+    Returns:
+        `Tensor`: (B, T), dtype of ``entropies``, 0 outside ``mask``; no gradient flows into the entropies.
+
+    >>> signs = torch.tensor([1.0, -1.0, 0.0])
+    >>> h = torch.tensor([[0.5, 1.0, 2.0], [0.5, 1.0, 2.0], [1.0, 1.0, 1.0]])
+    >>> uniform_group_signal(signs, h, torch.ones(3, 3), 0.1)
+    tensor([[ 0.0250,  0.0500,  0.1000],
+            [-0.0750, -0.0500, -0.0000],
+            [ 0.0000,  0.0000,  0.0000]])
+    """
+    mask = mask.to(entropies.dtype)
+    held = entropies.detach() * mask
+    peak = held.amax(dim=1, keepdim=True)
+    ratio = torch.where(peak > 0, held / peak.clamp(min=torch.finfo(held.dtype).tiny), torch.zeros_like(held))
+    signs = signs.to(entropies.dtype).unsqueeze(1)
+    signal = torch.where(signs > 0, coef * ratio, torch.where(signs < 0, -coef * (1 - ratio), torch.zeros_like(ratio)))
+    return signal * mask

@@ -21,7 +21,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from . import _trl_compat
-from .advantages import advantage_metrics, compute_advantages
+from .advantages import advantage_metrics, compute_advantages, uniform_group_signal
 from .config.engines import resolve_engine
 from .config.ext_config import GRPOExtConfig
 from .models.settings import is_4bit_model, is_quantized_model, keep_4bit_training_layout
@@ -29,6 +29,7 @@ from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings, seed
 from .training import checkpoints as ckpt
 from .training import console
 from .training.adapter_precision import LostUpdateTracker, cast_trainable_to
+from .training.callbacks import SamplerEpochCallback
 from .training.engine_step import EngineStepGuard
 from .training.generation import (
     DRIFT_METRIC,
@@ -37,6 +38,7 @@ from .training.generation import (
     preserved_dtypes,
 )
 from .training.merged_generation import check_merge_target, merged_adapter
+from .training.reward_funcs import reward_funcs_from_args
 from .training.sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
 from .zero_variance import (
     ZeroVarianceFilter,
@@ -49,6 +51,7 @@ from .zero_variance import (
     start_history,
     weighted_total,
 )
+from .zero_variance.causes import cause_signs
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +90,7 @@ class GRPOExtTrainer(GRPOTrainer):
                 "GRPOConfig field."
             )
         args.check_current_values()  # fields set after the config was built: refused if ignored, else checked
-        reward_funcs = _reward_funcs_from_args(reward_funcs, args)
+        reward_funcs = reward_funcs_from_args(reward_funcs, args)
         if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
             judged_reward_index(args.resolved.zero_variance.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])
         dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
@@ -143,7 +146,7 @@ class GRPOExtTrainer(GRPOTrainer):
         console.install(self)  # first, so that the bar is closed before _PlanCallback logs the stop reason
         self.add_callback(_PlanCallback(self))
         self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
-        self.add_callback(_SamplerEpochCallback(self))
+        self.add_callback(SamplerEpochCallback(self))
         self.eval_plan = None  # the run's `eval_plan.EvalPlan` (set by the recipe), printed under the plan table
         self.embedded_seed = None  # the embedded task's embedded_seed (set by the recipe), named with seed there
 
@@ -215,6 +218,9 @@ class GRPOExtTrainer(GRPOTrainer):
                                         zero_variance_mask=zero_variance_rows if zero_variance.enabled else None)
         local = zero_variance.local_rows(len(output["advantages"]))
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
+        if self.args.resolved.zero_variance.zero_variance_signal != "off":  # all right / all wrong groups: kept
+            signs = cause_signs(zero_variance.causes, [self.num_generations] * len(zero_variance.causes), rewards.device)
+            output["zero_variance_signal"], zero_variance_rows = signs[local], zero_variance_rows & (signs == 0)
         kept = zero_variance.kept_rows(zero_variance_rows)
         if kept.sum() > 1:  # with every row masked the statistics are undefined (NaN would poison the log average)
             for name, value in advantage_metrics(advantages, mask=kept).items():
@@ -251,9 +257,24 @@ class GRPOExtTrainer(GRPOTrainer):
         if not self.model.training:
             return super()._compute_loss(model, inputs)
         inputs, marks = self.zero_variance.drop_masked_rows(inputs), _trl_compat.metric_marks(self)
+        self._signal_inputs = inputs if "zero_variance_signal" in inputs else None  # read by the method below
         loss = self.zero_variance.scale_loss(super()._compute_loss(model, inputs), inputs)
         self.zero_variance.void_empty_means(marks, inputs)
         return loss
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        """TRL's per-token log-probabilities and entropies; in the loss of a micro-batch holding rows of all-right or
+        all-wrong groups (``zero_variance_signal``), their token advantages are added from these entropies
+        (`advantages.uniform_group_signal`) before TRL's loss reads ``inputs["advantages"]``."""
+        logps, entropies, *rest = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        inputs, self._signal_inputs = self.__dict__.get("_signal_inputs"), None
+        if inputs is not None and entropies is not None:
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", torch.ones_like(inputs["completion_mask"]))
+            signal = uniform_group_signal(inputs["zero_variance_signal"], entropies, mask,
+                                          self.args.resolved.zero_variance.zero_variance_signal_coef)
+            advantages = inputs["advantages"]
+            inputs["advantages"] = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages) + signal
+        return (logps, entropies, *rest)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's step; at the end of an accumulation window, decide (on all processes) whether anything was kept."""
@@ -351,50 +372,3 @@ class _PlanCallback(TrainerCallback):
                 plan.stop_reason.replace("_", " "),
                 plan.epochs_covered,
             )
-
-
-class _SamplerEpochCallback(TrainerCallback):
-    """Sets the train sampler's epoch at the start of every epoch, the resumed one included.
-
-    transformers calls ``set_epoch`` on the train dataloader too, but accelerate does not forward it through every
-    wrapper: with several processes, the dataloader of a resumed epoch (`skip_first_batches`: `SkipBatchSampler`
-    around `BatchSamplerShard`) never reaches the sampler, which would then replay epoch 0's order. The epoch is
-    ``global_step // steps_per_epoch`` of the plan, as transformers computes it on resume (``_init_training_state``).
-    """
-
-    def __init__(self, trainer: GRPOExtTrainer):
-        self.trainer = trainer
-
-    def on_epoch_begin(self, args, state, control, **kwargs):
-        sampler, steps_per_epoch = self.trainer._epoch_sampler, self.trainer.plan.steps_per_epoch
-        if sampler is not None and steps_per_epoch:
-            sampler.set_epoch(state.global_step // steps_per_epoch)
-
-
-def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
-    """The reward functions TRL receives, every Python callable wrapped by `guard_reward` (args.reward_error_policy).
-
-    Registry names come from ``args.rewards``; callables passed as ``reward_funcs=`` are guarded too (a NaN, a wrong
-    length or an exception is reported with the reward's name). Reward models (``nn.Module``) and Hub ids (``str``)
-    go to TRL unchanged.
-    """
-    from .rewards.guard import AsyncRewardGuard, RewardGuard, guard_reward
-    from .rewards.spec import build_reward_funcs, with_run_defaults
-
-    if args.rewards and reward_funcs is not None:
-        raise ValueError(
-            "Rewards were given twice: as reward_funcs= to the trainer and as `rewards` in the config. Keep one."
-        )
-    if reward_funcs is not None:
-        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
-        return [
-            guard_reward(f, _trl_compat.reward_func_name(f), on_error=args.reward_error_policy)
-            if callable(f) and not isinstance(f, (str, torch.nn.Module, RewardGuard, AsyncRewardGuard))
-            else f
-            for f in funcs
-        ]
-    if not args.rewards:
-        raise ValueError("No reward function: set `rewards: [name, ...]` in the config or pass reward_funcs=.")
-    specs = with_run_defaults(list(args.resolved.rewards), args.max_completion_length)
-    funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
-    return funcs

@@ -18,7 +18,7 @@ from ..plan import QuantityError
 from ..plan.resolve import NO_STEP_LIMIT_FIX
 from ..rewards.guard import REWARD_ERROR_POLICIES
 from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
-from ..zero_variance.settings import ZeroVarianceSettings
+from ..zero_variance.settings import ZERO_VARIANCE_SIGNALS, ZeroVarianceSettings
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
 from .checks import Choices, Range, choice_from_yaml, declared_checks, world_size_from_env
 from .engines import resolve_engine
@@ -97,6 +97,12 @@ class GRPOExtConfig(GRPOConfig):
     skip_history_file: str | None = _help(
         None, "skip mode: an `eval --split train --k K --output FILE` result (K >= num_generations); a prompt whose K "
         "samples' rewards were uniform starts as after one uniform rollout, so skipping acts from the first epoch.")
+    zero_variance_signal: Annotated[str, Choices(ZERO_VARIANCE_SIGNALS)] = _help(
+        "off", "off, or entropy: all-right / all-wrong uniform groups stay in the loss, each token's advantage "
+        "±coef scaled by its entropy (RL-ZVP); tied and cut groups stay masked.")
+    zero_variance_signal_coef: Annotated[float, Range(low=0, low_open=True, fix="use e.g. 0.1.",
+                                                      source="zero_variance_signal")] = _help(
+        0.1, "zero_variance_signal: the largest |advantage| a uniform group's token gets (alpha).")
     # Rewards
     rewards: list[RewardEntry] | None = _help(
         None, "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}.")

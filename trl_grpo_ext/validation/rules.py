@@ -273,14 +273,17 @@ def normalize_then_sum(v: RunView) -> None:
 
 
 def zero_variance(v: RunView) -> str | None:
-    """`zero_variance.settings.check_zero_variance_settings` on the resolved batch; returns the canonical judged reward."""
-    from ..zero_variance.settings import check_zero_variance_settings
+    """`zero_variance.settings`' two checks on the resolved batch; returns the canonical judged reward."""
+    from ..zero_variance.settings import check_hard_prompt_settings, check_zero_variance_settings
 
-    mode = v.get("zero_variance_filter") or "off"
-    if mode == "off" and v.get("zero_variance_reward") is None:
-        return None
-    b = v.batch
+    mode, b = v.get("zero_variance_filter") or "off", v.batch
     try:
+        check_hard_prompt_settings(
+            mode=mode, signal=v.get("zero_variance_signal") or "off", rollout_budget=v.get("rollout_budget") or "uniform",
+            use_vllm=bool(v.get("use_vllm")), world_size=v.world_size, batch=b,
+            multi_objective_aggregation=v.get("multi_objective_aggregation") or "sum_then_normalize")
+        if mode == "off" and v.get("zero_variance_reward") is None:
+            return None
         return check_zero_variance_settings(
             mode=mode, zero_variance_reward=v.get("zero_variance_reward"), reward_names=v.reward_names,
             multi_objective_aggregation=v.get("multi_objective_aggregation") or "sum_then_normalize",

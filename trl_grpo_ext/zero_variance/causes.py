@@ -148,3 +148,15 @@ def declared_range(reward_funcs: list, weights: list[float], index: int | None) 
     low = sum(min(w * r[0], w * r[1]) for w, r in zip(weights, ranges))
     high = sum(max(w * r[0], w * r[1]) for w, r in zip(weights, ranges))
     return (low, high)
+
+
+def cause_signs(causes: list[str | None], sizes: list[int], device=None) -> torch.Tensor:
+    """(N,) float per completion: +1 in an all-right group, −1 in an all-wrong one, 0 otherwise (the sign of
+    ``zero_variance_signal``'s token advantage, `advantages.uniform_group_signal`).
+
+    >>> cause_signs(["right", None, "wrong", "cut"], [2, 2, 2, 2]).tolist()
+    [1.0, 1.0, 0.0, 0.0, -1.0, -1.0, 0.0, 0.0]
+    """
+    sign = {"right": 1.0, "wrong": -1.0}
+    return torch.tensor([sign.get(cause, 0.0) for cause, size in zip(causes, sizes) for _ in range(size)],
+                        device=device)

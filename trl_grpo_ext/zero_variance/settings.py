@@ -20,16 +20,67 @@ class ZeroVarianceSettings:
     max_resample_rounds: int
     skip_exploration_probability: float
     skip_history_file: str | None
+    zero_variance_signal: str = "off"
+    zero_variance_signal_coef: float = 0.1
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any] | Any, **overrides: Any) -> ZeroVarianceSettings:
         """The settings of a mapping or object holding the :data:`FIELDS`, then ``overrides``."""
         get = values.get if isinstance(values, Mapping) else lambda name: getattr(values, name)
-        return cls(**{**{name: get(name) for name in FIELDS}, **overrides})
+        defaults = {f.name: f.default for f in fields(cls)}
+        return cls(**{**{name: get(name) if name not in defaults or _has(values, name) else defaults[name]
+                         for name in FIELDS}, **overrides})
+
+
+def _has(values, name: str) -> bool:
+    return name in values if isinstance(values, Mapping) else hasattr(values, name)
 
 
 #: The config fields of the filter, in the order the card and the plan show them.
 FIELDS = tuple(f.name for f in fields(ZeroVarianceSettings))
+
+
+#: ``zero_variance_signal`` values: off, or entropy (RL-ZVP-style token advantages for all-right / all-wrong groups).
+ZERO_VARIANCE_SIGNALS = ("off", "entropy")
+#: ``rollout_budget`` values: uniform (G completions per prompt, TRL's) or adaptive (split by estimated pass rate).
+ROLLOUT_BUDGETS = ("uniform", "adaptive")
+
+
+def check_hard_prompt_settings(*, mode: str, signal: str, rollout_budget: str, use_vllm: bool, world_size: int,
+                               batch: Mapping[str, Any], multi_objective_aggregation: str) -> None:
+    """Refuse what the uniform-group signal and the adaptive rollout budget cannot honour (docs/zero_variance.md):
+    either beside ``resample`` (it replaces uniform groups first), the budget beside ``skip`` (both choose which
+    prompts get rollouts), with vLLM (which generates G per prompt itself) or with G < 4 (its first round is G / 2
+    completions, at least 2) or without whole groups on every process (each process splits its own prompts'
+    completions), and either with ``normalize_then_sum`` (advantages are TRL's per reward). ``batch``: TRL's
+    resolved batch fields (``num_generations``, ``generation_batch_size`` or ``per_device_train_batch_size`` ×
+    ``steps_per_generation`` / ``gradient_accumulation_steps``).
+
+    Raises:
+        ValueError: naming the field, its value and the fix."""
+    adaptive, num_generations = rollout_budget == "adaptive", batch["num_generations"]
+    local = batch["generation_batch_size"] // world_size if batch.get("generation_batch_size") else \
+        batch["per_device_train_batch_size"] * (batch.get("steps_per_generation") or batch["gradient_accumulation_steps"])
+    if signal != "off" and mode == "resample":
+        raise ValueError(f"zero_variance_signal={signal!r} learns from all-right and all-wrong groups, but "
+                         "zero_variance_filter='resample' replaces them first. Fix: use zero_variance_filter: mask (or "
+                         "off) with zero_variance_signal, or zero_variance_signal: off.")
+    if (signal != "off" or adaptive) and multi_objective_aggregation != "sum_then_normalize":
+        raise ValueError(f"zero_variance_signal / rollout_budget need multi_objective_aggregation='sum_then_normalize', "
+                         f"got {multi_objective_aggregation!r}. Fix: use sum_then_normalize, or turn them off.")
+    if not adaptive:
+        return
+    why = ("zero_variance_filter='resample' replaces uniform groups with other prompts'" if mode == "resample" else
+           "zero_variance_filter='skip' chooses which prompts are rolled out" if mode == "skip" else
+           "use_vllm generates G completions per prompt itself" if use_vllm else
+           f"its first round gives every prompt G / 2 = {num_generations // 2} completions, fewer than 2"
+           if num_generations < 4 else
+           f"each process holds {local} completions of a generation batch, not whole groups of "
+           f"num_generations={num_generations}" if local % num_generations else None)
+    if why:
+        raise ValueError(f"rollout_budget='adaptive' splits each step's completions unevenly across its prompts, but {why}. "
+                         "Fix: use rollout_budget: uniform, or zero_variance_filter: mask / off, use_vllm: false, "
+                         "num_generations >= 4 and micro_batch_size × steps_per_generation a multiple of it.")
 
 
 #: Loss types normalised by rows (masking rows needs the rescale rows / kept rows, `groups.masked_loss_scale`) or by
