@@ -144,7 +144,7 @@ LAYERS = {
         "rewards.text", "rewards.trl_rewards", "zero_variance.settings", "zero_variance.report",
         "config.keymap", "config.loss_settings", "models.source", "config.engines"],
     2: ["advantages", "zero_variance", "zero_variance.groups", "zero_variance.merge", "zero_variance.resample",
-        "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "zero_variance.causes", "training.sampling",
+        "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "zero_variance.causes", "zero_variance.budget", "training.sampling",
         "training.engine_step"],
     3: ["models", "data", "models.settings", "training.adapter_precision", "training.generation", "data.load",
         "training.merged_generation",
@@ -156,7 +156,7 @@ LAYERS = {
         "validation.problems", "validation.engines", "validation.collected", "validation.dataset_stage", "validation.packages",
         "validation.trainer_settings", "validation.mappings",
         "config.recipe_parse"],
-    6: ["trainer", "training.interrupt", "training.console", "training.callbacks", "training.reward_funcs"],
+    6: ["trainer", "training.interrupt", "training.console", "training.callbacks", "training.reward_funcs", "training.rollout_budget"],
     7: ["cli.main", "cli.__main__", "cli.plan", "cli.train", "cli.eval", "rewards.cli", "hub.cli", "quantifiers"],
 }
 

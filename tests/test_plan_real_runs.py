@@ -33,6 +33,11 @@ CASES = {
     "steps_per_generation_4": (12, dict(per_device_train_batch_size=4, gradient_accumulation_steps=2,
                                         steps_per_generation=4, num_generations=4, num_train_epochs=1),
                                6, "epoch_limit"),
+    # the rollout budget splits each step's 8 completions unevenly, in two rounds: the plan's steps and epochs hold;
+    # floor(8/2) = 4 steps/epoch; 1 epoch -> 4
+    "rollout_budget_and_signal": (8, dict(prompts_per_step=2, num_generations=4, micro_batch_size=8, total_epochs=1,
+                                          zero_variance_filter="mask", rollout_budget="adaptive",
+                                          zero_variance_signal="entropy"), 4, "epoch_limit"),
 }
 
 

@@ -27,25 +27,33 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def _prompt_ids(calls, from_step: int = 0) -> list[tuple[int, list[int]]]:
-    """(optimizer step, prompt ids of the call, one per group) of every reward call from ``from_step`` on."""
-    return [(step, ids[::G]) for step, ids, _ in calls if step >= from_step]
+def _prompt_ids(calls, from_step: int = 0, stride: int = G) -> list[tuple[int, list[int]]]:
+    """(optimizer step, prompt ids of the call, one per group of ``stride`` rows) of every reward call from
+    ``from_step`` on."""
+    return [(step, ids[::stride]) for step, ids, _ in calls if step >= from_step]
 
 
 def _adapter(run_dir: Path) -> dict:
     return load_file(str(run_dir / f"checkpoint-{TOTAL_STEPS}" / "adapter_model.safetensors"))
 
 
-@pytest.mark.parametrize("mode", ["off", "mask", "resample"])
+MODES = {"off": {}, "mask": {}, "resample": {},
+         # the new options for hard prompts: the rollout budget's first round has G / 2 = 2 rows per prompt
+         "mask+budget+signal": {"rollout_budget": "adaptive", "zero_variance_signal": "entropy"},
+         "off+signal": {"zero_variance_signal": "entropy"}}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 def test_resume_from_every_checkpoint_of_every_epoch(tmp_path, mode):
     reward = RecordingReward()
-    reference = trainer(tmp_path / "uninterrupted", reward, zero_variance_filter=mode)
+    settings = dict(MODES[mode], zero_variance_filter=mode.split("+")[0])
+    reference = trainer(tmp_path / "uninterrupted", reward, **settings)
     reference.train()
     assert reference.state.global_step == TOTAL_STEPS
     # the uninterrupted run walks TRL's own order, a new permutation each epoch (worked out in trl_prompt_order); the
     # first reward call of a step scores the sampler's prompts (resample's extra rounds come after it)
     first_calls = {}
-    for step, ids in _prompt_ids(reward.calls):
+    for step, ids in _prompt_ids(reward.calls, stride=G // 2 if "budget" in mode else G):
         first_calls.setdefault(step, ids)
     assert list(first_calls.values()) == trl_prompt_order(3)
     expected_adapter = _adapter(tmp_path / "uninterrupted")
@@ -54,7 +62,7 @@ def test_resume_from_every_checkpoint_of_every_epoch(tmp_path, mode):
     for checkpoint in range(1, TOTAL_STEPS):
         resumed_reward = RecordingReward()
         out = tmp_path / f"resumed-{checkpoint}"
-        resumed = trainer(out, resumed_reward, zero_variance_filter=mode)
+        resumed = trainer(out, resumed_reward, **settings)
         resumed.train(resume_from_checkpoint=str(tmp_path / "uninterrupted" / f"checkpoint-{checkpoint}"))
         where = f"{mode}, resumed from checkpoint-{checkpoint}"
         # every reward call after the checkpoint (the resample rounds too): same step, prompts and rewards
@@ -66,6 +74,8 @@ def test_resume_from_every_checkpoint_of_every_epoch(tmp_path, mode):
         if mode == "resample":  # the running uniform-fraction estimate that sizes the rounds was restored too
             assert (resumed.zero_variance.fraction_estimate.state_dict()
                     == reference.zero_variance.fraction_estimate.state_dict()), where
+        if "budget" in mode:  # the pass-rate history that splits the completions was restored too
+            assert resumed.zero_variance.pass_rates.state_dict() == reference.zero_variance.pass_rates.state_dict()
 
 
 def test_sampler_order_is_a_function_of_seed_and_epoch():

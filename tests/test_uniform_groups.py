@@ -127,7 +127,7 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
                                     "all_uniform_steps": 1, "exact": True, "filter_on": True, "extra_groups": 0,
                                     "steps": 3, "logged_steps": 3, "generation_seconds": 0.0,
                                     "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None,
-                                    "causes": None, "lengths": None}
+                                    "causes": None, "lengths": None, "budget": None}
     # logging_steps 2: each log is the mean of its 2 steps; 12 groups over 4 steps, 2 of them without an update
     every_two = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5},
                  {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5}]
@@ -135,7 +135,7 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
                                       "all_uniform_steps": 2, "exact": False, "filter_on": True, "extra_groups": 0,
                                       "steps": 4, "logged_steps": 2, "generation_seconds": 0.0,
                                       "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None,
-                                      "causes": None, "lengths": None}
+                                      "causes": None, "lengths": None, "budget": None}
     assert summary_line(every_two, 3) == ("Uniform groups (σ = 0): 75% of the 12 groups generated (their generation: "
                                           "75% of the completions); 2 of 4 steps made no update")
     # filter off: TRL's figure only; an all-uniform step has zero advantages but still steps the optimizer

@@ -60,3 +60,21 @@ def test_two_processes_skip_with_identical_history_and_dropped_rows(tmp_path):
     assert len(ranks[0]["kept_per_micro_batch"]) == len(ranks[1]["kept_per_micro_batch"]) == 12
     dropped = [h["zero_variance/completions_dropped"] for h in ranks[0]["history"]]
     assert dropped[2:] == [0.0] * 4 and sum(dropped[:2]) > 0
+
+
+@pytest.mark.multiproc
+def test_two_processes_split_the_rollout_budget_alike(tmp_path):
+    result = run_worker_on_2_processes("budget_worker.py", str(tmp_path), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2] and [r["global_step"] for r in ranks] == [3, 3]
+    # every decision that outlives a step was taken on gathered values: the same on both processes
+    assert ranks[0]["pass_rates"] == ranks[1]["pass_rates"] and ranks[0]["history"] == ranks[1]["history"]
+    for step_0, step_1 in zip(ranks[0]["steps"], ranks[1]["steps"]):
+        assert step_0["sizes"] == step_1["sizes"]  # the gathered group sizes, in process order
+        sizes = step_0["sizes"]
+        # 4 prompts, 2 a process; each process splits its own 2 × 4 = 8 completions (at least 2 each)
+        assert len(sizes) == 4 and sum(sizes[:2]) == sum(sizes[2:]) == 8 and min(sizes) >= 2
+        assert step_0["local_rows"] == step_1["local_rows"] == 8  # the plan's batch shape on every process
+    # the history saw every completion: 3 steps × 16
+    assert ranks[0]["pass_rates"]["total"][1] == 48

@@ -39,9 +39,11 @@ from .training.generation import (
 )
 from .training.merged_generation import check_merge_target, merged_adapter
 from .training.reward_funcs import reward_funcs_from_args
+from .training.rollout_budget import AdaptiveRollout
 from .training.sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
 from .zero_variance import (
     ZeroVarianceFilter,
+    budget_note,
     check_skip_plan,
     judged_reward_index,
     prompt_key,
@@ -51,6 +53,7 @@ from .zero_variance import (
     start_history,
     weighted_total,
 )
+from .zero_variance.budget import grouped_advantages
 from .zero_variance.causes import cause_signs
 
 logger = logging.getLogger(__name__)
@@ -143,6 +146,8 @@ class GRPOExtTrainer(GRPOTrainer):
             process_index=self.accelerator.process_index, num_processes=self.accelerator.num_processes,
             metrics=lambda: _trl_compat.train_metrics(self), history=history,
         )
+        self.rollout = AdaptiveRollout(self) if zv.rollout_budget == "adaptive" else None
+        self.zero_variance.pass_rates = getattr(self.rollout, "history", None)  # saved in checkpoints with the filter
         console.install(self)  # first, so that the bar is closed before _PlanCallback logs the stop reason
         self.add_callback(_PlanCallback(self))
         self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
@@ -197,7 +202,10 @@ class GRPOExtTrainer(GRPOTrainer):
         Tensor shapes never change, so every process makes the same collective calls.
         """
         metric_marks, start = _trl_compat.metric_marks(self), time.perf_counter()
-        output = self._generate_and_score_keeping_dtypes(inputs)
+        if self.rollout is not None and self.model.training:  # rollout_budget: adaptive, groups of unequal size
+            output, self.zero_variance.group_sizes = self.rollout.generate(inputs, metric_marks)
+        else:
+            output = self._generate_and_score_keeping_dtypes(inputs)
         if self.base_drift is not None and self.model.training:
             _trl_compat.record_metric(self, DRIFT_METRIC, self.base_drift.measure(warn_at_step=self.state.global_step))
         if self.args.multi_objective_aggregation != "sum_then_normalize":
@@ -213,13 +221,14 @@ class GRPOExtTrainer(GRPOTrainer):
         if zero_variance.history is not None:  # skip: the prompts' history, the same on every process
             keys = torch.tensor([prompt_key(row["prompt"]) for row in inputs], device=rewards.device)
             zero_variance.observe(self.accelerator.gather(keys), zero_variance_rows)
-            zero_variance.record_skipped_prompts(getattr(self._epoch_sampler, "skipped_fraction", 0.0))
-        advantages = compute_advantages(rewards, self.num_generations, self.args.resolved.advantages,
-                                        zero_variance_mask=zero_variance_rows if zero_variance.enabled else None)
+            zero_variance.record("prompts_skipped", getattr(self._epoch_sampler, "skipped_fraction", 0.0))
+        mask, sizes = zero_variance_rows if zero_variance.enabled else None, zero_variance.group_sizes
+        advantages = grouped_advantages(rewards, sizes, self.args.resolved.advantages, mask) if sizes else \
+            compute_advantages(rewards, self.num_generations, self.args.resolved.advantages, zero_variance_mask=mask)
         local = zero_variance.local_rows(len(output["advantages"]))
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
         if self.args.resolved.zero_variance.zero_variance_signal != "off":  # all right / all wrong groups: kept
-            signs = cause_signs(zero_variance.causes, [self.num_generations] * len(zero_variance.causes), rewards.device)
+            signs = cause_signs(zero_variance.causes, zero_variance.sizes(len(rewards)), rewards.device)
             output["zero_variance_signal"], zero_variance_rows = signs[local], zero_variance_rows & (signs == 0)
         kept = zero_variance.kept_rows(zero_variance_rows)
         if kept.sum() > 1:  # with every row masked the statistics are undefined (NaN would poison the log average)
@@ -227,7 +236,8 @@ class GRPOExtTrainer(GRPOTrainer):
                 _trl_compat.record_metric(self, name, value)
         if zero_variance.enabled:
             zero_variance.mask(output, kept, local)
-        zero_variance.record_generation_seconds(time.perf_counter() - start)
+        zero_variance.record("generation_seconds", time.perf_counter() - start)
+        zero_variance.group_sizes = None
         return output
 
     def _generate_round(self, indices: list[int]):
@@ -336,6 +346,8 @@ class GRPOExtTrainer(GRPOTrainer):
         notes = [seed_line(args.seed, self.embedded_seed)]
         if zv.zero_variance_filter == "resample":
             notes.append(resample_note(self.plan, zv.max_resample_rounds))
+        if zv.rollout_budget == "adaptive":
+            notes.append(budget_note(self.plan))
         if zv.zero_variance_filter == "skip":
             notes.append(skip_note(self.plan, zv.skip_exploration_probability, self.history_seeded, zv.skip_history_file,
                                    resumed))

@@ -23,7 +23,7 @@ from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.validation.collected import eval_plan_of
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
 from trl_grpo_ext.validation.problems import problem_lines
-from trl_grpo_ext.zero_variance.report import resample_note, skip_note
+from trl_grpo_ext.zero_variance.report import budget_note, resample_note, skip_note
 from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings
 
 _POSITIVE = Range(low=0, low_open=True)
@@ -146,6 +146,8 @@ def build_plan(args: argparse.Namespace):
     zv = ZeroVarianceSettings.from_values(training)  # what GRPOExtConfig.resolved.zero_variance holds
     if zv.zero_variance_filter == "resample":
         notes.append(resample_note(plan, zv.max_resample_rounds))
+    if zv.rollout_budget == "adaptive":
+        notes.append(budget_note(plan))
     if zv.zero_variance_filter == "skip":  # its one-epoch refusal is listed with the other problems (_collected_checks)
         notes.append(skip_note(plan, zv.skip_exploration_probability, history_file=zv.skip_history_file))
     if getattr(args, "eval_results", None):

@@ -18,7 +18,7 @@ from ..plan import QuantityError
 from ..plan.resolve import NO_STEP_LIMIT_FIX
 from ..rewards.guard import REWARD_ERROR_POLICIES
 from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
-from ..zero_variance.settings import ZERO_VARIANCE_SIGNALS, ZeroVarianceSettings
+from ..zero_variance.settings import ROLLOUT_BUDGETS, ZERO_VARIANCE_SIGNALS, ZeroVarianceSettings
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
 from .checks import Choices, Range, choice_from_yaml, declared_checks, world_size_from_env
 from .engines import resolve_engine
@@ -103,6 +103,9 @@ class GRPOExtConfig(GRPOConfig):
     zero_variance_signal_coef: Annotated[float, Range(low=0, low_open=True, fix="use e.g. 0.1.",
                                                       source="zero_variance_signal")] = _help(
         0.1, "zero_variance_signal: the largest |advantage| a uniform group's token gets (alpha).")
+    rollout_budget: Annotated[str, Choices(ROLLOUT_BUDGETS)] = _help(
+        "uniform", "uniform (G completions per prompt) or adaptive: G/2 per prompt first, the rest of the step's "
+        "prompts x G to prompts estimated hard (Knapsack RL's value), none more to those solved.")
     # Rewards
     rewards: list[RewardEntry] | None = _help(
         None, "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}.")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..config.checks import check_choice
-from ..zero_variance.report import CAUSES, run_summary, seconds_digits, steps_per_generation
+from ..zero_variance.report import card_rows, run_summary, steps_per_generation
 from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
 from . import card_facts
 from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION, GRESO_CITATION
@@ -153,24 +153,7 @@ def _final_metrics(results: dict, state: dict, plan: dict) -> list[tuple]:
         for key in ("reward", "reward_std", "frac_reward_zero_std", "loss"):
             if key in last:
                 rows.append((f"{key} (last logged, step {step})", last[key]))
-    summary = run_summary(state.get("log_history", []), steps_per_generation(plan))
-    if summary:  # the same figure the console and the plot show (zero_variance.report)
-        first = " first, before resampling" if summary["extra_groups"] else ""  # as the closing line says it
-        rows.append((f"uniform (σ = 0) share of generated groups{first} ({summary['steps']} steps, "
-                     f"{summary['logged_steps']} logs)", round(summary["uniform_share"], 4)))
-        if None is not summary["uniform_generation_seconds"] and summary["generation_seconds"] and summary["step_seconds"]:
-            digits = seconds_digits(summary["uniform_generation_seconds"], summary["step_seconds"])  # as the line
-            rows.append(("seconds generating uniform groups, of the training steps' (step_time)",
-                         f"{summary['uniform_generation_seconds']:.{digits}f} of {summary['step_seconds']:.{digits}f}"))
-        if summary["causes"]:  # why (zero_variance.causes), as the closing line says it
-            rows.append((f"uniform groups by cause ({', '.join(CAUSES)}), shares of generated groups",
-                         " / ".join(f"{summary['causes'][cause]:.4g}" for cause in CAUSES)))
-        if summary["filter_on"]:
-            rows.append(("optimizer steps that made no update (every group uniform)", summary["no_update_steps"]))
-        else:  # TRL's behaviour: zero advantages, yet the optimizer steps (its moments move the weights)
-            rows.append((("" if summary["exact"] else "at least: ") + "optimizer steps whose every group was uniform "
-                         "(zero advantages; the filter was off, so the optimizer still stepped)",
-                         summary["all_uniform_steps"]))
+    rows += card_rows(run_summary(state.get("log_history", []), steps_per_generation(plan)))
     return rows
 
 

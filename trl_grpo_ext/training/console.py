@@ -26,7 +26,14 @@ import time
 from transformers.trainer_callback import ProgressCallback, TrainerCallback
 
 from ..config.loss_settings import CLIPPED_LOSSES, clip_takes_effect
-from ..zero_variance.report import CAUSE_KEYS, NO_UPDATE_KEY, PROMPTS_DRAWN_KEY, no_update_steps, uniform_share
+from ..zero_variance.report import (
+    BUDGET_KEYS,
+    CAUSE_KEYS,
+    NO_UPDATE_KEY,
+    PROMPTS_DRAWN_KEY,
+    no_update_steps,
+    uniform_share,
+)
 
 METRICS_FILE = "metrics.jsonl"
 _SUMMARY_KEYS = ("train_runtime", "train_loss")
@@ -68,6 +75,8 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
              f"zero-std {_number(uniform_share(logs), '.2f')}"]
     if causes := cause_counts(logs, groups_per_step if steps_in_interval == 1 else None):
         parts[-1] += f" ({causes})"
+    if _number(logs.get(BUDGET_KEYS[0]), ".0f") != "-":  # rollout_budget: adaptive
+        parts.append(f"completions/prompt {logs[BUDGET_KEYS[0]]:.0f}-{_number(logs.get(BUDGET_KEYS[1]), '.0f')}")
     if (logs.get(PROMPTS_DRAWN_KEY) or 0) > 0:  # resample drew prompts: the trained batch's share too
         parts[-1] += f" ({_number(logs.get('zero_variance/frac_uniform_after'), '.2f')} after resampling)"
     if "kl" in logs:

@@ -50,6 +50,7 @@ _WHERE = {
     "read_history_seed": "history",
     "run_expectations": "history",
     "start_history": "history",
+    "budget_note": "report",
     "resample_note": "report",
     "resample_round_size": "resample",
     "skip_note": "report",
@@ -97,6 +98,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     )
     from .merge import fill_zero_variance_groups  # noqa: F401
     from .metrics import METRICS, TRL_METRICS, trained_batch_metrics  # noqa: F401
-    from .report import resample_note, skip_note  # noqa: F401
+    from .report import budget_note, resample_note, skip_note  # noqa: F401
     from .resample import ResampleSource, ZeroVarianceFractionEstimate, expected_surplus, resample_round_size  # noqa: F401
     from .settings import check_skip_plan, check_zero_variance_settings, judged_reward_index  # noqa: F401

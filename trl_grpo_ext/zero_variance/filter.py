@@ -97,13 +97,18 @@ class ZeroVarianceFilter:
         self.reward_range = RewardRange(declared_range(reward_funcs, reward_weights.tolist(), judged_index)
                                         if len(reward_funcs) else None)  # the judged reward's range: right / wrong (`causes`)
         self.causes: list[str | None] = []  # the last generation batch's cause per group
+        self.group_sizes: list[int] | None = None  # the batch's completions per group when unequal (rollout_budget)
+        self.pass_rates = None  # rollout_budget: adaptive's `budget.PassRateHistory`, saved with the state
 
     @property
     def enabled(self) -> bool:
         """The filter changes training ("mask" or "resample")."""
         return self.mode != "off"
 
-    def _record(self, key: str, value: float | None) -> None:
+    def record(self, key: str, value: float | None) -> None:
+        """Log ``value`` under `metrics.METRICS` [``key``] (skip: ``prompts_skipped``, the share of the epoch's prompt
+        slots skipped before rollout; ``generation_seconds``: this process's wall seconds generating and scoring a
+        step, every round included, whose uniform share `report.run_summary` attributes); None logs nothing."""
         if value is not None:  # None: the batch has no such figure
             self.metrics()[METRICS[key]].append(value)
 
@@ -114,7 +119,7 @@ class ZeroVarianceFilter:
     def judge(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """(N,) bool, True for every row of a zero-variance group in the judged reward."""
         judged = judged_rewards(rewards_per_func, self.reward_weights, self.judged_index)
-        return zero_variance_group_mask(judged, self.num_generations, self.tolerance)
+        return zero_variance_group_mask(judged, self.num_generations, self.tolerance, sizes=self.group_sizes)
 
     def _record_causes(self, rewards_per_func: torch.Tensor, completion_ids: list, zero_variance: torch.Tensor):
         """The cause of each group's uniformity in the first round (`causes.uniform_causes`: None for a group with
@@ -124,11 +129,15 @@ class ZeroVarianceFilter:
         truncated = self.gather(truncated_rows(completion_ids, self.eos_and_pad, rewards_per_func.device)).bool()
         if truncated.numel() != judged.numel():  # no completion ids given (a caller of the filter alone)
             truncated = torch.zeros_like(zero_variance)
-        sizes = [self.num_generations] * (len(judged) // self.num_generations)
-        causes = uniform_causes(judged, zero_variance, truncated, sizes, self.reward_range, self.tolerance)
+        causes = uniform_causes(judged, zero_variance, truncated, self.sizes(len(judged)), self.reward_range,
+                                self.tolerance)
         for key, share in cause_shares(causes).items():
             self.metrics()[key].append(share)
         return causes
+
+    def sizes(self, rows: int) -> list[int]:
+        """Completions of each group of a gathered batch of ``rows``: `group_sizes`, else G each."""
+        return self.group_sizes or [self.num_generations] * (rows // self.num_generations)
 
     def kept_rows(self, zero_variance: torch.Tensor) -> torch.Tensor:
         """(N,) bool, the rows that stay in the loss: all of them with the filter off."""
@@ -154,10 +163,12 @@ class ZeroVarianceFilter:
         rewards = weighted_total(rewards_per_func, self.reward_weights)
         self._correct_trl_share(rewards)
         zero_variance = self.judge(rewards_per_func)
-        self._record("fraction_before", zero_variance.float().mean().item())  # every mode: the console reads it
         self.causes = self._record_causes(rewards_per_func, completion_ids, zero_variance)
-        if self.enabled:
-            self._record("identical", identical_group_fraction(completion_ids, self.gather, self.num_generations,
+        uniform_groups = sum(cause is not None for cause in self.causes) / len(self.causes)
+        self.record("fraction_before", uniform_groups)  # every mode: the console reads it
+        self.record("completions_uniform", zero_variance.float().mean().item())
+        if self.enabled and self.group_sizes is None:
+            self.record("identical", identical_group_fraction(completion_ids, self.gather, self.num_generations,
                                                                rewards_per_func.device))
         if self.mode == "resample":
             output, rewards, zero_variance = self._resample(
@@ -203,10 +214,10 @@ class ZeroVarianceFilter:
             zero_variance = self.gather(local_zero_variance.to(torch.int8)).bool()
             rounds += 1
             drawn += per_process * world
-        self._record("resample_rounds", float(rounds))
-        self._record("prompts_drawn", float(drawn))
-        self._record("shortfall_groups", zero_variance.float().sum().item() / g)
-        self._record("fraction_estimate", self.fraction_estimate.value)
+        self.record("resample_rounds", float(rounds))
+        self.record("prompts_drawn", float(drawn))
+        self.record("shortfall_groups", zero_variance.float().sum().item() / g)
+        self.record("fraction_estimate", self.fraction_estimate.value)
         return output, rewards, zero_variance
 
     def observe(self, prompt_keys: torch.Tensor, zero_variance: torch.Tensor) -> None:
@@ -220,15 +231,6 @@ class ZeroVarianceFilter:
             return
         g = self.num_generations
         self.history.observe(prompt_keys[::g].tolist(), zero_variance[::g].tolist())
-
-    def record_skipped_prompts(self, fraction: float) -> None:
-        """Skip mode: log the share of this epoch's prompt slots skipped before rollout."""
-        self._record("prompts_skipped", fraction)
-
-    def record_generation_seconds(self, seconds: float) -> None:
-        """Log the wall seconds this process spent generating and scoring a training step's completions (every
-        resample round, the filter and the advantages included): `report.run_summary` attributes its uniform share."""
-        self._record("generation_seconds", seconds)
 
     def _correct_trl_share(self, total_rewards: torch.Tensor) -> None:
         """Replace the ``frac_reward_zero_std`` TRL just logged for a generation round (``isclose(std, 0)``, blind to
@@ -245,7 +247,7 @@ class ZeroVarianceFilter:
         logged = metrics.get(TRL_METRICS["zero_variance_fraction"])
         if logged:
             logged[-1] = generated_uniform_fraction(total_rewards, num_generations, self.scale_rewards,
-                                                    self.tolerance)
+                                                    self.tolerance, self.group_sizes)
 
     def mask(self, output: dict, kept: torch.Tensor, local: slice) -> None:
         """Mask the rows not ``kept`` out of the loss (``tool_mask``) and its token normaliser
@@ -262,8 +264,8 @@ class ZeroVarianceFilter:
         output["zero_variance_loss_scale"] = torch.tensor(
             masked_loss_scale(self.loss_type, kept.numel(), kept_rows), device=keep_local.device
         )
-        self._record("completions_masked", float(kept.numel() - kept_rows))
-        self._record("fraction_after", 1.0 - kept_rows / kept.numel())
+        self.record("completions_masked", float(kept.numel() - kept_rows))
+        self.record("fraction_after", 1.0 - kept_rows / kept.numel())
 
     # -- the loss and the optimizer step ---------------------------------------------------------------------------
     def drop_masked_rows(self, inputs: dict) -> dict:
@@ -333,7 +335,7 @@ class ZeroVarianceFilter:
         kept = self.reduce(torch.tensor(self.window_kept_rows))
         self.skip_next_step = kept.item() == 0
         self.window_kept_rows = 0.0
-        self._record("completions_dropped", float(self.reduce(torch.tensor(float(self.window_dropped_rows)))))
+        self.record("completions_dropped", float(self.reduce(torch.tensor(float(self.window_dropped_rows)))))
         self.window_dropped_rows = 0
 
     def guard_step(self, step: Callable) -> Callable:
@@ -342,7 +344,7 @@ class ZeroVarianceFilter:
         TRL averages a logged value over the logging interval, which would turn a running count into a mean)."""
         def guarded_step(*args, **kwargs):
             skip, self.skip_next_step = self.skip_next_step, False
-            self._record("no_update", float(skip))
+            self.record("no_update", float(skip))
             if skip:  # every group of this step had zero variance
                 self.skipped_updates += 1
                 return None
@@ -360,6 +362,8 @@ class ZeroVarianceFilter:
                          uniform_fraction_estimate=self.fraction_estimate.state_dict())
         if self.history is not None:
             state["prompt_history"] = self.history.state_dict()
+        if self.pass_rates is not None:
+            state["pass_rates"] = self.pass_rates.state_dict()
         return state
 
     def save_state(self, checkpoint: str, settings: dict | None = None) -> None:
@@ -375,6 +379,8 @@ class ZeroVarianceFilter:
         with open(path) as f:
             state = json.load(f)
         self.reward_range.load_state_dict(state.get("reward_range", {}))
+        if self.pass_rates is not None and "pass_rates" in state:
+            self.pass_rates.load_state_dict(state["pass_rates"])
         if self.source is None and self.history is None:
             return
         if self.history is not None:

@@ -18,7 +18,8 @@ _TOLERANCE = Range(low=0, fix="a std in reward units; 0 = exactly equal rewards.
 
 
 def zero_variance_group_mask(
-    rewards: torch.Tensor, num_generations: int, tolerance: float = 0.0, std_kind: str = "sample"
+    rewards: torch.Tensor, num_generations: int, tolerance: float = 0.0, std_kind: str = "sample",
+    sizes: list[int] | None = None,
 ) -> torch.Tensor:
     """Flag every completion of a group whose rewards carry no learning signal (zero-variance groups).
 
@@ -33,6 +34,8 @@ def zero_variance_group_mask(
         tolerance (`float`, defaults to `0.0`): largest within-group std still called zero variance, in reward
             units; finite, >= 0.
         std_kind (`str`, defaults to `"sample"`): std used for (c), one of `STD_KINDS`.
+        sizes (`list[int]`, *optional*): completions of each group when they differ (``rollout_budget: adaptive``;
+            they sum to N); None: groups of ``num_generations``.
 
     Returns:
         `torch.Tensor`: bool, shape `(N,)`; every completion of a zero-variance group is `True`.
@@ -42,6 +45,11 @@ def zero_variance_group_mask(
     """
     check_choice("std_kind", std_kind, STD_KINDS)
     tolerance = _TOLERANCE.check("tolerance", tolerance)
+    if sizes is not None:  # unequal groups: laid out as equal ones, the gaps missing (NaN)
+        from .budget import padded_groups, ungrouped
+
+        padded, width = padded_groups(rewards, sizes, float("nan"))
+        return ungrouped(zero_variance_group_mask(padded, width, tolerance, std_kind), sizes, width)
     mask = equal_reward_groups(rewards, num_generations)
     if tolerance > 0:
         mask |= reward_std(rewards, num_generations, "group", std_kind) <= tolerance
@@ -49,7 +57,7 @@ def zero_variance_group_mask(
 
 
 def generated_uniform_fraction(total_rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group",
-                               tolerance: float = 0.0) -> float:
+                               tolerance: float = 0.0, sizes: list[int] | None = None) -> float:
     """TRL's ``frac_reward_zero_std`` computed right: the share of rows whose std (group, or the whole batch with
     ``scale_rewards="batch"``) is zero, by `zero_variance_group_mask`'s float32-safe definition.
 
@@ -61,6 +69,7 @@ def generated_uniform_fraction(total_rewards: torch.Tensor, num_generations: int
         total_rewards (`Tensor`): (N,) weighted total rewards in group order, NaN where unscorable.
         num_generations (`int`): G. scale_rewards (`str`): TRL's ``scale_rewards`` (``"batch"`` judges the batch).
         tolerance (`float`, defaults to `0.0`): ``zero_variance_tolerance`` [reward units].
+        sizes (`list[int]`, *optional*): completions of each group when they differ (``rollout_budget``).
 
     Returns:
         `float` in [0, 1].
@@ -68,8 +77,9 @@ def generated_uniform_fraction(total_rewards: torch.Tensor, num_generations: int
     >>> generated_uniform_fraction(torch.tensor([0.2] * 8 + [0.0, 1.0] * 4), 8)
     0.5
     """
-    size = total_rewards.numel() if scale_rewards == "batch" else num_generations
-    return zero_variance_group_mask(total_rewards, size, tolerance).float().mean().item()
+    if scale_rewards == "batch":
+        return zero_variance_group_mask(total_rewards, total_rewards.numel(), tolerance).float().mean().item()
+    return zero_variance_group_mask(total_rewards, num_generations, tolerance, sizes=sizes).float().mean().item()
 
 
 def weighted_total(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

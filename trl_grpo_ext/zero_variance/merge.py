@@ -97,3 +97,35 @@ def _pad_to(tensor: torch.Tensor, width: int, value, left: bool) -> torch.Tensor
         return tensor
     pad = torch.full((tensor.shape[0], missing), value, dtype=tensor.dtype, device=tensor.device)
     return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
+
+
+def concat_batches(first: dict, second: dict, order: torch.Tensor, pad_token_id: int) -> dict:
+    """Two local generation outputs of one step (``rollout_budget: adaptive``'s two rounds) as one batch: rows of
+    ``first`` then ``second``, re-padded to the longer prompt and completion, then taken in ``order``.
+
+    Args:
+        first, second (`dict`): TRL's local outputs (keys from `PROMPT_KEYS`, `COMPLETION_KEYS`, ``advantages``).
+        order (`Tensor`): (B₁ + B₂,) int64, the merged row order (each prompt's completions together).
+        pad_token_id (`int`): pad id for ``prompt_ids`` / ``completion_ids``.
+
+    Returns:
+        `dict`: the merged rows; ``num_items_in_batch`` is left for the caller to gather anew.
+
+    Raises:
+        ValueError: a key that cannot be merged (vLLM importance ratios, images): use ``rollout_budget: uniform``.
+    """
+    unknown = set(first) - set(PROMPT_KEYS + COMPLETION_KEYS + ("advantages",) + SCALAR_KEYS)
+    if unknown:
+        raise ValueError(f"rollout_budget='adaptive' cannot merge generation rounds holding {sorted(unknown)} (vLLM "
+                         "importance sampling ratios, images or other multimodal inputs). Use rollout_budget: uniform.")
+    merged = {}
+    for key, value in first.items():
+        if key in SCALAR_KEYS or value is None:
+            continue
+        other = second[key]
+        if key in PROMPT_KEYS or key in COMPLETION_KEYS:
+            width = max(value.shape[1], other.shape[1])
+            fill = pad_token_id if key.endswith("_ids") else 0
+            value, other = (_pad_to(t, width, fill, key in PROMPT_KEYS) for t in (value, other))
+        merged[key] = torch.cat([value, other.to(value.device)])[order.to(value.device)]
+    return merged

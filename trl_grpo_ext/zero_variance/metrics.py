@@ -26,6 +26,9 @@ METRICS = {
     "prompts_skipped": SKIPPED_PROMPTS_KEY,  # skip mode: share of the epoch's prompt slots skipped before rollout
     "completions_dropped": "zero_variance/completions_dropped",  # masked rows dropped before the loss forward
     "generation_seconds": GENERATION_SECONDS_KEY,  # wall seconds generating and scoring this step's completions
+    "completions_uniform": "zero_variance/frac_completions_uniform",  # rows of uniform groups / rows, first round
+    "budget_min": "zero_variance/completions_per_prompt_min",  # rollout_budget: fewest completions a prompt got
+    "budget_max": "zero_variance/completions_per_prompt_max",  # and most (a step's; a mean over a logging interval)
 }
 #: Prefix of TRL's metrics of every generation round of a resampled step (their average over the rounds).
 ROUNDS_PREFIX = "zero_variance/rounds/"

@@ -26,6 +26,8 @@ GENERATION_SECONDS_KEY = "zero_variance/generation_seconds"
 STEP_TIME_KEY = "step_time"
 #: Share of the generated groups whose G completions were identical (a collapsed sampler), filter on.
 IDENTICAL_KEY = "zero_variance/frac_identical_groups"
+#: rollout_budget: adaptive: the fewest and most completions a prompt got in a step (a mean over a logging interval).
+BUDGET_KEYS = ("zero_variance/completions_per_prompt_min", "zero_variance/completions_per_prompt_max")
 #: Why a uniform group was uniform (`causes.uniform_causes`), in the order the console and closing line name them.
 CAUSES = ("wrong", "right", "cut", "tied")
 #: Logged share of a generation batch's groups uniform for each cause (they sum to the uniform share).
@@ -125,7 +127,7 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
     2
     """
     previous = previous_share = skipped = everything = covered = logs = generations = 0
-    identical, causes, lengths = None, None, []
+    identical, causes, lengths, budget = None, None, [], None
     weighted, filter_on, exact, extra, seconds, uniform_seconds, step_seconds = 0.0, False, True, 0.0, 0.0, 0.0, 0.0
     for row in log_history:
         if not _is_training_log(row):
@@ -146,6 +148,9 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
         identical = None if row.get(IDENTICAL_KEY) is None else (identical or 0.0) + row[IDENTICAL_KEY] * batches
         if all(_finite(row.get(key)) is not None for key in CAUSE_KEYS.values()):
             causes = {cause: (causes or {}).get(cause, 0.0) + row[key] * batches for cause, key in CAUSE_KEYS.items()}
+        if all(_finite(row.get(key)) is not None for key in BUDGET_KEYS):
+            low, high = row[BUDGET_KEYS[0]], row[BUDGET_KEYS[1]]
+            budget = (low, high) if budget is None else (min(budget[0], low), max(budget[1], high))
         lengths.append((row.get("completions/mean_length"), row.get("completions/max_length"),
                         row.get("completions/clipped_ratio"), batches))
         batch_seconds = (_finite(row.get(GENERATION_SECONDS_KEY)) or 0.0) * batches
@@ -162,7 +167,7 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
             "uniform_generation_seconds": None if extra else uniform_seconds, "step_seconds": step_seconds,
             "identical_share": None if identical is None else identical / generations,
             "causes": None if causes is None else {cause: value / generations for cause, value in causes.items()},
-            "lengths": _length_summary(lengths)}
+            "lengths": _length_summary(lengths), "budget": budget}
 
 
 def _length_summary(rows: list) -> dict | None:
@@ -269,6 +274,8 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
         head += f"{summary['identical_share']:.0%} of {groups} were identical completions (a collapsed sampler); "
     why = cause_sentence(summary, max_completion_length)
     why = f"; {why}" if why else ""
+    if summary["budget"]:  # rollout_budget: adaptive
+        why += f"; completions per prompt {summary['budget'][0]:.0f} to {summary['budget'][1]:.0f} (rollout_budget: adaptive)"
     if summary["filter_on"]:
         return head + f"{summary['no_update_steps']} of {steps} steps made no update{why}"
     seen = "" if summary["exact"] else " in the logs (a log averaging several steps may hide more: logging_steps 1 counts each)"
@@ -301,6 +308,22 @@ def resample_note(plan, max_resample_rounds: int) -> str:
         f"{plan.prompts_per_step}), i.e. up to {extra_prompts * plan.num_generations} extra completions, logged as "
         "zero_variance/prompts_drawn."
     )
+
+
+def budget_note(plan) -> str:
+    """How ``rollout_budget: adaptive`` splits each step's completions (printed under the plan table).
+
+    Args:
+        plan (`RunPlan`): reads ``prompts_per_step``, ``num_generations``, ``completions_per_step``.
+    """
+    n0 = plan.num_generations // 2
+    extra = plan.prompts_per_step * (plan.num_generations - n0)
+    return (f"rollout_budget=adaptive: each step still generates {plan.completions_per_step} completions, in two "
+            f"rounds: {n0} per prompt first (G / 2), then the other {extra} one at a time to the prompt whose value "
+            "V(n, p) = (1 - p)(1 - p^n - (1 - p)^n) gains most, p its pass rate estimated from its first round, its "
+            "earlier rollouts and the run's mean (Knapsack RL's chance of a non-zero gradient, weighted by what is "
+            f"left to learn): a prompt gets {n0} to {n0 + extra} completions, logged as "
+            "zero_variance/completions_per_prompt_min / _max.")
 
 
 def skip_note(plan, exploration_probability: float, seeded: tuple[int, int] | None = None,
@@ -342,3 +365,30 @@ def skip_note(plan, exploration_probability: float, seeded: tuple[int, int] | No
         f"skipped prompt keeps its slot). The {counts} and stop reason above stay exact; skipped "
         "slots are logged as zero_variance/frac_prompts_skipped (a running share over the epoch)."
     )
+
+
+def card_rows(summary: dict) -> list[tuple[str, object]]:
+    """The model card's rows of the uniform-group figures of `run_summary` (the same figures as the console and the
+    closing line); none for an empty summary."""
+    rows = []
+    if not summary:
+        return rows
+    first = " first, before resampling" if summary["extra_groups"] else ""  # as the closing line says it
+    rows.append((f"uniform (σ = 0) share of generated groups{first} ({summary['steps']} steps, "
+                 f"{summary['logged_steps']} logs)", round(summary["uniform_share"], 4)))
+    if None is not summary["uniform_generation_seconds"] and summary["generation_seconds"] and summary["step_seconds"]:
+        digits = seconds_digits(summary["uniform_generation_seconds"], summary["step_seconds"])  # as the line
+        rows.append(("seconds generating uniform groups, of the training steps' (step_time)",
+                     f"{summary['uniform_generation_seconds']:.{digits}f} of {summary['step_seconds']:.{digits}f}"))
+    if summary["causes"]:  # why (zero_variance.causes), as the closing line says it
+        rows.append((f"uniform groups by cause ({', '.join(CAUSES)}), shares of generated groups",
+                     " / ".join(f"{summary['causes'][cause]:.4g}" for cause in CAUSES)))
+    budget = summary["budget"]  # rollout_budget: adaptive
+    rows += [("completions per prompt, fewest to most", f"{budget[0]:.0f} to {budget[1]:.0f}")] if budget else []
+    if summary["filter_on"]:
+        rows.append(("optimizer steps that made no update (every group uniform)", summary["no_update_steps"]))
+    else:  # TRL's behaviour: zero advantages, yet the optimizer steps (its moments move the weights)
+        rows.append((("" if summary["exact"] else "at least: ") + "optimizer steps whose every group was uniform "
+                     "(zero advantages; the filter was off, so the optimizer still stepped)",
+                     summary["all_uniform_steps"]))
+    return rows

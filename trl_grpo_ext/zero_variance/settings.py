@@ -22,6 +22,7 @@ class ZeroVarianceSettings:
     skip_history_file: str | None
     zero_variance_signal: str = "off"
     zero_variance_signal_coef: float = 0.1
+    rollout_budget: str = "uniform"
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any] | Any, **overrides: Any) -> ZeroVarianceSettings:
