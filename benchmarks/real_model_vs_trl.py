@@ -1,7 +1,12 @@
 """The add-on against plain TRL on a real model: SmolLM2-135M-Instruct, arithmetic, equal CPU time per arm.
 
-    python benchmarks/real_model_vs_trl.py                    # make bench-vs-trl: 2 seeds x 3 arms (see --help)
+    python benchmarks/real_model_vs_trl.py --arms trl mask budget signal both --seeds 0   # one arm at a time
+    python benchmarks/real_model_vs_trl.py --combine --arms trl mask budget signal both --seeds 0 1   # the table
     python benchmarks/real_model_vs_trl.py --seeds 0 --cpu-minutes 4 --train-prompts 12   # a quicker look
+
+Each arm runs in its own process and writes ``--output-dir``/<arm>-seed<seed>.json; an arm whose file exists is read
+back instead of run again (``--rerun`` runs it anyway), so arms can run at different times on the same commit, and
+``--combine`` prints the table of those present.
 
 Arms, each trained from the same base for the same budget of CPU time (this process's user + system time, so load
 from other jobs on the machine costs neither arm), run alternately (the order flips with the seed):
@@ -10,7 +15,10 @@ from other jobs on the machine costs neither arm), run alternately (the order fl
   counts completions (prompts per step × G), ``gradient_accumulation_steps`` 1, ``max_steps`` as the stop;
 - ``mask``: this add-on's recipe settings with ``zero_variance_filter: mask`` (uniform groups out of the loss, their
   rows dropped before the loss forward);
-- ``skip``: ``zero_variance_filter: skip`` (prompts predicted uniform skipped before rollout, then mask).
+- ``skip``: ``zero_variance_filter: skip`` (prompts predicted uniform skipped before rollout, then mask);
+- ``budget``: ``mask`` + ``rollout_budget: adaptive`` (each step's completions split by estimated pass rate);
+- ``signal``: ``mask`` + ``zero_variance_signal: entropy`` (all-right / all-wrong groups teach, RL-ZVP-style);
+- ``both``: ``mask`` + both.
 
 All arms share the shipped CPU config's model settings (LoRA r 16 on every linear layer of the base, loaded in
 ``--dtype``: the config's own by default), learning
@@ -23,9 +31,10 @@ problems greedily (the product's `evaluation.evaluate_model`). Every arm runs on
 recipe's host-memory setting is left out, so that the arms differ only in how they treat uniform groups).
 
 Printed per arm (means over seeds, and each seed): optimizer steps, completions generated, share of completions in
-uniform groups (all steps, and after the first epoch), informative groups that reached the loss per CPU minute,
-held-out greedy accuracy with its Wilson interval, and the paired difference against the ``trl`` arm of the same
-seed (Newcombe's interval); ratios are between arms of the same run. Then GRESO's premise, measured in each arm: of
+uniform groups, share of completions whose every advantage was 0 (all steps, and after the first epoch; the signal
+arms keep all-right / all-wrong groups' gradient), informative groups (with variance) per CPU minute, held-out greedy
+accuracy with its Wilson interval, and the paired difference against the ``trl`` and ``mask`` arms of the same seed
+(Newcombe's interval); the uniform groups' causes; ratios are between arms of the same run. Then GRESO's premise, measured in each arm: of
 the groups of a prompt rolled out before, the share that came out uniform after a uniform and after an informative
 group, and whether the uniform ones were all solved or all failed. With ``--curve-at M1 M2 ...`` each arm is also
 evaluated at those CPU minutes on the first ``--curve-prompts`` held-out problems (their time left out of the
@@ -52,7 +61,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CONFIG = ROOT / "recipes" / "configs" / "smollm2_arithmetic_cpu.yaml"
-ARMS = ("trl", "mask", "skip")
+ARMS = ("trl", "mask", "skip", "budget", "signal", "both")
+#: Each arm of this add-on: its settings on top of the shipped config (the plain-TRL arm builds TRL's own classes).
+ARM_SETTINGS = {
+    "mask": ["--zero_variance_filter", "mask"],
+    "skip": ["--zero_variance_filter", "skip"],
+    "budget": ["--zero_variance_filter", "mask", "--rollout_budget", "adaptive"],
+    "signal": ["--zero_variance_filter", "mask", "--zero_variance_signal", "entropy"],
+    "both": ["--zero_variance_filter", "mask", "--rollout_budget", "adaptive", "--zero_variance_signal", "entropy"],
+}
 
 
 # -- one arm (run in its own process) -----------------------------------------------------------------------------------
@@ -176,7 +193,7 @@ def run_arm(arm: str, seed: int, args) -> dict:
     from trl_grpo_ext.models.settings import load_dtype, lora_config, run_tokenizer
     from trl_grpo_ext.rewards.spec import build_reward_funcs, with_run_defaults
 
-    filter_args = [] if arm == "trl" else ["--zero_variance_filter", arm]
+    filter_args = ARM_SETTINGS.get(arm, [])
     script_args, training_args, model_args, _ = parse_recipe_args([
         "--config", str(CONFIG), "--embedded_num_prompts", str(args.train_prompts), "--seed", str(seed),
         "--output_dir", str(Path(args.output_dir) / f"{arm}-seed{seed}"), "--overwrite_output_dir", "true",
@@ -227,14 +244,10 @@ def run_arm(arm: str, seed: int, args) -> dict:
     trainer.train()
 
     steps = trainer.state.global_step
-    groups = recorder.groups()
     prompts_per_step = training_args.prompts_per_step
     steps_per_epoch = len(train_dataset) // prompts_per_step
-    completions = sum(len(flags) for flags in groups) * g
-    uniform = sum(sum(flags) for flags in groups) * g
-    later = [flags for flags in groups[steps_per_epoch:]]
-    later_completions = sum(len(flags) for flags in later) * g
-    informative = sum(len(flags) - sum(flags) for flags in groups)
+    shares = _group_shares(arm, recorder, _metrics_rows(Path(training_args.output_dir)), prompts_per_step, g,
+                           steps_per_epoch)
     model = trainer.accelerator.unwrap_model(trainer.model)
     eval_start = time.perf_counter()
     result = evaluate_model(model, tokenizer, eval_dataset, funcs, max_new_tokens=training_args.max_completion_length,
@@ -243,12 +256,10 @@ def run_arm(arm: str, seed: int, args) -> dict:
         "arm": arm, "seed": seed, "dtype": str(dtype).removeprefix("torch."), "learning_rate": training_args.learning_rate,
         "optimizer_steps": steps,
         "steps_per_epoch": steps_per_epoch,
-        "epochs": steps / steps_per_epoch, "completions": completions,
-        "uniform_share": uniform / completions if completions else None,
-        "uniform_share_after_epoch_1": (sum(sum(f) for f in later) * g / later_completions) if later_completions
-        else None,
-        "informative_groups": informative, "transitions": recorder.transitions(), "cpu_minutes": budget.used / 60, "wall_minutes": budget.wall_used / 60,
-        "informative_groups_per_cpu_minute": informative / (budget.used / 60),
+        "epochs": steps / steps_per_epoch, **shares,
+        "transitions": recorder.transitions() if arm in ("trl", "mask", "skip") else None,
+        "cpu_minutes": budget.used / 60, "wall_minutes": budget.wall_used / 60,
+        "informative_groups_per_cpu_minute": shares["informative_groups"] / (budget.used / 60),
         "accuracy": result.accuracy, "accuracy_ci": result.accuracy_ci, "correct": result.correct,
         "eval_minutes": (time.perf_counter() - eval_start) / 60,
         "skipped_prompt_share": _mean([row.get("zero_variance/frac_prompts_skipped")
@@ -257,6 +268,39 @@ def run_arm(arm: str, seed: int, args) -> dict:
         "curve": budget.curve + [{"cpu_minutes": budget.used / 60, "step": steps, "accuracy": _first_accuracy(
             result.correct, args.curve_prompts)}] if args.curve_at else [],
     }
+
+
+def _group_shares(arm: str, recorder: Recorder, rows: list[dict], prompts_per_step: int, g: int,
+                  steps_per_epoch: int) -> dict:
+    """The arm's uniform groups: ``completions``, ``uniform_share`` (completions in uniform groups),
+    ``no_gradient_share`` (completions whose every advantage was 0) overall and ``_after_epoch_1``,
+    ``informative_groups`` (groups with variance) and ``causes`` (mean share of groups per cause). The plain-TRL arm
+    counts from the recorded rewards (no uniform group gets a gradient there); the add-on's arms read the trainer's
+    per-step metrics (metrics.jsonl), which judge groups of unequal size (rollout_budget) by the same rule."""
+    from trl_grpo_ext.zero_variance.report import CAUSE_KEYS
+
+    if arm == "trl":
+        groups = recorder.groups()
+        completions = sum(len(flags) for flags in groups) * g
+        uniform = [sum(flags) / len(flags) for flags in groups]
+        later = uniform[steps_per_epoch:]
+        return {"completions": completions, "uniform_share": sum(uniform) / len(uniform),
+                "no_gradient_share": sum(uniform) / len(uniform),
+                "no_gradient_share_after_epoch_1": sum(later) / len(later) if later else None,
+                "informative_groups": sum(len(flags) - sum(flags) for flags in groups), "causes": None}
+    steps = [row for row in rows if "zero_variance/frac_completions_no_gradient" in row]
+    no_gradient = [row["zero_variance/frac_completions_no_gradient"] for row in steps]
+    later = no_gradient[steps_per_epoch:]
+    return {"completions": len(steps) * prompts_per_step * g,
+            "uniform_share": _mean([row["zero_variance/frac_completions_uniform"] for row in steps]),
+            "no_gradient_share": _mean(no_gradient), "no_gradient_share_after_epoch_1": _mean(later),
+            "informative_groups": round(sum((1 - row["zero_variance/frac_uniform_before"]) * prompts_per_step
+                                            for row in steps)),
+            "causes": {cause: _mean([row[key] for row in steps]) for cause, key in CAUSE_KEYS.items()},
+            "completions_per_prompt": [min((row.get("zero_variance/completions_per_prompt_min", g) for row in steps),
+                                           default=g),
+                                       max((row.get("zero_variance/completions_per_prompt_max", g) for row in steps),
+                                           default=g)]}
 
 
 def _first_accuracy(correct: list[int], n: int) -> float:
@@ -283,25 +327,39 @@ def _format(results: list[dict], arms: list[str]) -> str:
     lines = []
     by = {(r["arm"], r["seed"]): r for r in results}
     seeds = sorted({r["seed"] for r in results})
-    header = f"{'arm':5s} {'seed':>4s} {'steps':>5s} {'epochs':>6s} {'compl.':>6s} {'uniform':>7s} {'unif>e1':>7s} " \
-             f"{'inf/cpu-min':>11s} {'cpu-min':>7s} {'accuracy [95% CI]':>22s} {'vs trl (paired) [95% CI]':>28s}"
+    header = f"{'arm':6s} {'seed':>4s} {'steps':>5s} {'epochs':>6s} {'compl.':>6s} {'unif.':>5s} {'no-grad':>7s} " \
+             f"{'ng>e1':>5s} {'inf/cpu-min':>11s} {'cpu-min':>7s} {'accuracy [95% CI]':>22s} " \
+             f"{'vs trl (paired) [95% CI]':>26s} {'vs mask (paired) [95% CI]':>26s}"
     lines.append(header)
     for seed in seeds:
-        reference = by.get(("trl", seed))
         for arm in arms:
             r = by.get((arm, seed))
             if r is None:
                 continue
-            versus = ""
-            if reference is not None and arm != "trl":
+            versus = []
+            for base in ("trl", "mask"):
+                reference = by.get((base, seed))
+                if reference is None or base == arm:
+                    versus.append("")
+                    continue
                 diff, (low, high) = paired_difference_interval(reference["correct"], r["correct"])
-                versus = f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]"
-            later = "-" if r["uniform_share_after_epoch_1"] is None else f"{r['uniform_share_after_epoch_1']:.2f}"
+                versus.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]")
+            later = r.get("no_gradient_share_after_epoch_1")
+            later = "-" if later is None else f"{later:.2f}"
             lines.append(
-                f"{arm:5s} {seed:4d} {r['optimizer_steps']:5d} {r['epochs']:6.2f} {r['completions']:6d} "
-                f"{r['uniform_share']:7.2f} {later:>7s} {r['informative_groups_per_cpu_minute']:11.2f} "
-                f"{r['cpu_minutes']:7.1f} {r['accuracy']:.3f} [{r['accuracy_ci'][0]:.3f}, {r['accuracy_ci'][1]:.3f}]"
-                f"{versus:>30s}")
+                f"{arm:6s} {seed:4d} {r['optimizer_steps']:5d} {r['epochs']:6.2f} {r['completions']:6d} "
+                f"{r['uniform_share']:5.2f} {r['no_gradient_share']:7.2f} {later:>5s} "
+                f"{r['informative_groups_per_cpu_minute']:11.2f} {r['cpu_minutes']:7.1f} "
+                f"{r['accuracy']:.3f} [{r['accuracy_ci'][0]:.3f}, {r['accuracy_ci'][1]:.3f}]"
+                f"{versus[0]:>27s}{versus[1]:>27s}")
+    lines.append("")
+    lines.append("why groups were uniform (mean share of a step's groups: wrong / right / cut / tied), completions per "
+                 "prompt (fewest-most)")
+    for r in results:
+        if r.get("causes"):
+            c = r["causes"]
+            lines.append(f"{r['arm']:6s} {r['seed']:4d}  {c['wrong']:.2f} / {c['right']:.2f} / {c['cut']:.2f} / "
+                         f"{c['tied']:.2f}   {r['completions_per_prompt'][0]}-{r['completions_per_prompt'][1]}")
     if any(r.get("curve") for r in results):
         lines.append("")
         lines.append("learning curve: held-out greedy accuracy on the first --curve-prompts problems at CPU minutes "
@@ -315,7 +373,7 @@ def _format(results: list[dict], arms: list[str]) -> str:
                  "the uniform revisits all solved / all failed")
     for seed in seeds:
         for arm in arms:
-            t = by.get((arm, seed), {}).get("transitions")
+            t = (by.get((arm, seed)) or {}).get("transitions")
             if t:
                 (uu, un), (iu, inn) = t["after_uniform"], t["after_informative"]
                 lines.append(f"{arm:5s} {seed:4d}  after uniform {uu}/{un} = {uu / max(un, 1):.2f}   after informative "
@@ -332,7 +390,7 @@ def _format(results: list[dict], arms: list[str]) -> str:
                f"informative groups per CPU minute {rate:.2f}"
         if arm != "trl" and trl:
             trl_rate = sum(r["informative_groups_per_cpu_minute"] for r in trl) / len(trl)
-            text += f" ({rate / trl_rate:.2f}x trl's)"
+            text += f" ({rate / trl_rate:.2f}x trl's)" if trl_rate else " (trl's: 0)"
         lines.append(text)
     return "\n".join(lines)
 
@@ -355,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, help="every arm's (constant) learning rate (default: the "
                         "config's 4e-4, which the config decays to 0 over its 40 steps and the arms here do not)")
     parser.add_argument("--output-dir", default="outputs/bench-vs-trl")
+    parser.add_argument("--combine", action="store_true", help="print the table of the arms already in --output-dir "
+                        "(each arm's <arm>-seed<seed>.json) without running any")
+    parser.add_argument("--rerun", action="store_true", help="run arms whose result file exists again (default: an "
+                        "arm already run is read back, so arms can run at different times on the same commit)")
     parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # internal: run one arm in this process
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -366,9 +428,19 @@ def main(argv: list[str] | None = None) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     results = []
+    if args.combine:
+        for seed in args.seeds:
+            for arm in args.arms:
+                if (out / f"{arm}-seed{seed}.json").exists():
+                    results.append(json.loads((out / f"{arm}-seed{seed}.json").read_text()))
+        print(_format(results, args.arms))
+        return 0
     for seed in args.seeds:
         order = args.arms if seed % 2 == 0 else list(reversed(args.arms))
         for arm in order:
+            if (out / f"{arm}-seed{seed}.json").exists() and not args.rerun:
+                results.append(json.loads((out / f"{arm}-seed{seed}.json").read_text()))
+                continue
             command = [sys.executable, __file__, "--arm", arm, "--seed", str(seed), "--cpu-minutes",
                        str(args.cpu_minutes), "--train-prompts", str(args.train_prompts), "--eval-prompts",
                        str(args.eval_prompts), "--prompts-per-step", str(args.prompts_per_step),
@@ -386,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(json.loads((out / f"{arm}-seed{seed}.json").read_text()))
             r = results[-1]
             print(f"{arm} seed {seed}: {r['optimizer_steps']} steps, accuracy {r['accuracy']:.3f}, "
-                  f"uniform {r['uniform_share']:.2f}, {(time.perf_counter() - start) / 60:.1f} min", flush=True)
+                  f"no gradient {r['no_gradient_share']:.2f}, {(time.perf_counter() - start) / 60:.1f} min", flush=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     print(_format(results, args.arms))
     return 0

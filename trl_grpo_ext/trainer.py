@@ -230,6 +230,7 @@ class GRPOExtTrainer(GRPOTrainer):
         if self.args.resolved.zero_variance.zero_variance_signal != "off":  # all right / all wrong groups: kept
             signs = cause_signs(zero_variance.causes, zero_variance.sizes(len(rewards)), rewards.device)
             output["zero_variance_signal"], zero_variance_rows = signs[local], zero_variance_rows & (signs == 0)
+        zero_variance.record("completions_no_gradient", zero_variance_rows.float().mean().item())  # advantage 0 all over
         kept = zero_variance.kept_rows(zero_variance_rows)
         if kept.sum() > 1:  # with every row masked the statistics are undefined (NaN would poison the log average)
             for name, value in advantage_metrics(advantages, mask=kept).items():

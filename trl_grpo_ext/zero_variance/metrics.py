@@ -27,6 +27,7 @@ METRICS = {
     "completions_dropped": "zero_variance/completions_dropped",  # masked rows dropped before the loss forward
     "generation_seconds": GENERATION_SECONDS_KEY,  # wall seconds generating and scoring this step's completions
     "completions_uniform": "zero_variance/frac_completions_uniform",  # rows of uniform groups / rows, first round
+    "completions_no_gradient": "zero_variance/frac_completions_no_gradient",  # rows whose every advantage is 0
     "budget_min": "zero_variance/completions_per_prompt_min",  # rollout_budget: fewest completions a prompt got
     "budget_max": "zero_variance/completions_per_prompt_max",  # and most (a step's; a mean over a logging interval)
 }
