@@ -115,7 +115,8 @@ def test_training_steps_split_the_completions_as_worked_out(tmp_path, capsys):
     assert ["completions/prompt 3-5" in lines[0], "completions/prompt 2-6" in lines[1]] == [True, True], lines
     summary = run_summary(trainer.state.log_history)
     assert "; completions per prompt 2 to 6 (rollout_budget: adaptive)" in summary_line(trainer.state.log_history, 2)
-    assert ("completions per prompt, fewest to most", "2 to 6") in card_rows(summary)
+    rows = dict(card_rows(summary))
+    assert rows["completions per prompt, fewest to most"] == "2 to 6" and "V(n, p)" in rows["rollout budget rule"]
     # the history a checkpoint keeps: a 0 of 11, b 5 of 5
     history = trainer.zero_variance.state_dict()["pass_rates"]
     assert sorted(history["prompts"].values()) == [[0.0, 11.0], [5.0, 5.0]] and history["total"] == [5.0, 16.0]

@@ -383,8 +383,10 @@ def card_rows(summary: dict) -> list[tuple[str, object]]:
     if summary["causes"]:  # why (zero_variance.causes), as the closing line says it
         rows.append((f"uniform groups by cause ({', '.join(CAUSES)}), shares of generated groups",
                      " / ".join(f"{summary['causes'][cause]:.4g}" for cause in CAUSES)))
-    budget = summary["budget"]  # rollout_budget: adaptive
-    rows += [("completions per prompt, fewest to most", f"{budget[0]:.0f} to {budget[1]:.0f}")] if budget else []
+    if budget := summary["budget"]:  # rollout_budget: adaptive: the rule and the range given
+        rows.append(("rollout budget rule", "G/2 completions per prompt first, the rest one at a time to the largest "
+                     "gain of V(n, p) = (1 - p)(1 - p^n - (1 - p)^n)"))
+        rows.append(("completions per prompt, fewest to most", f"{budget[0]:.0f} to {budget[1]:.0f}"))
     if summary["filter_on"]:
         rows.append(("optimizer steps that made no update (every group uniform)", summary["no_update_steps"]))
     else:  # TRL's behaviour: zero advantages, yet the optimizer steps (its moments move the weights)
