@@ -69,10 +69,7 @@ def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_v
                     "used), or set zero_variance_filter: off and lost_update_steps: 0.")
         if engine.zero_stage == 3:
             _check_zero3(where, values, version)
-    if engine.kind == "fsdp" and values.get("use_cpu"):
-        raise RunArgumentError(
-            f"use_cpu=True with {where}: accelerate then sets up a CPU run and skips FSDP, so every process would hold "
-            "the whole model and train with plain DDP. Fix: set use_cpu: false, or launch without FSDP.")
+    check_engine_device(engine, accelerator_available=True, use_cpu=bool(values.get("use_cpu")))
     if values.get("ds3_gather_for_generation") is False and (engine.kind != "deepspeed" or engine.zero_stage in (0, 1, 2)):
         raise RunArgumentError(
             f"ds3_gather_for_generation=False with {where}: TRL reads it only under DeepSpeed ZeRO-3 (generation then "
@@ -127,12 +124,17 @@ def _check_zero3(where: str, values: Mapping[str, Any], version: str) -> None:
             "ignored. Fix: remove use_reentrant from gradient_checkpointing_kwargs (or set it to true).")
 
 
-def check_engine_device(engine: Engine, accelerator_available: bool) -> None:
-    """Refuse FSDP without an accelerator: accelerate 1.15 runs FSDP only on GPU-like devices; on a CPU its
-    processes would train unsharded and unsynchronised (measured).
+def check_engine_device(engine: Engine, accelerator_available: bool, use_cpu: bool = False) -> None:
+    """Refuse FSDP without an accelerator: accelerate 1.15 runs FSDP only on GPU-like devices; on a CPU (or a run
+    set to one with ``use_cpu``) its processes would train unsharded and unsynchronised (measured). The one place
+    that judges FSDP's device, so tests/fsdp_cpu.py lifts both refusals at once.
 
     Raises:
-        RunArgumentError: ``engine`` is FSDP and ``accelerator_available`` is False."""
+        RunArgumentError: ``engine`` is FSDP and ``use_cpu`` is True or ``accelerator_available`` is False."""
+    if engine.kind == "fsdp" and use_cpu:
+        raise RunArgumentError(
+            f"use_cpu=True with {engine.describe()}: accelerate then sets up a CPU run and skips FSDP, so every process "
+            "would hold the whole model and train with plain DDP. Fix: set use_cpu: false, or launch without FSDP.")
     if engine.kind == "fsdp" and not accelerator_available:
         raise RunArgumentError(
             f"{engine.describe()} on a machine without a GPU: accelerate runs FSDP only on GPUs; here its processes "
