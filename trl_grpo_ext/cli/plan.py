@@ -16,9 +16,9 @@ from trl_grpo_ext.cli import Once
 from trl_grpo_ext.config.checks import Range, world_size_from_env
 from trl_grpo_ext.config.frontdoor import read_run_args
 from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
-from trl_grpo_ext.evaluation.plan import zero_variance_forecast_warning
 from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan, seed_line
 from trl_grpo_ext.plan.advice import memory_note
+from trl_grpo_ext.plan.evaluation import zero_variance_forecast_warning
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.validation.collected import eval_plan_of
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey

@@ -184,3 +184,8 @@ def world_size_from_env(environ=None, strict: bool = True) -> int:
         raise RunArgumentError(f"WORLD_SIZE={raw!r} in the environment is not a whole number of processes (1 or more). "
                                "Fix: unset it (plan: or pass --num-processes P).")
     return size
+
+
+def resumes(resume_from_checkpoint) -> bool:
+    """Whether ``resume_from_checkpoint`` (None/False, True, ``"last"`` or a path) asks to resume."""
+    return resume_from_checkpoint not in (None, False, "", "false", "False")

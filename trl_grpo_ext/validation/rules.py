@@ -14,10 +14,9 @@ from ..config.advantage_settings import is_explicit
 from ..config.checks import RunArgumentError, as_number, shown
 from ..config.engines import resolve_engine
 from ..config.loss_settings import CLIP_DEFAULTS
-from ..hub.merge import check_push_settings
-from ..training.generation import check_generation_settings, check_vllm_settings
-from ..training.merged_generation import check_merged_generation
+from ..config.push_settings import check_push_settings
 from .engines import check_engine_settings
+from .generation import check_generation_settings, check_merged_generation, check_vllm_settings
 from .lora import check_lora_names, check_lora_targets, check_quantized_has_adapter
 from .packages import check_run_packages
 from .rewards import (

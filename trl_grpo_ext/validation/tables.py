@@ -245,7 +245,7 @@ _requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer ev
 _when("save_strategy", "steps", ("save_steps",))
 _when("log_completions", True, ("log_completions_hub_repo", "num_completions_to_print"))  # TRL prints only then
 # the push after training (hub.push) reads these; TRL's own push at every save is off in the recipe (push.resolve)
-# (hub_token is left out: a message would show it; `hub.secrets` keeps it out of every file)
+# (hub_token is left out: a message would show it; `config.secrets` keeps it out of every file)
 _PUSH_FIELDS = ("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision", "hub_strategy",
                 "hub_always_push")  # the last two, with a push: trainer_settings refuses them
 _requires(_PUSH_FIELDS,
