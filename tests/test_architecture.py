@@ -161,7 +161,7 @@ LAYERS = {
         "config.push_settings", "validation", "validation.tables", "validation.user_values", "validation.run",
         "validation.rules", "validation.rewards", "validation.lora", "validation.problems", "validation.engines",
         "validation.collected", "validation.dataset_stage", "validation.packages", "validation.trainer_settings",
-        "validation.mappings", "validation.generation"],
+        "validation.mappings", "validation.generation", "validation.view"],
     5: ["training.adapter_precision", "training.generation", "training.merged_generation", "evaluation",
         "evaluation.evaluate", "evaluation.generation", "hub.plot", "hub", "hub.card", "hub.card_facts", "hub.merge",
         "hub.push"],

@@ -244,9 +244,7 @@ def test_a_field_set_after_the_config_was_built_is_refused_by_the_trainer(tmp_pa
     args.check_current_values()
     # every other field gets __post_init__'s checks again (a second breaker's findings: each of these was accepted
     # after construction and failed at the first step, or trained nothing, or was ignored)
-    for name, value, says in [("temperature", 0.0, "temperature=0.0 must be a number > 0"),
-                              ("multi_objective_aggregation", "normalize_then_sum", "normalize_then_sum"),
-                              ("epsilon_high", 0.28, "epsilon_high=0.28")]:
+    for name, value, says in [("temperature", 0.0, "temperature=0.0 must be a number > 0")]:
         setattr(args, name, value)
         with pytest.raises(ValueError, match=says):
             GRPOExtTrainer("embedded:tiny-qwen2", args=args, train_dataset=count_char_mix(8))

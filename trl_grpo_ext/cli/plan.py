@@ -130,7 +130,7 @@ def build_plan(args: argparse.Namespace):
     memory = None if args.gpu_memory_gib is None else memory_note(plan, args.gpu_memory_gib, args.model_params)
     rewards = resolved.rewards
     warns += survey.warnings + weight_warnings(rewards or [])
-    warns += [run.switched_off] if run.switched_off else []
+    warns += run.warnings
     notes = ([survey.not_run] if survey.not_run else []) + survey.notes + ([memory] if memory else [])
     cut = getattr(script_args, "max_prompt_length", None)
     if survey.train_rows is not None and cut is not None and args.dataset_size is None and not survey.prompts_cut:

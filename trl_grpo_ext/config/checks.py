@@ -14,7 +14,12 @@ __all__ = ["RunArgumentError", "Range", "Choices", "check_choice", "closest_choi
 
 
 class RunArgumentError(ValueError):
-    """A run argument that would fail late or be silently ignored; the message names field, value, fix."""
+    """A run argument that would fail late or cannot work; the message names field, value, fix."""
+
+
+class IneffectiveSettingWarning(UserWarning):
+    """A setting accepted but without effect in this run (the severity ladder: docs/configuration.md); the message
+    names the field, why, and how to silence it."""
 
 
 @dataclass(frozen=True)

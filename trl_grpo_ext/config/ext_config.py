@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import warnings
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, NewType
 
@@ -20,7 +21,7 @@ from ..rewards.guard import REWARD_ERROR_POLICIES
 from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
 from ..zero_variance.settings import ZeroVarianceSettings
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
-from .checks import Choices, Range, choice_from_yaml, declared_checks, world_size_from_env
+from .checks import Choices, IneffectiveSettingWarning, Range, choice_from_yaml, declared_checks, world_size_from_env
 from .engines import resolve_engine
 from .resolved import USER_FIELDS, ResolvedConfig, WrittenRewardWeights, is_written, resolve_config
 
@@ -214,6 +215,8 @@ class GRPOExtConfig(GRPOConfig):
         problems = Problems()
         run_rules(view, problems, scope="run")
         problems.raise_if_any(ValueError)
+        for line in problems.warnings:  # listed together, once (the front door silences these: it listed them)
+            warnings.warn(line, IneffectiveSettingWarning, stacklevel=4)
         canonical = zero_variance(view)
         self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical, zero_variance=(
             ZeroVarianceSettings.from_values(self, zero_variance_reward=canonical)))

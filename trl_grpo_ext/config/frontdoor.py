@@ -9,11 +9,12 @@ import difflib
 import functools
 import os
 import sys
-from dataclasses import dataclass, fields
+import warnings
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .checks import world_size_from_env
+from .checks import IneffectiveSettingWarning, world_size_from_env
 from .keymap import cli_keys, translate
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -36,7 +37,7 @@ class RunArgs:
     config_path: str | None
     user_values: dict | None = None
     problems: Any = None
-    switched_off: str | None = None  # the warning naming the YAML fields a command-line flag switched off
+    warnings: list = field(default_factory=list)  # settings without effect, one line each (listed once, not refused)
 
     def __iter__(self):  # script_args, training_args, model_args, push_args = run
         return iter((self.script_args, self.training_args, self.model_args, self.push_args))
@@ -333,18 +334,13 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
-    from ..validation.tables import ignored_fields, switched_off_warning
-    from ..validation.user_values import flatten_values
-
-    values = flatten_values(*run)
-    warning = switched_off_warning(user_values, values)
-    if not light:  # the real dataclasses: what only they check (`GRPOExtConfig.__post_init__`)
-        # a YAML field a command-line flag switched off is not used (the warning): the real config keeps its default
-        off = {name for name, switched_off in ignored_fields(user_values, values) if switched_off}
-        run = _parse(hf_argument_parser(dataclass_types(False)), {k: v for k, v in config.items() if k not in off},
-                     args, problems, given=given, path=path, user_values=user_values)
+    if not light:  # the real dataclasses: what only they (and TRL's and transformers' own checks) refuse
+        with warnings.catch_warnings():  # the settings without effect were listed above, from the same values
+            warnings.simplefilter("ignore", IneffectiveSettingWarning)
+            run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
+                         user_values=user_values)
         problems.raise_if_any(ConfigError)
-    run.switched_off = warning
+    run.warnings = list(problems.warnings)
     return run
 
 

@@ -81,8 +81,8 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
         problems.raise_if_any(ValueError)
     except (ValueError, OSError, yaml.YAMLError) as err:
         raise _fail(problem_lines(err)) from err
-    if run.switched_off:  # `--use_peft false` over a YAML with lora_r: accepted, and said
-        print(f"warning: {run.switched_off}", file=sys.stderr)
+    for line in run.warnings:  # settings without effect (`--use_peft false` over a YAML with lora_r): listed once
+        print(f"warning: {line}", file=sys.stderr)
     return run
 
 
