@@ -9,12 +9,11 @@ import difflib
 import functools
 import os
 import sys
-import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .checks import IneffectiveSettingWarning, world_size_from_env
+from .checks import world_size_from_env
 from .keymap import cli_keys, translate
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -328,17 +327,21 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     check_user_values(user_values, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
     run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values)
-    validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
-                      user_checked=True)
+    results = validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
+                                user_checked=True)
     run.problems = problems
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
     if not light:  # the real dataclasses: what only they (and TRL's and transformers' own checks) refuse
-        with warnings.catch_warnings():  # the settings without effect were listed above, from the same values
-            warnings.simplefilter("ignore", IneffectiveSettingWarning)
+        from .ext_config import FRONT_DOOR_CHECKED
+
+        token = FRONT_DOOR_CHECKED.set(results)  # checked above: `GRPOExtConfig.__post_init__` checks nothing again
+        try:
             run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
                          user_values=user_values)
+        finally:
+            FRONT_DOOR_CHECKED.reset(token)
         problems.raise_if_any(ConfigError)
     run.warnings = list(problems.warnings)
     return run

@@ -325,12 +325,15 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def run_rules(view: RunView, problems, scope: str = "args") -> None:
+def run_rules(view: RunView, problems, scope: str = "args") -> dict[str, Any]:
     """Run :data:`RULES` (with ``scope="run"``: those marked ``"run"``) on ``view``, recording each problem in ``problems``;
-    a rule reading a field already refused is skipped."""
+    a rule reading a field already refused is skipped. Returns each rule's result by name (``"zero_variance"``: the
+    canonical judged reward)."""
     view.problems = problems
+    results = {}
     for rule in RULES:
         if scope == "run" and rule.scope != "run":
             continue
         blocked = None if rule.blocked_by is None else rule.field_names(view, "blocked_by")
-        problems.check(rule.check, view, fields=rule.field_names(view), blocked_by=blocked)
+        results[rule.name] = problems.check(rule.check, view, fields=rule.field_names(view), blocked_by=blocked)
+    return results
