@@ -1,8 +1,8 @@
 # trl-grpo-ext — every target creates what it needs (a virtualenv in .venv, the package and its dependencies).
 #   make demo   run the QLoRA recipe on the embedded tiny model (CPU, no network)
-#   make test   run the test suite (CPU, no network, 6 to 13 minutes on 2 cores with the install; 6 min 19 s on 2026-12-04, 10 min 26 s on 2026-12-05)
-#   make test-dist   DDP, DeepSpeed ZeRO-2/3 and FSDP2 on 2 CPU processes, every zero-variance mode, SIGINT + resume, 2 "machines" (26 min under load, docs/scaling.md)
-#   make demo-real   train and evaluate a real pretrained model (SmolLM2-135M-Instruct) on a CPU (14 to 18 min of training + 3.5 min of loading and evaluation on 2 cores, 11 to 13 GB of RAM; seeds 0 and 1, measured 2026-12-03)
+#   make test   run the test suite (CPU, no network, about 10 minutes on 2 cores with the install)
+#   make test-dist   DDP, DeepSpeed ZeRO-2/3 and FSDP2 on 2 CPU processes, every zero-variance mode, SIGINT + resume, 2 "machines" (about 25 min, docs/scaling.md)
+#   make demo-real   train and evaluate a real pretrained model (SmolLM2-135M-Instruct) on a CPU (about 15 min of training + 4 min of loading and evaluation on 2 cores, about 12 GB of RAM)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python

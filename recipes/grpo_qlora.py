@@ -25,8 +25,7 @@ from trl_grpo_ext.data.checks import check_reward_values, describe, final_assist
 from trl_grpo_ext.data.golds import check_golds
 from trl_grpo_ext.data.load import drop_long_prompts, load_eval_dataset, load_prompt_dataset
 from trl_grpo_ext.evaluation.evaluate import final_evaluation
-from trl_grpo_ext.evaluation.plan import resolve_eval_plan
-from trl_grpo_ext.hub import HubPushError, build_model_card
+from trl_grpo_ext.hub import HubPushError, build_model_card, push_settings
 from trl_grpo_ext.hub.plot import plot_training, reward_trend
 from trl_grpo_ext.models.embedded import tiny
 from trl_grpo_ext.models.settings import (
@@ -40,6 +39,7 @@ from trl_grpo_ext.models.settings import (
 )
 from trl_grpo_ext.models.source import resolve_model_source
 from trl_grpo_ext.plan import resolve_plan
+from trl_grpo_ext.plan.evaluation import resolve_eval_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.training.checkpoints import (
     ResumeSettingsError,
@@ -232,7 +232,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
         ################
         if push.enabled:
             try:
-                print(f"Pushed to {push.push(training_args.output_dir)}")
+                print(f"Pushed to {push_settings(push, training_args.output_dir)}")
             except HubPushError as err:
                 print(f"error: {err}", file=sys.stderr)
                 exit_code = 1

@@ -6,7 +6,8 @@ the accepted set must be exactly the one `_accepted` states:
 
 - a preset sets loss_type, so a preset with a different loss_type is refused;
 - `normalize_then_sum` is TRL's fixed formula (per-reward group normalisation, weighted sum, batch normalisation):
-  any advantage setting next to it, or a zero-variance filter, is refused.
+  a zero-variance filter next to it is refused; an advantage setting next to it has no effect (a warning, and
+  those combinations are not trained here).
 
 The expected advantages are recomputed from the final batch itself: each row's prompt and completion are decoded,
 the two reward functions re-applied, and the formula evaluated in plain Python (no `trl_grpo_ext.advantages`, no TRL):
@@ -70,9 +71,13 @@ def _accepted(adv, aggregation, zero_variance_filter, loss_type) -> bool:
     preset = adv.get("advantage_preset")
     if preset and loss_type is not None and loss_type != PRESET_LOSS[preset]:
         return False
-    if aggregation == "normalize_then_sum" and (adv or zero_variance_filter != "off"):
-        return False
-    return True
+    return not (aggregation == "normalize_then_sum" and zero_variance_filter != "off")
+
+
+def _trained(adv, aggregation, zero_variance_filter, loss_type) -> bool:
+    """Accepted, and each setting takes effect (TRL's normalize_then_sum ignores the advantage settings: a warning)."""
+    return _accepted(adv, aggregation, zero_variance_filter, loss_type) and not (aggregation == "normalize_then_sum"
+                                                                               and adv)
 
 
 def _validated(values) -> bool:
@@ -97,8 +102,9 @@ def test_the_accepted_combinations_are_exactly_the_stated_ones():
         assert _validated(_user_values(adv, aggregation, zvf, loss)) == expected, (adv, aggregation, zvf, loss)
         accepted += expected
     # 14 settings without a preset (the default, 12 explicit, one ε) × 9 loss options × 3 filters + 4 presets × 2 loss
-    # options (unset or the preset's) × 3 filters + TRL's normalize_then_sum alone × 9 loss options
-    assert accepted == 14 * 9 * 3 + 4 * 2 * 3 + 9 == 411
+    # options (unset or the preset's) × 3 filters + TRL's normalize_then_sum with the filter off, its advantage
+    # settings without effect (warned): 14 × 9 + 4 × 2
+    assert accepted == 14 * 9 * 3 + 4 * 2 * 3 + 14 * 9 + 4 * 2 == 536
 
 
 def _fast_combinations():
@@ -106,7 +112,7 @@ def _fast_combinations():
     out, turn = [], 0
     for a, adv in enumerate(ADVANTAGE_SETTINGS):
         for aggregation, zvf in itertools.product(AGGREGATIONS, FILTERS):
-            losses = [loss for loss in LOSS_TYPES if _accepted(adv, aggregation, zvf, loss)]
+            losses = [loss for loss in LOSS_TYPES if _trained(adv, aggregation, zvf, loss)]
             if losses:
                 out.append((a, aggregation, zvf, losses[turn % len(losses)]))
                 turn += 1
@@ -114,7 +120,7 @@ def _fast_combinations():
 
 
 FAST = _fast_combinations()
-SLOW = [c for c in ALL if _accepted(ADVANTAGE_SETTINGS[c[0]], *c[1:])]
+SLOW = [c for c in ALL if _trained(ADVANTAGE_SETTINGS[c[0]], *c[1:])]
 
 
 def _id(combo):

@@ -75,11 +75,20 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
+def _lazy_targets(path: Path, known: set[str]) -> set[str]:
+    """The modules a package ``__init__`` loads on first use of a name (the string values of its ``_LAZY`` table):
+    edges like any import, since ``trl_grpo_ext.GRPOExtConfig`` imports them."""
+    tree = ast.parse(path.read_text(), str(path))
+    return {value.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets) and isinstance(node.value, ast.Dict)
+            for value in node.value.values if isinstance(value, ast.Constant) and value.value in known}
+
+
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
     known = set(modules)
     graph = {name: _imports(name, path, known) for name, path in modules.items()}
-    # a package's __init__ re-exporting its submodules is not an edge back into a submodule that imports a sibling
+    graph["trl_grpo_ext"] |= _lazy_targets(modules["trl_grpo_ext"], known)
     return graph
 
 
@@ -136,35 +145,78 @@ def test_the_cycle_finder_finds_a_known_cycle():
 
 #: The layers of docs/architecture.md: a module may import from its own layer or the layers above (lower numbers).
 LAYERS = {
-    0: ["training", "cli", "models.embedded", "config.checks", "models.cache", "config.data_sizes",
-        "data.local_columns", "hub.secrets", "hub.card_template", "training.host_memory"],
-    1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "config.resolved",
-        "config.advantage_settings", "training.checkpoints", "evaluation.plan", "evaluation.stats", "rewards",
+    0: ["_version", "_lazy", "training", "cli", "models.embedded", "config.checks", "models.cache", "config.data_sizes",
+        "data.local_columns", "config.secrets", "hub.card_template", "training.host_memory"],
+    1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "plan.evaluation", "config.resolved",
+        "config.advantage_settings", "training.checkpoints", "evaluation.stats", "rewards",
         "rewards.registry", "rewards.parameters", "rewards.spec", "rewards.guard", "rewards.builtin", "rewards.math",
         "rewards.text", "rewards.trl_rewards", "zero_variance.settings", "zero_variance.report",
         "config.keymap", "config.loss_settings", "models.source", "config.engines"],
     2: ["advantages", "zero_variance", "zero_variance.groups", "zero_variance.merge", "zero_variance.resample",
         "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "zero_variance.causes", "zero_variance.budget", "training.sampling",
         "training.engine_step"],
-    3: ["models", "data", "models.settings", "training.adapter_precision", "training.generation", "data.load",
-        "training.merged_generation",
-        "data.checks", "data.golds", "models.embedded.tiny", "models.embedded.smollm2", "data.arithmetic"],
-    4: ["evaluation", "evaluation.evaluate", "evaluation.generation", "hub.plot", "hub", "hub.card", "hub.card_facts",
-        "hub.merge", "hub.push"],
-    5: ["config", "config.ext_config", "config.recipe_args", "config.frontdoor", "validation", "validation.tables",
-        "validation.user_values", "validation.run", "validation.rules", "validation.rewards", "validation.lora",
-        "validation.problems", "validation.engines", "validation.collected", "validation.dataset_stage", "validation.packages",
-        "validation.trainer_settings", "validation.mappings",
-        "config.recipe_parse"],
-    6: ["trainer", "training.interrupt", "training.console", "training.callbacks", "training.reward_funcs", "training.rollout_budget"],
+    3: ["models", "data", "models.settings", "data.load", "data.checks", "data.golds", "models.embedded.tiny",
+        "models.embedded.smollm2", "data.arithmetic"],
+    4: ["config", "config.ext_config", "config.recipe_args", "config.frontdoor", "config.recipe_parse",
+        "config.push_settings", "validation", "validation.tables", "validation.user_values", "validation.run",
+        "validation.rules", "validation.rewards", "validation.lora", "validation.problems", "validation.engines",
+        "validation.collected", "validation.dataset_stage", "validation.packages", "validation.trainer_settings",
+        "validation.mappings", "validation.generation", "validation.view"],
+    5: ["training.adapter_precision", "training.generation", "training.merged_generation", "evaluation",
+        "evaluation.evaluate", "evaluation.generation", "hub.plot", "hub", "hub.card", "hub.card_facts", "hub.merge",
+        "hub.push"],
+    6: ["trainer", "training.interrupt", "training.console", "training.callbacks", "training.reward_funcs",
+        "training.rollout_budget"],
     7: ["cli.main", "cli.__main__", "cli.plan", "cli.train", "cli.eval", "rewards.cli", "hub.cli", "quantifiers"],
 }
+#: The settings layer (read, check, resolve), which runs below the features that use it.
+SETTINGS = ("config", "validation")
+#: What the settings layer never imports: what runs a training, evaluates or publishes it, and the commands.
+ABOVE_SETTINGS = ("training", "trainer", "evaluation", "hub", "cli")
+
+
+def test_the_settings_layer_imports_no_training_evaluation_hub_or_command():
+    def top(module: str) -> str:
+        return module.split(".")[1] if "." in module else ""
+
+    graph = _graph()
+    settings = [m for m in graph if top(m) in SETTINGS or m.rsplit(".", 1)[-1].endswith("settings")]
+    assert "trl_grpo_ext.validation.rules" in settings and "trl_grpo_ext.zero_variance.settings" in settings
+    upward = sorted(f"{m} imports {t}" for m in settings for t in graph[m] if top(t) in ABOVE_SETTINGS)
+    assert not upward, "the settings layer reaches up: " + "; ".join(upward)
+
+
+def test_every_subpackage_and_module_imports_alone(tmp_path):
+    """Each module imported first, in a package loaded afresh (third-party packages stay loaded, so this is quick):
+    an import cycle that only bites when a module is the first one imported fails here."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "each.py"
+    script.write_text(
+        "import importlib, sys, warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        "failed = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    for loaded in [m for m in sys.modules if m == 'trl_grpo_ext' or m.startswith('trl_grpo_ext.')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as err:\n"
+        "        failed.append(f'{name}: {type(err).__name__}: {err}')\n"
+        "print('\\n'.join(failed))\n"
+        "sys.exit(1 if failed else 0)\n")
+    names = sorted(name for name in _modules() if not name.endswith("__main__"))  # __main__ runs the command
+    assert "trl_grpo_ext.hub.merge" in names and "trl_grpo_ext.validation.rules" in names
+    result = subprocess.run([sys.executable, str(script), *names], capture_output=True, text=True, timeout=600,
+                            cwd=PACKAGE.parent)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
 
 
 def test_every_import_goes_to_the_same_or_a_higher_layer():
     layer = {f"trl_grpo_ext.{name}": n for n, names in LAYERS.items() for name in names}
-    # the package's __init__ holds __version__ and imports nothing when loaded (its classes load on first use)
-    layer["trl_grpo_ext"] = 0
+    # the package's __init__ lends the classes of every layer (on first use): it sits on top, and no module imports it
+    layer["trl_grpo_ext"] = max(LAYERS)
     graph = _graph()
     unplaced = sorted(set(graph) - set(layer))
     assert not unplaced, f"modules missing from LAYERS (and docs/architecture.md): {unplaced}"

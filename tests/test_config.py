@@ -68,10 +68,7 @@ def test_filter_refuses_normalize_then_sum(tmp_path, mode):
     assert _config(tmp_path, prompts_per_step=4, micro_batch_size=16, multi_objective_aggregation="normalize_then_sum")
 
 
-def test_resolving_twice_changes_nothing(tmp_path):
-    """dataclasses.replace re-runs __post_init__ on resolved values: the result must be the same config."""
-    import dataclasses
-
+def test_a_dr_grpo_config_with_weighted_rewards_resolves(tmp_path):
     from trl_grpo_ext import GRPOExtConfig
 
     config = GRPOExtConfig(
@@ -79,33 +76,15 @@ def test_resolving_twice_changes_nothing(tmp_path):
         total_training_steps=10, total_epochs=2, advantage_preset="dr_grpo", zero_variance_filter="mask",
         rewards=["char_fraction", {"name": "length", "weight": 0.5, "kwargs": {"min_length": 1, "max_length": 5}}],
     )
-    again = dataclasses.replace(config)
-    keys = ("per_device_train_batch_size", "gradient_accumulation_steps", "max_steps", "num_train_epochs",
-            "prompts_per_step", "total_training_steps", "total_epochs", "rewards", "reward_weights", "loss_type",
-            "scale_rewards", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon")
-    assert {k: getattr(again, k) for k in keys} == {k: getattr(config, k) for k in keys}
     # 4 prompts x 4 completions / 8 per micro-batch = 2 accumulation steps; Dr. GRPO: no std scaling
     assert (config.gradient_accumulation_steps, config.loss_type, config.scale_rewards) == (2, "dr_grpo", "none")
     assert config.reward_weights == [1.0, 0.5]
 
 
-def _replace_recording_warnings(config):
-    import dataclasses
-    import warnings
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        again = dataclasses.replace(config)
-    return again, [str(w.message) for w in caught]
-
-
-def test_replace_of_a_dr_grpo_config_warns_nothing_and_resolves_the_same(tmp_path):
+def test_a_dr_grpo_config_resolves_its_preset(tmp_path):
     from trl_grpo_ext.config.advantage_settings import AdvantageSettings
 
     config = _config(tmp_path, prompts_per_step=2, micro_batch_size=8, advantage_preset="dr_grpo")
-    again, warned = _replace_recording_warnings(config)
-    assert warned == []  # the config used to be rewritten with ε = 1e-4, which then "had no effect" without std
-    assert again.resolved == config.resolved
     # Dr. GRPO (arXiv 2503.20783): group-mean baseline, no std scaling; ε and std kind keep their fallbacks
     assert config.resolved.advantages == AdvantageSettings("group_mean", "none", 1e-4, "sample")
     # the user's fields as given; TRL's own fields written, because TRL reads them
@@ -113,14 +92,11 @@ def test_replace_of_a_dr_grpo_config_warns_nothing_and_resolves_the_same(tmp_pat
     assert (config.scale_rewards, config.loss_type) == ("none", "dr_grpo")
 
 
-def test_replace_of_a_config_with_prompts_per_step_and_weighted_rewards_resolves_the_same(tmp_path):
+def test_a_config_with_prompts_per_step_and_weighted_rewards_resolves(tmp_path):
     from trl_grpo_ext.rewards.spec import RewardSpec
 
     rewards = [{"name": "char_fraction", "weight": 2.0}, {"name": "length", "kwargs": {"min_length": 1}}]
     config = _config(tmp_path, prompts_per_step=4, total_training_steps=10, rewards=rewards)
-    again, warned = _replace_recording_warnings(config)
-    assert warned == []
-    assert again.resolved == config.resolved
     # kept as given: no micro_batch_size, no epochs, the reward items untouched
     assert (config.prompts_per_step, config.micro_batch_size, config.total_epochs) == (4, None, None)
     assert config.rewards == rewards
@@ -180,9 +156,8 @@ def test_rewards_parse_from_yaml_and_from_the_command_line(tmp_path):
     assert from_cli.resolved.rewards == expected
 
 
-def test_reward_weights_given_twice_or_as_booleans_are_refused_and_replace_stays_idempotent(tmp_path):
+def test_reward_weights_given_twice_or_as_booleans_are_refused(tmp_path):
     """The weights the config writes into TRL's reward_weights are recognised on replace(); the user's are checked."""
-    import dataclasses
 
     common = dict(output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=4)
     with pytest.raises(ValueError, match="Weights are given both in reward_weights"):
@@ -191,10 +166,6 @@ def test_reward_weights_given_twice_or_as_booleans_are_refused_and_replace_stays
         GRPOExtConfig(**common, rewards=["char_fraction"], reward_weights=[True])
     config = GRPOExtConfig(**common, rewards=["char_fraction", {"name": "length", "weight": 0.5}])
     assert config.reward_weights == [1.0, 0.5]
-    again = dataclasses.replace(config)
-    assert again.resolved == config.resolved and again.reward_weights == [1.0, 0.5]
-    three = dataclasses.replace(config, rewards=["char_fraction", "length", "format"])  # re-resolved from the items
-    assert three.resolved.reward_weights == (1.0, 1.0, 1.0)
     plain = GRPOExtConfig(**common, rewards=["char_fraction", "length"], reward_weights=[1.0, 0.3])
     assert plain.resolved.reward_weights == (1.0, 0.3)
 
@@ -206,97 +177,41 @@ def test_quantity_fields_is_deprecated_for_resolved(tmp_path):
     assert fields == config.resolved.quantity_fields() and fields["prompts_per_step"] == 2
 
 
-def test_the_users_reward_weights_survive_replace_and_written_ones_go_with_their_rewards(tmp_path):
-    import dataclasses
-
+def test_the_users_reward_weights_are_kept_and_weights_on_items_are_written(tmp_path):
     common = dict(output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=4)
     given = GRPOExtConfig(**common, rewards=["char_fraction", "format"], reward_weights=[3.0, 1.0])
-    again = dataclasses.replace(given, learning_rate=1e-5)
-    assert again.reward_weights == [3.0, 1.0] and again.resolved.reward_weights == (3.0, 1.0)
+    assert given.reward_weights == [3.0, 1.0] and given.resolved.reward_weights == (3.0, 1.0)
     on_items = GRPOExtConfig(**common, rewards=[{"name": "char_fraction", "weight": 2.0},
                                                 {"name": "format", "weight": 0.5}])
-    without = dataclasses.replace(on_items, rewards=None)  # the weights were written for the removed rewards
-    assert without.reward_weights is None and without.resolved.reward_weights is None
+    assert on_items.reward_weights == [2.0, 0.5]
     with pytest.raises(ValueError, match=r"reward_weights\[0\]=True must be a finite number"):
         GRPOExtConfig(**common, reward_weights=[True, False])  # for reward_funcs= passed to the trainer
     assert GRPOExtConfig(**common, reward_weights=[1.0, 0.5]).resolved.reward_weights == (1.0, 0.5)
 
 
-def test_a_field_set_after_the_config_was_built_is_refused_by_the_trainer(tmp_path):
-    # a breaker's finding: `args.zero_variance_filter = "skip"; args.total_epochs = 1` after GRPOExtConfig(...) trained
-    # mask for 3 epochs (the trainer reads `resolved`, taken when the config was built), past skip's one-epoch refusal
-    import dataclasses
 
-    from factories import count_char_mix, tiny_config
+
+def test_one_recipe_launch_checks_the_zero_variance_settings_once(tmp_path, monkeypatch):
+    """The front door checks the recipe's values (the rule `zero_variance`); the real config it builds and the trainer
+    check nothing again (the check ran 5 times per launch before)."""
+    from factories import count_char_mix, tiny_cpu_yaml
 
     from trl_grpo_ext import GRPOExtTrainer
+    from trl_grpo_ext.config.recipe_parse import parse_recipe_args
+    from trl_grpo_ext.zero_variance import settings
 
-    args = tiny_config(tmp_path, zero_variance_filter="mask", total_epochs=3, total_training_steps=None)
-    args.zero_variance_filter, args.total_epochs = "skip", 1
-    with pytest.raises(ValueError, match=r"GRPOExtConfig fields were set after the config was built \(total_epochs: 3 "
-                                         r"when built, 1 now; zero_variance_filter: 'mask' when built, 'skip' now\)"
-                                         r".* Fix: build the config with the new value, e.g\. dataclasses\.replace"):
-        GRPOExtTrainer("embedded:tiny-qwen2", args=args, train_dataset=count_char_mix(8))  # before the model loads
-    args.zero_variance_filter, args.total_epochs = "mask", 3  # set back: nothing changed
-    args.check_current_values()
-    dataclasses.replace(args, total_epochs=2).check_current_values()  # a replace() resolves and checks its fields again
-    args.learning_rate = 1e-4  # a field nothing resolves: read by the trainer as it is, so it takes effect
-    args.check_current_values()
-    # every other field gets __post_init__'s checks again (a second breaker's findings: each of these was accepted
-    # after construction and failed at the first step, or trained nothing, or was ignored)
-    for name, value, says in [("temperature", 0.0, "temperature=0.0 must be a number > 0"),
-                              ("multi_objective_aggregation", "normalize_then_sum", "normalize_then_sum"),
-                              ("epsilon_high", 0.28, "epsilon_high=0.28")]:
-        setattr(args, name, value)
-        with pytest.raises(ValueError, match=says):
-            GRPOExtTrainer("embedded:tiny-qwen2", args=args, train_dataset=count_char_mix(8))
-        setattr(args, name, getattr(tiny_config(tmp_path), name))
-    args.accelerator_config.dispatch_batches = True
-    with pytest.raises(ValueError, match="accelerator_config.dispatch_batches=True has process 0 read every batch"):
-        args.check_current_values()
-    # a reward's kwargs may hold what == cannot judge (a numpy array): unchanged, not a crash (a third breaker's finding)
-    import numpy as np
+    calls = []
+    check = settings.check_zero_variance_settings
+    monkeypatch.setattr(settings, "check_zero_variance_settings", lambda **kwargs: calls.append(kwargs) or check(**kwargs))
+    path = tiny_cpu_yaml(tmp_path, drop=("eval_steps", "num_generations_eval"), zero_variance_filter="mask",
+                         eval_strategy="no")
+    run = parse_recipe_args(["--config", path], datasets=False)
+    assert [call["mode"] for call in calls] == ["mask"]
+    assert run.training_args.resolved.zero_variance.zero_variance_filter == "mask"
+    GRPOExtTrainer("embedded:tiny-qwen2", args=run.training_args, train_dataset=count_char_mix(8))
+    assert len(calls) == 1
+    # a config built in Python is checked once, by __post_init__ (the rule; its canonical reward is not asked again)
+    from factories import tiny_config
 
-    tiny_config(tmp_path, rewards=[{"name": "char_fraction", "kwargs": {"arr": np.array([1, 2])}}]).check_current_values()
-
-
-def test_dataclasses_replace_derives_what_trl_derived_anew():
-    # a second breaker's finding: replace(args, num_generations=8) raised "conflicts with generation_batch_size=8",
-    # a value TRL's __post_init__ had written, not the user; a generation_batch_size the user set is kept
-    import dataclasses
-
-    from trl_grpo_ext import GRPOExtConfig
-
-    base = dict(output_dir="/tmp/unused", use_cpu=True, bf16=False, rewards=["format"], report_to="none")
-    ours = GRPOExtConfig(**base, prompts_per_step=2, num_generations=4, micro_batch_size=8, total_training_steps=4)
-    assert (ours.generation_batch_size, ours.steps_per_generation) == (8, 1)  # 2 prompts x 4, one micro-batch
-    wider = dataclasses.replace(ours, num_generations=8)  # 2 x 8 = 16 completions: 2 micro-batches of 8
-    assert (wider.per_device_train_batch_size, wider.gradient_accumulation_steps) == (8, 2)
-    assert (wider.generation_batch_size, wider.steps_per_generation) == (16, 2)
-    trl_style = GRPOExtConfig(**base, per_device_train_batch_size=8, num_generations=4, max_steps=4)
-    smaller = dataclasses.replace(trl_style, per_device_train_batch_size=4)
-    assert (smaller.generation_batch_size, smaller.steps_per_generation) == (4, 1)
-    users = GRPOExtConfig(**base, per_device_train_batch_size=8, num_generations=4, max_steps=4,
-                          generation_batch_size=32)
-    assert dataclasses.replace(users, num_generations=8).generation_batch_size == 32  # the user's: kept
-    # what an advantage preset wrote is the preset's: another preset, or none, resolves it anew (dr_grpo: loss_type
-    # dr_grpo, scale_rewards none; grpo: grpo, group); a loss_type the user wrote beside a preset stays theirs
-    dr = GRPOExtConfig(**base, prompts_per_step=2, num_generations=4, total_training_steps=4, advantage_preset="dr_grpo")
-    assert (dr.loss_type, dr.scale_rewards) == ("dr_grpo", "none")
-    grpo = dataclasses.replace(dr, advantage_preset="grpo")
-    assert (grpo.loss_type, grpo.scale_rewards) == ("grpo", "group")
-    plain = dataclasses.replace(dr, advantage_preset=None)
-    assert (plain.loss_type, plain.scale_rewards) == ("dapo", "group")  # TRL 1.16's defaults
-    # the stop fields our total_* wrote (a third breaker's finding: the refusal's own fix, replace(args,
-    # total_training_steps=10), raised "conflicts with max_steps=5")
-    longer = dataclasses.replace(ours, total_training_steps=10)
-    assert longer.max_steps == 10 and longer.resolved.total_training_steps == 10
-    by_epochs = dataclasses.replace(ours, total_training_steps=None, total_epochs=2)
-    assert (by_epochs.max_steps, by_epochs.num_train_epochs) == (-1, 2)
-    # the markers stay inside: to_dict (trackers, run_config.json, YAML) holds plain values
-    import yaml
-
-    plain_values = ours.to_dict()
-    assert type(plain_values["generation_batch_size"]) is int and type(plain_values["max_steps"]) is int
-    assert yaml.safe_load(yaml.safe_dump({k: v for k, v in plain_values.items() if k != "resolved"}))["max_steps"] == 4
-    assert ours.to_sanitized_dict()["steps_per_generation"] == 1  # TensorBoard's hparams: an int, not "1"
+    tiny_config(tmp_path / "py", zero_variance_filter="mask", rewards=["char_fraction"])
+    assert len(calls) == 2

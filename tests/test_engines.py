@@ -107,14 +107,16 @@ def test_fsdp_4bit_needs_quant_storage_equal_to_compute_dtype():
 
 @pytest.mark.parametrize("engine", [Engine("single"), Engine("ddp"), Engine("deepspeed", zero_stage=2),
                                     Engine("fsdp", fsdp_version=2)], ids=lambda e: e.describe())
-def test_ds3_gather_for_generation_false_outside_zero3_refused(engine):
+def test_ds3_gather_for_generation_false_outside_zero3_is_a_warning(engine):
     """TRL passes ds3_gather_for_generation to unwrap_model_for_generation, which reads it under ZeRO-3 alone: False
-    anywhere else would be ignored. True (TRL's default) and ZeRO-3 (or a DeepSpeed stage not known) are accepted."""
-    with pytest.raises(RunArgumentError, match=r"ds3_gather_for_generation=False with .*only under DeepSpeed ZeRO-3"):
-        engine_checks.check_engine_settings(engine, {"ds3_gather_for_generation": False}, "0.19.8")
-    engine_checks.check_engine_settings(engine, {"ds3_gather_for_generation": True}, "0.19.8")
+    anywhere else has no effect (a warning). True (TRL's default) and ZeRO-3 (or a DeepSpeed stage not known) say
+    nothing."""
+    (line,) = engine_checks.engine_warnings(engine, {"ds3_gather_for_generation": False})
+    assert line.startswith(f"ds3_gather_for_generation=False with {engine.describe()}: TRL reads it only under")
+    engine_checks.check_engine_settings(engine, {"ds3_gather_for_generation": False}, "0.19.8")  # not refused
+    assert engine_checks.engine_warnings(engine, {"ds3_gather_for_generation": True}) == []
     for accepted in (Engine("deepspeed", zero_stage=3), Engine("deepspeed")):
-        engine_checks.check_engine_settings(accepted, {"ds3_gather_for_generation": False}, "0.19.8")
+        assert engine_checks.engine_warnings(accepted, {"ds3_gather_for_generation": False}) == []
 
 
 def test_accelerate_mixed_precision_against_an_unset_bf16_reads_what_the_machine_resolves(monkeypatch):
@@ -133,15 +135,16 @@ def test_accelerate_mixed_precision_against_an_unset_bf16_reads_what_the_machine
         engine_checks.check_engine_settings(engine, {})
 
 
-def test_zero3_peft_non_reentrant_checkpointing_refused():
+def test_zero3_peft_non_reentrant_checkpointing_is_a_warning():
     values = {"use_peft": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}}
-    with pytest.raises(RunArgumentError, match=r"use_reentrant.*TRL forces use_reentrant=True"):
-        engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=3), values, "0.19.8")
-    engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=2), values, "0.19.8")
+    zero3 = Engine("deepspeed", zero_stage=3)
+    (line,) = engine_checks.engine_warnings(zero3, values)
+    assert "gradient_checkpointing_kwargs={'use_reentrant': False}" in line and "TRL forces use_reentrant=True" in line
+    engine_checks.check_engine_settings(zero3, values, "0.19.8")  # not refused: TRL overrides it
+    assert engine_checks.engine_warnings(Engine("deepspeed", zero_stage=2), values) == []
     # the command line's JSON string (a breaker's finding: only the YAML mapping was read, and the run trained)
     as_json = {"use_peft": True, "gradient_checkpointing_kwargs": '{"use_reentrant": false}'}
-    with pytest.raises(RunArgumentError, match=r"use_reentrant.*TRL forces use_reentrant=True"):
-        engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=3), as_json, "0.19.8")
+    assert len(engine_checks.engine_warnings(zero3, as_json)) == 1
 
 
 def test_accelerate_s_mixed_precision_from_the_environment_is_judged(capsys, monkeypatch, tmp_path):

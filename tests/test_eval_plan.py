@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from trl_grpo_ext.evaluation.plan import resolve_eval_plan, zero_variance_forecast_warning
 from trl_grpo_ext.plan import QuantityError
+from trl_grpo_ext.plan.evaluation import resolve_eval_plan, zero_variance_forecast_warning
 
 BASE = dict(eval_strategy="steps", eval_steps=40, logging_steps=1, num_generations=8, num_generations_eval=2,
             per_device_eval_batch_size=32, world_size=1, total_steps=120, steps_per_epoch=120, final_eval="none")

@@ -15,7 +15,8 @@ from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.config.checks import RunArgumentError
 from trl_grpo_ext.config.engines import Engine
 from trl_grpo_ext.models.embedded import tiny
-from trl_grpo_ext.training.merged_generation import check_merge_target, check_merged_generation, merged_adapter
+from trl_grpo_ext.training.merged_generation import check_merge_target, merged_adapter
+from trl_grpo_ext.validation.generation import check_merged_generation
 
 R, ALPHA = 4, 8
 

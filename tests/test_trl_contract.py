@@ -875,7 +875,7 @@ def test_continuous_batching_casts_the_model_and_takes_the_generation_config():
     assert '"cache_implementation": args.cache_implementation,' in init and "if args.generation_kwargs is not None:\n" \
         "                generation_kwargs.update(args.generation_kwargs)" in init, _broken(
             "GRPOTrainer.__init__ no longer passes cache_implementation / generation_kwargs to the GenerationConfig",
-            "generation.check_generation_settings and docs/generation.md (cache_implementation: static)")
+            "validation.generation.check_generation_settings and docs/generation.md (cache_implementation: static)")
 
 
 def test_continuous_batching_drops_the_processors_we_refuse_and_runs_in_eval_mode():
@@ -884,7 +884,7 @@ def test_continuous_batching_drops_the_processors_we_refuse_and_runs_in_eval_mod
     for name in ("RepetitionPenaltyLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "MinLengthLogitsProcessor"):
         assert getattr(logits_process, name).supports_continuous_batching is False, _broken(
             f"transformers now supports {name} under continuous batching",
-            "generation.CB_UNSUPPORTED_GENERATION_KWARGS (the refusal can be relaxed)")
+            "validation.generation.CB_UNSUPPORTED_GENERATION_KWARGS (the refusal can be relaxed)")
     source = inspect.getsource(continuous_batching.continuous_api)
     assert "self.model = model.eval()" in source, _broken(
         "continuous batching no longer puts the model in eval mode",

@@ -51,6 +51,7 @@ def test_mask_mode_on_one_process():
         # the run's rewards span [0, 2] (no declared range): (2, 2) is all right, (1, 1) tied
         "zero_variance/frac_uniform_wrong": [0.0], "zero_variance/frac_uniform_right": [pytest.approx(1 / 3)],
         "zero_variance/frac_uniform_cut": [0.0], "zero_variance/frac_uniform_tied": [pytest.approx(1 / 3)],
+        "zero_variance/frac_completions_uniform": [pytest.approx(4 / 6)],  # equal groups: the same share
         "zero_variance/completions_masked": [4.0],
         "zero_variance/frac_uniform_after": [1 - 2 / 6],
     }
@@ -169,7 +170,8 @@ def test_off_judges_but_changes_nothing():
                               "zero_variance/frac_uniform_wrong": [0.0],
                               "zero_variance/frac_uniform_right": [pytest.approx(1 / 3)],
                               "zero_variance/frac_uniform_cut": [0.0],
-                              "zero_variance/frac_uniform_tied": [pytest.approx(1 / 3)]}
+                              "zero_variance/frac_uniform_tied": [pytest.approx(1 / 3)],
+                              "zero_variance/frac_completions_uniform": [pytest.approx(2 / 3)]}
     assert zv.causes == ["tied", None, "right"]
     assert zv.state_dict() == {"reward_range": {"low": 0.0, "high": 2.0}}
 

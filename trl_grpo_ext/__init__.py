@@ -9,7 +9,8 @@ import logging
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from ._lazy import _lazy_exports  # noqa: F401 (older imports of the helper)
+from ._version import __version__
 
 
 class _OfflineKernelTrustNotice(logging.Filter):
@@ -40,18 +41,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config.ext_config import GRPOExtConfig  # noqa: F401
     from .plan import RunPlan, resolve_plan  # noqa: F401
     from .trainer import GRPOExtTrainer  # noqa: F401
-
-
-def _lazy_exports(package: str, module: str, names: frozenset):
-    """A module ``__getattr__`` for ``package`` that loads ``names`` from its submodule ``module`` (e.g.
-    ``".ext_config"``) on first use, so importing a sibling submodule stays light."""
-
-    def getattr_(name: str):
-        if name in names:
-            return getattr(import_module(module, package), name)
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-
-    return getattr_
 
 
 def __getattr__(name: str):

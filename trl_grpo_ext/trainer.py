@@ -92,7 +92,6 @@ class GRPOExtTrainer(GRPOTrainer):
                 f"GRPOExtTrainer needs args=GRPOExtConfig(...), got {type(args).__name__}. GRPOExtConfig accepts every "
                 "GRPOConfig field."
             )
-        args.check_current_values()  # fields set after the config was built: refused if ignored, else checked
         reward_funcs = reward_funcs_from_args(reward_funcs, args)
         if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
             judged_reward_index(args.resolved.zero_variance.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])

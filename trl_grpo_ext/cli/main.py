@@ -32,7 +32,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     With ``command`` (the sub-command about to run), only that sub-command's module is imported; the others get an
     empty placeholder, so that `plan` does not pay for importing `push`.
     """
-    from trl_grpo_ext import __version__
+    from trl_grpo_ext._version import __version__
 
     parser = argparse.ArgumentParser(prog="trl-grpo-ext", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trl-grpo-ext {__version__}")

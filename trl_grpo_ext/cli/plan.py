@@ -16,9 +16,9 @@ from trl_grpo_ext.cli import Once
 from trl_grpo_ext.config.checks import Range, world_size_from_env
 from trl_grpo_ext.config.frontdoor import read_run_args
 from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
-from trl_grpo_ext.evaluation.plan import zero_variance_forecast_warning
 from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan, seed_line
 from trl_grpo_ext.plan.advice import memory_note
+from trl_grpo_ext.plan.evaluation import zero_variance_forecast_warning
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.validation.collected import eval_plan_of
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
@@ -130,7 +130,7 @@ def build_plan(args: argparse.Namespace):
     memory = None if args.gpu_memory_gib is None else memory_note(plan, args.gpu_memory_gib, args.model_params)
     rewards = resolved.rewards
     warns += survey.warnings + weight_warnings(rewards or [])
-    warns += [run.switched_off] if run.switched_off else []
+    warns += run.warnings
     notes = ([survey.not_run] if survey.not_run else []) + survey.notes + ([memory] if memory else [])
     cut = getattr(script_args, "max_prompt_length", None)
     if survey.train_rows is not None and cut is not None and args.dataset_size is None and not survey.prompts_cut:

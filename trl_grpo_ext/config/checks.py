@@ -14,7 +14,12 @@ __all__ = ["RunArgumentError", "Range", "Choices", "check_choice", "closest_choi
 
 
 class RunArgumentError(ValueError):
-    """A run argument that would fail late or be silently ignored; the message names field, value, fix."""
+    """A run argument that would fail late or cannot work; the message names field, value, fix."""
+
+
+class IneffectiveSettingWarning(UserWarning):
+    """A setting accepted but without effect in this run (the severity ladder: docs/configuration.md); the message
+    names the field, why, and how to silence it."""
 
 
 @dataclass(frozen=True)
@@ -184,3 +189,8 @@ def world_size_from_env(environ=None, strict: bool = True) -> int:
         raise RunArgumentError(f"WORLD_SIZE={raw!r} in the environment is not a whole number of processes (1 or more). "
                                "Fix: unset it (plan: or pass --num-processes P).")
     return size
+
+
+def resumes(resume_from_checkpoint) -> bool:
+    """Whether ``resume_from_checkpoint`` (None/False, True, ``"last"`` or a path) asks to resume."""
+    return resume_from_checkpoint not in (None, False, "", "false", "False")

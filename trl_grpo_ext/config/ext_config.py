@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
+import warnings
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, NewType
 
@@ -17,12 +18,11 @@ from ..models.settings import check_bf16_machine, check_fp16_machine
 from ..plan import QuantityError
 from ..plan.resolve import NO_STEP_LIMIT_FIX
 from ..rewards.guard import REWARD_ERROR_POLICIES
-from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
 from ..zero_variance.settings import ROLLOUT_BUDGETS, ZERO_VARIANCE_SIGNALS, ZeroVarianceSettings
 from .advantage_settings import BASELINES, EPSILON_RANGE, PRESETS, STD_KINDS, STD_SCALINGS
-from .checks import Choices, Range, choice_from_yaml, declared_checks, world_size_from_env
+from .checks import Choices, IneffectiveSettingWarning, Range, choice_from_yaml, declared_checks, world_size_from_env
 from .engines import resolve_engine
-from .resolved import USER_FIELDS, ResolvedConfig, WrittenRewardWeights, is_written, resolve_config
+from .resolved import USER_FIELDS, ResolvedConfig, resolve_config
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
@@ -132,25 +132,24 @@ class GRPOExtConfig(GRPOConfig):
             if isinstance(check, Choices):
                 setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
         world_size = world_size_from_env()
-        trl_writes = [name for name in _TRL_WRITTEN  # left to TRL's __post_init__, in this config or the replaced one
-                      if getattr(self, name) is None or isinstance(getattr(self, name), WrittenInt)]
         self._resolve(world_size)
-        self._check(world_size)
+        checked = FRONT_DOOR_CHECKED.get()
+        if checked is None:  # built in Python: the checks each field declares, the ranges and the rules, here
+            self._check(world_size)
+        else:  # built by the front door, which checked these values (`frontdoor.read_run_args`): each check once
+            self._resolve_bf16()
+            self._set_zero_variance(checked.get("zero_variance"))
         self._adopt_activation_checkpointing()
         from ..validation.engines import check_engine_device
 
         check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
         super().__post_init__()
-        for name in trl_writes:  # marked, so that a dataclasses.replace() handing them back derives them anew
-            if getattr(self, name) is not None:
-                setattr(self, name, WrittenInt(getattr(self, name)))
         if self.world_size != world_size:
             raise QuantityError(
                 f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "
                 f"variable) but accelerate reports {self.world_size} processes. Launch with `accelerate launch` or "
                 "`torchrun`, which set WORLD_SIZE."
             )
-        self._built_values = self._resolved_inputs()  # `check_current_values` compares them
 
     def _check(self, world_size: int) -> None:
         """The checks each field declares, TRL's and transformers' ranges, and the rules of scope ``"run"``."""
@@ -162,68 +161,40 @@ class GRPOExtConfig(GRPOConfig):
                 check.check(name, getattr(self, name))
         for name, check in _trl_ranges().items():  # TRL's and transformers' numeric fields, as plan checks them
             check.check(name, getattr(self, name))
-        self._check_bf16()  # the rules read bf16 as the run resolves it (accelerate's mixed_precision beside it)
+        self._resolve_bf16()  # the rules read bf16 as the run resolves it (accelerate's mixed_precision beside it)
+        check_bf16_machine(self.bf16, self.use_cpu)
+        check_fp16_machine(self.fp16, self.use_cpu)
         self._check_rules(world_size)
-
-    def _resolved_inputs(self) -> dict[str, Any]:
-        return copy.deepcopy({name: getattr(self, name) for name in (*USER_FIELDS, *ZERO_VARIANCE_FIELDS)})
-
-    def check_current_values(self) -> None:
-        """Check the fields as they are now, after any ``args.x = y`` since the config was built (`GRPOExtTrainer`
-        calls it before loading anything): a field `resolved` was built from must not have changed (the plan, the
-        filter and the advantages read `resolved`, so the new value would be ignored); every other field gets the
-        checks and rules `__post_init__` ran.
-
-        Raises:
-            ValueError: naming each changed field, its value when built and now, and the fix; or as `__post_init__`."""
-        built = getattr(self, "_built_values", None) or {}
-        changed = [name for name, value in built.items() if not _same(getattr(self, name), value)]
-        if changed:
-            listed = "; ".join(f"{name}: {built[name]!r} when built, {getattr(self, name)!r} now" for name in changed)
-            raise ValueError(
-                f"GRPOExtConfig fields were set after the config was built ({listed}). The config resolves and checks "
-                "its fields when it is built, and the run reads what they resolved to, so the change would be "
-                f"ignored. Fix: build the config with the new value, e.g. dataclasses.replace(args, {changed[0]}="
-                f"{getattr(self, changed[0])!r}), which resolves and checks it."
-            )
-        self._check(self.resolved.world_size)
 
     def _resolve(self, world_size: int) -> None:
         """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
-        for name, default in _TRL_DEFAULTS.items():  # written (by TRL or us) for the config this one was replace()d from
-            if isinstance(getattr(self, name), (WrittenInt, WrittenFloat, WrittenStr)):
-                setattr(self, name, default)
-        spg, gbs = self.steps_per_generation, self.generation_batch_size
-        if spg is not None and gbs is not None and gbs == self.per_device_train_batch_size * world_size * spg:
-            self.steps_per_generation = None  # both as TRL's __post_init__ wrote them (dataclasses.replace): agreeing
         defaults = {name: _TRL_DEFAULTS[name] for name in ("scale_rewards", "loss_type")}
         values = {name: getattr(self, name) for name in USER_FIELDS}
         self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
-        users_weights = self.reward_weights is not None and not is_written(self.reward_weights)
+        users_weights = self.reward_weights is not None
         for name, value in self.resolved.trl_fields().items():
-            if name == "reward_weights" and users_weights:
-                continue  # the user's own list (equal to the resolved weights): kept as given, never marked
-            if value != getattr(self, name) and type(value) in _WRITTEN:
-                value = _WRITTEN[type(value)](value)  # ours (from total_*, prompts_per_step, a preset), not the user's
-            setattr(self, name, value)
-        if self.resolved.rewards is None and is_written(self.reward_weights):
-            self.reward_weights = None  # written for `rewards` that a replace() removed: not the user's weights
+            if not (name == "reward_weights" and users_weights):  # the user's own list is kept as given
+                setattr(self, name, value)
 
     def _check_rules(self, world_size: int) -> None:
         """The rules of scope ``"run"`` (`validation.rules.RULES`) on this config's values and resolved batch; sets
         the canonical ``zero_variance_reward`` and the `ZeroVarianceSettings` in ``resolved``."""
         from ..validation.problems import Problems
-        from ..validation.rules import RunView, run_rules, zero_variance
+        from ..validation.rules import RunView, run_rules
 
         rewards = self.resolved.rewards
-        values = {**vars(self), **{name: None for name in _TRL_WRITTEN if isinstance(getattr(self, name), WrittenInt)}}
-        view = RunView(values, None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
+        view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
                        on_cpu=self.use_cpu or not _accelerator_available(),
                        reward_names=[spec.name for spec in rewards] if rewards else None)
         problems = Problems()
-        run_rules(view, problems, scope="run")
+        results = run_rules(view, problems, scope="run")
         problems.raise_if_any(ValueError)
-        canonical = zero_variance(view)
+        for line in problems.warnings:  # listed together, once (the front door lists them itself)
+            warnings.warn(line, IneffectiveSettingWarning, stacklevel=4)
+        self._set_zero_variance(results.get("zero_variance"))
+
+    def _set_zero_variance(self, canonical: str | None) -> None:
+        """``resolved`` with the canonical judged reward (the `zero_variance` rule's result) and its settings."""
         self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical, zero_variance=(
             ZeroVarianceSettings.from_values(self, zero_variance_reward=canonical)))
 
@@ -235,12 +206,9 @@ class GRPOExtConfig(GRPOConfig):
             if getattr(self, new, False) is None and getattr(self, old) is not None:
                 setattr(self, new, getattr(self, old))
 
-    def _check_bf16(self) -> None:
+    def _resolve_bf16(self) -> None:
         if self.bf16 is None:  # TRL would default to True; choose what this machine supports
             self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
-        else:
-            check_bf16_machine(self.bf16, self.use_cpu)
-        check_fp16_machine(self.fp16, self.use_cpu)
 
     def quantity_fields(self) -> dict[str, Any]:
         """Deprecated (removed in 0.3.0): ``config.resolved.quantity_fields()``."""
@@ -253,7 +221,7 @@ class GRPOExtConfig(GRPOConfig):
     def to_dict(self) -> dict[str, Any]:
         """`TrainingArguments.to_dict`, plus ``resolved`` and ``run_plan`` (once the trainer set it): what the trackers
         log and ``run_config.json`` holds."""
-        values = {name: _plain(value) for name, value in super().to_dict().items()}
+        values = super().to_dict()
         resolved = getattr(self, "resolved", None)  # set by __post_init__
         if resolved is not None:
             values["resolved"] = resolved.to_dict()
@@ -285,45 +253,11 @@ def _trl_ranges() -> dict[str, Range]:
 #: our fields whose default ``None`` means "unset" (a declared check applies to a value, not to None)
 _UNSET_BY_NONE = frozenset(f.name for f in fields(GRPOExtConfig) if f.default is None)
 _DEFAULTS = {f.name: f.default for f in fields(GRPOExtConfig)}
-#: TRL fields `GRPOConfig.__post_init__` derives when left None (one from the other and the batch).
-_TRL_WRITTEN = ("generation_batch_size", "steps_per_generation")
-
-
-class WrittenInt(int):
-    """A TRL field's value derived by TRL's ``__post_init__`` (:data:`_TRL_WRITTEN`) or written from our fields
-    (``ResolvedConfig.trl_fields``), not the user's (as `resolved.WrittenRewardWeights`): a `dataclasses.replace`
-    handing it back derives it anew; ``to_dict`` shows it as a plain value."""
-
-
-class WrittenFloat(float):
-    """As `WrittenInt`, for ``num_train_epochs``."""
-
-
-class WrittenStr(str):
-    """As `WrittenInt`, for ``scale_rewards`` / ``loss_type`` an ``advantage_preset`` wrote."""
-
-
-_WRITTEN = {int: WrittenInt, float: WrittenFloat, str: WrittenStr}
-#: TRL 1.16's defaults of the fields written for the user (``ResolvedConfig.trl_fields`` and :data:`_TRL_WRITTEN`).
-_TRL_DEFAULTS = {f.name: f.default for f in fields(GRPOConfig) if f.name in (
-    "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
-    "max_steps", "num_train_epochs", "num_generations", "num_iterations", "scale_rewards", "loss_type")}
-
-
-def _same(a: Any, b: Any) -> bool:
-    """``a == b``, or equal reprs where ``==`` gives no truth value (a numpy array in a reward's kwargs)."""
-    try:
-        return bool(a == b)
-    except (TypeError, ValueError):
-        return repr(a) == repr(b)
-
-
-def _plain(value: Any) -> Any:
-    """A written marker's plain value (YAML, TensorBoard's hparams and older installs read plain types)."""
-    for kind, marker in _WRITTEN.items():
-        if isinstance(value, marker):
-            return kind(value)
-    return list(value) if isinstance(value, WrittenRewardWeights) else value
+#: TRL 1.16's defaults of ``scale_rewards`` and ``loss_type`` (an ``advantage_preset`` may write them).
+_TRL_DEFAULTS = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}
+#: Set by the front door (`frontdoor.read_run_args`) while it builds the real classes of values it has checked: the
+#: rules' results (``"zero_variance"``: the canonical judged reward), so that `__post_init__` checks nothing again.
+FRONT_DOOR_CHECKED: ContextVar[dict | None] = ContextVar("FRONT_DOOR_CHECKED", default=None)
 
 
 def _accelerator_available() -> bool:

@@ -9,7 +9,7 @@ import difflib
 import functools
 import os
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ class RunArgs:
     config_path: str | None
     user_values: dict | None = None
     problems: Any = None
-    switched_off: str | None = None  # the warning naming the YAML fields a command-line flag switched off
+    warnings: list = field(default_factory=list)  # settings without effect, one line each (listed once, not refused)
 
     def __iter__(self):  # script_args, training_args, model_args, push_args = run
         return iter((self.script_args, self.training_args, self.model_args, self.push_args))
@@ -327,24 +327,23 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     check_user_values(user_values, problems=problems)
     given = frozenset(config) | frozenset(cli_given)
     run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values)
-    validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
-                      user_checked=True)
+    results = validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
+                                user_checked=True)
     run.problems = problems
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
-    from ..validation.tables import ignored_fields, switched_off_warning
-    from ..validation.user_values import flatten_values
+    if not light:  # the real dataclasses: what only they (and TRL's and transformers' own checks) refuse
+        from .ext_config import FRONT_DOOR_CHECKED
 
-    values = flatten_values(*run)
-    warning = switched_off_warning(user_values, values)
-    if not light:  # the real dataclasses: what only they check (`GRPOExtConfig.__post_init__`)
-        # a YAML field a command-line flag switched off is not used (the warning): the real config keeps its default
-        off = {name for name, switched_off in ignored_fields(user_values, values) if switched_off}
-        run = _parse(hf_argument_parser(dataclass_types(False)), {k: v for k, v in config.items() if k not in off},
-                     args, problems, given=given, path=path, user_values=user_values)
+        token = FRONT_DOOR_CHECKED.set(results)  # checked above: `GRPOExtConfig.__post_init__` checks nothing again
+        try:
+            run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
+                         user_values=user_values)
+        finally:
+            FRONT_DOOR_CHECKED.reset(token)
         problems.raise_if_any(ConfigError)
-    run.switched_off = warning
+    run.warnings = list(problems.warnings)
     return run
 
 

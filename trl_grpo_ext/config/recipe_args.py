@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from trl import ModelConfig, ScriptArguments
 
-from ..evaluation.plan import FINAL_EVAL_CHOICES
-from ..hub.push import HubPushArguments
+from ..plan.evaluation import FINAL_EVAL_CHOICES
 from .ext_config import GRPOExtConfig
+from .push_settings import HubPushArguments
 
 __all__ = ["RecipeArguments", "RECIPE_DATACLASSES"]
 

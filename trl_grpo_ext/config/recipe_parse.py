@@ -11,7 +11,6 @@ from pathlib import Path
 
 import yaml
 
-from ..hub.secrets import scrub_secrets
 from ..models.settings import check_bf16_machine, check_fp16_machine, check_model_path
 from ..models.source import resolve_model_source
 from ..rewards.spec import build_reward_funcs, with_run_defaults
@@ -21,6 +20,7 @@ from ..validation.problems import Problems, problem_lines
 from .checks import world_size_from_env
 from .frontdoor import read_run_args
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
+from .secrets import scrub_secrets
 
 RUN_CONFIG_FILE = "run_config.json"
 
@@ -81,8 +81,8 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
         problems.raise_if_any(ValueError)
     except (ValueError, OSError, yaml.YAMLError) as err:
         raise _fail(problem_lines(err)) from err
-    if run.switched_off:  # `--use_peft false` over a YAML with lora_r: accepted, and said
-        print(f"warning: {run.switched_off}", file=sys.stderr)
+    for line in run.warnings:  # settings without effect (`--use_peft false` over a YAML with lora_r): listed once
+        print(f"warning: {line}", file=sys.stderr)
     return run
 
 

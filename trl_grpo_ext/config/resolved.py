@@ -68,7 +68,7 @@ class ResolvedConfig:
                  "scale_rewards", "loss_type")
         values = {name: getattr(self, name) for name in names}
         if self.rewards is not None:
-            values["reward_weights"] = WrittenRewardWeights(self.reward_weights)
+            values["reward_weights"] = list(self.reward_weights)
         return values
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,32 +80,15 @@ class ResolvedConfig:
         return values
 
 
-class WrittenRewardWeights(list):
-    """TRL's ``reward_weights`` as `GRPOExtConfig` writes it from the ``rewards`` items: a plain `list` marked as
-    ours, so that a `dataclasses.replace` handing it back is ignored (:func:`resolve_reward_specs`); edited in place, it
-    is the user's."""
-
-    def __init__(self, values=()):
-        super().__init__(values)
-        self.written = tuple(self)
-
-
-def is_written(reward_weights: Any) -> bool:
-    """Whether ``reward_weights`` is an unchanged :class:`WrittenRewardWeights`."""
-    return isinstance(reward_weights, WrittenRewardWeights) and tuple(reward_weights) == reward_weights.written
-
-
 _WEIGHT = Range(fix="give each reward function a number, e.g. `reward_weights: [1.0, 0.5]`.")
 
 
 def resolve_reward_specs(rewards: Any, reward_weights: Sequence[float] | None) -> list[RewardSpec]:
     """The `RewardSpec` list of ``rewards`` with TRL's ``reward_weights`` applied (weights on the items or in
-    ``reward_weights``, not both; a :class:`WrittenRewardWeights` is ignored).
+    ``reward_weights``, not both).
 
     Raises:
         ValueError: as `rewards.spec.parse_reward_specs`; UnknownRewardError: an unknown name."""
-    if is_written(reward_weights):
-        reward_weights = None
     return parse_reward_specs(rewards, reward_weights)
 
 
@@ -123,7 +106,7 @@ def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Map
     if values["rewards"] is not None:
         specs = resolve_reward_specs(values["rewards"], values["reward_weights"])
         rewards, reward_weights = tuple(specs), tuple(spec.weight for spec in specs)
-    elif values["reward_weights"] is not None and not is_written(values["reward_weights"]):
+    elif values["reward_weights"] is not None:
         # weights for reward functions passed to the trainer (`reward_funcs=`): numbers, not booleans
         reward_weights = tuple(_WEIGHT.check(f"reward_weights[{i}]", weight, error=ValueError, typed=True)
                                for i, weight in enumerate(values["reward_weights"]))

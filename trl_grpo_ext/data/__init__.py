@@ -4,7 +4,7 @@ The public names of ``load`` (``trl_grpo_ext.data`` was one module before the pa
 from here on first use, so importing a sibling module stays light.
 """
 
-from .. import _lazy_exports
+from .._lazy import _lazy_exports
 
 #: Names re-exported from ``load``.
 _EXPORTS = frozenset({

@@ -4,7 +4,7 @@ The public names of ``evaluate`` (``trl_grpo_ext.evaluation`` was one module bef
 concern) load from here on first use, so importing a sibling module stays light.
 """
 
-from .. import _lazy_exports
+from .._lazy import _lazy_exports
 
 #: Names re-exported from ``evaluate``.
 _EXPORTS = frozenset({

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..config.checks import check_choice
+from ..config.secrets import scrub_secrets
 from ..zero_variance.report import card_rows, run_summary, steps_per_generation
 from ..zero_variance.settings import FIELDS as ZERO_VARIANCE_FIELDS
 from . import card_facts
 from .card_template import CARD_TEMPLATE, CITATIONS, DAPO_CITATION, GRESO_CITATION
 from .merge import UPLOAD_MODES, read_json
-from .secrets import scrub_secrets
 
 #: Tags every card carries (the metadata's ``tags``); ``qlora`` is added for a 4-bit run, ``lora`` or ``merged`` by mode
 #: (`card_facts.tags`).
@@ -101,7 +101,7 @@ def _name_link(name: str | None, kind: str, local: bool = False) -> str:
 
 
 def _versions() -> str:
-    from trl_grpo_ext import __version__
+    from trl_grpo_ext._version import __version__
 
     lines = [f"- trl-grpo-ext: {__version__}"]
     for package in VERSIONED_PACKAGES:
@@ -274,7 +274,7 @@ def build_model_card(
     Args:
         output_dir (`str` or `Path`): the run's directory. Read when present: ``run_plan.json`` (every key is shown),
             ``run_config.json`` (``script_args`` / ``model_args`` / ``training_args``; secrets are redacted with
-            :func:`~trl_grpo_ext.hub.secrets.scrub_secrets` before anything is shown), ``trainer_state.json``,
+            :func:`~trl_grpo_ext.config.secrets.scrub_secrets` before anything is shown), ``trainer_state.json``,
             ``train_results.json``, ``adapter_config.json`` and ``reward_plot.png`` (linked as a relative image, so it
             must be uploaded next to the card). A missing file gives "Not recorded for this run." in its section.
         mode (`str`, defaults to ``"adapter"``): ``"adapter"`` (load with peft) or ``"merged"`` (plain transformers).

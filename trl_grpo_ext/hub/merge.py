@@ -33,7 +33,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..config.checks import RunArgumentError, check_choice
+from ..config.checks import check_choice
+from ..config.push_settings import MERGE_DTYPES, PUSH_MODES, check_revision  # noqa: F401 (hub/__init__ lends them)
 
 #: Files that make up a saved PEFT adapter; both are required.
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -53,93 +54,6 @@ TOKENIZER_FILES = (
 )
 #: How the adapter is folded into its base (see the module docstring); the first is the default.
 MERGE_METHODS = ("dequantized", "original")
-#: Dtypes a merged export can be saved in (``HubPushArguments.merge_dtype``, ``trl-grpo-ext push --merge-dtype``).
-MERGE_DTYPES = ("bfloat16", "float16", "float32")
-#: What the recipe pushes after training (``HubPushArguments.push_to_hub_mode``): nothing, the adapter, or the merge.
-PUSH_MODES = ("none", "adapter", "merged")
-
-
-def push_mode(push_to_hub_mode: str | None, push_to_hub: bool = False) -> str:
-    """What the recipe pushes: ``push_to_hub_mode``, except that TRL's ``push_to_hub: true`` next to ``none`` (or
-    unset) pushes the adapter."""
-    mode = push_to_hub_mode or "none"
-    return "adapter" if mode == "none" and push_to_hub else mode
-
-
-def check_push_adapter(mode: str, use_peft: bool, named: str | None = None) -> None:
-    """The recipe pushes a LoRA adapter or the base merged with it (``mode`` from :func:`push_mode`): a full
-    fine-tune (``use_peft`` false) has neither, so the push would fail after training. ``named``: the setting the
-    message names (default ``push_to_hub_mode=<mode>``; TRL's ``push_to_hub=True`` where that set the mode).
-
-    Raises:
-        ValueError: naming the mode and the fix."""
-    if mode != "none" and not use_peft:
-        raise ValueError(
-            f"{named or f'push_to_hub_mode={mode!r}'} pushes a LoRA adapter (merged: the base merged with it), but "
-            "use_peft=False trains the whole model, which the recipe does not push: the push would fail after training. Fix: set "
-            "use_peft: true, or push_to_hub_mode: none (and push_to_hub: false) and upload output_dir yourself "
-            "(huggingface_hub's upload_folder).")
-
-
-def check_push_settings(v, adapter: bool) -> None:
-    """`check_push_adapter` (``adapter``), else `check_push_repository`, on the run's push settings (``v``: a
-    `validation.rules.RunView`; the rules ``push_needs_adapter`` and ``push_needs_repository``).
-
-    Raises:
-        RunArgumentError: naming the fields and the fix."""
-    field_mode, push = v.get("push_to_hub_mode") or "none", v.get("push_to_hub")
-    mode = push_mode(field_mode, push is True)
-    named = None if field_mode != "none" else "push_to_hub=True (a push of the adapter)"
-    if not adapter and push is True and field_mode == "none" and v.is_set("push_to_hub_mode"):
-        raise RunArgumentError("push_to_hub=True pushes the adapter after training, but push_to_hub_mode='none' says "
-                               "push nothing. Fix: keep one: push_to_hub_mode: adapter, or push_to_hub: false.")
-    if not adapter and mode != "none" and (v.user or {}).get("push_to_hub") is False:  # `--push_to_hub false`
-        raise RunArgumentError(f"push_to_hub=False, but push_to_hub_mode={mode!r} pushes after training all the same. "
-                               "Fix: set push_to_hub_mode: none to push nothing.")
-    try:
-        (check_push_adapter(mode, v.get("use_peft"), named) if adapter else
-         check_push_repository(mode, v.get("hub_repo_id") or v.get("hub_model_id"), named,
-                               "hub_repo_id" if v.get("hub_repo_id") else "hub_model_id", v.get("hub_revision")))
-    except ValueError as err:
-        raise RunArgumentError(str(err)) from None
-
-
-def check_push_repository(mode: str, repo_id: str | None, named: str | None = None,
-                          field: str = "hub_repo_id", revision: str | None = None) -> None:
-    """A push (``mode`` from :func:`push_mode`; ``named`` as in :func:`check_push_adapter`) needs a repository.
-
-    Raises:
-        ValueError: ``mode`` is not ``"none"`` and ``repo_id`` (``hub_repo_id``, else TRL's ``hub_model_id``) is
-            unset or not a valid Hub id (`huggingface_hub.utils.validate_repo_id`), or ``revision``
-            (``hub_revision``) is no valid branch name (`check_revision`)."""
-    if mode != "none" and not repo_id:
-        raise ValueError(f"{named or f'push_to_hub_mode={mode!r}'} needs a repository: set hub_repo_id (or TRL's "
-                         "hub_model_id), e.g. --hub_repo_id your-name/your-model.")
-    if mode != "none":  # the push would refuse them after training
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-        check_revision(revision, "hub_revision")
-        try:
-            validate_repo_id(repo_id)
-        except HFValidationError as err:
-            raise ValueError(f"{field}={repo_id!r} is not a valid Hub repository id: {err} Fix: e.g. "
-                             f"--{field} your-name/your-model.") from None
-
-
-def check_revision(revision: str | None, field: str = "--revision") -> None:
-    """A branch name git (and so the Hub) accepts (`git check-ref-format`'s rules), or None for ``main``.
-
-    Raises:
-        ValueError: naming ``field``, the value and a fix."""
-    bad = revision is not None and (
-        not revision.strip() or any(c.isspace() or c in "~^:?*[\\" or ord(c) < 32 for c in revision)
-        or ".." in revision or "@{" in revision or revision.startswith(("-", "/", ".")) or revision.endswith(
-            ("/", ".", ".lock")) or "//" in revision or "/." in revision)
-    if bad:
-        raise ValueError(f"{field}={revision!r} is not a valid branch name (no spaces, '..', '~^:?*[\\', leading "
-                         "'-', '/' or '.', trailing '/', '.' or '.lock'). Fix: e.g. experiment-1.")
-
-
 #: The modes a push uploads (and a model card is written for): :data:`PUSH_MODES` without ``"none"``.
 UPLOAD_MODES = PUSH_MODES[1:]
 #: Written next to the merged weights: how they were made, and which files they are.
@@ -292,7 +206,7 @@ def export_merged(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    from trl_grpo_ext import __version__
+    from trl_grpo_ext._version import __version__
     from trl_grpo_ext.models.embedded import tiny
 
     info = merge_info(source, dtype, method, base_model)

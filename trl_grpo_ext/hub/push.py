@@ -13,7 +13,7 @@ A push has two phases.
 
 The token (argument, ``HF_TOKEN`` or huggingface_hub's stored login) is passed to huggingface_hub only. It is never
 printed or logged, any string equal to it is replaced in error messages, and
-:func:`~trl_grpo_ext.hub.secrets.scrub_secrets` removes secrets from every JSON file this module writes.
+:func:`~trl_grpo_ext.config.secrets.scrub_secrets` removes secrets from every JSON file this module writes.
 """
 
 from __future__ import annotations
@@ -22,27 +22,30 @@ import json
 import logging
 import shlex
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.checks import check_choice
+from ..config.push_settings import (  # noqa: F401 (HubPushArguments, HubPushSettings: lent to hub/__init__)
+    MERGE_DTYPES,
+    PUSH_MODES,
+    HubPushArguments,
+    HubPushSettings,
+    check_push_repository,
+    check_revision,
+    push_mode,
+)
+from ..config.secrets import redact_text, scrub_secrets
 from .card import REWARD_PLOT_FILE, build_model_card
 from .merge import (
     ADAPTER_FILES,
-    MERGE_DTYPES,
     MERGE_INFO_FILE,
-    PUSH_MODES,
     TOKENIZER_FILES,
     UPLOAD_MODES,
     check_adapter_dir,
-    check_push_repository,
-    check_revision,
     export_merged,
     merged_export_is_current,
-    push_mode,
     read_json,
 )
-from .secrets import redact_text, scrub_secrets
 
 __all__ = [
     "HubPushArguments",
@@ -50,6 +53,7 @@ __all__ = [
     "HubPushInterrupted",
     "HubPushSettings",
     "prepare_upload",
+    "push_settings",
     "push_run",
     "retry_command",
     "upload_dir",
@@ -71,118 +75,10 @@ class HubPushInterrupted(KeyboardInterrupt):
     one; its message says that local files are intact and gives the command that retries."""
 
 
-@dataclass
-class HubPushArguments:
-    r"""
-    Where and how the recipe pushes a finished run to the Hugging Face Hub (parsed by TRL's `TrlParser` next to
-    `GRPOExtConfig`). The push happens after training, once every file is saved locally; see
-    [`trl_grpo_ext.hub.push_run`]. TRL's own `hub_revision` (branch), `hub_model_id` (fallback repo id),
-    `hub_private_repo`, `hub_token` and `push_to_hub` are read from the training arguments by [`resolve`].
-
-    Parameters:
-        push_to_hub_mode (`str`, *optional*, defaults to `"none"`):
-            What to push: `"none"` (nothing), `"adapter"` (the LoRA adapter, loads with peft onto its base) or
-            `"merged"` (the adapter merged into the de-quantized base, a plain transformers model). TRL's
-            `push_to_hub=True` with this left at `"none"` means `"adapter"`.
-        hub_repo_id (`str` or `None`, *optional*, defaults to `None`):
-            Target repository, `"user/name"` or `"org/name"`. Falls back to TRL's `hub_model_id`.
-        hub_private (`bool`, *optional*, defaults to `True`):
-            Create the repository private. TRL's `hub_private_repo`, when set, takes precedence. An existing
-            repository keeps its visibility.
-        merge_dtype (`str`, *optional*, defaults to `"bfloat16"`):
-            Dtype of the merged weights in `"merged"` mode: `"bfloat16"`, `"float16"` or `"float32"`.
-        hub_license (`str`, *optional*, defaults to `"apache-2.0"`):
-            The license in the model card's metadata (a Hub license id). The default is the license of the shipped
-            configs' base models (Qwen2.5, SmolLM2); set your base model's (e.g. `llama3.1`, `other`) for others.
-    """
-
-    push_to_hub_mode: str = field(
-        default="none",
-        metadata={
-            "help": "What to push after training: 'none', 'adapter' (LoRA adapter, loads with peft) or 'merged' "
-            "(adapter merged into the de-quantized base, plain transformers). TRL's --push_to_hub means 'adapter'.",
-            "choices": list(PUSH_MODES),
-        },
-    )
-    hub_repo_id: str | None = field(
-        default=None,
-        metadata={"help": "Hub repository to push to ('user/name'). Falls back to TRL's --hub_model_id."},
-    )
-    hub_private: bool = field(
-        default=True,
-        metadata={"help": "Create the repository private (default). TRL's --hub_private_repo, when set, wins."},
-    )
-    merge_dtype: str = field(
-        default="bfloat16",
-        metadata={"help": "Dtype of the merged weights in 'merged' mode.", "choices": list(MERGE_DTYPES)},
-    )
-    hub_license: str = field(
-        default="apache-2.0", metadata={"help": "License id in the model card (follow the base model's license)."}
-    )
-
-    def __post_init__(self):
-        check_choice("push_to_hub_mode", self.push_to_hub_mode, PUSH_MODES, error=ValueError)
-        check_choice("merge_dtype", self.merge_dtype, MERGE_DTYPES, error=ValueError)
-
-    def resolve(self, training_args=None) -> HubPushSettings:
-        """Combine these arguments with TRL's hub fields into the settings of the push.
-
-        Args:
-            training_args: the run's `GRPOConfig` / `TrainingArguments` (or `None`). Read: `push_to_hub`,
-                `hub_model_id`, `hub_revision`, `hub_private_repo`, `hub_token`. When `push_to_hub` is `True` it is
-                set to `False` on this object: the recipe pushes after saving, and the Trainer must not push on its
-                own (it would create the repo when it starts and push before the card exists).
-
-        Returns:
-            :class:`HubPushSettings`.
-
-        Raises:
-            ValueError: when a push is asked for but no repository is named.
-        """
-        trl_push = bool(getattr(training_args, "push_to_hub", False))
-        mode = push_mode(self.push_to_hub_mode, trl_push)
-        if trl_push:
-            training_args.push_to_hub = False
-        repo_id = self.hub_repo_id or getattr(training_args, "hub_model_id", None)
-        check_push_repository(mode, repo_id)
-        trl_private = getattr(training_args, "hub_private_repo", None)
-        return HubPushSettings(
-            mode=mode,
-            repo_id=repo_id,
-            revision=getattr(training_args, "hub_revision", None),
-            private=self.hub_private if trl_private is None else bool(trl_private),
-            merge_dtype=self.merge_dtype,
-            token=getattr(training_args, "hub_token", None),
-        )
-
-
-@dataclass(frozen=True)
-class HubPushSettings:
-    """The resolved push of a run (see :meth:`HubPushArguments.resolve`). ``token`` is excluded from ``repr``."""
-
-    mode: str
-    repo_id: str | None
-    revision: str | None = None
-    private: bool = True
-    merge_dtype: str = "bfloat16"
-    token: str | None = field(default=None, repr=False)
-
-    @property
-    def enabled(self) -> bool:
-        """Whether anything is to be pushed (``mode != "none"``)."""
-        return self.mode != "none"
-
-    def push(self, output_dir: str | Path) -> str:
-        """Call :func:`push_run` with these settings; returns the repository URL."""
-        return push_run(
-            output_dir,
-            self.repo_id,
-            mode=self.mode,
-            revision=self.revision,
-            private=self.private,
-            token=self.token,
-            merge_dtype=self.merge_dtype,
-        )
+def push_settings(settings: HubPushSettings, output_dir: str | Path) -> str:
+    """:func:`push_run` with the resolved ``settings`` (:meth:`HubPushArguments.resolve`); returns the repository URL."""
+    return push_run(output_dir, settings.repo_id, mode=settings.mode, revision=settings.revision,
+                    private=settings.private, token=settings.token, merge_dtype=settings.merge_dtype)
 
 
 def upload_dir(output_dir: str | Path, mode: str) -> Path:
@@ -328,7 +224,7 @@ def push_run(
             f"No Hugging Face token found, so nothing was pushed. The {mode} files are ready in {folder}. "
             f"Log in with `hf auth login` (or set HF_TOKEN), then run:\n  {retry}"
         )
-    from trl_grpo_ext import __version__
+    from trl_grpo_ext._version import __version__
 
     api = HfApi(token=token, library_name="trl-grpo-ext", library_version=__version__)
     step = "create_repo"

@@ -5,7 +5,7 @@ The public names of ``settings`` (``trl_grpo_ext.models`` was one module before 
 load from here on first use, so importing a sibling module stays light.
 """
 
-from .. import _lazy_exports
+from .._lazy import _lazy_exports
 
 #: Names re-exported from ``settings``.
 _EXPORTS = frozenset({

@@ -17,6 +17,7 @@ import re
 import warnings
 from pathlib import Path
 
+from ..config.checks import resumes
 from ..models.source import ADAPTER_CONFIG_FILE, LORA_FIELDS, lora_differences, resolve_model_source
 from ..plan import QuantityError, RunPlan
 
@@ -43,11 +44,6 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
         if (path / "trainer_state.json").is_file():
             return str(path)
     return None
-
-
-def resumes(resume_from_checkpoint) -> bool:
-    """Whether ``resume_from_checkpoint`` (None/False, True, ``"last"`` or a path) asks to resume."""
-    return resume_from_checkpoint not in (None, False, "", "false", "False")
 
 
 def resolve_resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:

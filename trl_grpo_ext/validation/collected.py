@@ -62,7 +62,7 @@ def eval_plan_of(run: Any, eval_rows: int | None, world_size: int, total_steps: 
     Raises:
         QuantityError: as `resolve_eval_plan` (naming the test split's rows when ``eval_num_prompts`` is unset)."""
     from ..config.data_sizes import EMBEDDED_TEST_SIZES
-    from ..evaluation.plan import resolve_eval_plan
+    from ..plan.evaluation import resolve_eval_plan
 
     script, training = run.script_args, run.training_args
     prompts = eval_rows if eval_rows is not None else script.eval_num_prompts

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..training.checkpoints import resumes
+from ..config.checks import resumes
 from .tables import enum_value
 from .user_values import flatten_values
 

@@ -69,15 +69,7 @@ def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_v
                     "used), or set zero_variance_filter: off and lost_update_steps: 0.")
         if engine.zero_stage == 3:
             _check_zero3(where, values, version)
-    if engine.kind == "fsdp" and values.get("use_cpu"):
-        raise RunArgumentError(
-            f"use_cpu=True with {where}: accelerate then sets up a CPU run and skips FSDP, so every process would hold "
-            "the whole model and train with plain DDP. Fix: set use_cpu: false, or launch without FSDP.")
-    if values.get("ds3_gather_for_generation") is False and (engine.kind != "deepspeed" or engine.zero_stage in (0, 1, 2)):
-        raise RunArgumentError(
-            f"ds3_gather_for_generation=False with {where}: TRL reads it only under DeepSpeed ZeRO-3 (generation then "
-            "runs on the sharded weights), so it would be ignored. Fix: remove ds3_gather_for_generation, or launch "
-            "with ZeRO-3 (recipes/accelerate_configs/zero3.yaml).")
+    check_engine_device(engine, accelerator_available=True, use_cpu=bool(values.get("use_cpu")))
     mixed = str(engine.mixed_precision or "").lower()  # accelerate lower-cases it
     bf16 = values.get("bf16")
     if bf16 is None and mixed in ("bf16", "fp16"):  # unset: what the machine supports (GRPOExtConfig._check_bf16)
@@ -117,22 +109,37 @@ def _check_zero3(where: str, values: Mapping[str, Any], version: str) -> None:
                 "all-gather buffers by the first parameter's dtype and fails at the first step with mixed dtypes "
                 f"(DeepSpeed #8072, fixed in {DEEPSPEED_MIXED_DTYPE_FIX} by PRs #8073 and #8113). Fix: pip install "
                 f"'deepspeed>={DEEPSPEED_MIXED_DTYPE_FIX}', or set adapter_dtype: bfloat16.")
+
+
+def engine_warnings(engine: Engine, values: Mapping[str, Any]) -> list[str]:
+    """The engine settings without effect in this run, one line each (arguments as `check_engine_settings`)."""
+    where, found = engine.describe(), []
+    zero3 = engine.kind == "deepspeed" and engine.zero_stage == 3
+    maybe_zero3 = engine.kind == "deepspeed" and engine.zero_stage not in (0, 1, 2)  # a stage not known: may be 3
+    if values.get("ds3_gather_for_generation") is False and not maybe_zero3:
+        found.append(f"ds3_gather_for_generation=False with {where}: TRL reads it only under DeepSpeed ZeRO-3 "
+                     "(generation then runs on the sharded weights), so it has no effect. Fix: remove "
+                     "ds3_gather_for_generation, or launch with ZeRO-3 (recipes/accelerate_configs/zero3.yaml).")
     name = "gradient_checkpointing_kwargs" if values.get("gradient_checkpointing_kwargs") else \
         "activation_checkpointing_kwargs"
-    kwargs = as_mapping(name, values.get(name))  # the command line's JSON too
-    if values.get("use_peft") and kwargs.get("use_reentrant") is False:
-        raise RunArgumentError(
-            f"gradient_checkpointing_kwargs={{'use_reentrant': False}} with {where} and use_peft: TRL forces "
-            "use_reentrant=True there (ZeRO-3 + PEFT needs reentrant checkpointing), so the setting would be "
-            "ignored. Fix: remove use_reentrant from gradient_checkpointing_kwargs (or set it to true).")
+    if zero3 and values.get("use_peft") and as_mapping(name, values.get(name)).get("use_reentrant") is False:
+        found.append(f"gradient_checkpointing_kwargs={{'use_reentrant': False}} with {where} and use_peft: TRL forces "
+                     "use_reentrant=True there (ZeRO-3 + PEFT needs reentrant checkpointing), so it has no effect. "
+                     "Fix: remove use_reentrant from gradient_checkpointing_kwargs (or set it to true).")
+    return found
 
 
-def check_engine_device(engine: Engine, accelerator_available: bool) -> None:
-    """Refuse FSDP without an accelerator: accelerate 1.15 runs FSDP only on GPU-like devices; on a CPU its
-    processes would train unsharded and unsynchronised (measured).
+def check_engine_device(engine: Engine, accelerator_available: bool, use_cpu: bool = False) -> None:
+    """Refuse FSDP without an accelerator: accelerate 1.15 runs FSDP only on GPU-like devices; on a CPU (or a run
+    set to one with ``use_cpu``) its processes would train unsharded and unsynchronised (measured). The one place
+    that judges FSDP's device, so tests/fsdp_cpu.py lifts both refusals at once.
 
     Raises:
-        RunArgumentError: ``engine`` is FSDP and ``accelerator_available`` is False."""
+        RunArgumentError: ``engine`` is FSDP and ``use_cpu`` is True or ``accelerator_available`` is False."""
+    if engine.kind == "fsdp" and use_cpu:
+        raise RunArgumentError(
+            f"use_cpu=True with {engine.describe()}: accelerate then sets up a CPU run and skips FSDP, so every process "
+            "would hold the whole model and train with plain DDP. Fix: set use_cpu: false, or launch without FSDP.")
     if engine.kind == "fsdp" and not accelerator_available:
         raise RunArgumentError(
             f"{engine.describe()} on a machine without a GPU: accelerate runs FSDP only on GPUs; here its processes "

@@ -21,6 +21,13 @@ class Problems:
         self.messages: list[str] = []
         self.fields: set[str] = set()
         self._errors: list[BaseException] = []
+        self.warnings: list[str] = []  # settings without effect: listed, not refused
+
+    def warn(self, line: str) -> None:
+        """Record a setting without effect (one line naming the field, why, and the fix), once."""
+        line = " ".join(line.split())
+        if line not in self.warnings:
+            self.warnings.append(line)
 
     def __len__(self) -> int:
         return len(self.messages)

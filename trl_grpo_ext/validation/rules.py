@@ -4,20 +4,17 @@ raises a `ValueError` whose line names the fields, the values and a fix."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS  # TRL's normalize_then_sum ignores each
-from ..config.advantage_settings import is_explicit
 from ..config.checks import RunArgumentError, as_number, shown
 from ..config.engines import resolve_engine
 from ..config.loss_settings import CLIP_DEFAULTS
-from ..hub.merge import check_push_settings
-from ..training.generation import check_generation_settings, check_vllm_settings
-from ..training.merged_generation import check_merged_generation
-from .engines import check_engine_settings
+from ..config.push_settings import check_push_settings
+from .engines import check_engine_settings, engine_warnings
+from .generation import check_generation_settings, check_merged_generation, check_vllm_settings
 from .lora import check_lora_names, check_lora_targets, check_quantized_has_adapter
 from .packages import check_run_packages
 from .rewards import (
@@ -30,83 +27,15 @@ from .rewards import (
     known_columns,
     reward_specs,
 )
-from .tables import EXCLUSIVE, GOVERNED_BY, ORDERED, REQUIRES, enum_value, ignored_fields, is_on
-from .trainer_settings import TRAINER_FIELDS, batch_dispatch_problems, check_continued_adapter, trainer_problems
-
-
-class RunView:
-    """The values a rule reads: ``values`` (every field: `user_values.flatten_values` or a config's ``vars``),
-    ``user`` (the keys the user set; None for a config built in Python, judged against ``defaults``), ``world_size``,
-    ``batch`` (TRL's batch fields as resolved; else resolved from the user's keys), ``on_cpu`` (default ``use_cpu``),
-    ``engine`` (of an accelerate config), ``problems`` (the collector), ``reward_names`` (None: unknown or none)."""
-
-    def __init__(self, values: Mapping[str, Any], user: Mapping[str, Any] | None = None, world_size: int = 1, *,
-                 batch: dict | None = None, on_cpu: bool | None = None, engine=None, problems=None,
-                 defaults: Mapping[str, Any] | None = None, reward_names: list[str] | None = None,
-                 check_model: bool = True):
-        self.values, self.user, self.world_size = values, user, world_size
-        self._batch, self.engine, self.problems = batch, engine, problems
-        self.on_cpu = bool(values.get("use_cpu")) if on_cpu is None else on_cpu
-        self.defaults = defaults or {}
-        self._reward_names, self.check_model = reward_names, check_model
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return enum_value(self.values.get(name, default))
-
-    def is_set(self, name: str) -> bool:
-        """Whether the user set ``name`` (for a config built in Python: whether it is not its default)."""
-        return self.set_keys.get(name) is not None
-
-    @cached_property
-    def set_keys(self) -> Mapping[str, Any]:
-        """The keys the user set: ``user``, or for a config built in Python the fields not at their default."""
-        if self.user is not None:
-            return self.user
-        return {k: v for k, v in self.values.items() if is_explicit(k, v, self.defaults)}
-
-    def blocked(self, fields) -> bool:
-        return self.problems is not None and self.problems.blocked(fields)
-
-    @cached_property
-    def batch(self) -> dict:
-        """TRL's batch and stop fields (``per_device_train_batch_size``, ``gradient_accumulation_steps``, ...).
-
-        Raises:
-            RunArgumentError: invalid or conflicting quantities among the user's keys."""
-        if self._batch is not None:
-            return self._batch
-        from ..plan.resolve import _INPUT_FIELDS, QuantityError, resolve_trl_fields
-        from .tables import typed_value
-
-        user = self.user or {}
-        given = {k: typed_value(v) for k, v in user.items() if k in _INPUT_FIELDS and v is not None}
-        try:
-            return resolve_trl_fields(given, self.world_size, set_fields=set(given))
-        except QuantityError as err:
-            raise RunArgumentError(str(err)) from None
-
-    @cached_property
-    def reward_names(self) -> list[str] | None:
-        """The names of the run's registry rewards (None: none, or ``reward_funcs=``)."""
-        if self._reward_names is not None or self.values.get("rewards") is None:
-            return self._reward_names
-        try:
-            return [spec.name for spec in _reward_specs(self)] or None
-        except ValueError:  # the `reward_specs` rule reports it
-            return None
-
-    def quantity_keys(self) -> tuple[str, ...]:
-        """The quantity fields (ours and TRL's batch/stop fields) the user set."""
-        from ..plan.resolve import _INPUT_FIELDS
-
-        return tuple(k for k in (self.user or {}) if k in _INPUT_FIELDS and self.user[k] is not None)
-
-    def loss_type(self) -> str:
-        """TRL's ``loss_type`` as the run resolves it (an ``advantage_preset``'s first)."""
-        from ..config.advantage_settings import PRESETS
-
-        preset = PRESETS.get(self.get("advantage_preset") or "", {})
-        return preset.get("loss_type") or self.get("loss_type") or "dapo"
+from .tables import EXCLUSIVE, ORDERED, REFUSED_WHEN_OFF, REQUIRES, ignored_fields, is_on
+from .trainer_settings import (
+    TRAINER_FIELDS,
+    batch_dispatch_problems,
+    check_continued_adapter,
+    trainer_problems,
+    trainer_warnings,
+)
+from .view import RunView
 
 
 @dataclass(frozen=True)
@@ -172,34 +101,31 @@ def exclusive(v: RunView) -> None:
               for a, b, fix in EXCLUSIVE if is_on(user.get(a)) and is_on(user.get(b)) and not v.blocked((a, b))])
 
 
-#: `REQUIRES` rows of the recipe alone: in Python ``trainer.evaluate()`` reads these (do_eval: the script's own flag).
-RECIPE_ROWS = ("num_generations_eval", "eval_on_start", "do_eval")
+#: `REQUIRES` rows a config built in Python does not judge: ``trainer.evaluate()`` reads them.
+PYTHON_SKIPPED = ("num_generations_eval", "eval_on_start", "do_eval")
 
 
 def ignored_settings(v: RunView) -> None:
-    """`tables.REQUIRES`: set fields whose setting is off, one line per setting (those switched off on the command
-    line: `switched_off_warning`'s). A config built in Python (no ``user``) skips the rows of recipe fields and
-    :data:`RECIPE_ROWS`, and warns of a field a setting switched off (``replace(config, save_strategy="no")``); an
-    eval_steps equal to logging_steps is the one transformers wrote (under eval_strategy steps), not the user's."""
-    import warnings
-
+    """`tables.REQUIRES`: set fields whose setting is off, one line per setting: a warning, or a refusal for the rows
+    of `tables.REFUSED_WHEN_OFF` (the run would fail). An eval_steps equal to logging_steps in a config built in
+    Python is the one transformers wrote (under eval_strategy steps), not the user's."""
     user = v.set_keys
     ignored: dict[str, list[str]] = {}  # setting -> fields the user set that need it
-    for name, switched_off in ignored_fields(user, v.values):
-        python_skip = v.user is None and (name in RECIPE_ROWS or not all(g in v.values for g in GOVERNED_BY[name])
+    for name in ignored_fields(user, v.values, partial=v.user is None):
+        python_skip = v.user is None and (name in PYTHON_SKIPPED
                                           or (name == "eval_steps" and user[name] == v.get("logging_steps")))
-        if not switched_off and not python_skip and not v.blocked((name, *GOVERNED_BY[name])):
+        if not python_skip and not v.blocked((name,)):
             ignored.setdefault(REQUIRES[name][0], []).append(name)
     found = []
     for setting, names in ignored.items():
         fix = REQUIRES[names[0]][2].format(field=" and ".join(names))
         one = len(names) == 1
-        line = (f"{', '.join(f'{n}={shown(user[n])}' for n in names)} only take{'s' if one else ''} effect with {setting}, "
-                f"so {'it' if one else 'they'} would be ignored. Fix: {fix}")
-        if v.user is None and GOVERNED_BY[names[0]]:
-            warnings.warn(line, UserWarning, stacklevel=2)
+        line = f"{', '.join(f'{n}={shown(user[n])}' for n in names)} only take{'s' if one else ''} effect with {setting}"
+        refused = [n for n in names if n in REFUSED_WHEN_OFF]
+        if refused:
+            found.append((f"{line}: {REFUSED_WHEN_OFF[refused[0]]}. Fix: {fix}", tuple(names)))
         else:
-            found.append((line, (*names, *GOVERNED_BY[names[0]])))
+            v.warn(f"{line}, so {'it has' if one else 'they have'} no effect. Fix: {fix}")
     _several(found)
 
 
@@ -239,9 +165,8 @@ def chat_template(v: RunView) -> None:
                                "close every {{ ... }} and {% ... %} in it, or remove chat_template to use the "
                                "tokenizer's own.") from None
     if "{{" not in template and "{%" not in template:  # `chatml`, a template's name in other tools' configs
-        raise RunArgumentError(f"chat_template={template!r} has no Jinja in it, so every prompt would render as that "
-                               "text. Fix: give a Jinja template that reads messages, or remove chat_template to use "
-                               "the tokenizer's own.")
+        v.warn(f"chat_template={template!r} has no Jinja in it, so every prompt would render as that text. Fix: give "
+               "a Jinja template that reads messages, or remove chat_template to use the tokenizer's own.")
 
 
 def compare_base_adapter(v: RunView) -> None:
@@ -264,9 +189,8 @@ def normalize_then_sum(v: RunView) -> None:
     """`normalize_then_sum` is TRL's fixed formula: advantage settings set next to it would be ignored."""
     if v.get("multi_objective_aggregation") != "normalize_then_sum":
         return
-    name = next((n for n in ADVANTAGE_FIELDS if v.is_set(n)), None)
-    if name is not None:
-        raise RunArgumentError(
+    for name in (n for n in ADVANTAGE_FIELDS if v.is_set(n)):
+        v.warn(
             f"{name}={v.values[name]!r} has no effect with multi_objective_aggregation='normalize_then_sum': TRL then "
             "normalises each reward over its group (sample std, ε 1e-4), sums them and normalises over the batch. "
             f"Fix: remove {name}, or use multi_objective_aggregation: sum_then_normalize.")
@@ -312,7 +236,22 @@ def clipping(v: RunView) -> None:
     message = ignored_clipping(settings, loss_type=v.get("loss_type") or "dapo", gradient_accumulation_steps=ga,
                                steps_per_generation=spg or ga, num_iterations=b["num_iterations"])
     if message:
-        raise RunArgumentError(message)
+        v.warn(message)
+
+
+def engine_settings(v: RunView) -> None:
+    """`validation.engines`: the refused combinations of the run's engine, then the settings it ignores (warnings)."""
+    engine = _engine(v)
+    check_engine_settings(engine, v.values)
+    for line in engine_warnings(engine, v.values):
+        v.warn(line)
+
+
+def trainer_settings(v: RunView) -> None:
+    """`validation.trainer_settings`: the settings without effect (warnings), then the refused ones."""
+    for line in trainer_warnings(v.values, v.user):
+        v.warn(line)
+    _several(trainer_problems(v.values, v.user))
 
 
 def _reward_specs(v: RunView):
@@ -373,7 +312,7 @@ RULES: tuple[Rule, ...] = (
     Rule("merged_generation", lambda v: check_merged_generation(v.values, _engine(v), v.user),
          ("merge_adapter_for_generation",),
          blocked_by=("merge_adapter_for_generation", "use_peft", "lora_dropout", "dtype", "model_init_kwargs")),
-    Rule("engine_settings", lambda v: check_engine_settings(_engine(v), v.values), ("deepspeed", "fsdp", "fsdp_config"),
+    Rule("engine_settings", engine_settings, ("deepspeed", "fsdp", "fsdp_config"),
          scope="run"),
     Rule("lora_names", lambda v: check_lora_names(v.values), _LORA, blocked_by=(*_LORA, "use_peft")),
     Rule("lora_targets", lambda v: v.check_model and v.get("use_peft") and check_lora_targets(v.values), _LORA,
@@ -381,7 +320,7 @@ RULES: tuple[Rule, ...] = (
     Rule("rewards_set", lambda v: check_rewards_set(v.values), ("rewards",)),
     Rule("empty_rewards", lambda v: check_rewards_not_empty(v.values), ("rewards",)),
     Rule("reward_weights", lambda v: check_some_weight(_reward_specs(v)), _REWARDS),
-    Rule("trainer_settings", lambda v: _several(trainer_problems(v.values, v.user)), (), blocked_by=TRAINER_FIELDS),
+    Rule("trainer_settings", trainer_settings, (), blocked_by=TRAINER_FIELDS),
     Rule("batch_dispatch", lambda v: _several(batch_dispatch_problems(v.values)), ("accelerator_config",), scope="run"),
     Rule("continued_adapter", lambda v: check_continued_adapter(v.values), ("model_name_or_path", "use_peft",
                                                                            "output_dir"),
@@ -389,12 +328,15 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def run_rules(view: RunView, problems, scope: str = "args") -> None:
+def run_rules(view: RunView, problems, scope: str = "args") -> dict[str, Any]:
     """Run :data:`RULES` (with ``scope="run"``: those marked ``"run"``) on ``view``, recording each problem in ``problems``;
-    a rule reading a field already refused is skipped."""
+    a rule reading a field already refused is skipped. Returns each rule's result by name (``"zero_variance"``: the
+    canonical judged reward)."""
     view.problems = problems
+    results = {}
     for rule in RULES:
         if scope == "run" and rule.scope != "run":
             continue
         blocked = None if rule.blocked_by is None else rule.field_names(view, "blocked_by")
-        problems.check(rule.check, view, fields=rule.field_names(view), blocked_by=blocked)
+        results[rule.name] = problems.check(rule.check, view, fields=rule.field_names(view), blocked_by=blocked)
+    return results

@@ -16,7 +16,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
                       user_values: Mapping[str, Any] | None = None, world_size: int = 1,
                       check_model: bool = True,
                       problems: Problems | None = None, engine: Engine | None = None,
-                      user_checked: bool = False) -> None:
+                      user_checked: bool = False) -> dict[str, Any]:
     """Refuse every bad value and combination of a run's arguments before any weight loads, all at once.
 
     Args:
@@ -26,6 +26,8 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
         world_size: processes. check_model: check LoRA targets against the model. problems: record there instead
             of raising. engine: of ``plan --accelerate-config``. user_checked: the front door already checked
             ``user_values`` (`check_user_values`), so the single values are not checked again.
+
+    Returns each rule's result by name (`rules.run_rules`).
 
     Raises:
         RunArgumentError: without ``problems``: one line per problem (a single one as its check raised it)."""
@@ -38,6 +40,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     if not user_checked:  # the front door checked the keys the user set; the other values are defaults or
         check_user_values(values, problems=problems, user=user)  # derived from them (written by __post_init__)
     view = RunView(values, user, world_size, engine=engine, check_model=check_model)
-    run_rules(view, problems)
+    results = run_rules(view, problems)
     if own:
         problems.raise_if_any(RunArgumentError)
+    return results

@@ -164,8 +164,15 @@ EXCLUSIVE: tuple[tuple[str, str, str], ...] = (
 )
 
 #: Fields that only take effect under another setting: field -> (setting, predicate on the run values, fix). A field
-#: the user set while the predicate is false would be silently ignored, so it is refused.
+#: the user set while the predicate is false has no effect: a warning (`rules.ignored_settings`), unless the run would
+#: fail for it (`REFUSED_WHEN_OFF`). A new row is one `_when` / `_requires` call; tests loop over the table.
 REQUIRES: dict[str, tuple[str, Any, str]] = {}
+#: The `REQUIRES` fields whose setting being off breaks the run (refused before the model loads): field -> why.
+REFUSED_WHEN_OFF: dict[str, str] = {
+    "merge_adapter_for_generation": "the trainer refuses it without an adapter to merge, after the model loads",
+    "eval_on_start": "the trainer would fail evaluating at the start, with no evaluation split loaded",
+    "sync_ref_model": "TRL keeps no reference model to sync and refuses it when the trainer is built",
+}
 
 
 def _requires(names: tuple[str, ...], setting: str, test: Any, fix: str) -> None:
@@ -243,11 +250,11 @@ _requires(("do_eval",), "eval_strategy: steps or epoch (transformers' Trainer ev
           "set eval_strategy: steps (with eval_steps) to evaluate during training, or final_eval: adapter after it, "
           "and remove {field}.")
 _when("save_strategy", "steps", ("save_steps",))
-_when("log_completions", True, ("log_completions_hub_repo", "num_completions_to_print"))  # TRL prints only then
+_when("log_completions", True, ("num_completions_to_print",))  # TRL prints only then (and refuses a hub repo alone)
 # the push after training (hub.push) reads these; TRL's own push at every save is off in the recipe (push.resolve)
-# (hub_token is left out: a message would show it; `hub.secrets` keeps it out of every file)
+# (hub_token is left out: a message would show it; `config.secrets` keeps it out of every file)
 _PUSH_FIELDS = ("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision", "hub_strategy",
-                "hub_always_push")  # the last two, with a push: trainer_settings refuses them
+               "hub_always_push")  # the last two, with a push: trainer_settings warns of them
 _requires(_PUSH_FIELDS,
           "a push (push_to_hub_mode: adapter or merged, or TRL's push_to_hub: true)",
           lambda v: enum_value(v.get("push_to_hub_mode")) not in (None, "none") or v.get("push_to_hub") is True,
@@ -290,36 +297,12 @@ for _name, _default in (("train_sampling_strategy", "random"), ("length_column_n
     _requires((_name,), "a sampler that reads it (TRL's GRPO sampler is its own RepeatSampler)",
               lambda v, n=_name, d=_default: enum_value(v.get(n)) in (None, d),
               "remove {field}; shuffle_dataset: false keeps the dataset's order.")
-_requires(("dataloader_prefetch_factor",), "dataloader_num_workers > 0 (transformers raises for it without workers)",
-          lambda v: (v.get("dataloader_num_workers") or 0) > 0, "set dataloader_num_workers: 2 (say) or remove {field}.")
 _requires(("label_smoothing_factor",), "a loss with labels (GRPO's has none)",
           lambda v: not v.get("label_smoothing_factor"), "remove {field}.")
 # (eval_strategy: steps without eval_steps evaluates every logging_steps, whatever logging_strategy says)
 _requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.get("logging_strategy")) in (None, "steps")
           or (enum_value(v.get("eval_strategy")) == "steps" and v.get("eval_steps") is None),
           "set logging_strategy: steps or remove {field}.")
-
-#: The field(s) deciding whether each `REQUIRES` field takes effect. A field written in the YAML is not refused when
-#: one of these was given on the command line: `--save_strategy no` over a YAML with `save_steps: 50` switches the
-#: feature off on purpose. None switches off log_completions_hub_repo: TRL's `GRPOConfig.__post_init__` refuses it
-#: without log_completions, it does not ignore it.
-GOVERNED_BY: dict[str, tuple[str, ...]] = {
-    name: {"embedded_num_prompts": ("dataset_name",), "embedded_seed": ("dataset_name",),
-           "eval_num_prompts": ("eval_strategy", "final_eval"), "dataset_format": ("dataset_name",),
-           "dataset_train_split": ("dataset_name",), "dataset_test_split": ("dataset_name",),
-           "dataset_config": ("dataset_name",), "dataset_prompt_column": ("dataset_name",),
-           "log_completions_hub_repo": (), "num_completions_to_print": ("log_completions",),
-           "warmup_steps": ("lr_scheduler_type",), "lr_scheduler_kwargs": ("lr_scheduler_type",), "data_seed": (),
-           "train_sampling_strategy": (), "length_column_name": (),
-           "label_smoothing_factor": (), "fp16": ("use_cpu",),
-           "sync_ref_model": (),  # TRL raises for it with beta 0 (GRPOTrainer.__init__): refused, never switched off
-           "num_generations_eval": ("eval_strategy",),
-           **dict.fromkeys(_PUSH_FIELDS, ("push_to_hub_mode", "push_to_hub")),
-           "gradient_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing"),
-           "activation_checkpointing_kwargs": ("gradient_checkpointing", "activation_checkpointing")}.get(
-        name, (setting.split(":")[0].split(" ")[0],))
-    for name, (setting, _, _) in REQUIRES.items()
-}
 
 #: (low field, high field, strict): the first may not exceed the second (with ``strict``: must be below it;
 #: TRL's `GRPOConfig.__post_init__` raises for clip_min >= clip_max).
@@ -366,31 +349,24 @@ def is_on(value: Any) -> bool:
     return value is not None and value is not False
 
 
-def switched_off_on_command_line(user: Mapping[str, Any], name: str) -> bool:
-    """Whether ``name`` (a YAML `tables.REQUIRES` field) is off by a command-line setting (``--use_peft false``): a warning."""
-    cli_keys = getattr(user, "command_line_keys", frozenset())
-    return name not in cli_keys and bool(cli_keys.intersection(GOVERNED_BY[name]))
+class _Reads(dict):
+    """``values`` that note the keys a `REQUIRES` test asked for and did not find."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        super().__init__(values)
+        self.missing: set[str] = set()
+
+    def get(self, key, default=None):
+        if key not in self:
+            self.missing.add(key)
+        return super().get(key, default)
 
 
-def ignored_fields(user: Mapping[str, Any], values: Mapping[str, Any]):
-    """``(name, switched_off)`` for each field of ``user`` (the keys set) whose `REQUIRES` setting is off in ``values``;
-    ``switched_off``: off by a command-line setting (`switched_off_on_command_line`): a warning, not a refusal."""
+def ignored_fields(user: Mapping[str, Any], values: Mapping[str, Any], partial: bool = False):
+    """Each field of ``user`` (the keys set) whose `REQUIRES` setting is off in ``values``; with ``partial`` (a config
+    built in Python, which lacks the recipe's fields), not those whose setting reads a field ``values`` lacks."""
     for name in user:
-        if name in REQUIRES and user[name] is not None and not REQUIRES[name][1](values):
-            yield name, switched_off_on_command_line(user, name)
-
-
-def switched_off_warning(user: Mapping[str, Any] | None, values: Mapping[str, Any]) -> str | None:
-    """The one warning line naming the YAML fields a command-line flag switched off (``--use_peft false`` over
-    ``lora_r: 8``), which the run does not use; None when there are none. ``user``: the keys set (`UserValues`, with
-    ``command_line_keys``); ``values``: every field's value."""
-    user = user or {}
-    off: dict[str, list[str]] = {}
-    for name, switched_off in ignored_fields(user, values):
-        if switched_off:
-            off.setdefault(REQUIRES[name][0], []).append(name)
-    if not off:
-        return None
-    parts = "; ".join(f"{', '.join(names)} (need{'s' if len(names) == 1 else ''} {setting})"
-                      for setting, names in off.items())
-    return f"not used, switched off on the command line: {parts}. Remove them from the config to silence this."
+        if name in REQUIRES and user[name] is not None:
+            reads = _Reads(values)
+            if not REQUIRES[name][1](reads) and not (partial and reads.missing):
+                yield name

@@ -75,13 +75,17 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
                           "(lower case) or none. Fix: remove it (auto: 128 on Neuron, else no padding) or set e.g. 8.",
                           ("pad_to_multiple_of",)))
     found += _mapping_key_problems(values)
-    pushes = values.get("push_to_hub") is True or enum_value(values.get("push_to_hub_mode")) not in (None, "none")
-    for name in ("hub_strategy", "hub_always_push") if pushes else ():
-        if (values if user is None else user).get(name) not in (None, False, "end"):  # end: the recipe's one push
-            found.append((f"{name}={get(name)!r} configures TRL's own push (at each save or when trainer.train ends), "
-                          "which the recipe turns off: it pushes once, after the adapter, the card and the plot are "
-                          f"saved locally (hub.push). Fix: remove {name}.", (name,)))
     return found
+
+
+def trainer_warnings(values: Mapping[str, Any], user: Mapping[str, Any] | None = None) -> list[str]:
+    """Trainer settings without effect in the recipe's run, one line each (arguments as `trainer_problems`)."""
+    pushes = values.get("push_to_hub") is True or enum_value(values.get("push_to_hub_mode")) not in (None, "none")
+    return [f"{name}={enum_value(values.get(name))!r} configures TRL's own push (at each save or when trainer.train "
+            "ends), which the recipe turns off: it pushes once, after the adapter, the card and the plot are saved "
+            f"locally (hub.push). Fix: remove {name}."
+            for name in (("hub_strategy", "hub_always_push") if pushes else ())
+            if (values if user is None else user).get(name) not in (None, False, "end")]  # end: the recipe's one push
 
 
 def batch_dispatch_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:

@@ -182,7 +182,7 @@ def zero_variance_forecast_warning(eval_results: dict, num_generations: int) -> 
     elif num_generations in binary:
         share, judged = binary[num_generations], f"{source.get('correctness_reward', 'the correctness reward')} as pass/fail"
     elif source.get("pass_rates"):  # a G the table does not list: the pass/fail formula from the pass rates
-        from .stats import zero_variance_group_fraction
+        from ..evaluation.stats import zero_variance_group_fraction
 
         share = zero_variance_group_fraction([float(q) for q in source["pass_rates"]], num_generations)
         judged = f"{source.get('correctness_reward', 'the correctness reward')} as pass/fail"
