@@ -156,7 +156,7 @@ LAYERS = {
         "validation.problems", "validation.engines", "validation.collected", "validation.dataset_stage", "validation.packages",
         "validation.trainer_settings", "validation.mappings",
         "config.recipe_parse"],
-    6: ["trainer", "training.interrupt", "training.console"],
+    6: ["trainer", "training.interrupt", "training.console", "training.trainer_args"],
     7: ["cli.main", "cli.__main__", "cli.plan", "cli.train", "cli.eval", "rewards.cli", "hub.cli", "quantifiers"],
 }
 

@@ -74,7 +74,8 @@ SURFACE: tuple[TouchPoint, ...] = (
     TouchPoint("trl.trainer.utils", "get_callable_name", "function", ("func",),
                "_trl_compat.reward_func_name -> trainer.py (reward names, guard names, zero_variance_reward)"),
     TouchPoint("trl.trainer.utils", "get_config_model_id", "function", ("config",),
-               "_trl_compat.reward_func_name -> trainer.py (the name of a reward model)"),
+               "_trl_compat.reward_func_name -> trainer.py (the name of a reward model); default_output_dir -> "
+               "training/trainer_args.py (args=None)"),
     TouchPoint("trl.trainer.utils", "nanstd", "function", ("tensor", "dim", "keepdim"),
                "_trl_compat.nanstd -> zero_variance.metrics (TRL's metrics of the batch trained on)"),
     TouchPoint("trl.trainer.utils", "RepeatSampler", "class",
@@ -133,6 +134,14 @@ def reward_func_name(reward_func) -> str:
     if isinstance(reward_func, torch.nn.Module):
         return get_config_model_id(reward_func.config).split("/")[-1]
     return get_callable_name(reward_func)
+
+
+def default_output_dir(model) -> str:
+    """The ``output_dir`` TRL's `GRPOTrainer` gives ``GRPOConfig`` when ``args`` is None: ``<model name>-GRPO``."""
+    from trl.trainer.utils import get_config_model_id
+
+    name = model if isinstance(model, str) else get_config_model_id(model.config)
+    return f"{name.split('/')[-1]}-GRPO"
 
 
 def nanstd(tensor, dim: int | None = None, keepdim: bool = False):

@@ -18,16 +18,15 @@ import warnings
 
 import torch
 from transformers import TrainerCallback
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from . import _trl_compat
 from .advantages import advantage_metrics, compute_advantages
 from .config.engines import resolve_engine
-from .config.ext_config import GRPOExtConfig
 from .models.settings import is_4bit_model, is_quantized_model, keep_4bit_training_layout
 from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings, seed_line
 from .training import checkpoints as ckpt
-from .training import console
+from .training import console, trainer_args
 from .training.adapter_precision import LostUpdateTracker, cast_trainable_to
 from .training.engine_step import EngineStepGuard
 from .training.generation import (
@@ -64,7 +63,8 @@ class GRPOExtTrainer(GRPOTrainer):
     Args: as `trl.GRPOTrainer`. Differences:
         reward_funcs: optional when `args.rewards` names rewards from the registry (they are built here, wrapped with
             the `args.reward_error_policy` guard); passing both is an error.
-        args (`GRPOExtConfig`): required (a plain `GRPOConfig` is refused: its quantities were never resolved).
+        args (`GRPOExtConfig`, *optional*): a plain `trl.GRPOConfig` trains as a `GRPOExtConfig` of the same values
+            (our settings at their defaults); None: the defaults, with ``output_dir`` ``<model name>-GRPO`` (TRL's).
         run_plan (`RunPlan`, *optional*): the run's plan, resolved by the caller before any model loaded (the recipe
             does); it must be the plan of `args` on `train_dataset` (else `ValueError`). Unset: resolved here.
 
@@ -73,22 +73,20 @@ class GRPOExtTrainer(GRPOTrainer):
             (steps per epoch, total optimizer steps, stop reason, token budget).
 
     Raises:
-        TypeError: `args` is not a `GRPOExtConfig`.
-        ValueError: `reward_funcs` and `args.rewards` are both given, or neither.
+        TypeError: `args` is not a `GRPOConfig`.
+        ValueError: `reward_funcs` and `args.rewards` are both given, or no reward source (TRL's words), or no
+            `train_dataset` and no `environment_factory` (TRL's words).
         ValueError: `run_plan` is not the plan of `args` on `train_dataset`.
         QuantityError: the dataset is too small for one generation batch, or has no length and no step limit.
     """
 
-    def __init__(self, model, reward_funcs=None, args: GRPOExtConfig | None = None, train_dataset=None,
+    def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, train_dataset=None,
                  run_plan: RunPlan | None = None, **kwargs):
-        if not isinstance(args, GRPOExtConfig):
-            raise TypeError(
-                f"GRPOExtTrainer needs args=GRPOExtConfig(...), got {type(args).__name__}. GRPOExtConfig accepts every "
-                "GRPOConfig field."
-            )
+        args = trainer_args.ext_config(args, model)  # None or a plain GRPOConfig: as TRL takes them
         args.check_current_values()  # fields set after the config was built: refused if ignored, else checked
-        reward_funcs = _reward_funcs_from_args(reward_funcs, args)
-        if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
+        trainer_args.check_train_dataset(train_dataset, kwargs.get("environment_factory"))
+        reward_funcs = trainer_args.reward_funcs_from_args(reward_funcs, args, kwargs.get("environment_factory"))
+        if reward_funcs and not any(isinstance(f, str) for f in reward_funcs):  # names known now (else: below)
             judged_reward_index(args.resolved.zero_variance.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])
         dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
         self.plan: RunPlan = confirm_plan(run_plan, args.resolved.quantity_fields(), dataset_size, args.world_size,
@@ -345,12 +343,9 @@ class _PlanCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         plan = self.trainer.plan
         if state.global_step >= plan.total_steps and state.is_world_process_zero:
-            logger.warning(
-                "Stopped at optimizer step %d by the %s (%.3g epochs covered).",
-                state.global_step,
-                plan.stop_reason.replace("_", " "),
-                plan.epochs_covered,
-            )
+            covered = "" if plan.epochs_covered is None else f" ({plan.epochs_covered:.3g} epochs covered)"  # unknown
+            logger.warning("Stopped at optimizer step %d by the %s%s.", state.global_step,  # for an IterableDataset
+                           plan.stop_reason.replace("_", " "), covered)
 
 
 class _SamplerEpochCallback(TrainerCallback):
@@ -369,32 +364,3 @@ class _SamplerEpochCallback(TrainerCallback):
         sampler, steps_per_epoch = self.trainer._epoch_sampler, self.trainer.plan.steps_per_epoch
         if sampler is not None and steps_per_epoch:
             sampler.set_epoch(state.global_step // steps_per_epoch)
-
-
-def _reward_funcs_from_args(reward_funcs, args: GRPOExtConfig):
-    """The reward functions TRL receives, every Python callable wrapped by `guard_reward` (args.reward_error_policy).
-
-    Registry names come from ``args.rewards``; callables passed as ``reward_funcs=`` are guarded too (a NaN, a wrong
-    length or an exception is reported with the reward's name). Reward models (``nn.Module``) and Hub ids (``str``)
-    go to TRL unchanged.
-    """
-    from .rewards.guard import AsyncRewardGuard, RewardGuard, guard_reward
-    from .rewards.spec import build_reward_funcs, with_run_defaults
-
-    if args.rewards and reward_funcs is not None:
-        raise ValueError(
-            "Rewards were given twice: as reward_funcs= to the trainer and as `rewards` in the config. Keep one."
-        )
-    if reward_funcs is not None:
-        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
-        return [
-            guard_reward(f, _trl_compat.reward_func_name(f), on_error=args.reward_error_policy)
-            if callable(f) and not isinstance(f, (str, torch.nn.Module, RewardGuard, AsyncRewardGuard))
-            else f
-            for f in funcs
-        ]
-    if not args.rewards:
-        raise ValueError("No reward function: set `rewards: [name, ...]` in the config or pass reward_funcs=.")
-    specs = with_run_defaults(list(args.resolved.rewards), args.max_completion_length)
-    funcs, _weights = build_reward_funcs(specs, on_error=args.reward_error_policy)
-    return funcs
