@@ -163,3 +163,11 @@ def test_no_reward_source_and_no_dataset_are_refused_in_trl_s_words(model_path, 
         GRPOExtTrainer(model_path, args=config, train_dataset=prompts())
     with pytest.raises(ValueError, match=r"`train_dataset` is required unless an `environment_factory` is provided"):
         GRPOExtTrainer(model_path, reward_funcs=a_fraction, args=config)
+
+
+def test_arguments_after_the_dataset_may_be_given_by_position_as_trl_s(model_path, tokenizer, tmp_path):
+    """TRL's order: model, reward_funcs, args, train_dataset, eval_dataset, processing_class, ..."""
+    config = GRPOConfig(output_dir=str(tmp_path), max_steps=1, **SMALL)
+    eval_rows = prompts(2)
+    trainer = GRPOExtTrainer(model_path, a_fraction, config, prompts(), eval_rows, tokenizer)
+    assert trainer.eval_dataset is eval_rows and trainer.processing_class is tokenizer

@@ -81,7 +81,8 @@ class GRPOExtTrainer(GRPOTrainer):
     """
 
     def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, train_dataset=None,
-                 run_plan: RunPlan | None = None, **kwargs):
+                 *more, run_plan: RunPlan | None = None, **kwargs):
+        kwargs = trainer_args.named(more, kwargs)  # eval_dataset, processing_class, ... given by position, as TRL's
         args = trainer_args.ext_config(args, model)  # None or a plain GRPOConfig: as TRL takes them
         args.check_current_values()  # fields set after the config was built: refused if ignored, else checked
         trainer_args.check_train_dataset(train_dataset, kwargs.get("environment_factory"))

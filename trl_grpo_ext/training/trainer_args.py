@@ -47,6 +47,26 @@ def ext_config(args, model) -> GRPOExtConfig:
     return config
 
 
+def named(more: tuple, kwargs: dict) -> dict:
+    """``kwargs`` with the arguments given by position after ``train_dataset`` named as `GRPOTrainer.__init__` names
+    them (``eval_dataset``, ``processing_class``, ...), so that the trainer's signature behaves as TRL's."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    if not more:
+        return kwargs
+    names = list(inspect.signature(GRPOTrainer.__init__).parameters)
+    after = names[names.index("train_dataset") + 1:]
+    if len(more) > len(after):
+        raise TypeError(f"GRPOExtTrainer takes at most {len(after) + 4} positional arguments ({len(more) + 4} given)")
+    given = dict(zip(after, more, strict=False))
+    twice = sorted(set(given) & set(kwargs))
+    if twice:
+        raise TypeError(f"GRPOExtTrainer got multiple values for argument(s) {twice}")
+    return {**given, **kwargs}
+
+
 def check_train_dataset(train_dataset, environment_factory) -> None:
     """TRL's refusal of a run with no data, in TRL's words (the plan would otherwise ask for a step limit)."""
     if train_dataset is None and environment_factory is None:
