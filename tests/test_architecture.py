@@ -137,7 +137,7 @@ def test_the_cycle_finder_finds_a_known_cycle():
 #: The layers of docs/architecture.md: a module may import from its own layer or the layers above (lower numbers).
 LAYERS = {
     0: ["training", "cli", "models.embedded", "config.checks", "models.cache", "config.data_sizes",
-        "data.local_columns", "hub.secrets", "hub.card_template", "training.host_memory"],
+        "data.local_columns", "hub.secrets", "hub.card_template", "training.host_memory", "training.finished"],
     1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "config.resolved",
         "config.advantage_settings", "training.checkpoints", "evaluation.plan", "evaluation.stats", "rewards",
         "rewards.registry", "rewards.parameters", "rewards.spec", "rewards.guard", "rewards.builtin", "rewards.math",

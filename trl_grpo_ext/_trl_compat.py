@@ -65,6 +65,8 @@ SURFACE: tuple[TouchPoint, ...] = (
                "trainer.py GRPOExtTrainer.set_initial_training_values (stop rule: max_steps = plan.total_steps)"),
     TouchPoint("transformers.Trainer", "create_optimizer", "override", ("self", "model"),
                "trainer.py GRPOExtTrainer.create_optimizer (lost-update hooks, guarded optimizer.step)"),
+    TouchPoint("transformers.Trainer", "_load_from_checkpoint", "function", ("self", "resume_from_checkpoint", "model"),
+               "_trl_compat.load_checkpoint_weights -> trainer.py GRPOExtTrainer.load_finished (a complete run)"),
     TouchPoint("trl.GRPOTrainer", "_metrics", "attribute", None,
                "_trl_compat.train_metrics: every metric we log (zero_variance/*, advantages/*, adapter/*, vllm/*)"),
     TouchPoint("trl.GRPOTrainer", "_step", "attribute", None,
@@ -134,6 +136,12 @@ def reward_func_name(reward_func) -> str:
     if isinstance(reward_func, torch.nn.Module):
         return get_config_model_id(reward_func.config).split("/")[-1]
     return get_callable_name(reward_func)
+
+
+def load_checkpoint_weights(trainer, checkpoint: str) -> None:
+    """Load a checkpoint's model weights (an adapter's too) into ``trainer.model``, as ``Trainer.train`` does when it
+    resumes (``Trainer._load_from_checkpoint``), without training."""
+    trainer._load_from_checkpoint(checkpoint)
 
 
 def default_output_dir(model) -> str:

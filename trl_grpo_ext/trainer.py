@@ -305,6 +305,19 @@ class GRPOExtTrainer(GRPOTrainer):
         output.metrics[ckpt.RESUMED_FROM_STEP] = resumed_from
         return output
 
+    def load_finished(self, checkpoint: str):
+        """The last checkpoint of a complete run (it holds the plan's last step) loaded without training a step: the
+        weights and the trainer state, for the outputs the run's end did not write (the recipe's resume of a complete
+        run). Returns `TrainOutput` whose metrics hold only ``resumed_from_step`` (the checkpoint's step)."""
+        from transformers import TrainerState
+        from transformers.trainer_utils import TrainOutput
+
+        _trl_compat.load_checkpoint_weights(self, checkpoint)
+        self.state = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+        losses = [entry["loss"] for entry in self.state.log_history if "loss" in entry]
+        return TrainOutput(self.state.global_step, sum(losses) / len(losses) if losses else 0.0,
+                           {ckpt.RESUMED_FROM_STEP: self.state.global_step})
+
     def _print_plan(self, resumed: bool = False) -> None:
         """The plan table, the rewards and the resample note on stdout; the plan also goes to the trackers, which read
         ``args.to_dict()`` (`GRPOExtConfig.to_dict` adds it as ``run_plan``)."""
