@@ -211,7 +211,6 @@ REFUSED = [
     (dict(generation_kwargs='{"n": 4}', use_vllm=True), r"generation_kwargs \['n'\]: .*n -> num_generations: 4"),
     (dict(generation_kwargs={"return_dict_in_generate": True, "output_scores": True}),
      r"generation_kwargs \['output_scores', 'return_dict_in_generate'\]: TRL's generation cannot use them"),
-    (dict(generation_kwargs={"no_repeat_ngram_sise": 3}), r"generation_kwargs \['no_repeat_ngram_sise'\]: not a "),
     (dict(use_transformers_paged=True), "without `num_blocks`"),  # TRL's deprecated alias turns CB on
     (dict(use_transformers_continuous_batching=True, generation_kwargs='{"min_length": 4}',  # JSON from the CLI
           transformers_continuous_batching_config='{"num_blocks": 8}'), r"generation_kwargs \['min_length'\]"),
@@ -390,6 +389,9 @@ def test_generation_kwargs_duplicating_a_field_are_kept_and_warn_only_beside_the
     with pytest.warns(UserWarning, match=r"generation_kwargs max_new_tokens=5 sets the completion length .* the plan "
                                          r"counts tokens with max_completion_length=16"):
         _config(tmp_path, generation_kwargs={"max_new_tokens": 5})
+    with pytest.warns(UserWarning, match=r"generation_kwargs \['no_repeat_ngram_sise'\]: not a transformers "
+                                         r"GenerationConfig setting, so generation ignores them"):  # TRL accepts it
+        _config(tmp_path, generation_kwargs={"no_repeat_ngram_sise": 3})
 
 
 def test_generation_kwargs_it_can_use_are_kept(tmp_path):

@@ -267,8 +267,6 @@ INVALID = [
         ["generation_kwargs ['num_return_sequences']", "num_generations: 4"], "Fix: set the field instead"),
     row("generation_kwargs do_sample", {"generation_kwargs": {"do_sample": False}},
         ["generation_kwargs do_sample=False", "every group would be uniform"], "Fix: remove do_sample"),
-    row("generation_kwargs unknown", {"generation_kwargs": {"bogus_arg": 1}},
-        ["generation_kwargs ['bogus_arg']", "not a transformers GenerationConfig setting"], "Fix: remove them"),
     row("model_init_kwargs a word", {"model_init_kwargs": "fast"}, ["model_init_kwargs='fast' is not a mapping"],
         "or as JSON on the command line (--model_init_kwargs '{\"key\": 1}')"),
     row("gradient_checkpointing_kwargs bad JSON", {"gradient_checkpointing_kwargs": "{use_reentrant: false}"},

@@ -229,8 +229,8 @@ def _check_generation_kwargs(kwargs: dict, use_vllm: bool, get=None) -> None:
 
     Refused (`RunArgumentError` naming the key and the fix), each breaking the run: ``num_return_sequences`` / ``n``
     (`BREAKING_GENERATION_KWARGS`: TRL's batch shapes), keys its generation cannot use (`UNUSABLE_GENERATION_KWARGS`),
-    ``do_sample`` other than true (GRPO samples: greedy makes every group uniform), and, without vLLM, keys
-    `transformers.GenerationConfig` does not have (it keeps them silently). Accepted with a `UserWarning`: a key that
+    ``do_sample`` other than true (GRPO samples: greedy makes every group uniform). Accepted with a `UserWarning`:
+    without vLLM, keys `transformers.GenerationConfig` does not have (generation ignores them); a key that
     duplicates a field (`SHADOWED_GENERATION_KWARGS`) when that field is set too (``get(field)`` differs from TRL's
     default: the key's value is the one used), and a completion-length key always (the plan counts tokens with
     ``max_completion_length``)."""
@@ -273,11 +273,11 @@ def _check_generation_kwargs(kwargs: dict, use_vllm: bool, get=None) -> None:
         from transformers import GenerationConfig
 
         unknown = sorted(set(kwargs) - set(GenerationConfig().to_dict()))
-        if unknown:
-            raise RunArgumentError(
-                f"generation_kwargs {unknown}: not a transformers GenerationConfig setting, so generation would "
-                "ignore them. Fix: remove them, or use a GenerationConfig name (e.g. no_repeat_ngram_size, "
-                "suppress_tokens).")
+        if unknown:  # TRL accepts them and the run trains: they have no effect
+            warnings.warn(
+                f"generation_kwargs {unknown}: not a transformers GenerationConfig setting, so generation ignores "
+                "them. Fix: remove them, or use a GenerationConfig name (e.g. no_repeat_ngram_size, "
+                "suppress_tokens).", UserWarning, stacklevel=2)
 
 
 def as_dict(value) -> dict:
