@@ -49,12 +49,19 @@ def accelerate_launch(args: list[str], timeout: int = 240) -> subprocess.Complet
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=timeout)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Run:
     """A recipe process whose merged stdout/stderr is read by a thread, so the test can wait for a line with a deadline."""
 
     def __init__(self, command: list[str], new_session: bool = False):
+        # a terminal's processes take SIGINT; a shell's background job would ignore it (and pass that on to the
+        # launcher), so a process-group run restores the default
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                        env=ENV, start_new_session=new_session)
+                                        env=ENV, start_new_session=new_session,
+                                        preexec_fn=_default_sigint if new_session else None)
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
