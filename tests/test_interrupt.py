@@ -153,6 +153,13 @@ def test_under_a_deadline_the_launcher_s_sigterm_is_the_same_interrupt_and_the_s
         assert callback.checkpoint == os.path.join(str(tmp_path), "checkpoint-5")
 
 
+def test_a_sigint_to_the_script_alone_starts_no_deadline(tmp_path):
+    """Under the launcher, `kill -INT <script>`: the launcher kills nothing, so the stop waits as without one."""
+    with GracefulInterrupt(FakeTrainer(), grace=60.0) as callback:
+        signal.raise_signal(signal.SIGINT)
+        assert callback.requested and callback.deadline is None
+
+
 def test_under_a_deadline_a_save_that_does_not_fit_is_not_started(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(interrupt.os, "_exit", lambda code: (_ for _ in ()).throw(SystemExit(code)))
     callback = GracefulInterrupt(FakeTrainer(), grace=60.0)

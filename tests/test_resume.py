@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from trl_grpo_ext.training import interrupt
+
 # about a minute of subprocess runs: `make test-slow` (kept out of `make test` to hold it near 10 minutes)
 pytestmark = pytest.mark.slow
 
@@ -313,7 +315,9 @@ def test_one_ctrl_c_under_accelerate_launch_saves_the_current_step_and_prints_th
     newest = max(saved)
     assert 6 <= newest < 60 and f"checkpoint saved to {out / f'checkpoint-{newest}'}" in output
     if _accelerate_version() >= (1, 16):
-        assert code == EXIT_INTERRUPTED and elapsed < 5, (code, elapsed)  # before the launcher's SIGKILL
+        # the launcher's 130; it returns once the script is gone: its resume lines come before the SIGKILL, its
+        # interpreter teardown after them may not (5.4 s from the Ctrl-C to the launcher's exit once, under load)
+        assert code == EXIT_INTERRUPTED and elapsed < 2 * interrupt.LAUNCHER_GRACE_S, (code, elapsed)
         assert "accelerate launch stops this process in 5 s" in output
     else:
         # 1.15's launcher dies of the SIGINT (-2, measured 2026-12-06) or reports the script's 130 as status 1; the

@@ -10,9 +10,10 @@ that moment (the stop's own, or a periodic one) is deleted, so the newest checkp
 With several processes the stop decision is reduced across ranks at every optimizer step (one scalar all-reduce), so
 every rank stops at the same step.
 
-Under accelerate >= 1.16's launcher (``accelerate launch`` of one process) a signal starts a deadline: that launcher
-answers Ctrl-C (and its own SIGTERM) by sending SIGTERM to the script and SIGKILL `LAUNCHER_GRACE_S` later. Its SIGTERM
-after the terminal's SIGINT is the same interrupt, not a second one; the stop then comes at the end of the step in
+Under accelerate >= 1.16's launcher (``accelerate launch`` of one process) its SIGTERM starts a deadline: that
+launcher answers Ctrl-C (and a SIGTERM of its own) by sending SIGTERM to the script and SIGKILL `LAUNCHER_GRACE_S`
+later. Its SIGTERM after the terminal's SIGINT is the same interrupt, not a second one (a SIGINT sent to the script
+alone starts no deadline: the launcher kills nothing then); the stop then comes at the end of the step in
 progress (inside a generation batch too), its checkpoint is written only if the longest save seen so far fits before
 the deadline, and a watchdog thread deletes a checkpoint still being written and exits just before the SIGKILL is due.
 The newest complete checkpoint is never touched, and no partial one is left behind.
@@ -75,7 +76,6 @@ class GracefulInterrupt(TrainerCallback):
         self.deadline: float | None = None  # time.monotonic() by which the process must be gone
         self.longest_save = 0.0  # the longest checkpoint save of this run so far [seconds]
         self._save_started: float | None = None
-        self._launcher_forward = False
         self.requested = False
         self.stopped = False
         self.checkpoint: str | None = None
@@ -97,20 +97,18 @@ class GracefulInterrupt(TrainerCallback):
         return False
 
     def _handle(self, signum, frame):
-        if self.requested and self.deadline is not None and signum == signal.SIGTERM and not self._launcher_forward:
-            self._launcher_forward = True  # accelerate's SIGTERM after the terminal's SIGINT: the same interrupt
-            return
-        if self.requested:  # second signal: leave now, never leave a half-written checkpoint behind
+        launcher_kill = bool(self.grace) and signum == signal.SIGTERM and self.deadline is None
+        if self.requested and not launcher_kill:  # second signal: leave now, never leave a half-written checkpoint
             self._exit_now("\nSecond interrupt: exiting now. The last complete checkpoint is intact.")
-        self.requested = True
-        if self.grace:
+        if launcher_kill:  # accelerate >= 1.16's SIGTERM (after the terminal's SIGINT, or alone): SIGKILL follows
             self.deadline = time.monotonic() + self.grace
-            self._launcher_forward = signum == signal.SIGTERM
             threading.Thread(target=self._watch, name="interrupt-deadline", daemon=True).start()
-            print(f"\n{signal.Signals(signum).name} received: accelerate launch stops this process in "
+            print(f"\n{'' if self.requested else 'SIGTERM received: '}accelerate launch stops this process in "
                   f"{self.grace:g} s; saving a checkpoint after this optimizer step if its save fits in that time, then "
-                  "stopping (send it again to exit at once).", file=sys.stderr, flush=True)
+                  "stopping.", file=sys.stderr, flush=True)
+            self.requested = True
             return
+        self.requested = True
         print(
             f"\n{signal.Signals(signum).name} received: saving a checkpoint after this optimizer step, then stopping "
             "(send it again to exit at once).",
