@@ -63,10 +63,14 @@ class GracefulInterrupt(TrainerCallback):
     Args:
         trainer (`transformers.Trainer`): the trainer to stop; the callback adds itself to it.
         signals (`tuple[int, ...]`, defaults to ``(SIGINT, SIGTERM)``): signals handled.
+        grace (`float`, *optional*): seconds from a SIGTERM to the launcher's SIGKILL; defaults to `launcher_grace()`
+            (5 under accelerate >= 1.16's launcher, else none: no deadline).
 
     Attributes:
         stopped (`bool`): training was stopped by a signal.
         checkpoint (`str | None`): the checkpoint saved on the way out.
+        deadline (`float | None`): `time.monotonic()` of the launcher's SIGKILL, once its SIGTERM came.
+        longest_save (`float`): the longest checkpoint save of the run so far [seconds].
     """
 
     def __init__(self, trainer, signals=(signal.SIGINT, signal.SIGTERM), grace: float | None = None):
