@@ -43,6 +43,7 @@ from trl_grpo_ext.plan.evaluation import resolve_eval_plan
 from trl_grpo_ext.rewards.spec import weight_warnings
 from trl_grpo_ext.training.checkpoints import (
     ResumeSettingsError,
+    RunComplete,
     check_checkpoint_plan,
     check_output_dir,
     config_lora_settings,
@@ -50,6 +51,7 @@ from trl_grpo_ext.training.checkpoints import (
     resolve_resume_checkpoint,
     resume_settings,
 )
+from trl_grpo_ext.training.finished import complete_line, outputs_written
 from trl_grpo_ext.training.host_memory import retain_freed_memory
 from trl_grpo_ext.training.interrupt import GracefulInterrupt, exit_run
 from trl_grpo_ext.validation import check_reward_columns
@@ -105,11 +107,18 @@ def main(script_args, training_args, model_args, push_args) -> int:
             world_size=training_args.world_size, total_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch,
             final_eval=script_args.final_eval, split_rows=script_args.eval_num_prompts is None,
         )
-        checkpoint = check_checkpoint_plan(  # once per run: the trainer does not check a checked checkpoint again
-            resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan,
-            filter_settings(training_args.resolved.zero_variance, training_args.seed),
-            lambda: map(prompt_key, train_dataset["prompt"]),
-            resume_settings(training_args, config_lora_settings(model_args)))
+        complete = None  # a checkpoint holding the plan's last step: nothing is trained, the missing outputs written
+        try:
+            checkpoint = check_checkpoint_plan(  # once per run: the trainer does not check a checked checkpoint again
+                resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir), plan,
+                filter_settings(training_args.resolved.zero_variance, training_args.seed),
+                lambda: map(prompt_key, train_dataset["prompt"]),
+                resume_settings(training_args, config_lora_settings(model_args)))
+        except RunComplete as done:  # e.g. a retry loop's command after a kill that fell after the last checkpoint
+            if outputs_written(training_args.output_dir, done.checkpoint):
+                print(complete_line(training_args.output_dir, done.checkpoint, done.step, done.total_steps, False))
+                return 0
+            checkpoint = complete = done.checkpoint
         check_output_dir(training_args.output_dir, resuming=checkpoint is not None or script_args.overwrite_output_dir)
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
@@ -173,18 +182,22 @@ def main(script_args, training_args, model_args, push_args) -> int:
         trainer.embedded_seed = script_args.embedded_seed
 
     ################
-    # Train (Ctrl-C / SIGTERM saves a checkpoint and prints the resume command)
+    # Train (Ctrl-C / SIGTERM saves a checkpoint and prints the resume command); a complete run: its last checkpoint
+    # loaded, no step trained, for the outputs below
     ################
-    try:
-        with GracefulInterrupt(trainer) as interrupt:
-            train_result = trainer.train(resume_from_checkpoint=checkpoint,
-                                         overwrite_output_dir=script_args.overwrite_output_dir)
-    except ResumeSettingsError as err:  # the adapter as loaded against the checkpoint's, before its state loads
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if interrupt.stopped:
-        trainer.end()
-        return interrupt.report()
+    if complete:
+        train_result = trainer.load_finished(complete)
+    else:
+        try:
+            with GracefulInterrupt(trainer) as interrupt:
+                train_result = trainer.train(resume_from_checkpoint=checkpoint,
+                                             overwrite_output_dir=script_args.overwrite_output_dir)
+        except ResumeSettingsError as err:  # the adapter as loaded against the checkpoint's, before its state loads
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if interrupt.stopped:
+            trainer.end()
+            return interrupt.report()
 
     ################
     # Save: adapter, tokenizer, metrics, trainer state (every process takes part), then, on the main process only,
@@ -226,6 +239,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
                          repo_id=push.repo_id).save(f"{training_args.output_dir}/README.md")
         saved = "Adapter" if model_args.use_peft or source.continued else "Model"  # a full fine-tune saves the model
         print(f"{saved} and tokenizer: {training_args.output_dir}")
+        if complete:
+            print(complete_line(training_args.output_dir, complete, trainer.state.global_step, plan.total_steps, True))
 
         ################
         # Push (optional)

@@ -146,7 +146,7 @@ def test_the_cycle_finder_finds_a_known_cycle():
 #: The layers of docs/architecture.md: a module may import from its own layer or the layers above (lower numbers).
 LAYERS = {
     0: ["_version", "_lazy", "training", "cli", "models.embedded", "config.checks", "models.cache", "config.data_sizes",
-        "data.local_columns", "config.secrets", "hub.card_template", "training.host_memory"],
+        "data.local_columns", "config.secrets", "hub.card_template", "training.host_memory", "training.finished"],
     1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "plan.evaluation", "config.resolved",
         "config.advantage_settings", "training.checkpoints", "evaluation.stats", "rewards",
         "rewards.registry", "rewards.parameters", "rewards.spec", "rewards.guard", "rewards.builtin", "rewards.math",
@@ -165,7 +165,7 @@ LAYERS = {
     5: ["training.adapter_precision", "training.generation", "training.merged_generation", "evaluation",
         "evaluation.evaluate", "evaluation.generation", "hub.plot", "hub", "hub.card", "hub.card_facts", "hub.merge",
         "hub.push"],
-    6: ["trainer", "training.interrupt", "training.console", "training.callbacks", "training.reward_funcs",
+    6: ["trainer", "training.interrupt", "training.console", "training.callbacks", "training.trainer_args",
         "training.rollout_budget"],
     7: ["cli.main", "cli.__main__", "cli.plan", "cli.train", "cli.eval", "rewards.cli", "hub.cli", "quantifiers"],
 }

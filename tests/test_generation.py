@@ -206,13 +206,11 @@ REFUSED = [
     (dict(use_transformers_continuous_batching=True, generation_kwargs={"min_new_tokens": 4},
           transformers_continuous_batching_config={"num_blocks": 8}), r"generation_kwargs \['min_new_tokens'\]"),
     (dict(use_transformers_continuous_batching=True), "without `num_blocks`"),
-    (dict(generation_kwargs={"temperature": 0.1, "top_k": 5}),
-     r"generation_kwargs \['temperature', 'top_k'\] would override .* \(temperature -> temperature: 0.1, top_k -> "
-     r"top_k: 5\)"),
-    (dict(generation_kwargs='{"n": 4}', use_vllm=True), r"generation_kwargs \['n'\] .*n -> num_generations: 4"),
+    (dict(generation_kwargs={"num_return_sequences": 2}),
+     r"generation_kwargs \['num_return_sequences'\]: TRL generates .* \(num_return_sequences -> num_generations: 2\)"),
+    (dict(generation_kwargs='{"n": 4}', use_vllm=True), r"generation_kwargs \['n'\]: .*n -> num_generations: 4"),
     (dict(generation_kwargs={"return_dict_in_generate": True, "output_scores": True}),
      r"generation_kwargs \['output_scores', 'return_dict_in_generate'\]: TRL's generation cannot use them"),
-    (dict(generation_kwargs={"no_repeat_ngram_sise": 3}), r"generation_kwargs \['no_repeat_ngram_sise'\]: not a "),
     (dict(use_transformers_paged=True), "without `num_blocks`"),  # TRL's deprecated alias turns CB on
     (dict(use_transformers_continuous_batching=True, generation_kwargs='{"min_length": 4}',  # JSON from the CLI
           transformers_continuous_batching_config='{"num_blocks": 8}'), r"generation_kwargs \['min_length'\]"),
@@ -377,6 +375,23 @@ def test_generation_benchmark_smoke_runs_end_to_end(tmp_path):
         assert arm["tokens_per_s"] > 0 and arm["s_per_step"] > 0 and arm["peak_gb"] > 0
         assert arm["trainable_dtypes"] == ["torch.float32"]
     assert "best arm:" in result.stdout
+
+
+def test_generation_kwargs_duplicating_a_field_are_kept_and_warn_only_beside_the_field(tmp_path, recwarn):
+    """TRL applies generation_kwargs over its own settings: accepted; a warning when the field is set too (its value
+    is not used), and always for the completion length (the plan counts max_completion_length tokens)."""
+    config = _config(tmp_path, generation_kwargs={"temperature": 0.1, "top_k": 5})  # the fields at TRL's defaults
+    assert config.generation_kwargs == {"temperature": 0.1, "top_k": 5}
+    assert [str(w.message) for w in recwarn if "generation_kwargs" in str(w.message)] == []
+    with pytest.warns(UserWarning, match=r"generation_kwargs temperature=0.1 and temperature=0.7 are both set: TRL "
+                                         r"applies generation_kwargs over its own settings, so temperature=0.1 is used"):
+        _config(tmp_path, temperature=0.7, generation_kwargs={"temperature": 0.1})
+    with pytest.warns(UserWarning, match=r"generation_kwargs max_new_tokens=5 sets the completion length .* the plan "
+                                         r"counts tokens with max_completion_length=16"):
+        _config(tmp_path, generation_kwargs={"max_new_tokens": 5})
+    with pytest.warns(UserWarning, match=r"generation_kwargs \['no_repeat_ngram_sise'\]: not a transformers "
+                                         r"GenerationConfig setting, so generation ignores them"):  # TRL accepts it
+        _config(tmp_path, generation_kwargs={"no_repeat_ngram_sise": 3})
 
 
 def test_generation_kwargs_it_can_use_are_kept(tmp_path):

@@ -124,6 +124,72 @@ def test_sigterm_is_handled_like_sigint(tmp_path):
         assert callback.requested
 
 
+@pytest.mark.parametrize(("environ", "version", "grace"), [
+    ({"ACCELERATE_USE_CPU": "True"}, "1.16.0", 5.0),  # accelerate launch (one process) of 1.16: SIGKILL 5 s later
+    ({"ACCELERATE_USE_CPU": "False"}, "1.17.2", 5.0),
+    ({"ACCELERATE_USE_CPU": "True"}, "1.15.0", None),  # 1.15's launcher waits for the script
+    ({"ACCELERATE_USE_CPU": "True", "TORCHELASTIC_RUN_ID": "x"}, "1.16.0", None),  # torchrun's agent: its own timeout
+    ({}, "1.16.0", None),  # python recipes/grpo_qlora.py: no launcher
+])
+def test_launcher_grace_is_accelerate_1_16_s_simple_launcher_only(environ, version, grace):
+    assert interrupt.launcher_grace(environ, version) == grace
+
+
+def test_under_a_deadline_the_launcher_s_sigterm_is_the_same_interrupt_and_the_step_in_progress_stops(tmp_path,
+                                                                                                    capsys):
+    """Ctrl-C under accelerate 1.16: SIGINT, then the launcher's SIGTERM; the stop is the end of this step even inside
+    a generation batch (no time to wait for its end), and the save starts because it fits."""
+    trainer = FakeTrainer()
+    with GracefulInterrupt(trainer, grace=60.0) as callback:
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)  # the launcher's: not a second interrupt (that would exit the test)
+        assert callback.requested and callback.deadline is not None
+        assert "accelerate launch stops this process in 60 s" in capsys.readouterr().err
+        trainer._step = 10  # after optimizer step 5, inside the generation batch of steps 5-6 (num_iterations 2)
+        control = callback.on_step_end(training_args(tmp_path, num_iterations=2), TrainerState(global_step=5),
+                                       TrainerControl())
+        assert control.should_save and callback.stopped
+        callback.on_save(training_args(tmp_path), TrainerState(global_step=5), control)
+        assert callback.checkpoint == os.path.join(str(tmp_path), "checkpoint-5")
+
+
+def test_a_sigint_to_the_script_alone_starts_no_deadline(tmp_path):
+    """Under the launcher, `kill -INT <script>`: the launcher kills nothing, so the stop waits as without one."""
+    with GracefulInterrupt(FakeTrainer(), grace=60.0) as callback:
+        signal.raise_signal(signal.SIGINT)
+        assert callback.requested and callback.deadline is None
+
+
+def test_under_a_deadline_a_save_that_does_not_fit_is_not_started(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(interrupt.os, "_exit", lambda code: (_ for _ in ()).throw(SystemExit(code)))
+    callback = GracefulInterrupt(FakeTrainer(), grace=60.0)
+    callback.requested, callback.deadline = True, interrupt.time.monotonic() + 3.0
+    callback.longest_save = 2.5  # 2.5 s of save, 3 s left, 0.75 s kept to exit: no
+    with pytest.raises(SystemExit) as exited:
+        callback.on_step_end(training_args(tmp_path), TrainerState(global_step=7), TrainerControl())
+    assert exited.value.code == EXIT_INTERRUPTED and not (tmp_path / "checkpoint-7").exists()
+    assert "its save (up to 2.5 s so far) does not fit in accelerate launch's 60 s" in capsys.readouterr().err
+
+
+def test_the_watchdog_deletes_a_save_still_running_at_the_deadline_and_never_a_complete_checkpoint(tmp_path,
+                                                                                                   monkeypatch):
+    exits = []
+    monkeypatch.setattr(interrupt.os, "_exit", exits.append)
+    complete = tmp_path / "checkpoint-4"
+    complete.mkdir()
+    (complete / "trainer_state.json").write_text("{}")
+    partial = tmp_path / "checkpoint-6"
+    partial.mkdir()
+    (partial / "adapter_model.safetensors").write_bytes(b"half")
+    callback = GracefulInterrupt(FakeTrainer(), grace=60.0)
+    callback._saving_dir = str(partial)
+    callback.deadline = interrupt.time.monotonic() + interrupt.KILL_MARGIN_S + 0.2  # 0.2 s before the watchdog acts
+    callback._watch()
+    assert exits == [EXIT_INTERRUPTED]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4"]
+    assert (complete / "trainer_state.json").is_file()
+
+
 EXIT_SCRIPT = """
 import atexit, sys, threading, time
 from trl_grpo_ext.training.interrupt import exit_run

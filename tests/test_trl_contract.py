@@ -130,6 +130,20 @@ def test_trl_version_is_the_pinned_minor():
     )
 
 
+def test_python_floor_is_trl_s_and_accelerate_is_not_capped():
+    """pip answers an older Python with "requires a different Python" rather than a resolver error about TRL, and
+    installing the add-on never downgrades accelerate (1.16's launcher is handled: training.interrupt)."""
+    import re
+    from importlib.metadata import metadata
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    floor = metadata("trl")["Requires-Python"]
+    assert f'requires-python = "{floor}"' in pyproject
+    assert f'target-version = "py{floor.removeprefix(">=").replace(".", "")}"' in pyproject
+    accelerate = re.search(r'"accelerate([^"]*)"', pyproject).group(1)
+    assert "<" not in accelerate, accelerate
+
+
 # -- the table of private names (trl_grpo_ext/_trl_compat.py SURFACE) --------------------------------------------------
 def _owner(path: str):
     """``"trl.GRPOTrainer"`` -> the class; ``"trl.trainer.utils"`` -> the module."""

@@ -72,6 +72,8 @@ SURFACE: tuple[TouchPoint, ...] = (
                "trainer.py GRPOExtTrainer.set_initial_training_values (stop rule: max_steps = plan.total_steps)"),
     TouchPoint("transformers.Trainer", "create_optimizer", "override", ("self", "model"),
                "trainer.py GRPOExtTrainer.create_optimizer (lost-update hooks, guarded optimizer.step)"),
+    TouchPoint("transformers.Trainer", "_load_from_checkpoint", "function", ("self", "resume_from_checkpoint", "model"),
+               "_trl_compat.load_checkpoint_weights -> trainer.py GRPOExtTrainer.load_finished (a complete run)"),
     TouchPoint("trl.GRPOTrainer", "_metrics", "attribute", None,
                "_trl_compat.train_metrics: every metric we log (zero_variance/*, advantages/*, adapter/*, vllm/*)"),
     TouchPoint("trl.GRPOTrainer", "_step", "attribute", None,
@@ -81,7 +83,8 @@ SURFACE: tuple[TouchPoint, ...] = (
     TouchPoint("trl.trainer.utils", "get_callable_name", "function", ("func",),
                "_trl_compat.reward_func_name -> trainer.py (reward names, guard names, zero_variance_reward)"),
     TouchPoint("trl.trainer.utils", "get_config_model_id", "function", ("config",),
-               "_trl_compat.reward_func_name -> trainer.py (the name of a reward model)"),
+               "_trl_compat.reward_func_name -> trainer.py (the name of a reward model); default_output_dir -> "
+               "training/trainer_args.py (args=None)"),
     TouchPoint("trl.trainer.utils", "nanstd", "function", ("tensor", "dim", "keepdim"),
                "_trl_compat.nanstd -> zero_variance.metrics (TRL's metrics of the batch trained on)"),
     TouchPoint("trl.trainer.utils", "RepeatSampler", "class",
@@ -140,6 +143,20 @@ def reward_func_name(reward_func) -> str:
     if isinstance(reward_func, torch.nn.Module):
         return get_config_model_id(reward_func.config).split("/")[-1]
     return get_callable_name(reward_func)
+
+
+def load_checkpoint_weights(trainer, checkpoint: str) -> None:
+    """Load a checkpoint's model weights (an adapter's too) into ``trainer.model``, as ``Trainer.train`` does when it
+    resumes (``Trainer._load_from_checkpoint``), without training."""
+    trainer._load_from_checkpoint(checkpoint)
+
+
+def default_output_dir(model) -> str:
+    """The ``output_dir`` TRL's `GRPOTrainer` gives ``GRPOConfig`` when ``args`` is None: ``<model name>-GRPO``."""
+    from trl.trainer.utils import get_config_model_id
+
+    name = model if isinstance(model, str) else get_config_model_id(model.config)
+    return f"{name.split('/')[-1]}-GRPO"
 
 
 def nanstd(tensor, dim: int | None = None, keepdim: bool = False):

@@ -18,16 +18,15 @@ import warnings
 
 import torch
 from transformers import TrainerCallback
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from . import _trl_compat
 from .advantages import advantage_metrics, compute_advantages, uniform_group_signal
 from .config.engines import resolve_engine
-from .config.ext_config import GRPOExtConfig
 from .models.settings import is_4bit_model, is_quantized_model, keep_4bit_training_layout
 from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings, seed_line
 from .training import checkpoints as ckpt
-from .training import console
+from .training import console, trainer_args
 from .training.adapter_precision import LostUpdateTracker, cast_trainable_to
 from .training.callbacks import SamplerEpochCallback
 from .training.engine_step import EngineStepGuard
@@ -38,7 +37,6 @@ from .training.generation import (
     preserved_dtypes,
 )
 from .training.merged_generation import check_merge_target, merged_adapter
-from .training.reward_funcs import reward_funcs_from_args
 from .training.rollout_budget import AdaptiveRollout
 from .training.sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
 from .zero_variance import (
@@ -70,7 +68,8 @@ class GRPOExtTrainer(GRPOTrainer):
     Args: as `trl.GRPOTrainer`. Differences:
         reward_funcs: optional when `args.rewards` names rewards from the registry (they are built here, wrapped with
             the `args.reward_error_policy` guard); passing both is an error.
-        args (`GRPOExtConfig`): required (a plain `GRPOConfig` is refused: its quantities were never resolved).
+        args (`GRPOExtConfig`, *optional*): a plain `trl.GRPOConfig` trains as a `GRPOExtConfig` of the same values
+            (our settings at their defaults); None: the defaults, with ``output_dir`` ``<model name>-GRPO`` (TRL's).
         run_plan (`RunPlan`, *optional*): the run's plan, resolved by the caller before any model loaded (the recipe
             does); it must be the plan of `args` on `train_dataset` (else `ValueError`). Unset: resolved here.
 
@@ -79,21 +78,20 @@ class GRPOExtTrainer(GRPOTrainer):
             (steps per epoch, total optimizer steps, stop reason, token budget).
 
     Raises:
-        TypeError: `args` is not a `GRPOExtConfig`.
-        ValueError: `reward_funcs` and `args.rewards` are both given, or neither.
+        TypeError: `args` is not a `GRPOConfig`.
+        ValueError: `reward_funcs` and `args.rewards` are both given, or no reward source (TRL's words), or no
+            `train_dataset` and no `environment_factory` (TRL's words).
         ValueError: `run_plan` is not the plan of `args` on `train_dataset`.
         QuantityError: the dataset is too small for one generation batch, or has no length and no step limit.
     """
 
-    def __init__(self, model, reward_funcs=None, args: GRPOExtConfig | None = None, train_dataset=None,
-                 run_plan: RunPlan | None = None, **kwargs):
-        if not isinstance(args, GRPOExtConfig):
-            raise TypeError(
-                f"GRPOExtTrainer needs args=GRPOExtConfig(...), got {type(args).__name__}. GRPOExtConfig accepts every "
-                "GRPOConfig field."
-            )
-        reward_funcs = reward_funcs_from_args(reward_funcs, args)
-        if not any(isinstance(f, str) for f in reward_funcs):  # names known before the model loads (else: below)
+    def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, train_dataset=None,
+                 *more, run_plan: RunPlan | None = None, **kwargs):
+        kwargs = trainer_args.named(more, kwargs)  # eval_dataset, processing_class, ... given by position, as TRL's
+        args = trainer_args.ext_config(args, model)  # None or a plain GRPOConfig: as TRL takes them
+        trainer_args.check_train_dataset(train_dataset, kwargs.get("environment_factory"))
+        reward_funcs = trainer_args.reward_funcs_from_args(reward_funcs, args, kwargs.get("environment_factory"))
+        if reward_funcs and not any(isinstance(f, str) for f in reward_funcs):  # names known now (else: below)
             judged_reward_index(args.resolved.zero_variance.zero_variance_reward, [_trl_compat.reward_func_name(f) for f in reward_funcs])
         dataset_size = len(train_dataset) if hasattr(train_dataset, "__len__") else None
         self.plan: RunPlan = confirm_plan(run_plan, args.resolved.quantity_fields(), dataset_size, args.world_size,
@@ -337,6 +335,19 @@ class GRPOExtTrainer(GRPOTrainer):
         output.metrics[ckpt.RESUMED_FROM_STEP] = resumed_from
         return output
 
+    def load_finished(self, checkpoint: str):
+        """The last checkpoint of a complete run (it holds the plan's last step) loaded without training a step: the
+        weights and the trainer state, for the outputs the run's end did not write (the recipe's resume of a complete
+        run). Returns `TrainOutput` whose metrics hold only ``resumed_from_step`` (the checkpoint's step)."""
+        from transformers import TrainerState
+        from transformers.trainer_utils import TrainOutput
+
+        _trl_compat.load_checkpoint_weights(self, checkpoint)
+        self.state = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+        losses = [entry["loss"] for entry in self.state.log_history if "loss" in entry]
+        return TrainOutput(self.state.global_step, sum(losses) / len(losses) if losses else 0.0,
+                           {ckpt.RESUMED_FROM_STEP: self.state.global_step})
+
     def _print_plan(self, resumed: bool = False) -> None:
         """The plan table, the rewards and the resample note on stdout; the plan also goes to the trackers, which read
         ``args.to_dict()`` (`GRPOExtConfig.to_dict` adds it as ``run_plan``)."""
@@ -378,9 +389,7 @@ class _PlanCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         plan = self.trainer.plan
         if state.global_step >= plan.total_steps and state.is_world_process_zero:
-            logger.warning(
-                "Stopped at optimizer step %d by the %s (%.3g epochs covered).",
-                state.global_step,
-                plan.stop_reason.replace("_", " "),
-                plan.epochs_covered,
-            )
+            covered = "" if plan.epochs_covered is None else f" ({plan.epochs_covered:.3g} epochs covered)"  # unknown
+            logger.warning("Stopped at optimizer step %d by the %s%s.", state.global_step,  # for an IterableDataset
+                           plan.stop_reason.replace("_", " "), covered)
+

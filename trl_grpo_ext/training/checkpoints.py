@@ -335,7 +335,8 @@ def check_checkpoint_plan(checkpoint: str | None, plan: RunPlan, zero_variance: 
 
 
 def check_checkpoint_unfinished(checkpoint: str, plan: RunPlan) -> None:
-    """Refuse (`QuantityError`) resuming a checkpoint that already holds the plan's last step.
+    """Refuse (`RunComplete`, a `QuantityError`) resuming a checkpoint that already holds the plan's last step (the
+    recipe answers it by writing the outputs the run's end left out, and exits 0).
 
     transformers 5.24 does not stop there: resumed at ``global_step == max_steps`` it trains one more step and saves
     ``checkpoint-<max_steps + 1>`` (measured with plain TRL on the tiny model: a 2-step run resumed with
@@ -344,11 +345,21 @@ def check_checkpoint_unfinished(checkpoint: str, plan: RunPlan) -> None:
     """
     step, _ = checkpoint_steps(checkpoint)
     if step is not None and step >= plan.total_steps:
-        raise QuantityError(
+        raise RunComplete(
+            checkpoint, step, plan.total_steps,
             f"resume_from_checkpoint: {checkpoint} already holds step {step} of the plan's {plan.total_steps}: the run "
             "is complete, and resuming it would train a step past its plan (transformers runs one more). Fix: use "
             "the adapter it saved; to train further, start a new output_dir with model_name_or_path set to that "
             "checkpoint (its adapter is continued), or set overwrite_output_dir: true to start over.")
+
+
+class RunComplete(QuantityError):
+    """The checkpoint to resume holds the plan's last step (`check_checkpoint_unfinished`). ``checkpoint``, ``step``,
+    ``total_steps``: what the recipe needs to finish the outputs instead (`training.finished`)."""
+
+    def __init__(self, checkpoint: str, step: int, total_steps: int, message: str):
+        super().__init__(message)
+        self.checkpoint, self.step, self.total_steps = checkpoint, step, total_steps
 
 
 def write_json(directory: str | os.PathLike, name: str, values: dict) -> None:

@@ -9,6 +9,14 @@ by the steps left over (see docs/resume.md). Second signal: the process exits at
 that moment (the stop's own, or a periodic one) is deleted, so the newest checkpoint on disk is always a complete one.
 With several processes the stop decision is reduced across ranks at every optimizer step (one scalar all-reduce), so
 every rank stops at the same step.
+
+Under accelerate >= 1.16's launcher (``accelerate launch`` of one process) its SIGTERM starts a deadline: that
+launcher answers Ctrl-C (and a SIGTERM of its own) by sending SIGTERM to the script and SIGKILL `LAUNCHER_GRACE_S`
+later. Its SIGTERM after the terminal's SIGINT is the same interrupt, not a second one (a SIGINT sent to the script
+alone starts no deadline: the launcher kills nothing then); the stop then comes at the end of the step in
+progress (inside a generation batch too), its checkpoint is written only if the longest save seen so far fits before
+the deadline, and a watchdog thread deletes a checkpoint still being written and exits just before the SIGKILL is due.
+The newest complete checkpoint is never touched, and no partial one is left behind.
 """
 
 from __future__ import annotations
@@ -18,12 +26,35 @@ import shlex
 import shutil
 import signal
 import sys
+import threading
+import time
 
 from transformers import TrainerCallback
 
 from .. import _trl_compat
 
 EXIT_INTERRUPTED = 130
+#: accelerate >= 1.16's launcher: seconds from its SIGTERM to its SIGKILL (``accelerate/commands/launch.py``,
+#: ``_terminate_process_tree``: ``psutil.wait_procs(processes, timeout=5)``, then ``kill()``).
+LAUNCHER_GRACE_S = 5.0
+#: What the watchdog keeps of that grace to delete a checkpoint still being written and exit [seconds].
+KILL_MARGIN_S = 0.75
+
+
+def launcher_grace(environ=None, accelerate_version: str | None = None) -> float | None:
+    """Seconds between the first signal and the launcher's SIGKILL: `LAUNCHER_GRACE_S` under accelerate >= 1.16's
+    simple launcher (``accelerate launch`` of one process: it sets ``ACCELERATE_USE_CPU``; torchrun's agent sets
+    ``TORCHELASTIC_RUN_ID`` and has its own ``--shutdown_timeout``), else None (no deadline: accelerate < 1.16 waits
+    for the script, and a script run with ``python`` has no launcher)."""
+    environ = os.environ if environ is None else environ
+    if "ACCELERATE_USE_CPU" not in environ or "TORCHELASTIC_RUN_ID" in environ:
+        return None
+    if accelerate_version is None:
+        from importlib.metadata import version
+
+        accelerate_version = version("accelerate")
+    major_minor = tuple(int(part) for part in accelerate_version.split(".")[:2] if part.isdigit())
+    return LAUNCHER_GRACE_S if major_minor >= (1, 16) else None
 
 
 class GracefulInterrupt(TrainerCallback):
@@ -32,15 +63,23 @@ class GracefulInterrupt(TrainerCallback):
     Args:
         trainer (`transformers.Trainer`): the trainer to stop; the callback adds itself to it.
         signals (`tuple[int, ...]`, defaults to ``(SIGINT, SIGTERM)``): signals handled.
+        grace (`float`, *optional*): seconds from a SIGTERM to the launcher's SIGKILL; defaults to `launcher_grace()`
+            (5 under accelerate >= 1.16's launcher, else none: no deadline).
 
     Attributes:
         stopped (`bool`): training was stopped by a signal.
         checkpoint (`str | None`): the checkpoint saved on the way out.
+        deadline (`float | None`): `time.monotonic()` of the launcher's SIGKILL, once its SIGTERM came.
+        longest_save (`float`): the longest checkpoint save of the run so far [seconds].
     """
 
-    def __init__(self, trainer, signals=(signal.SIGINT, signal.SIGTERM)):
+    def __init__(self, trainer, signals=(signal.SIGINT, signal.SIGTERM), grace: float | None = None):
         self.trainer = trainer
         self.signals = signals
+        self.grace = launcher_grace() if grace is None else grace  # seconds to the launcher's SIGKILL, or None
+        self.deadline: float | None = None  # time.monotonic() by which the process must be gone
+        self.longest_save = 0.0  # the longest checkpoint save of this run so far [seconds]
+        self._save_started: float | None = None
         self.requested = False
         self.stopped = False
         self.checkpoint: str | None = None
@@ -62,11 +101,17 @@ class GracefulInterrupt(TrainerCallback):
         return False
 
     def _handle(self, signum, frame):
-        if self.requested:  # second signal: leave now, never leave a half-written checkpoint behind
-            if self._saving_dir and os.path.isdir(self._saving_dir):
-                shutil.rmtree(self._saving_dir, ignore_errors=True)
-            print("\nSecond interrupt: exiting now. The last complete checkpoint is intact.", file=sys.stderr, flush=True)
-            os._exit(EXIT_INTERRUPTED)
+        launcher_kill = bool(self.grace) and signum == signal.SIGTERM and self.deadline is None
+        if self.requested and not launcher_kill:  # second signal: leave now, never leave a half-written checkpoint
+            self._exit_now("\nSecond interrupt: exiting now. The last complete checkpoint is intact.")
+        if launcher_kill:  # accelerate >= 1.16's SIGTERM (after the terminal's SIGINT, or alone): SIGKILL follows
+            self.deadline = time.monotonic() + self.grace
+            threading.Thread(target=self._watch, name="interrupt-deadline", daemon=True).start()
+            print(f"\n{'' if self.requested else 'SIGTERM received: '}accelerate launch stops this process in "
+                  f"{self.grace:g} s; saving a checkpoint after this optimizer step if its save fits in that time, then "
+                  "stopping.", file=sys.stderr, flush=True)
+            self.requested = True
+            return
         self.requested = True
         print(
             f"\n{signal.Signals(signum).name} received: saving a checkpoint after this optimizer step, then stopping "
@@ -75,30 +120,61 @@ class GracefulInterrupt(TrainerCallback):
             flush=True,
         )
 
+    def _exit_now(self, message: str) -> None:
+        """Delete a checkpoint being written (never the complete ones), say ``message`` and end the process (130)."""
+        saving = self._saving_dir
+        if saving and os.path.isdir(saving):
+            moved = f"{saving}.partial"  # out of the way of `last` at once; the writer's next file fails
+            try:
+                os.replace(saving, moved)
+            except OSError:
+                moved = saving
+            shutil.rmtree(moved, ignore_errors=True)
+        print(message, file=sys.stderr, flush=True)
+        os._exit(EXIT_INTERRUPTED)
+
+    def _watch(self) -> None:
+        """Until the deadline less `KILL_MARGIN_S`: then exit before the launcher's SIGKILL can cut a save short."""
+        while not self.checkpoint:
+            left = self.deadline - KILL_MARGIN_S - time.monotonic()
+            if left <= 0:
+                what = "deleted the checkpoint it was writing; " if self._saving_dir else ""
+                self._exit_now(f"The step in progress and its save did not fit in accelerate launch's {self.grace:g} s: "
+                               f"{what}exiting before its SIGKILL. The last complete checkpoint is intact; resume with "
+                               "--resume_from_checkpoint last.")
+                return
+            time.sleep(min(left, 0.05))
+
     # -- callback ------------------------------------------------------------------------------------------------
     def on_step_end(self, args, state, control, **kwargs):
         checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if self._any_rank_requested():  # every rank calls it every step: it is a collective
             left = micro_batches_to_generation_boundary(
                 _trl_compat.micro_batches_done(self.trainer), args.steps_per_generation, getattr(args, "num_iterations", 1))
-            if state.max_steps and state.global_step >= state.max_steps:
+            if state.max_steps and state.global_step >= state.max_steps and self.deadline is None:
                 pass  # the last step: the run ends normally and saves its final adapter
-            elif left:
+            elif left and self.deadline is None:  # (with a deadline, no time to wait: the resume regenerates it)
                 self._announce_wait(state.global_step, left, args.gradient_accumulation_steps)
+            elif self.deadline is not None and time.monotonic() + self.longest_save > self.deadline - KILL_MARGIN_S:
+                self._exit_now(f"Optimizer step {state.global_step} ended, but its save (up to {self.longest_save:.1f} "
+                               f"s so far) does not fit in accelerate launch's {self.grace:g} s: exiting without it. "
+                               "The last complete checkpoint is intact; resume with --resume_from_checkpoint last.")
             else:
                 self.stopped = True
                 control.should_save = True  # the stop itself is set in on_save, after the checkpoint is written
         if control.should_save:  # this step's save (ours or a periodic one) writes here until on_save
-            self._saving_dir = checkpoint
+            self._saving_dir, self._save_started = checkpoint, time.monotonic()
         return control
 
     def on_save(self, args, state, control, **kwargs):
+        if self._save_started is not None:
+            self.longest_save = max(self.longest_save, time.monotonic() - self._save_started)
         if self.stopped:
             # Set only now: the checkpoint stores the TrainerControl flags, and a stop flag saved in it would end a
             # resumed run after one step when `restore_callback_states_from_checkpoint=True`.
             control.should_training_stop = True
             self.checkpoint = self._saving_dir
-        self._saving_dir = None
+        self._saving_dir = self._save_started = None
         return control
 
     def _announce_wait(self, global_step: int, micro_batches_left: int, gradient_accumulation_steps: int) -> None:

@@ -25,6 +25,13 @@ SHADOWED_GENERATION_KWARGS = {
     **{name: name for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "cache_implementation")},
 }
 
+#: ``generation_kwargs`` keys of `SHADOWED_GENERATION_KWARGS` that break the run: more sequences per prompt than TRL's
+#: own broke torch.cat at the first step (measured); the others are applied, as TRL applies them.
+BREAKING_GENERATION_KWARGS = ("num_return_sequences", "n")
+#: TRL 1.16's defaults of the fields a ``generation_kwargs`` key may duplicate ("also set" means another value).
+_TRL_GENERATION_DEFAULTS = {"max_completion_length": 512, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": None,
+                            "repetition_penalty": 1.0, "cache_implementation": None, "num_generations": 8}
+
 #: ``generation_kwargs`` keys that fail TRL 1.16's generation at the first step (a breaker's finding, each tried):
 #: a dict return, stop strings (generate needs the tokenizer), assisted or constrained generation.
 UNUSABLE_GENERATION_KWARGS = ("return_dict_in_generate", "output_scores", "output_logits", "output_attentions",
@@ -156,7 +163,7 @@ def check_generation_settings(values, on_cpu: bool) -> None:
             raise RunArgumentError(f"cache_implementation={cache!r} is not a transformers cache; choose one of "
                                    f"{', '.join(map(repr, ALL_CACHE_IMPLEMENTATIONS))} (`static` for a static KV "
                                    "cache).")
-    _check_generation_kwargs(as_dict(get("generation_kwargs")), use_vllm)
+    _check_generation_kwargs(as_dict(get("generation_kwargs")), use_vllm, get)
     if not cb:
         return
     penalty = as_number(get("repetition_penalty", 1.0))
@@ -180,21 +187,41 @@ def check_generation_settings(values, on_cpu: bool) -> None:
             "`transformers_continuous_batching_config: {num_blocks: 8, page_size: 64, max_batch_tokens: 512}`.")
 
 
-def _check_generation_kwargs(kwargs: dict, use_vllm: bool) -> None:
-    """Refuse ``generation_kwargs`` keys that override a field (`SHADOWED_GENERATION_KWARGS`: the plan and the run's
-    fields would describe another sampler; ``num_return_sequences`` breaks TRL's batch shapes), keys its generation
-    cannot use (`UNUSABLE_GENERATION_KWARGS`), ``do_sample`` other than true (GRPO samples: greedy makes every group
-    uniform), and, without vLLM, keys `transformers.GenerationConfig` does not
-    have (it keeps them silently). Raises `RunArgumentError` naming the key and the fix."""
-    from ..config.checks import RunArgumentError
+def _check_generation_kwargs(kwargs: dict, use_vllm: bool, get=None) -> None:
+    """Check ``generation_kwargs`` as TRL 1.16 applies them (it updates its own ``GenerationConfig`` / vLLM
+    ``SamplingParams`` arguments with them, so a key wins over the field it duplicates).
 
-    shadowed = {key: SHADOWED_GENERATION_KWARGS[key] for key in kwargs if key in SHADOWED_GENERATION_KWARGS}
-    if shadowed:
-        fields = ", ".join(f"{key} -> {field}: {kwargs[key]!r}" for key, field in shadowed.items())
+    Refused (`RunArgumentError` naming the key and the fix), each breaking the run: ``num_return_sequences`` / ``n``
+    (`BREAKING_GENERATION_KWARGS`: TRL's batch shapes), keys its generation cannot use (`UNUSABLE_GENERATION_KWARGS`),
+    ``do_sample`` other than true (GRPO samples: greedy makes every group uniform). Accepted with a warning: without
+    vLLM, keys `transformers.GenerationConfig` does not have (generation ignores them: `IneffectiveSettingWarning`); a
+    key that duplicates a field (`SHADOWED_GENERATION_KWARGS`) when that field is set too (``get(field)`` differs from
+    TRL's default: the key's value is the one used), and a completion-length key always (the plan counts tokens with
+    ``max_completion_length``)."""
+    import warnings
+
+    from ..config.checks import IneffectiveSettingWarning, RunArgumentError
+
+    broken = {key: SHADOWED_GENERATION_KWARGS[key] for key in kwargs if key in BREAKING_GENERATION_KWARGS}
+    if broken:
+        fields = ", ".join(f"{key} -> {field}: {kwargs[key]!r}" for key, field in broken.items())
         raise RunArgumentError(
-            f"generation_kwargs {sorted(shadowed)} would override TRL's own generation settings, so the plan and the "
-            f"run's fields would describe another sampler. Fix: set the fields instead ({fields}) and remove the keys "
-            "from generation_kwargs.")
+            f"generation_kwargs {sorted(broken)}: TRL generates num_generations completions per prompt itself, so more "
+            f"sequences per prompt break its batch shapes at the first step. Fix: set the field instead ({fields}) and "
+            "remove the key from generation_kwargs.")
+    for key in sorted(set(kwargs) & set(SHADOWED_GENERATION_KWARGS)):
+        field = SHADOWED_GENERATION_KWARGS[key]
+        value = get(field) if get is not None else None
+        also_set = value is not None and value != _TRL_GENERATION_DEFAULTS.get(field)
+        if field == "max_completion_length":
+            warnings.warn(f"generation_kwargs {key}={kwargs[key]!r} sets the completion length (TRL applies "
+                          "generation_kwargs over its own settings); the plan counts tokens with "
+                          f"max_completion_length={value!r}. Set max_completion_length instead to keep them equal.",
+                          UserWarning, stacklevel=2)
+        elif also_set:
+            warnings.warn(f"generation_kwargs {key}={kwargs[key]!r} and {field}={value!r} are both set: TRL applies "
+                          f"generation_kwargs over its own settings, so {key}={kwargs[key]!r} is used. Keep one.",
+                          UserWarning, stacklevel=2)
     unusable = sorted(set(kwargs) & set(UNUSABLE_GENERATION_KWARGS))
     if unusable:
         raise RunArgumentError(
@@ -210,11 +237,11 @@ def _check_generation_kwargs(kwargs: dict, use_vllm: bool) -> None:
         from transformers import GenerationConfig
 
         unknown = sorted(set(kwargs) - set(GenerationConfig().to_dict()))
-        if unknown:
-            raise RunArgumentError(
-                f"generation_kwargs {unknown}: not a transformers GenerationConfig setting, so generation would "
-                "ignore them. Fix: remove them, or use a GenerationConfig name (e.g. no_repeat_ngram_size, "
-                "suppress_tokens).")
+        if unknown:  # TRL accepts them and the run trains: they have no effect
+            warnings.warn(
+                f"generation_kwargs {unknown}: not a transformers GenerationConfig setting, so generation ignores "
+                "them. Fix: remove them, or use a GenerationConfig name (e.g. no_repeat_ngram_size, "
+                "suppress_tokens).", IneffectiveSettingWarning, stacklevel=2)
 
 
 def as_dict(value) -> dict:
