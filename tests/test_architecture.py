@@ -138,7 +138,7 @@ def test_the_cycle_finder_finds_a_known_cycle():
 LAYERS = {
     0: ["training", "cli", "models.embedded", "config.checks", "models.cache", "config.data_sizes",
         "data.local_columns", "hub.secrets", "hub.card_template", "training.host_memory"],
-    1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "config.resolved",
+    1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "plan.memory", "config.resolved",
         "config.advantage_settings", "training.checkpoints", "evaluation.plan", "evaluation.stats", "rewards",
         "rewards.registry", "rewards.parameters", "rewards.spec", "rewards.guard", "rewards.builtin", "rewards.math",
         "rewards.text", "rewards.trl_rewards", "zero_variance.settings", "zero_variance.report",
@@ -147,7 +147,7 @@ LAYERS = {
         "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "training.sampling",
         "training.engine_step"],
     3: ["models", "data", "models.settings", "training.adapter_precision", "training.generation", "data.load",
-        "training.merged_generation",
+        "training.merged_generation", "models.memory_shape", "training.memory_probe",
         "data.checks", "data.golds", "models.embedded.tiny", "models.embedded.smollm2", "data.arithmetic"],
     4: ["evaluation", "evaluation.evaluate", "evaluation.generation", "hub.plot", "hub", "hub.card", "hub.card_facts",
         "hub.merge", "hub.push"],

@@ -1,0 +1,220 @@
+"""The longest-first memory probe: before optimizer step 1, the largest tensors a run will ever need, once.
+
+A run that fits for 120 steps can still run out of memory when its longest prompt is drawn (unsloth#1624). The probe
+runs, on the dataset's longest prompt (tokens, after the chat template), one generation batch at full length (every
+completion forced to ``max_completion_length`` tokens) and one forward + backward of a full micro-batch at
+prompt + ``max_completion_length`` tokens through TRL's own log-probability path. If either runs out of memory, the
+run stops before step 1 with the measured peak, the forecast beside it (`plan.memory`) and the fix. It changes
+nothing the run does: the gradients are zeroed and the random number generators restored.
+
+``memory_probe`` (`GRPOExtConfig`): ``auto`` (on for a GPU run), ``on``, ``off``. Cost: about one generation batch
+and one micro-batch's forward + backward; printed on the console.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+
+import torch
+from transformers import TrainerCallback
+
+from .. import _trl_compat
+from ..models.memory_shape import memory_settings
+from ..plan.memory import MemorySettings, ModelShape, forecast_memory, format_bytes, memory_fix
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MemoryProbeCallback", "MemoryProbeError", "probe_enabled", "is_out_of_memory"]
+
+
+class MemoryProbeError(RuntimeError):
+    """The probe ran out of memory: the message holds the measured peak, the forecast and the fix."""
+
+
+def probe_enabled(mode: str, device_type: str) -> bool:
+    """``memory_probe`` ``mode`` (auto, on, off) on a device of ``device_type`` (``"cuda"``, ``"cpu"``, ...)."""
+    return mode == "on" or (mode == "auto" and device_type == "cuda")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """A CUDA out-of-memory error, or a failed host allocation (``MemoryError``, torch's "can't allocate memory")."""
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text
+                                              or "out of memory" in text.lower())
+
+
+def _prompt_ids(tokenizer, prompt) -> list[int]:
+    """Token ids of one prompt as TRL builds them (chat template with the generation prompt, or the plain text)."""
+    if isinstance(prompt, list):
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+    else:
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    return list(ids)
+
+
+def longest_prompt(trainer) -> tuple[int, list[int]]:
+    """(row index, token ids) of the training set's longest prompt."""
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    best, best_ids = 0, []
+    for index, prompt in enumerate(trainer.train_dataset["prompt"]):
+        ids = _prompt_ids(tokenizer, prompt)
+        if len(ids) > len(best_ids):
+            best, best_ids = index, ids
+    return best, best_ids
+
+
+class _Peak:
+    """The peak of a phase [bytes]: CUDA's allocator peak, else the process's RSS high-water mark growth."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.start = torch.cuda.memory_allocated()
+        else:
+            self.start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        self.bytes = 0
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            self.bytes = torch.cuda.max_memory_allocated() - self.start
+        else:
+            self.bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self.start
+        return False
+
+    @property
+    def what(self) -> str:
+        return "allocated above the weights (torch.cuda.max_memory_allocated)" if self.cuda else \
+            "growth of the process's peak RSS"
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Memory of ``device`` [bytes]: the GPU's total, else the address-space limit (``RLIMIT_AS``) when one is set."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if limit == resource.RLIM_INFINITY else limit
+
+
+def run_settings(trainer, prompt_length: int) -> tuple[ModelShape, MemorySettings]:
+    """The forecast's inputs for ``trainer``'s model and plan (the model's config, its adapter and quantisation) with
+    prompts of ``prompt_length`` tokens."""
+    from types import SimpleNamespace
+
+    from ..models.settings import is_4bit_model
+
+    model, args = trainer.model, trainer.args
+    peft = getattr(model, "peft_config", {}).get("default")
+    config = model.config.to_dict()
+    dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(
+        getattr(model, "dtype", torch.float32), "float32")
+    model_args = SimpleNamespace(
+        dtype=dtype, load_in_4bit=is_4bit_model(model), use_peft=peft is not None,
+        use_bnb_nested_quant=bool((config.get("quantization_config") or {}).get("bnb_4bit_use_double_quant")),
+        lora_r=getattr(peft, "r", 16), lora_dropout=getattr(peft, "lora_dropout", 0.0),
+        lora_target_modules=sorted(peft.target_modules) if peft is not None and not isinstance(
+            peft.target_modules, str) else getattr(peft, "target_modules", None),
+        attn_implementation=config.get("_attn_implementation") or getattr(model.config, "_attn_implementation", None))
+    settings = memory_settings(trainer.plan, args, model_args, prompt_length, trainer.accelerator.device.type == "cuda")
+    return ModelShape.from_config(config), settings
+
+
+def run_probe(trainer) -> str:
+    """Run the probe on ``trainer`` (before step 1); return the console line.
+
+    Raises:
+        MemoryProbeError: a phase ran out of memory (the message says which, with the forecast and the fix).
+    """
+    start = time.perf_counter()
+    args, model, device = trainer.args, trainer.model, trainer.accelerator.device
+    index, prompt = longest_prompt(trainer)
+    shape, settings = run_settings(trainer, len(prompt))
+    forecast = forecast_memory(shape, settings, device_memory(device))
+    generation_batch, micro, length = settings.generation_batch, settings.micro_batch_size, args.max_completion_length
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    rng = torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    was_training, peaks, phase = model.training, {}, "generation"
+    try:
+        ids = torch.tensor([prompt] * generation_batch, device=device)
+        with _Peak(device) as peak, torch.no_grad():
+            model.eval()  # a checkpointed model in train mode generates without its KV cache
+            unwrapped = trainer.accelerator.unwrap_model(model)
+            out = unwrapped.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                     generation_config=trainer.generation_config, max_new_tokens=length,
+                                     min_new_tokens=length, pad_token_id=pad)
+        peaks["generation"] = peak.bytes
+        model.train(was_training)
+        phase = "forward + backward"
+        batch = out[:micro]
+        with _Peak(device) as peak:
+            logps, _ = _trl_compat.per_token_logps(trainer, model, batch, torch.ones_like(batch), length)
+            logps.sum().backward()
+        peaks["training"] = peak.bytes
+        del out, batch, logps
+    except Exception as err:  # noqa: BLE001 - only out-of-memory is turned into the probe's error
+        if not is_out_of_memory(err):
+            raise
+        raise MemoryProbeError(_failure(trainer, phase, index, len(prompt), forecast, shape, settings, device,
+                                        peak, err)) from err
+    finally:
+        model.train(was_training)
+        model.zero_grad(set_to_none=True)
+        torch.set_rng_state(rng[0])
+        if rng[1] is not None:
+            torch.cuda.set_rng_state_all(rng[1])
+    seconds = time.perf_counter() - start
+    return (f"memory probe ({seconds:.1f} s, before step 1): longest prompt (row {index}, {len(prompt)} tokens) + "
+            f"{length} completion tokens; generation of {generation_batch} completions {format_bytes(peaks['generation'])}"
+            f" (forecast {format_bytes(forecast.phase_bytes('generation'))}), forward + backward of {micro} completions "
+            f"{format_bytes(peaks['training'])} (forecast {format_bytes(forecast.phase_bytes('training'))}); "
+            f"measured as {peak.what}; forecast peak {format_bytes(forecast.peak_bytes)}")
+
+
+def _failure(trainer, phase, index, prompt_tokens, forecast, shape, settings, device, peak, err) -> str:
+    total = device_memory(device)
+    plan = trainer.plan
+    fix = memory_fix(shape, settings, total, plan.completions_per_step // plan.world_size, plan.num_generations,
+                     plan.world_size) if total else None
+    if fix is None:  # the forecast fits: the advice by the phase that failed
+        fix = (f"prompts_per_step below {plan.prompts_per_step} or max_completion_length below "
+               f"{settings.max_completion_length}" if phase == "generation" else
+               f"micro_batch_size below {settings.micro_batch_size}, gradient_checkpointing: true, or "
+               "max_completion_length lower")
+    try:
+        measured = format_bytes(peak.bytes or (torch.cuda.max_memory_allocated() - peak.start if peak.cuda else
+                                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak.start))
+    except Exception:  # noqa: BLE001
+        measured = "unknown"
+    limit = f" of {format_bytes(total)}" if total else ""
+    return (f"memory probe: out of memory before step 1, in the {phase} of the longest prompt (row {index}, "
+            f"{prompt_tokens} tokens) + {settings.max_completion_length} completion tokens: measured peak {measured} "
+            f"({peak.what}) when it failed{limit}; forecast: {phase} phase "
+            f"{format_bytes(forecast.phase_bytes('generation' if phase == 'generation' else 'training'))}, peak "
+            f"{format_bytes(forecast.peak_bytes)}. Fix: {fix}. (memory_probe: off skips this check; the run would "
+            f"fail when that prompt is drawn.) [{type(err).__name__}: {str(err)[:200]}]")
+
+
+class MemoryProbeCallback(TrainerCallback):
+    """Runs the probe at ``on_train_begin`` (after the optimizer and the wrapped model exist, before step 1) when
+    ``args.memory_probe`` enables it on this device; prints its line on the main process. A resumed run probes too."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        if not probe_enabled(getattr(args, "memory_probe", "off"), trainer.accelerator.device.type):
+            return
+        line = run_probe(trainer)
+        if state.is_world_process_zero:
+            print(line, flush=True)
