@@ -128,6 +128,35 @@ def run_settings(trainer, prompt_length: int) -> tuple[ModelShape, MemorySetting
     return ModelShape.from_config(config), settings
 
 
+def probe_generation(trainer, prompt: list[int], completions: int, length: int) -> torch.Tensor:
+    """Generate ``completions`` sequences of ``prompt`` (token ids) + exactly ``length`` new tokens (EOS suppressed
+    until then) with the trainer's generation config and its KV cache; returns the (completions, P + length) ids."""
+    import copy
+
+    model = trainer.model
+    was_training = model.training
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    config = copy.deepcopy(trainer.generation_config)
+    config.max_new_tokens = config.min_new_tokens = length
+    config.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([prompt] * completions, device=trainer.accelerator.device)
+    try:
+        model.eval()  # a checkpointed model in train mode generates without its KV cache
+        with torch.no_grad():
+            return trainer.accelerator.unwrap_model(model).generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    finally:
+        model.train(was_training)
+
+
+def probe_training(trainer, batch: torch.Tensor, length: int) -> None:
+    """One forward + backward of ``batch`` (B, S) through TRL's log-probability path (its fused LM head, the last
+    ``length`` tokens scored, as the loss computes them; no gradient through the entropy, as without an entropy
+    bonus); the gradients are left for the caller."""
+    logps, _ = _trl_compat.per_token_logps(trainer, trainer.model, batch, torch.ones_like(batch), length)
+    logps.sum().backward()
+
+
 def run_probe(trainer) -> str:
     """Run the probe on ``trainer`` (before step 1); return the console line.
 
@@ -140,27 +169,17 @@ def run_probe(trainer) -> str:
     shape, settings = run_settings(trainer, len(prompt))
     forecast = forecast_memory(shape, settings, device_memory(device))
     generation_batch, micro, length = settings.generation_batch, settings.micro_batch_size, args.max_completion_length
-    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     rng = torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     was_training, peaks, phase = model.training, {}, "generation"
     try:
-        ids = torch.tensor([prompt] * generation_batch, device=device)
-        with _Peak(device) as peak, torch.no_grad():
-            model.eval()  # a checkpointed model in train mode generates without its KV cache
-            unwrapped = trainer.accelerator.unwrap_model(model)
-            out = unwrapped.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                     generation_config=trainer.generation_config, max_new_tokens=length,
-                                     min_new_tokens=length, pad_token_id=pad)
-        peaks["generation"] = peak.bytes
-        model.train(was_training)
-        phase = "forward + backward"
-        batch = out[:micro]
         with _Peak(device) as peak:
-            logps, _ = _trl_compat.per_token_logps(trainer, model, batch, torch.ones_like(batch), length)
-            logps.sum().backward()
+            out = probe_generation(trainer, prompt, generation_batch, length)
+        peaks["generation"] = peak.bytes
+        phase = "forward + backward"
+        with _Peak(device) as peak:
+            probe_training(trainer, out[:micro], length)
         peaks["training"] = peak.bytes
-        del out, batch, logps
+        del out
     except Exception as err:  # noqa: BLE001 - only out-of-memory is turned into the probe's error
         if not is_out_of_memory(err):
             raise
