@@ -200,27 +200,28 @@ def run_probe(trainer) -> str:
 
 
 def _failure(trainer, phase, index, prompt_tokens, forecast, shape, settings, device, peak, err) -> str:
-    total = device_memory(device)
-    plan = trainer.plan
+    total, plan = device_memory(device), trainer.plan
     fix = memory_fix(shape, settings, total, plan.completions_per_step // plan.world_size, plan.num_generations,
                      plan.world_size) if total else None
-    if fix is None:  # the forecast fits: the advice by the phase that failed
-        fix = (f"prompts_per_step below {plan.prompts_per_step} or max_completion_length below "
-               f"{settings.max_completion_length}" if phase == "generation" else
-               f"micro_batch_size below {settings.micro_batch_size}, gradient_checkpointing: true, or "
-               "max_completion_length lower")
-    try:
-        measured = format_bytes(peak.bytes or (torch.cuda.max_memory_allocated() - peak.start if peak.cuda else
-                                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak.start))
-    except Exception:  # noqa: BLE001
-        measured = "unknown"
-    limit = f" of {format_bytes(total)}" if total else ""
+    if fix is None:  # the forecast fits (or no limit is known): the quantities that set the phase that failed
+        lower = [f"max_prompt_length below {prompt_tokens} (the recipe drops longer prompts)"]
+        lower += [f"prompts_per_step below {plan.prompts_per_step}"] if phase == "generation" else (
+            [f"micro_batch_size below {settings.micro_batch_size}"] +
+            ([] if settings.gradient_checkpointing else ["gradient_checkpointing: true"]))
+        fix = ", ".join(lower) + f", or max_completion_length below {settings.max_completion_length}"
+    if peak.cuda:
+        measured = f"{format_bytes(torch.cuda.max_memory_allocated() - peak.start)} allocated above the weights"
+    else:
+        measured = f"the peak RSS grew {format_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak.start)}"
+    limit = f" (device memory {format_bytes(total)})" if peak.cuda and total else \
+        (f" (address-space limit {format_bytes(total)})" if total else "")
+    name = "generation" if phase == "generation" else "training"
     return (f"memory probe: out of memory before step 1, in the {phase} of the longest prompt (row {index}, "
-            f"{prompt_tokens} tokens) + {settings.max_completion_length} completion tokens: measured peak {measured} "
-            f"({peak.what}) when it failed{limit}; forecast: {phase} phase "
-            f"{format_bytes(forecast.phase_bytes('generation' if phase == 'generation' else 'training'))}, peak "
-            f"{format_bytes(forecast.peak_bytes)}. Fix: {fix}. (memory_probe: off skips this check; the run would "
-            f"fail when that prompt is drawn.) [{type(err).__name__}: {str(err)[:200]}]")
+            f"{prompt_tokens} tokens) + {settings.max_completion_length} completion tokens{limit}: measured, "
+            f"{measured} before the failed allocation; forecast, {name} phase "
+            f"{format_bytes(forecast.phase_bytes(name))} on top of {format_bytes(forecast.phase_bytes('always'))} "
+            f"(weights, adapter, optimizer state). Fix: {fix}. (memory_probe: off skips this check; the run would fail "
+            f"when that prompt is drawn.) [{type(err).__name__}: {str(err)[:200]}]")
 
 
 class MemoryProbeCallback(TrainerCallback):
