@@ -122,8 +122,7 @@ def run_settings(trainer, prompt_length: int) -> tuple[ModelShape, MemorySetting
         use_bnb_nested_quant=bool((config.get("quantization_config") or {}).get("bnb_4bit_use_double_quant")),
         lora_r=getattr(peft, "r", 16), lora_dropout=getattr(peft, "lora_dropout", 0.0),
         lora_target_modules=sorted(peft.target_modules) if peft is not None and not isinstance(
-            peft.target_modules, str) else getattr(peft, "target_modules", None),
-        attn_implementation=config.get("_attn_implementation") or getattr(model.config, "_attn_implementation", None))
+            peft.target_modules, str) else getattr(peft, "target_modules", None))  # attention: sdpa assumed
     settings = memory_settings(trainer.plan, args, model_args, prompt_length, trainer.accelerator.device.type == "cuda")
     return ModelShape.from_config(config), settings
 
