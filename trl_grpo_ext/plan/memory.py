@@ -336,27 +336,24 @@ def memory_fix(shape: ModelShape, s: MemorySettings, device_bytes: int, completi
         if not s.load_in_4bit and fits(load_in_4bit=True, double_quant=True, use_peft=True):
             return "load_in_4bit: true with use_peft: true (QLoRA): the weights and optimizer state alone do not fit"
         return "a device with more memory: the weights and optimizer state alone do not fit"
+    micro = s.micro_batch_size
     if f.peak_phase == "training":
         if not s.gradient_checkpointing and fits(gradient_checkpointing=True):
             return "gradient_checkpointing: true (TRL's default)"
-        fit = [m for m in _divisors(completions_per_device) if m < s.micro_batch_size and fits(micro_batch_size=m)]
+        fit = [m for m in _divisors(completions_per_device) if m < micro and fits(micro_batch_size=m)]
         if fit:
-            return (f"micro_batch_size: {fit[-1]} (from {s.micro_batch_size}; gradient accumulation grows, "
-                    "prompts_per_step stays)")
-        low = s.micro_batch_size
-        if not fits(micro_batch_size=1):
-            low = 1
+            return f"micro_batch_size: {fit[-1]} (from {micro}; gradient accumulation grows, prompts_per_step stays)"
+        micro = 1  # not enough alone: the smallest micro-batch with a shorter completion
     else:
         fit = [p for p in range(s.generation_batch // num_generations - 1, 0, -1)
                if (p * num_generations) % world_size == 0 and fits(generation_batch=p * num_generations)]
         if fit:
             return (f"prompts_per_step: {fit[0] * world_size} (from {s.generation_batch * world_size // num_generations}"
                     f"; the KV cache of one generation batch holds every completion of a step)")
-        low = s.micro_batch_size
-    lengths = [n for n in range(s.max_completion_length - 1, 0, -1)
-               if fits(micro_batch_size=min(low, s.micro_batch_size), max_completion_length=n)]
+    lengths = [n for n in range(s.max_completion_length - 1, 0, -1) if fits(micro_batch_size=micro,
+                                                                            max_completion_length=n)]
     if lengths:
-        extra = "" if low == s.micro_batch_size else f" with micro_batch_size: {low}"
+        extra = "" if micro == s.micro_batch_size else f" with micro_batch_size: {micro}"
         return f"max_completion_length: {_round_down(lengths[0])} (from {s.max_completion_length}){extra}"
     return "a device with more memory, or shorter prompts (max_prompt_length)"
 
