@@ -13,7 +13,8 @@ the peak of the bytes allocated above the start of each phase of the longest-fir
 The forecast of each is printed beside it (the training phase plus the adapter gradients, which the forecast counts
 with the adapter and which are allocated in the backward), with the ratio forecast / measured.
 
-    python benchmarks/memory_forecast.py                     # tiny and SmolLM2: about 2 minutes on 2 cores
+    python benchmarks/memory_forecast.py                     # tiny, SmolLM2 without and with gradient checkpointing:
+                                                             # about 3 minutes on 2 cores
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/memory_forecast.py --models tiny
 """
 
@@ -34,10 +35,12 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from trl_grpo_ext.plan.memory import forecast_memory, format_bytes  # noqa: E402
 from trl_grpo_ext.training import memory_probe  # noqa: E402
 
-#: model -> (micro_batch_size, prompts_per_step, num_generations, max_completion_length, dataset)
+#: name -> (model, micro_batch_size, prompts_per_step, num_generations, max_completion_length, dataset,
+#: gradient_checkpointing)
 SETUPS = {
-    "tiny": ("embedded:tiny-qwen2", 16, 4, 4, 64, "count-char"),
-    "smollm2": ("embedded:smollm2-135m-instruct", 8, 1, 8, 64, "arithmetic"),
+    "tiny": ("embedded:tiny-qwen2", 16, 4, 4, 64, "count-char", False),
+    "smollm2": ("embedded:smollm2-135m-instruct", 8, 1, 8, 64, "arithmetic", False),
+    "smollm2-checkpointed": ("embedded:smollm2-135m-instruct", 8, 1, 8, 64, "arithmetic", True),
 }
 
 
@@ -63,7 +66,7 @@ def build_trainer(name: str, output_dir: str):
     from trl_grpo_ext.data.load import gsm8k_to_prompt
     from trl_grpo_ext.models.embedded import tiny
 
-    model_id, micro, prompts, g, length, task = SETUPS[name]
+    model_id, micro, prompts, g, length, task, checkpointing = SETUPS[name]
     if task == "count-char":
         rows = tiny.count_char_rows(32)
     else:
@@ -77,7 +80,7 @@ def build_trainer(name: str, output_dir: str):
     from transformers import AutoTokenizer
 
     tokenizer = tiny.load_tokenizer(path) if "tiny" in model_id else AutoTokenizer.from_pretrained(path)
-    args = GRPOExtConfig(output_dir=output_dir, use_cpu=True, bf16=False, gradient_checkpointing=False,
+    args = GRPOExtConfig(output_dir=output_dir, use_cpu=True, bf16=False, gradient_checkpointing=checkpointing,
                          prompts_per_step=prompts, num_generations=g, micro_batch_size=micro,
                          max_completion_length=length, total_training_steps=1, report_to="none", memory_probe="off",
                          save_strategy="no", logging_steps=1, disable_tqdm=True)
@@ -87,23 +90,41 @@ def build_trainer(name: str, output_dir: str):
                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer, peft_config=lora)
 
 
+class _Measured(Exception):
+    """Raised by the measuring callback once it has its figures: the run stops before step 1."""
+
+
 def measure(name: str) -> dict:
+    """The probe's two phases measured where the probe runs them: at ``on_train_begin`` of ``trainer.train()``
+    (transformers enables gradient checkpointing in ``train``), then the run is stopped."""
+    from transformers import TrainerCallback
+
+    found: dict = {}
+
+    class Measure(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            index, prompt = memory_probe.longest_prompt(trainer)
+            shape, settings = memory_probe.run_settings(trainer, len(prompt))
+            length = trainer.args.max_completion_length
+            start = time.perf_counter()
+            out, generation = allocated_peak(lambda: memory_probe.probe_generation(
+                trainer, prompt, settings.generation_batch, length))
+            _, training = allocated_peak(lambda: memory_probe.probe_training(
+                trainer, out[:settings.micro_batch_size], length))
+            grads = sum(p.numel() * p.element_size() for p in trainer.model.parameters() if p.requires_grad)
+            found.update(model=name, params=shape.num_parameters, prompt_tokens=len(prompt), settings=settings,
+                         generation=generation, training=training, grads=grads,
+                         forecast=forecast_memory(shape, settings), seconds=time.perf_counter() - start)
+            raise _Measured
+
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build_trainer(name, tmp)
-        index, prompt = memory_probe.longest_prompt(trainer)
-        shape, settings = memory_probe.run_settings(trainer, len(prompt))
-        forecast = forecast_memory(shape, settings)
-        length = trainer.args.max_completion_length
-        start = time.perf_counter()
-        out, generation = allocated_peak(lambda: memory_probe.probe_generation(
-            trainer, prompt, settings.generation_batch, length))
-        _, training = allocated_peak(lambda: memory_probe.probe_training(
-            trainer, out[:settings.micro_batch_size], length))
-        seconds = time.perf_counter() - start
-        grads = sum(p.numel() * p.element_size() for p in trainer.model.parameters() if p.requires_grad)
-        return {"model": name, "params": shape.num_parameters, "prompt_tokens": len(prompt), "settings": settings,
-                "generation": generation, "training": training, "grads": grads, "forecast": forecast,
-                "seconds": seconds}
+        trainer.add_callback(Measure())
+        try:
+            trainer.train()
+        except _Measured:
+            pass
+    return found
 
 
 def main() -> None:

@@ -43,12 +43,12 @@ def test_tiny_forecast_parts_by_hand():
     # per token per layer: norms' float32 inputs 2·64·4 = 512; (2·64 + 3·64 + 2·64 + 4·128) · 4 B = 3,840; logsumexp
     # 4 heads · 4 B = 16; lora_B inputs 7 modules · 16 · 4 B = 448 -> 4,816 B; mask 16 · 104² bytes
     assert f.part("activations").bytes == 2 * (16 * 104) * 4_816 + 16 * 104 ** 2 == 16_200_704
-    # CPU: every position scored, 16 × 103 = 1,648 tokens; tile 1,648 × 32,768 × 4 B; 4 float32 temporaries
-    # 1,648 × 56; hidden-state gradient 1,648 × 64 × (4 + 4) B
-    assert f.part("log-prob buffers").bytes == 1_648 * 32_768 * 4 + 4 * 1_648 * 56 * 4 + 1_648 * 64 * 8 \
-        == 218_327_040
+    # CPU: every position scored, 16 × 103 = 1,648 tokens; tile 1,648 × 32,768 × 4 B; the backward's 7 float32
+    # temporaries and a boolean mask of 1,648 × 56; hidden-state gradient 1,648 × 64 × (4 + 4) B
+    assert f.part("log-prob buffers").bytes == 1_648 * 32_768 * 4 + 1_648 * 56 * 29 + 1_648 * 64 * 8 \
+        == 219_526_784
     assert f.peak_phase == "training"
-    assert f.peak_bytes == 325_888 + 524_288 + 16_200_704 + 218_327_040
+    assert f.peak_bytes == 325_888 + 524_288 + 16_200_704 + 219_526_784
 
 
 def test_qwen25_15b_shape_and_forecast_of_the_shipped_recipe_by_hand():

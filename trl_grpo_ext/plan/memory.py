@@ -269,10 +269,12 @@ def _logprob_buffers(shape: ModelShape, s: MemorySettings) -> tuple[int, str]:
     scored = s.micro_batch_size * (s.max_completion_length if s.compact_head else s.sequence_length - 1)
     n, cols = min(scored, TOKEN_CHUNK_SIZE), min(V, VOCAB_CHUNK_SIZE)
     tile = n * VOCAB_CHUNK_SIZE * c  # mm_buf, allocated at the full chunk width
-    temporaries = 0 if s.compact_head else 4 * n * cols * 4  # the torch fold's float32 z, log p, p, grad
+    # the backward's torch fold (no Triton) keeps 7 float32 tiles alive at once (y, z, log p, p, grad and the two
+    # products of the log-prob gradient) and the boolean target mask; the forward's fold fewer
+    temporaries = 0 if s.compact_head else n * cols * (7 * 4 + 1)
     grad_hidden = scored * h * 4  # float32 accumulator, plus the hidden states it returns in the compute dtype
     total = tile + temporaries + grad_hidden + scored * h * c
-    temp = "" if s.compact_head else f" + 4 float32 temporaries {n:,} × {cols:,}"
+    temp = "" if s.compact_head else f" + backward temporaries {n:,} × {cols:,} × (7 × 4 + 1) B"
     return total, (f"= tile {n:,} × {VOCAB_CHUNK_SIZE:,} × {c} B{temp} + grad of {scored:,} scored tokens × {h} × "
                    f"({4} + {c}) B")
 

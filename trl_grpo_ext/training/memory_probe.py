@@ -152,8 +152,14 @@ def probe_training(trainer, batch: torch.Tensor, length: int) -> None:
     """One forward + backward of ``batch`` (B, S) through TRL's log-probability path (its fused LM head, the last
     ``length`` tokens scored, as the loss computes them; no gradient through the entropy, as without an entropy
     bonus); the gradients are left for the caller."""
-    logps, _ = _trl_compat.per_token_logps(trainer, trainer.model, batch, torch.ones_like(batch), length)
-    logps.sum().backward()
+    model = trainer.model
+    was_training = model.training
+    model.train()  # as Trainer.training_step does: gradient checkpointing and dropout act in train mode only
+    try:
+        logps, _ = _trl_compat.per_token_logps(trainer, model, batch, torch.ones_like(batch), length)
+        logps.sum().backward()
+    finally:
+        model.train(was_training)
 
 
 def run_probe(trainer) -> str:
