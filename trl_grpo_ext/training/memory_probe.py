@@ -177,9 +177,13 @@ def run_probe(trainer) -> str:
     rng = torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     was_training, peaks, phase = model.training, {}, "generation"
     try:
-        with _Peak(device) as peak:
-            out = probe_generation(trainer, prompt, generation_batch, length)
-        peaks["generation"] = peak.bytes
+        if getattr(args, "use_vllm", False):  # vLLM holds its own preallocated share: only the sequences are needed
+            completion = torch.randint(0, shape.vocab_size, (micro, length), device=device)
+            out = torch.cat([torch.tensor([prompt] * micro, device=device), completion], dim=1)
+        else:
+            with _Peak(device) as peak:
+                out = probe_generation(trainer, prompt, generation_batch, length)
+            peaks["generation"] = peak.bytes
         phase = "forward + backward"
         with _Peak(device) as peak:
             probe_training(trainer, out[:micro], length)
@@ -198,8 +202,10 @@ def run_probe(trainer) -> str:
             torch.cuda.set_rng_state_all(rng[1])
     seconds = time.perf_counter() - start
     return (f"memory probe ({seconds:.1f} s, before step 1): longest prompt (row {index}, {len(prompt)} tokens) + "
-            f"{length} completion tokens; generation of {generation_batch} completions {format_bytes(peaks['generation'])}"
-            f" (forecast {format_bytes(forecast.phase_bytes('generation'))}), forward + backward of {micro} completions "
+            f"{length} completion tokens; " + (
+                f"generation of {generation_batch} completions {format_bytes(peaks['generation'])} (forecast "
+                f"{format_bytes(forecast.phase_bytes('generation'))})" if "generation" in peaks else
+                "generation by vLLM not probed") + f", forward + backward of {micro} completions "
             f"{format_bytes(peaks['training'])} (forecast {format_bytes(forecast.phase_bytes('training'))}); "
             f"measured as {peak.what}; forecast peak {format_bytes(forecast.peak_bytes)}")
 
@@ -239,6 +245,10 @@ class MemoryProbeCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         trainer = self.trainer
         if not probe_enabled(getattr(args, "memory_probe", "off"), trainer.accelerator.device.type):
+            return
+        if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:  # sharded parameters: not probed (yet)
+            if state.is_world_process_zero:
+                print("memory probe: skipped under DeepSpeed / FSDP (the probe runs the unsharded model)", flush=True)
             return
         line = run_probe(trainer)
         if state.is_world_process_zero:
