@@ -86,10 +86,10 @@ def _memory(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def memory_forecast_lines(plan, run, device_bytes: int | None) -> tuple[list[str], list[str]]:
-    """The memory forecast under the table (lines) and its warning when it does not fit ``device_bytes`` (the
-    ``--device-memory``, else the GPU present, else None: the forecast alone). Empty when the model's config cannot
-    be read offline (a note says so)."""
+def memory_forecast_lines(plan, run, device_bytes: int | None) -> tuple[list[str], list[str], list[str]]:
+    """``(lines, warnings, notes)``: the memory forecast under the table, its warning when it does not fit
+    ``device_bytes`` (the ``--device-memory``, else the GPU present, else None: the forecast alone), and a note
+    instead of both when the model's config cannot be read offline."""
     from trl_grpo_ext.models.memory_shape import ASSUMED_PROMPT_TOKENS, memory_settings, model_shape
     from trl_grpo_ext.plan.memory import forecast_memory, format_bytes, memory_fix
 
@@ -97,7 +97,8 @@ def memory_forecast_lines(plan, run, device_bytes: int | None) -> tuple[list[str
     name = model_args.model_name_or_path
     shape = model_shape(name)
     if shape is None:
-        return [f"memory forecast: the config of {name!r} cannot be read offline (no local config.json or cache)"], []
+        return [], [], [f"memory forecast: none, the config of {name!r} cannot be read offline (no local config.json "
+                        "or Hub cache); point model_name_or_path to a folder holding its config.json"]
     source = "--device-memory"
     if device_bytes is None:
         device_bytes, source = _present_gpu_bytes(), "the GPU present"
@@ -129,7 +130,7 @@ def memory_forecast_lines(plan, run, device_bytes: int | None) -> tuple[list[str
             f"{plan.max_completion_length} tokens and one forward + backward of {plan.micro_batch_size} completions "
             f"at {settings.sequence_length} tokens (1/{plan.gradient_accumulation_steps} of a step's training)"
             if on else "set memory_probe: on to check the forecast before step 1"))
-    return lines, warns
+    return lines, warns, []
 
 
 def _present_gpu_bytes() -> int | None:
@@ -244,8 +245,10 @@ def build_plan(args: argparse.Namespace):
                          f"{plan.num_generations}: rerun `trl-grpo-ext eval --k K` with K >= {plan.num_generations} "
                          "samples per prompt (or final_eval_num_samples in the recipe).")
     args.run_args, args.survey = run, survey  # for the evaluation plan, without reading the config twice
-    args.memory_lines, memory_warns = memory_forecast_lines(plan, run, getattr(args, "device_memory", None))
+    args.memory_lines, memory_warns, memory_notes = memory_forecast_lines(plan, run,
+                                                                          getattr(args, "device_memory", None))
     warns += memory_warns
+    notes += memory_notes
     return plan, warns, notes, rewards
 
 
