@@ -164,3 +164,19 @@ def test_plan_reports_the_overflowing_part_and_the_fix(tmp_path, capsys, monkeyp
     out, err = capsys.readouterr()
     assert "fits 24.00 GiB (--device-memory): forecast peak 3.34 GiB" in out
     assert "does not fit" not in err
+
+
+def test_when_no_micro_batch_fits_the_fix_shortens_the_completions_at_micro_batch_1():
+    shape = ModelShape.from_config(QWEN25_15B)
+    s = MemorySettings(micro_batch_size=2, generation_batch=16, max_prompt_length=512, max_completion_length=8192,
+                       load_in_4bit=True, double_quant=True, use_peft=True, lora_targets="all-linear")
+
+    def peak(**change):
+        return forecast_memory(shape, MemorySettings(**{**s.__dict__, **change})).peak_bytes
+
+    assert peak(micro_batch_size=1) > 4 * GiB  # 5.08 GiB: a smaller micro-batch alone is not enough
+    fix = memory_fix(shape, s, 4 * GiB, 16, 8)
+    assert fix == "max_completion_length: 5632 (from 8192) with micro_batch_size: 1"
+    # the largest length that fits, rounded down to a multiple of 64: 5632 fits, 5696 does not
+    assert peak(micro_batch_size=1, max_completion_length=5632) <= 4 * GiB < peak(micro_batch_size=1,
+                                                                                     max_completion_length=5696)
