@@ -152,9 +152,10 @@ def test_plan_reports_the_overflowing_part_and_the_fix(tmp_path, capsys, monkeyp
             "--max_prompt_length", "256", "--gradient_checkpointing", "false"]
     assert plan_cli.main([*argv, "--device-memory", "24GB"]) == 0
     out, err = capsys.readouterr()
-    assert "memory forecast per device (1,543,714,304 parameters; CUDA;" in out
+    assert "memory forecast" not in out  # stdout: the table the run prints; the forecast goes to stderr
+    assert "memory forecast per device (1,543,714,304 parameters; CUDA;" in err
     assert "KV cache                      1.09 GiB  generation = 2 × 28 layers × 2 KV heads × 128 × 2 B × 64 " \
-           "completions × 640 tokens" in out
+           "completions × 640 tokens" in err
     # no checkpointing: 28 × 5,120 tokens × 196,848 B + 8 × 640² B = 26.29 GiB of activations
     # always: weights 1,609,963,904 B + adapter 295,436,288 B = 1.77 GiB; training 26.29 GiB + 229,638,144 B of
     # log-prob buffers = 26.50 GiB -> 28.27 GiB
@@ -162,7 +163,7 @@ def test_plan_reports_the_overflowing_part_and_the_fix(tmp_path, capsys, monkeyp
            "its largest part activations 26.29 GiB; lower first: gradient_checkpointing: true (TRL's default)" in err
     assert plan_cli.main([*argv[:-1], "true", "--device-memory", "24GB"]) == 0
     out, err = capsys.readouterr()
-    assert "fits 24.00 GiB (--device-memory): forecast peak 3.34 GiB" in out
+    assert "fits 24.00 GiB (--device-memory): forecast peak 3.34 GiB" in err
     assert "does not fit" not in err
 
 

@@ -341,8 +341,8 @@ def run(args: argparse.Namespace) -> int:
 
     seeds = seed_line(training.seed, script_args.embedded_seed if tiny.is_embedded(script_args.dataset_name) else None)
     print(plan.to_json() if args.json else format_plan_report(plan, rewards, (seeds,), evaluation))
-    if not args.json:
-        print("\n".join(args.memory_lines))
+    if args.memory_lines:  # on stderr: stdout holds what the run prints at its start, and the run has no forecast
+        print("\n".join(args.memory_lines), file=sys.stderr)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     for warning in warns:
