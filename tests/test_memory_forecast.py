@@ -181,3 +181,19 @@ def test_when_no_micro_batch_fits_the_fix_shortens_the_completions_at_micro_batc
     # the largest length that fits, rounded down to a multiple of 64: 5632 fits, 5696 does not
     assert peak(micro_batch_size=1, max_completion_length=5632) <= 4 * GiB < peak(micro_batch_size=1,
                                                                                      max_completion_length=5696)
+
+
+def test_plan_prints_the_forecast_when_asked_or_with_a_device(tmp_path, capsys, monkeypatch):
+    from trl_grpo_ext.cli import plan as plan_cli
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(plan_cli, "_present_gpu_bytes", lambda: None)  # this machine: no GPU
+    assert plan_cli.main(["--config", "tiny_cpu"]) == 0
+    assert "memory forecast" not in capsys.readouterr().err  # neither asked nor a device: the plan as before
+    assert plan_cli.main(["--config", "tiny_cpu", "--memory-forecast"]) == 0
+    err = capsys.readouterr().err
+    # tiny_cpu: NF4 with double quantisation, float32 elsewhere, LoRA r 8 on 7 modules, CPU
+    assert "memory forecast per device (81,472 parameters; CPU, max_prompt_length unset: 512 prompt tokens assumed" in err
+    assert "adapter + grad + AdamW      256.00 KiB  always     = 16,384 LoRA parameters (r 8, 7 modules × 2 layers)" in err
+    assert "fits" not in err and "does not fit" not in err  # no device memory stated, none judged
+    assert "longest-first probe: off (memory_probe: auto); set memory_probe: on" in err

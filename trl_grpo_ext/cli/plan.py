@@ -58,6 +58,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="memory of one device, e.g. 24GB (GB and GiB both mean 2^30 bytes): forecast the run's "
                              "peak by part, say whether it fits and, if not, what to lower first (default: the GPU "
                              "present, if any)")
+    parser.add_argument("--memory-forecast", action="store_true",
+                        help="print the memory forecast per device by part (implied by --device-memory or a GPU)")
     parser.add_argument("--eval-results", default=None,
                         help="an `eval --json` output (or eval_results.json): warn when its σ = 0 forecast for the "
                              "run's num_generations exceeds one half")
@@ -245,10 +247,12 @@ def build_plan(args: argparse.Namespace):
                          f"{plan.num_generations}: rerun `trl-grpo-ext eval --k K` with K >= {plan.num_generations} "
                          "samples per prompt (or final_eval_num_samples in the recipe).")
     args.run_args, args.survey = run, survey  # for the evaluation plan, without reading the config twice
-    args.memory_lines, memory_warns, memory_notes = memory_forecast_lines(plan, run,
-                                                                          getattr(args, "device_memory", None))
-    warns += memory_warns
-    notes += memory_notes
+    device = getattr(args, "device_memory", None)
+    args.memory_lines = []
+    if device is not None or getattr(args, "memory_forecast", False) or _present_gpu_bytes():
+        args.memory_lines, memory_warns, memory_notes = memory_forecast_lines(plan, run, device)
+        warns += memory_warns
+        notes += memory_notes
     return plan, warns, notes, rewards
 
 
