@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-real install-dist demo demo-real test test-slow test-dist test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-vs-trl bench-dropped-rows bench-generation bench-host-memory bench-cpu-dtype bench-merged-generation plan clean
+.PHONY: install install-real install-dist demo demo-real test test-slow test-dist test-all lint bench bench-overhead bench-zero-variance bench-adapter bench-real bench-vs-trl bench-dropped-rows bench-generation bench-host-memory bench-cpu-dtype bench-merged-generation bench-memory plan clean
 
 install: $(STAMP)
 
@@ -102,6 +102,10 @@ bench-merged-generation: install-real
 bench-dropped-rows: install-real
 	$(PY) benchmarks/dropped_rows.py
 	$(PY) benchmarks/dropped_rows.py --model smollm2 --steps 3 --repeats 1 --prompts-per-step 2
+
+# The memory forecast against torch.profiler's allocation peaks of the longest-first probe, tiny model and SmolLM2 (about 2 min).
+bench-memory: install-real
+	$(PY) benchmarks/memory_forecast.py
 
 # On one GPU (a few minutes): default generation vs continuous batching vs a static cache, Qwen2.5-1.5B-shaped, NF4 + LoRA.
 # On a CPU, a smoke test of the same code path: make bench-generation BENCH_GENERATION_ARGS="--device cpu --smoke"

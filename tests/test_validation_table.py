@@ -318,6 +318,7 @@ _ROWS = [
         ["final_eval", "dataset_test_split"]),
     row("final_eval typo", {"final_eval": "adaptor"}, ["final_eval"], "Did you mean 'adapter'"),
     row("adapter_dtype typo", {"adapter_dtype": "bf16"}, ["adapter_dtype"], "Choose one of 'float32', 'bfloat16'"),
+    row("memory_probe typo", {"memory_probe": "always"}, ["memory_probe"], "Choose one of 'auto', 'on', 'off'"),
     # the trainer casts the adapter of a quantized model only: on a float32 base the setting changes nothing
     row("adapter_dtype without a quantized base", {**_NO_4BIT, "adapter_dtype": "bfloat16"},
         ["adapter_dtype", "load_in_4bit"], "the adapter trains in the base's dtype"),

@@ -93,6 +93,12 @@ SURFACE: tuple[TouchPoint, ...] = (
     TouchPoint("trl.trainer.utils", "create_model_from_path", "function", ("model_id", "architecture", "kwargs"),
                "_trl_compat.create_model -> models.load_continued_model (the base of a continued adapter, loaded as "
                "TRL loads a model id)"),
+    TouchPoint("trl.GRPOTrainer", "_get_per_token_logps_and_entropies", "function",
+               ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+                "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
+                "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids",
+                "image_position_ids"),
+               "_trl_compat.per_token_logps -> training.memory_probe (the probe's forward through TRL's fused head)"),
     TouchPoint("trl.scripts", "_hf_argparser", "module", None,
                "_trl_compat.hf_argparser_module; frontdoor.hf_argument_parser (plan's torch-free parsing)"),
 )
@@ -126,6 +132,14 @@ def metric_marks(trainer, mode: str = "train") -> dict[str, int]:
 def micro_batches_done(trainer) -> int | None:
     """Micro-batches TRL has run since the process started (``GRPOTrainer._step``); None for a trainer without it."""
     return getattr(trainer, "_step", None)
+
+
+def per_token_logps(trainer, model, input_ids, attention_mask, logits_to_keep: int):
+    """TRL's per-token log-probabilities and entropies of the last ``logits_to_keep`` tokens (its fused LM head), as
+    the loss computes them (`GRPOTrainer._get_per_token_logps_and_entropies`): ``(logps, entropies)``, (B, T) each."""
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                                     compute_entropy=True)
+    return logps, entropies
 
 
 def eos_and_pad_ids(trainer) -> set[int]:

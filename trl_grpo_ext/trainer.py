@@ -30,12 +30,8 @@ from .training import console, trainer_args
 from .training.adapter_precision import LostUpdateTracker, cast_trainable_to
 from .training.callbacks import SamplerEpochCallback
 from .training.engine_step import EngineStepGuard
-from .training.generation import (
-    DRIFT_METRIC,
-    BaseDriftMonitor,
-    check_vllm_before_loading,
-    preserved_dtypes,
-)
+from .training.generation import DRIFT_METRIC, BaseDriftMonitor, check_vllm_before_loading, preserved_dtypes
+from .training.memory_probe import MemoryProbeCallback
 from .training.merged_generation import check_merge_target, merged_adapter
 from .training.rollout_budget import AdaptiveRollout
 from .training.sampling import EpochRepeatSampler, RepeatSampler, SkippingRepeatSampler, dataset_prompts
@@ -147,6 +143,7 @@ class GRPOExtTrainer(GRPOTrainer):
         self.zero_variance.pass_rates = getattr(self.rollout, "history", None)  # saved in checkpoints with the filter
         console.install(self)  # first, so that the bar is closed before _PlanCallback logs the stop reason
         self.add_callback(_PlanCallback(self))
+        self.add_callback(MemoryProbeCallback(self))  # the longest-first probe before step 1 (args.memory_probe)
         self._epoch_sampler: EpochRepeatSampler | None = None  # built with the train dataloader
         self.add_callback(SamplerEpochCallback(self))
         self.eval_plan = None  # the run's `eval_plan.EvalPlan` (set by the recipe), printed under the plan table

@@ -54,6 +54,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--model-params", type=_number(_POSITIVE, "a finite number > 0", "0.5e9 parameters"),
                         default=None,
                         help="number of model parameters (e.g. 0.5e9), used with --gpu-memory-gib")
+    parser.add_argument("--device-memory", type=_memory, default=None,
+                        help="memory of one device, e.g. 24GB (GB and GiB both mean 2^30 bytes): forecast the run's "
+                             "peak by part, say whether it fits and, if not, what to lower first (default: the GPU "
+                             "present, if any)")
+    parser.add_argument("--memory-forecast", action="store_true",
+                        help="print the memory forecast per device by part (implied by --device-memory or a GPU)")
     parser.add_argument("--eval-results", default=None,
                         help="an `eval --json` output (or eval_results.json): warn when its σ = 0 forecast for the "
                              "run's num_generations exceeds one half")
@@ -71,6 +77,72 @@ def _number(check, what: str, example: str):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what} (e.g. {example})") from None
 
     return parse
+
+
+def _memory(text: str) -> int:
+    from trl_grpo_ext.plan.memory import parse_memory
+
+    try:
+        return parse_memory(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def memory_forecast_lines(plan, run, device_bytes: int | None) -> tuple[list[str], list[str], list[str]]:
+    """``(lines, warnings, notes)``: the memory forecast under the table, its warning when it does not fit
+    ``device_bytes`` (the ``--device-memory``, else the GPU present, else None: the forecast alone), and a note
+    instead of both when the model's config cannot be read offline."""
+    from trl_grpo_ext.models.memory_shape import ASSUMED_PROMPT_TOKENS, memory_settings, model_shape
+    from trl_grpo_ext.plan.memory import forecast_memory, format_bytes, memory_fix
+
+    script_args, training, model_args, _ = run
+    name = model_args.model_name_or_path
+    shape = model_shape(name)
+    if shape is None:
+        return [], [], [f"memory forecast: none, the config of {name!r} cannot be read offline (no local config.json "
+                        "or Hub cache); point model_name_or_path to a folder holding its config.json"]
+    source = "--device-memory"
+    if device_bytes is None:
+        device_bytes, source = _present_gpu_bytes(), "the GPU present"
+    cuda = not getattr(training, "use_cpu", False)
+    cut = getattr(script_args, "max_prompt_length", None)
+    settings = memory_settings(plan, training, model_args, cut, cuda)
+    forecast = forecast_memory(shape, settings, device_bytes)
+    prompt = "" if cut else f", max_prompt_length unset: {ASSUMED_PROMPT_TOKENS} prompt tokens assumed"
+    lines = [f"memory forecast per device ({shape.num_parameters:,} parameters; {'CUDA' if cuda else 'CPU'}"
+             f"{prompt}; docs/quantifiers.md, 'How much memory'):", forecast.table()]
+    warns = []
+    if device_bytes:
+        peak = forecast.peak_bytes
+        if peak <= device_bytes:
+            lines.append(f"fits {format_bytes(device_bytes)} ({source}): forecast peak {format_bytes(peak)}")
+        else:
+            phase = forecast.peak_phase
+            top = max((p for p in forecast.parts if p.phase == phase), key=lambda p: p.bytes)
+            fix = memory_fix(shape, settings, device_bytes, plan.completions_per_step // plan.world_size,
+                             plan.num_generations, plan.world_size)
+            warns.append(f"the forecast peak {format_bytes(peak)} does not fit {format_bytes(device_bytes)} ({source}):"
+                         f" the {phase} phase overflows, its largest part {top.name} {format_bytes(top.bytes)}; "
+                         f"lower first: {fix}")
+    probe = getattr(training, "memory_probe", None)
+    if probe is not None:
+        on = probe == "on" or (probe == "auto" and cuda)
+        lines.append(f"longest-first probe: {'on' if on else 'off'} (memory_probe: {probe}); " + (
+            f"before step 1 it costs one generation batch of {settings.generation_batch} completions at "
+            f"{plan.max_completion_length} tokens and one forward + backward of {plan.micro_batch_size} completions "
+            f"at {settings.sequence_length} tokens (1/{plan.gradient_accumulation_steps} of a step's training)"
+            if on else "set memory_probe: on to check the forecast before step 1"))
+    return lines, warns, []
+
+
+def _present_gpu_bytes() -> int | None:
+    """Total memory of CUDA device 0 [bytes], None without one (plan imports TRL, so torch is loaded already)."""
+    try:
+        import torch
+
+        return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+    except (ImportError, RuntimeError):
+        return None
 
 
 def dataset_size_from(script_args, dataset_size: int | None) -> int | None:
@@ -177,6 +249,12 @@ def build_plan(args: argparse.Namespace):
                          f"{plan.num_generations}: rerun `trl-grpo-ext eval --k K` with K >= {plan.num_generations} "
                          "samples per prompt (or final_eval_num_samples in the recipe).")
     args.run_args, args.survey = run, survey  # for the evaluation plan, without reading the config twice
+    device = getattr(args, "device_memory", None)
+    args.memory_lines = []
+    if device is not None or getattr(args, "memory_forecast", False) or _present_gpu_bytes():
+        args.memory_lines, memory_warns, memory_notes = memory_forecast_lines(plan, run, device)
+        warns += memory_warns
+        notes += memory_notes
     return plan, warns, notes, rewards
 
 
@@ -269,6 +347,8 @@ def run(args: argparse.Namespace) -> int:
 
     seeds = seed_line(training.seed, script_args.embedded_seed if tiny.is_embedded(script_args.dataset_name) else None)
     print(plan.to_json() if args.json else format_plan_report(plan, rewards, (seeds,), evaluation))
+    if args.memory_lines:  # on stderr: stdout holds what the run prints at its start, and the run has no forecast
+        print("\n".join(args.memory_lines), file=sys.stderr)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     for warning in warns:

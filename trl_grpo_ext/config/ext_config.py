@@ -26,6 +26,7 @@ from .resolved import USER_FIELDS, ResolvedConfig, resolve_config
 
 ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
+MEMORY_PROBE_MODES = ("auto", "on", "off")
 
 #: TRL's fields that ``__post_init__`` checks with the fields of ours: a config built in Python (not through the
 #: front door, whose table refuses ``learning_rate: 0`` too) may train at learning rate 0, never below.
@@ -126,6 +127,10 @@ class GRPOExtConfig(GRPOConfig):
     merge_adapter_for_generation: bool = _help(
         False, "Merge the LoRA adapter into the float32 base for each generation (one matrix product per layer "
         "instead of three; the base is restored exactly after).")
+    # Memory
+    memory_probe: Annotated[str, Choices(MEMORY_PROBE_MODES)] = _help(
+        "auto", "Longest-first probe before step 1 (one generation batch at full length, one forward + backward of a "
+        "full micro-batch at the maximum lengths): auto (on for a GPU run), on or off.")
 
     def __post_init__(self):
         for name, check in _FIELD_CHECKS.items():  # a YAML 1.1 boolean (`zero_variance_filter: off`) as meant
