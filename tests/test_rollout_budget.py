@@ -149,3 +149,16 @@ def test_plan_note_states_the_rule_and_the_range():
     assert "each step still generates 32 completions, in two rounds: 4 per prompt first" in note
     assert "the other 16 one at a time" in note and "a prompt gets 4 to 20 completions" in note
     assert "V(n, p) = (1 - p)(1 - p^n - (1 - p)^n)" in note
+
+
+def test_an_odd_number_of_prompts_splits_too(tmp_path):
+    # 3 prompts, G 4: each round holds 3 × 2 = 6 completions, which TRL's own group reshape (rows of G = 4) cannot take;
+    # each round runs with TRL's num_generations set to its own size (2), restored after
+    trainer = tiny_trainer(tmp_path, solved_b, count_char_mix(3), prompts_per_step=3, num_generations=G,
+                           micro_batch_size=12, total_training_steps=1, max_completion_length=8, seed=0,
+                           zero_variance_filter="mask", rollout_budget="adaptive")
+    trainer.train()
+    assert trainer.num_generations == G and trainer.state.global_step == 1
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert logs[0]["zero_variance/completions_per_prompt_min"] >= 2
+    assert sum(trainer.zero_variance.pass_rates.total[1:]) == 3 * G  # every completion of the step recorded

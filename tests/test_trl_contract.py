@@ -1041,3 +1041,12 @@ def test_the_private_attribute_scan_sees_an_unlisted_name(tmp_path):
         ("_buffered_inputs", 3), ("_last_loaded_step", 4), ("_signature_columns", 6), ("_textual_logs", 5),
         ("_total_train_tokens", 7)]
     assert "_buffered_inputs" not in _defined_names(sorted((ROOT / "trl_grpo_ext").rglob("*.py")))
+
+
+def test_generation_reads_num_generations_from_the_trainer_for_its_group_reshape():
+    # training/rollout_budget.py sets trainer.num_generations to a round's own group size so that TRL's reshape of the
+    # round's rewards divides (rollout_budget: adaptive)
+    source = _source(GRPOTrainer._generate_and_score_completions)
+    assert 'num_generations = self.num_generations if mode == "train" else self.num_generations_eval' in source, _broken(
+        "_generate_and_score_completions no longer reads self.num_generations for its group reshape",
+        "training/rollout_budget.py _group_size")

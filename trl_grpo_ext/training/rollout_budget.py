@@ -11,6 +11,8 @@ pass-rate history) is taken on gathered tensors, identical on every process.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ..zero_variance.budget import (
@@ -24,6 +26,18 @@ from ..zero_variance.groups import judged_rewards
 from ..zero_variance.history import prompt_key
 from ..zero_variance.merge import concat_batches
 from ..zero_variance.metrics import log_trained_batch, row_stats
+
+
+@contextlib.contextmanager
+def _group_size(trainer, size: int):
+    """TRL's ``num_generations`` set to ``size`` for one generation round: TRL 1.16 reshapes a round's rewards into
+    rows of ``num_generations`` for its own advantages and group metrics (which this round's caller replaces), so a
+    round of prompts × ``size`` completions must divide by it (prompts × G / 2 does not when the prompts are odd)."""
+    saved, trainer.num_generations = trainer.num_generations, size
+    try:
+        yield
+    finally:
+        trainer.num_generations = saved
 
 
 class AdaptiveRollout:
@@ -56,7 +70,8 @@ class AdaptiveRollout:
         t, zv = self.trainer, self.trainer.zero_variance
         g = t.num_generations
         n0, prompts = first_round_size(g), inputs[::g]
-        first = t._generate_and_score_keeping_dtypes([row for row in prompts for _ in range(n0)])
+        with _group_size(t, n0):
+            first = t._generate_and_score_keeping_dtypes([row for row in prompts for _ in range(n0)])
         rewards1, ids1 = t._last_rewards_per_func, list(t._last_completion_ids_list)
         local1 = zv.local_rows(len(prompts) * n0)
         judged = judged_rewards(rewards1, zv.reward_weights, zv.judged_index)
@@ -65,8 +80,9 @@ class AdaptiveRollout:
         keys = [prompt_key(row["prompt"]) for row in prompts]
         rates = estimate_pass_rates(scores, [self.history.prior(key) for key in keys])
         counts = allocate_completions(rates, len(prompts) * (g - n0), n0)
-        second = t._generate_and_score_keeping_dtypes(
-            [row for row, n in zip(prompts, counts) for _ in range(n - n0)])
+        with _group_size(t, g - n0):
+            second = t._generate_and_score_keeping_dtypes(
+                [row for row, n in zip(prompts, counts) for _ in range(n - n0)])
         rewards2, ids2 = t._last_rewards_per_func, list(t._last_completion_ids_list)
         order, extra = [], len(prompts) * n0
         for i, n in enumerate(counts):  # prompt i: its n0 first-round rows, then its n - n0 second-round rows
