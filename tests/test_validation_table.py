@@ -1102,3 +1102,35 @@ def test_a_config_built_in_python_is_not_judged_by_the_recipe_fields_it_lacks(mo
     with pytest.raises(ValueError, match=r"bf16 and fp16 are both false, but accelerate's mixed_precision='bf16' "
                                          r"\(from ACCELERATE_MIXED_PRECISION\)"):
         GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True)
+
+
+#: Settings off for `REQUIRES` rows (the dataclasses' defaults switch some on), and rows needing another context.
+_OFF = {"save_strategy": "no", "logging_strategy": "no", "eval_strategy": "no", "use_cpu": True,
+        "lr_scheduler_type": "constant", "final_eval": "none", "dataset_name": "embedded:count-char", "beta": 0.0}
+_ROW_OFF = {**dict.fromkeys(("embedded_num_prompts", "embedded_seed", "embedded_target"), {"dataset_name": "me/data"}),
+            **dict.fromkeys(("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+                            {"gradient_checkpointing": False, "activation_checkpointing": False})}
+_SAMPLE = {"lr_scheduler_kwargs": {"num_cycles": 0.5}, "liger_kernel_config": {"rope": True},
+           "transformers_continuous_batching_config": {"a": 1}, "gradient_checkpointing_kwargs": {"use_reentrant": True},
+           "activation_checkpointing_kwargs": {"use_reentrant": True}}
+
+
+def test_every_requires_row_warns_or_refuses_when_its_setting_is_off():
+    """A row added to `tables.REQUIRES` (one `_when` / `_requires` call) is tested here for free: with its setting off,
+    the field gives one warning naming it and its setting (or, for `REFUSED_WHEN_OFF`, a refusal)."""
+    from trl_grpo_ext.validation.problems import Problems
+    from trl_grpo_ext.validation.rules import ignored_settings
+    from trl_grpo_ext.validation.tables import REFUSED_WHEN_OFF, REQUIRES
+    from trl_grpo_ext.validation.user_values import DEFAULTS
+    from trl_grpo_ext.validation.view import RunView
+
+    assert len(REQUIRES) >= 80 and set(REFUSED_WHEN_OFF) <= set(REQUIRES)
+    for name, (setting, _, _) in REQUIRES.items():
+        value = _SAMPLE.get(name, "zzz")
+        problems = Problems()
+        values = {**DEFAULTS, **_OFF, **_ROW_OFF.get(name, {}), name: value}
+        problems.check(ignored_settings, RunView(values, {name: value}, problems=problems))
+        said = problems.messages if name in REFUSED_WHEN_OFF else problems.warnings
+        assert len(said) == 1 and said[0].startswith(f"{name}=") and f"only takes effect with {setting}" in said[0], \
+            (name, problems.messages, problems.warnings)
+        assert (problems.warnings if name in REFUSED_WHEN_OFF else problems.messages) == [], name
