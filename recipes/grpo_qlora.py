@@ -21,8 +21,6 @@ from huggingface_hub import constants as hf_constants
 
 from trl_grpo_ext import GRPOExtTrainer
 from trl_grpo_ext.config.recipe_parse import parse_recipe_args, set_offline_defaults, write_run_config
-from trl_grpo_ext.data.checks import check_reward_values, describe, final_assistant_warning, reward_columns
-from trl_grpo_ext.data.golds import check_golds
 from trl_grpo_ext.data.load import drop_long_prompts, load_eval_dataset, load_prompt_dataset
 from trl_grpo_ext.evaluation.evaluate import final_evaluation
 from trl_grpo_ext.hub import HubPushError, build_model_card, push_settings
@@ -54,10 +52,8 @@ from trl_grpo_ext.training.checkpoints import (
 from trl_grpo_ext.training.finished import complete_line, outputs_written
 from trl_grpo_ext.training.host_memory import retain_freed_memory
 from trl_grpo_ext.training.interrupt import GracefulInterrupt, exit_run
-from trl_grpo_ext.validation import check_reward_columns
 from trl_grpo_ext.zero_variance.history import prompt_key
 from trl_grpo_ext.zero_variance.report import steps_per_generation, summary_line
-from trl_grpo_ext.zero_variance.settings import check_skip_plan
 
 
 def main(script_args, training_args, model_args, push_args) -> int:
@@ -69,7 +65,8 @@ def main(script_args, training_args, model_args, push_args) -> int:
     training_args.hub_token = None  # the push keeps it; training_args.bin in output_dir and checkpoints never does
 
     ################
-    # Data, plan and resume check: every error here is answered in one line before any model loads
+    # Data, plan and resume check: every error here is answered in one line before any model loads (the dataset's rows
+    # were checked once, with the config, by parse_recipe_args: validation/dataset_stage.py)
     ################
     try:
         if training_args.device.type == "cpu":  # freed activations stay in the process, not faulted in every step
@@ -77,27 +74,14 @@ def main(script_args, training_args, model_args, push_args) -> int:
             if training_args.process_index == 0:
                 print(f"host memory: {memory}")
         train_dataset = load_prompt_dataset(script_args)  # an embedded task: its embedded_seed's rows
-        check_reward_columns(train_dataset.column_names, training_args)  # a reward's missing column, before the model
-        answer_columns = reward_columns(training_args.resolved.rewards)  # and one that is empty in every row
-        check_reward_values(train_dataset, describe(script_args.dataset_name, "train"), answer_columns)
-        gold_warnings = check_golds(train_dataset, describe(script_args.dataset_name, "train"),
-                                         training_args.resolved.rewards)  # math-verify can score some golds
-        gold_warnings += final_assistant_warning(train_dataset, describe(script_args.dataset_name, "train"))
         if script_args.max_prompt_length is not None:  # counted in tokens of the run's tokenizer and chat template
             train_dataset = drop_long_prompts(train_dataset, run_tokenizer(model_args, script_args.chat_template),
                                               script_args.max_prompt_length)
         plan = resolve_plan(training_args.resolved.quantity_fields(), len(train_dataset), training_args.world_size,
                             training_args.max_completion_length)  # the run's plan, resolved once: the trainer gets it
-        if training_args.zero_variance_filter == "skip":
-            check_skip_plan(plan, seeded=training_args.skip_history_file is not None)  # else from the 2nd epoch on
         evaluating = training_args.eval_strategy != "no" or script_args.final_eval != "none"
         eval_dataset = load_eval_dataset(script_args, split="test", num_prompts=script_args.eval_num_prompts) \
             if evaluating else None
-        if eval_dataset is not None:
-            check_reward_columns(eval_dataset.column_names, training_args, split="evaluation")  # TRL scores it too
-            check_reward_values(eval_dataset, describe(script_args.dataset_name, "test"), answer_columns)
-            gold_warnings += check_golds(eval_dataset, describe(script_args.dataset_name, "test"),
-                                              training_args.resolved.rewards)
         eval_plan = resolve_eval_plan(
             eval_prompts=len(eval_dataset) if eval_dataset is not None else None,
             eval_strategy=training_args.eval_strategy, eval_steps=training_args.eval_steps,
@@ -123,7 +107,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     except (ValueError, OSError) as err:  # QuantityError is a ValueError; datasets raises OSError subclasses
         print(f"error: {err}", file=sys.stderr)
         return 2
-    for warning in gold_warnings + weight_warnings(training_args.resolved.rewards):
+    for warning in weight_warnings(training_args.resolved.rewards):
         print(f"warning: {warning}", file=sys.stderr)
     if push.enabled and hf_constants.HF_HUB_OFFLINE:  # the push (hub.push_run) reads the same switch
         print(f"warning: HF_HUB_OFFLINE is set, so the push to {push.repo_id} after training will fail; everything "

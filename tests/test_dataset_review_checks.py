@@ -26,15 +26,12 @@ def _config(tmp_path, dataset_name, **changes):
 
 def _recipe_errors(tmp_path, monkeypatch, capsys, files, **changes):
     """Run the recipe (models forbidden) on a dataset folder holding ``files``: the exit status and error lines of its
-    argument stage, which lists the dataset's problems with the config's; its ``main`` refuses with the same lines."""
+    argument stage, which lists the dataset's problems with the config's."""
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     for name, content in files.items():
         (data / name).write_bytes(content if isinstance(content, bytes) else content.encode())
-    code, errors, main_errors, err = recipe_stages(["--config", str(_config(tmp_path, data, **changes))],
-                                                   monkeypatch, capsys)
-    assert main_errors == errors, err
-    return code, errors, err
+    return recipe_stages(["--config", str(_config(tmp_path, data, **changes))], monkeypatch, capsys)
 
 
 PROMPT_KINDS = {
@@ -112,9 +109,8 @@ def test_a_missing_relative_folder_is_named_as_a_missing_folder(tmp_path, monkey
     """`data/gsm8k` (no leading ./) is a Hub id in datasets' eyes; when no such folder exists the line says so too."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    code, errors, main_errors, _ = recipe_stages(["--config", str(_config(tmp_path, "data/gsm8k"))], monkeypatch,
-                                                 capsys)
-    assert code == 2 and main_errors == errors
+    code, errors, _ = recipe_stages(["--config", str(_config(tmp_path, "data/gsm8k"))], monkeypatch, capsys)
+    assert code == 2
     assert errors == [f"error: dataset_name='data/gsm8k' ('train' split) cannot be read (ConnectionError: Couldn't "
                       "reach 'data/gsm8k' on the Hub (OfflineModeIsEnabled)). Fix: no local folder 'data/gsm8k' exists "
                       f"(relative to {tmp_path}) either: point dataset_name at the folder holding the split files, or "
@@ -138,9 +134,8 @@ def test_prompts_ending_with_an_assistant_message_are_warned(tmp_path, monkeypat
 
     rows = [{"prompt": [{"role": "user", "content": f"say {i}"}, {"role": "assistant", "content": str(i)}],
              "answer": str(i)} for i in range(8)]
-    with pytest.raises(AssertionError, match="the model was loaded"):  # accepted: the recipe goes on to load it
-        _recipe_errors(tmp_path, monkeypatch, capsys, {"train.jsonl": _rows(rows)})
-    err = capsys.readouterr().err
+    code, _, err = _recipe_errors(tmp_path, monkeypatch, capsys, {"train.jsonl": _rows(rows)})
+    assert code == 0  # accepted, with the warning
     expected = "8 of 8 prompts end with an assistant message (row 0), which TRL continues instead of answering"
     assert expected in err
     assert plan_cli.main(["--config", str(_config(tmp_path, tmp_path / "data"))]) == 0

@@ -162,7 +162,7 @@ def test_with_max_prompt_length_plan_drops_the_long_prompts_as_the_run_does(tmp_
                 "raise max_prompt_length to at least 5, or remove it.")
     code, lines, _ = _plan_lines(capsys, ["--config", config])
     assert code == 2 and expected in lines and len(lines) == 2, lines
-    code, errors, _, err = recipe_stages(["--config", config], monkeypatch, capsys)
+    code, errors, err = recipe_stages(["--config", config], monkeypatch, capsys)
     assert code == 2 and f"error: {expected}" in errors and len(errors) == 2, err
 
 
@@ -256,9 +256,8 @@ def test_a_dataset_field_s_own_problem_is_not_restated_by_the_dataset_stage(tmp_
 
 def test_the_recipe_stage_and_main_agree_on_a_good_dataset(tmp_path, capsys, monkeypatch):
     data = _folder(tmp_path, **{"train.jsonl": _rows(GOOD)})
-    code, errors, main_errors, err = recipe_stages(["--config", _config(tmp_path, data, temperature=0)],
-                                                   monkeypatch, capsys)
-    assert (code, len(errors), main_errors) == (2, 1, []), err
+    code, errors, err = recipe_stages(["--config", _config(tmp_path, data, temperature=0)], monkeypatch, capsys)
+    assert (code, len(errors)) == (2, 1), err
 
 
 def test_plan_reads_a_local_dataset_without_loading_a_model_or_tokenizer(tmp_path):
@@ -294,10 +293,9 @@ def test_plan_evaluates_on_the_test_rows_it_read_and_refuses_what_the_recipe_ref
                 "per_device_eval_batch_size: 4.")
     code, lines, err = _plan_lines(capsys, argv)
     assert (code, lines) == (2, [expected]), err
-    # the recipe: its argument stage refuses it with the same line, listed with any other problem; its main (the
-    # rows loaded) refuses it too, for a caller of main from Python
-    code, errors, main_errors, err = recipe_stages(argv, monkeypatch, capsys)
-    assert (code, errors, main_errors) == (2, [f"error: {expected}"], [f"error: {expected}"]), err
+    # the recipe: its argument stage refuses it with the same line, listed with any other problem
+    code, errors, err = recipe_stages(argv, monkeypatch, capsys)
+    assert (code, errors) == (2, [f"error: {expected}"]), err
     # 4 per eval batch: 12 / 4 = 3 batches of the 3 rows read
     capsys.readouterr()
     assert plan_main(["--config", _config(tmp_path, data, per_device_eval_batch_size=4, **settings)]) == 0

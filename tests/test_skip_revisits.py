@@ -1,4 +1,4 @@
-"""benchmarks/skip_revisits.py splits skip's groups after the first epoch by visit (docs/benchmarks.md, 192 problems)."""
+"""benchmarks/skip_revisits.py splits skip's groups after the first epoch by visit (docs/benchmarks-history.md, 192 problems)."""
 
 import sys
 from pathlib import Path

@@ -81,6 +81,7 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
         problems.raise_if_any(ValueError)
     except (ValueError, OSError, yaml.YAMLError) as err:
         raise _fail(problem_lines(err)) from err
+    run.warnings += survey.warnings  # and the dataset's (golds a reward cannot score): the recipe checks no row again
     for line in run.warnings:  # settings without effect (`--use_peft false` over a YAML with lora_r): listed once
         print(f"warning: {line}", file=sys.stderr)
     return run

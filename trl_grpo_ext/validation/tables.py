@@ -156,7 +156,6 @@ TRL_CHOICES: dict[str, tuple[str, ...]] = {
 EXCLUSIVE: tuple[tuple[str, str, str], ...] = (
     ("load_in_4bit", "load_in_8bit", "choose one quantisation: load_in_4bit (QLoRA, NF4) or load_in_8bit."),
     ("bf16", "fp16", "choose one mixed-precision mode (bf16 on GPUs that support it)."),
-    ("generation_batch_size", "steps_per_generation", "set one of them (TRL derives the other)."),
     ("use_peft", "sync_ref_model", "remove sync_ref_model: with PEFT the reference is the base with the adapter off, "
      "which TRL cannot sync (it raises after loading the model)."),
     ("hub_repo_id", "hub_model_id", "keep hub_repo_id: the push reads it first and hub_model_id (TRL's name for the "
@@ -304,11 +303,10 @@ _requires(("logging_steps",), "logging_strategy: steps", lambda v: enum_value(v.
           or (enum_value(v.get("eval_strategy")) == "steps" and v.get("eval_steps") is None),
           "set logging_strategy: steps or remove {field}.")
 
-#: (low field, high field, strict): the first may not exceed the second (with ``strict``: must be below it;
-#: TRL's `GRPOConfig.__post_init__` raises for clip_min >= clip_max).
+#: (low field, high field, strict): the first may not exceed the second (with ``strict``: must be below it). TRL's
+#: `GRPOConfig.__post_init__` refuses vllm_importance_sampling_clip_min >= clip_max itself.
 ORDERED: tuple[tuple[str, str, bool], ...] = (
     ("entropy_coef_min", "entropy_coef_max", False),
-    ("vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max", True),
 )
 
 #: Fields whose value the cross-checks read; their dataclass defaults (`validation.DEFAULTS`) fill in what a caller

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config.checks import RunArgumentError, as_number
+from ..config.checks import RunArgumentError
 from .mappings import as_mapping
 from .tables import enum_value
 
@@ -23,8 +23,6 @@ TRAINER_FIELDS = ("output_dir", "lr_scheduler_type", "lr_scheduler_kwargs", "eva
 #: `model_init_kwargs` keys the recipe sets from ModelConfig fields (recipes/grpo_qlora.py): field to write instead.
 MODEL_INIT_FIELDS = {"dtype": "dtype", "torch_dtype": "dtype", "revision": "model_revision",
                      "attn_implementation": "attn_implementation"}
-#: Schedulers that step on an evaluation metric (`TrainingArguments.__post_init__` refuses them without one).
-EVAL_SCHEDULERS = ("reduce_lr_on_plateau", "greedy")
 
 
 def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None = None) -> list[tuple[str, tuple]]:
@@ -37,7 +35,7 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
         found.append((f"output_dir={output_dir!r} names no folder: the trainer would fail creating it after the model "
                       "loads. Fix: set output_dir to a folder, e.g. outputs/my-run (an empty shell variable gives '').",
                       ("output_dir",)))
-    scheduler, strategy = get("lr_scheduler_type"), get("eval_strategy") or "no"
+    scheduler = get("lr_scheduler_type")
     kwargs = as_mapping("lr_scheduler_kwargs", values.get("lr_scheduler_kwargs"))  # the command line's JSON too
     found += _scheduler_kwargs_problems(scheduler or "linear", kwargs)
     floors = [k for k in ("min_lr", "min_lr_rate") if isinstance(kwargs, Mapping) and kwargs.get(k) is not None]
@@ -47,10 +45,6 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
                       "transformers raises at the first step. Fix: give one of them, e.g. lr_scheduler_kwargs: "
                       "{min_lr_rate: 0.1}, or use lr_scheduler_type: cosine.",
                       ("lr_scheduler_type", "lr_scheduler_kwargs")))
-    if scheduler in EVAL_SCHEDULERS and strategy == "no":
-        found.append((f"lr_scheduler_type={scheduler!r} steps on an evaluation metric, but eval_strategy='no' never "
-                      "evaluates. Fix: set eval_strategy: steps (with eval_steps), or use lr_scheduler_type: cosine.",
-                      ("lr_scheduler_type", "eval_strategy")))
     save = get("save_strategy") or "steps"
     best = bool(values.get("load_best_model_at_end"))
     if save == "best" and values.get("metric_for_best_model") is None and not best:
@@ -58,12 +52,6 @@ def trainer_problems(values: Mapping[str, Any], user: Mapping[str, Any] | None =
                       "not set: the trainer refuses it after the model loads. Fix: set metric_for_best_model: "
                       "reward (or another logged metric), or save_strategy: steps.",
                       ("save_strategy", "metric_for_best_model")))
-    if best and save != "best":
-        found += _best_model_problems(save, strategy, values)
-    if values.get("auto_find_batch_size") is True:  # TRL's GRPOConfig.__post_init__ refuses it
-        found.append(("auto_find_batch_size=True is not supported by GRPO: halving the batch on an out-of-memory error "
-                      "would split the groups of G completions. Fix: remove it and lower micro_batch_size.",
-                      ("auto_find_batch_size",)))
     pad = values.get("pad_to_multiple_of")  # TRL 1.16 reads "auto" (this case only), "none"/"null" or int(value)
     if pad is not None and not (isinstance(pad, str) and (pad == "auto" or pad.lower() in ("none", "null"))):
         try:  # TRL's int() of a string ("+8", " 8" too); a YAML number must be an int
@@ -183,27 +171,6 @@ def _mapping_key_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[st
                       "after the model loads. Fix: remove quantization_config from model_init_kwargs (the bnb_4bit_* "
                       "fields tune the recipe's).", ("model_init_kwargs", "load_in_4bit", "load_in_8bit")))
     return found
-
-
-def _best_model_problems(save: str, strategy: str, values: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
-    """`load_best_model_at_end`'s needs (`TrainingArguments.__post_init__`): the save and eval strategies equal, and
-    with ``steps`` save_steps a whole multiple of eval_steps."""
-    if strategy != save:
-        return [(f"load_best_model_at_end=True keeps the best of the saved checkpoints, which needs them saved where "
-                 f"they are evaluated, but eval_strategy={strategy!r} and save_strategy={save!r}. Fix: set both to "
-                 "steps (save_steps a multiple of eval_steps), or remove load_best_model_at_end.",
-                 ("load_best_model_at_end", "eval_strategy", "save_strategy"))]
-    save_steps, eval_steps = as_number(values.get("save_steps")), as_number(values.get("eval_steps"))
-    if not eval_steps:  # transformers evaluates every logging_steps when eval_steps is unset
-        eval_steps = as_number(values.get("logging_steps"))
-    if strategy == "steps" and save_steps and eval_steps is not None and eval_steps > 0:
-        if (save_steps >= 1) != (eval_steps >= 1) or round(save_steps * 1e6) % round(eval_steps * 1e6):
-            given = "" if values.get("eval_steps") else " (unset: logging_steps)"
-            return [(f"load_best_model_at_end=True needs save_steps a whole multiple of eval_steps, but save_steps="
-                     f"{values.get('save_steps')!r} and eval_steps={eval_steps:g}{given}. Fix: e.g. save_steps: "
-                     f"{eval_steps:g}, or remove load_best_model_at_end.",
-                     ("load_best_model_at_end", "save_steps", "eval_steps"))]
-    return []
 
 
 def check_continued_adapter(values: Mapping[str, Any]) -> None:
