@@ -354,7 +354,9 @@ def test_every_checkpoint_saves_its_filter_and_a_changed_one_is_refused_before_t
     checkpoint = tmp_path / "mask" / "checkpoint-1"
     assert json.loads((checkpoint / "zero_variance_state.json").read_text()) == {
         "settings": {"zero_variance_filter": "mask", "skip_exploration_probability": None,
-                     "zero_variance_tolerance": None, "zero_variance_reward": None, "seed": run["seed"]}}
+                     "zero_variance_tolerance": None, "zero_variance_reward": None, "seed": run["seed"]},
+        # the judged reward's range so far, for the causes of uniform groups: the "a" prompts' positions 0 to 3
+        "reward_range": {"low": 0.0, "high": 3.0}}
     resumed = tiny_trainer(tmp_path / "skip", _b_constant_reward, count_char_mix(8), **SKIP_RUN)
     with pytest.raises(QuantityError, match=r"zero_variance_filter: 'mask' in the checkpoint, 'skip' now"):
         resumed.train(resume_from_checkpoint=str(checkpoint))
