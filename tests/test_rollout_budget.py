@@ -162,3 +162,14 @@ def test_an_odd_number_of_prompts_splits_too(tmp_path):
     logs = [h for h in trainer.state.log_history if "reward" in h]
     assert logs[0]["zero_variance/completions_per_prompt_min"] >= 2
     assert sum(trainer.zero_variance.pass_rates.total[1:]) == 3 * G  # every completion of the step recorded
+
+
+def test_the_console_range_says_when_a_log_averages_several_steps():
+    from trl_grpo_ext.training.console import step_line
+
+    one = {"reward": 0.5, "reward_std": 0.1, "zero_variance/completions_per_prompt_min": 3.0,
+           "zero_variance/completions_per_prompt_max": 5.0}
+    assert "completions/prompt 3-5  " in step_line(one, 3, 9, None, 4, 1)
+    # logging_steps 2: TRL logs the mean of each step's fewest and most (3-5 then 4-4): not a range of one step
+    two = dict(one, **{"zero_variance/completions_per_prompt_min": 3.5, "zero_variance/completions_per_prompt_max": 4.5})
+    assert "completions/prompt 3.5-4.5 (means of 2 steps' fewest-most)" in step_line(two, 4, 8, None, 4, 2)

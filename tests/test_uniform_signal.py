@@ -129,3 +129,15 @@ def test_refused_beside_resample_before_any_model_loads(tmp_path):
         GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, prompts_per_step=2, num_generations=G,
                       micro_batch_size=8, total_training_steps=1, zero_variance_filter="resample",
                       zero_variance_signal="entropy", rewards=["char_fraction"])
+
+
+def test_the_step_line_does_not_call_signal_steps_zero_advantage():
+    from trl_grpo_ext.training.console import step_line
+
+    uniform = {"reward": 0.0, "reward_std": 0.0, "zero_variance/frac_uniform_before": 1.0}
+    # filter off, no signal: every completion's advantage is 0 and the optimizer steps on it
+    assert "all groups uniform: zero advantages" in step_line(
+        dict(uniform, **{"zero_variance/frac_completions_no_gradient": 1.0}), 2, 3, None)
+    # zero_variance_signal: the all-wrong groups carry token advantages, so the notice would be false
+    assert "zero advantages" not in step_line(
+        dict(uniform, **{"zero_variance/frac_completions_no_gradient": 0.0}), 2, 3, None)

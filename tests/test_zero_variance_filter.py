@@ -53,7 +53,7 @@ def test_mask_mode_on_one_process():
         "zero_variance/frac_uniform_cut": [0.0], "zero_variance/frac_uniform_tied": [pytest.approx(1 / 3)],
         "zero_variance/frac_completions_uniform": [pytest.approx(4 / 6)],  # equal groups: the same share
         "zero_variance/completions_masked": [4.0],
-        "zero_variance/frac_uniform_after": [1 - 2 / 6],
+        "zero_variance/frac_uniform_after": [pytest.approx(2 / 3)],  # 2 of the 3 groups masked
     }
 
 

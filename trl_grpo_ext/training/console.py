@@ -75,8 +75,10 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
              f"zero-std {_number(uniform_share(logs), '.2f')}"]
     if causes := cause_counts(logs, groups_per_step if steps_in_interval == 1 else None):
         parts[-1] += f" ({causes})"
-    if _number(logs.get(BUDGET_KEYS[0]), ".0f") != "-":  # rollout_budget: adaptive
-        parts.append(f"completions/prompt {logs[BUDGET_KEYS[0]]:.0f}-{_number(logs.get(BUDGET_KEYS[1]), '.0f')}")
+    if _number(logs.get(BUDGET_KEYS[0]), ".0f") != "-":  # rollout_budget: adaptive; a log of several steps holds means
+        low, high = logs[BUDGET_KEYS[0]], _number(logs.get(BUDGET_KEYS[1]), ".0f" if steps_in_interval == 1 else ".1f")
+        parts.append(f"completions/prompt {low:.0f}-{high}" if steps_in_interval == 1 else
+                     f"completions/prompt {low:.1f}-{high} (means of {steps_in_interval} steps' fewest-most)")
     if (logs.get(PROMPTS_DRAWN_KEY) or 0) > 0:  # resample drew prompts: the trained batch's share too
         parts[-1] += f" ({_number(logs.get('zero_variance/frac_uniform_after'), '.2f')} after resampling)"
     if "kl" in logs:
@@ -90,7 +92,8 @@ def step_line(logs: dict, step: int, max_steps: int, seconds_per_step: float | N
         parts.append(f"no update: {groups} groups uniform")
     elif skipped:
         parts.append(f"no update on {skipped} of {steps_in_interval} steps (all groups uniform)")
-    elif uniform_share(logs) == 1.0 and NO_UPDATE_KEY not in logs:  # filter off: TRL steps on zero advantages
+    elif uniform_share(logs) == 1.0 and NO_UPDATE_KEY not in logs and \
+            logs.get("zero_variance/frac_completions_no_gradient", 1.0) == 1.0:  # filter off, no signal: zero advantages
         parts.append("all groups uniform: zero advantages (zero_variance_filter off: the optimizer still steps)")
     return "  ".join(parts)
 

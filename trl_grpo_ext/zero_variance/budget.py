@@ -180,3 +180,14 @@ def grouped_advantages(rewards: torch.Tensor, sizes: list[int], settings, zero_v
     padded, width = padded_groups(rewards, sizes, float("nan"))
     mask = None if zero_variance_mask is None else padded_groups(zero_variance_mask, sizes, False)[0]
     return ungrouped(compute_advantages(padded, width, settings, zero_variance_mask=mask), sizes, width)
+
+
+def group_share(flags: torch.Tensor, sizes: list[int]) -> float:
+    """Share of the groups whose every row is flagged (e.g. masked): groups, not rows, so that unequal groups
+    (``rollout_budget: adaptive``) count once each.
+
+    >>> group_share(torch.tensor([True, True, True, False, False]), [3, 2])
+    0.5
+    """
+    groups = torch.split(flags.bool(), sizes)
+    return sum(bool(group.all()) for group in groups) / len(groups)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 
 from ..training.checkpoints import ZERO_VARIANCE_STATE_FILE, write_json
+from .budget import group_share
 from .causes import RewardRange, cause_shares, declared_range, uniform_causes
 from .groups import (
     ROW_NORMALISED_LOSSES,
@@ -265,7 +266,7 @@ class ZeroVarianceFilter:
             masked_loss_scale(self.loss_type, kept.numel(), kept_rows), device=keep_local.device
         )
         self.record("completions_masked", float(kept.numel() - kept_rows))
-        self.record("fraction_after", 1.0 - kept_rows / kept.numel())
+        self.record("fraction_after", group_share(~kept, self.sizes(kept.numel())))  # groups, as fraction_before
 
     # -- the loss and the optimizer step ---------------------------------------------------------------------------
     def drop_masked_rows(self, inputs: dict) -> dict:

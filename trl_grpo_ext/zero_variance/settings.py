@@ -71,17 +71,20 @@ def check_hard_prompt_settings(*, mode: str, signal: str, rollout_budget: str, u
                          f"got {multi_objective_aggregation!r}. Fix: use sum_then_normalize, or turn them off.")
     if not adaptive:
         return
-    why = ("zero_variance_filter='resample' replaces uniform groups with other prompts'" if mode == "resample" else
-           "zero_variance_filter='skip' chooses which prompts are rolled out" if mode == "skip" else
-           "use_vllm generates G completions per prompt itself" if use_vllm else
-           f"its first round gives every prompt G / 2 = {num_generations // 2} completions, fewer than 2"
-           if num_generations < 4 else
-           f"each process holds {local} completions of a generation batch, not whole groups of "
-           f"num_generations={num_generations}" if local % num_generations else None)
-    if why:
-        raise ValueError(f"rollout_budget='adaptive' splits each step's completions unevenly across its prompts, but {why}. "
-                         "Fix: use rollout_budget: uniform, or zero_variance_filter: mask / off, use_vllm: false, "
-                         "num_generations >= 4 and micro_batch_size × steps_per_generation a multiple of it.")
+    problems = [  # (why, fix), the first that applies
+        (mode == "resample", "zero_variance_filter='resample' replaces uniform groups with other prompts'",
+         "zero_variance_filter: mask (or off)"),
+        (mode == "skip", "zero_variance_filter='skip' chooses which prompts are rolled out", "zero_variance_filter: mask"),
+        (use_vllm, "use_vllm generates G completions per prompt itself", "use_vllm: false"),
+        (num_generations < 4, f"its first round gives every prompt G / 2 = {num_generations // 2} completions, "
+         "fewer than 2", "num_generations: 4 or more"),
+        (local % num_generations != 0, f"each process holds {local} completions of a generation batch, not whole "
+         f"groups of num_generations={num_generations}", f"micro_batch_size × steps_per_generation a multiple of "
+         f"{num_generations}")]
+    for applies, why, fix in problems:
+        if applies:
+            raise ValueError(f"rollout_budget='adaptive' splits each step's completions unevenly across its prompts, "
+                             f"but {why}. Fix: {fix}, or rollout_budget: uniform.")
 
 
 #: Loss types normalised by rows (masking rows needs the rescale rows / kept rows, `groups.masked_loss_scale`) or by
