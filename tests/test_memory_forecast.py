@@ -51,6 +51,17 @@ def test_tiny_forecast_parts_by_hand():
     assert f.peak_bytes == 325_888 + 524_288 + 16_200_704 + 219_526_784
 
 
+def test_modules_to_save_copies_are_trained_in_full():
+    # the demo's lora_modules_to_save [lm_head]: PEFT trains a full copy of the LM head, 56 × 64 = 3,584 parameters, in
+    # the adapter's float32 with its gradient and Adam moments; norms are not counted
+    s = MemorySettings(micro_batch_size=16, generation_batch=16, max_prompt_length=40, max_completion_length=64,
+                       compute_bytes=4, weight_bytes=4, use_peft=True, lora_r=16, lora_targets="all-linear",
+                       lora_dropout=0.0, adapter_bytes=4, modules_to_save=("lm_head", "norm"))
+    part = forecast_memory(tiny_shape(), s).part("adapter + grad + AdamW")
+    assert part.bytes == (32_768 + 56 * 64) * 4 * 4 == 581_632
+    assert "3,584 of modules_to_save copies" in part.formula
+
+
 def test_qwen25_15b_shape_and_forecast_of_the_shipped_recipe_by_hand():
     shape = ModelShape.from_config(QWEN25_15B)
     # per layer: q 1536² + k, v 1536·256 each + o 1536² + 3 · 1536·8960 = 46,792,704; × 28
@@ -194,6 +205,8 @@ def test_plan_prints_the_forecast_when_asked_or_with_a_device(tmp_path, capsys, 
     err = capsys.readouterr().err
     # tiny_cpu: NF4 with double quantisation, float32 elsewhere, LoRA r 8 on 7 modules, CPU
     assert "memory forecast per device (81,472 parameters; CPU, max_prompt_length unset: 512 prompt tokens assumed" in err
-    assert "adapter + grad + AdamW      256.00 KiB  always     = 16,384 LoRA parameters (r 8, 7 modules × 2 layers)" in err
+    # tiny_cpu: LoRA r 8 on 7 modules × 2 layers = 16,384 parameters, and the lm_head copy (modules_to_save) 56 × 64
+    assert ("adapter + grad + AdamW      312.00 KiB  always     = (16,384 LoRA parameters (r 8, 7 modules × 2 layers) "
+            "+ 3,584 of modules_to_save copies)") in err
     assert "fits" not in err and "does not fit" not in err  # no device memory stated, none judged
     assert "longest-first probe: off (memory_probe: auto); set memory_probe: on" in err

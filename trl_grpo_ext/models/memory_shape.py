@@ -74,6 +74,7 @@ def memory_settings(plan, training, model_args, max_prompt_length: int | None, c
         use_peft=bool(getattr(model_args, "use_peft", False)), lora_r=getattr(model_args, "lora_r", 16) or 16,
         lora_targets=targets if isinstance(targets, str) else tuple(targets),
         lora_dropout=getattr(model_args, "lora_dropout", 0.05) or 0.0, adapter_bytes=adapter,
+        modules_to_save=tuple(getattr(model_args, "lora_modules_to_save", None) or ()),
         beta=getattr(training, "beta", 0.0) or 0.0,
         gradient_checkpointing=bool(getattr(training, "gradient_checkpointing", True)), compact_head=cuda,
         generation_backend=backend,

@@ -115,6 +115,8 @@ class MemorySettings:
         use_peft, lora_r, lora_targets, lora_dropout: the LoRA adapter (``"all-linear"`` or module names).
         adapter_bytes: bytes per adapter element (4: trl-grpo-ext's adapter_dtype float32 on a quantised base;
             otherwise the base's dtype).
+        modules_to_save: PEFT's fully trained module copies (``lora_modules_to_save``); ``lm_head`` and
+            ``embed_tokens`` are counted (V × h parameters each, in ``adapter_bytes``), norms are left out.
         beta: the KL coefficient; a reference model is kept when beta > 0 and there is no adapter to disable.
         gradient_checkpointing: TRL's default is True.
         compact_head: TRL's fused LM head scores only completion tokens (CUDA with Triton); else every position
@@ -137,6 +139,7 @@ class MemorySettings:
     lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.05
     adapter_bytes: int = 4
+    modules_to_save: tuple[str, ...] = ()
     beta: float = 0.0
     gradient_checkpointing: bool = True
     compact_head: bool = True
@@ -238,6 +241,11 @@ def _adapter_params(shape: ModelShape, s: MemorySettings) -> int:
     return shape.num_hidden_layers * sum(s.lora_r * (lin[t][0] + lin[t][1]) for t in s.targets())
 
 
+def _saved_params(shape: ModelShape, s: MemorySettings) -> int:
+    """Parameters of the ``modules_to_save`` copies PEFT trains in full: the LM head and the embeddings, V × h each."""
+    return sum(shape.vocab_size * shape.hidden_size for name in s.modules_to_save if name in ("lm_head", "embed_tokens"))
+
+
 def _activations(shape: ModelShape, s: MemorySettings) -> tuple[int, str]:
     """Tensors one micro-batch keeps for backward [bytes]; see docs/quantifiers.md for each term."""
     h, a, i, d, L, c = shape.hidden_size, shape.num_attention_heads, shape.intermediate_size, shape.d, \
@@ -283,11 +291,13 @@ def forecast_memory(shape: ModelShape, s: MemorySettings, device_bytes: int | No
     """Forecast the memory of one device, by part (``device_bytes`` is needed only for colocated vLLM's share)."""
     parts = [_weights(shape, s, "weights")]
     if s.use_peft:
-        n = _adapter_params(shape, s)
+        n, saved = _adapter_params(shape, s), _saved_params(shape, s)
         b = s.adapter_bytes
-        parts.append(MemoryPart("adapter + grad + AdamW", n * b * 4, "always",
-                                f"= {n:,} LoRA parameters (r {s.lora_r}, {len(s.targets())} modules × {shape.num_hidden_layers}"
-                                f" layers) × {b} B × 4 (weight, gradient, 2 Adam moments)"))
+        copies = f" + {saved:,} of modules_to_save copies" if saved else ""
+        parts.append(MemoryPart("adapter + grad + AdamW", (n + saved) * b * 4, "always",
+                                f"= ({n:,} LoRA parameters (r {s.lora_r}, {len(s.targets())} modules × "
+                                f"{shape.num_hidden_layers} layers){copies}) × {b} B × 4 (weight, gradient, 2 Adam "
+                                "moments)"))
     else:
         n, b = shape.num_parameters, s.weight_bytes
         parts.append(MemoryPart("grad + AdamW", n * b * 3, "always",
