@@ -34,8 +34,10 @@ CAUSES = ("wrong", "right", "cut", "tied")
 CAUSE_KEYS = {cause: f"zero_variance/frac_uniform_{cause}" for cause in CAUSES}
 #: What to do when one cause accounts for most uniform groups of a run (the closing line's advice).
 CAUSE_FIXES = {
-    "cut": "most uniform groups had every completion cut at max_completion_length (the rewards of unfinished answers "
-           "are all equal): {lengths}; raise max_completion_length or ask the prompt for shorter answers",
+    "cut": "most uniform groups had every completion cut at max_completion_length, where every answer is unfinished "
+           "and scores alike: {lengths}; if the answers need more tokens, raise max_completion_length or ask the "
+           "prompt for shorter answers (a reward that scores a cut answer fully, as the embedded demo's does, is "
+           "not hurt by the limit)",
     "wrong": "most uniform groups were all wrong (the prompts are too hard for the group size to find a right answer): "
              "measure the base model's pass@k with `trl-grpo-ext eval --config <config> --k 16`, give hard prompts more "
              "completions (rollout_budget: adaptive) or learn from them (zero_variance_signal: entropy)",
