@@ -80,8 +80,9 @@ bench-adapter: install
 bench-real: install-real
 	$(PY) benchmarks/real_model.py
 
-# The add-on against plain TRL on SmolLM2-135M-Instruct at equal CPU time per arm (trl, mask, skip), 2 seeds; about an
-# hour on 2 cores. BENCH_VS_TRL_ARGS="--seeds 0 --cpu-minutes 4" for a quicker look.
+# The add-on against plain TRL on SmolLM2-135M-Instruct at equal CPU time per arm (trl, mask, skip, budget, signal, both),
+# 2 seeds; about 15 min an arm on one core. Arms already in the output folder are read back (see docs/benchmarks.md).
+# BENCH_VS_TRL_ARGS="--arms trl mask --seeds 0 --cpu-minutes 4" for a quicker look.
 BENCH_VS_TRL_ARGS ?=
 bench-vs-trl: install-real
 	$(PY) benchmarks/real_model_vs_trl.py $(BENCH_VS_TRL_ARGS)

@@ -22,9 +22,11 @@ import os
 import signal
 import subprocess
 import time
+from importlib.metadata import version
 
 import pytest
 from factories import ROOT, run_worker_on_2_processes, run_worker_under_accelerate, worker_launch
+from packaging.version import Version
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
 
@@ -183,7 +185,10 @@ def test_sigint_through_the_launcher_then_resume_gives_the_uninterrupted_adapter
             if process.poll() is None:
                 process.kill()
     output = (tmp_path / "interrupted.log").read_text()
-    assert returncode == 1, output[-4000:]  # torchrun's agent: SignalException after its workers stopped
+    # torchrun's agent ends with a SignalException after its workers stopped: 1. accelerate >= 1.16's launcher, which
+    # the other engines start through, catches the terminal's SIGINT itself and exits 130 (commands/launch.py)
+    accelerate_130 = ENGINES[engine] is not None and Version(version("accelerate")) >= Version("1.16")
+    assert returncode == (130 if accelerate_130 else 1), output[-4000:]
     assert output.count("SIGINT received: saving a checkpoint") == 2  # both workers, once each: no second signal
     checkpoint = interrupted / "run" / "checkpoint-1"
     for rank in (0, 1):
