@@ -141,3 +141,19 @@ def test_the_step_line_does_not_call_signal_steps_zero_advantage():
     # zero_variance_signal: the all-wrong groups carry token advantages, so the notice would be false
     assert "zero advantages" not in step_line(
         dict(uniform, **{"zero_variance/frac_completions_no_gradient": 0.0}), 2, 3, None)
+
+
+def test_without_effect_beside_normalize_then_sum_it_is_a_warning(tmp_path):
+    # TRL's normalize_then_sum advantages are used as they are: the signal would do nothing, so it is a warning
+    import warnings
+
+    from trl_grpo_ext.config.checks import IneffectiveSettingWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, prompts_per_step=2, num_generations=G,
+                      micro_batch_size=8, total_training_steps=1, zero_variance_signal="entropy",
+                      multi_objective_aggregation="normalize_then_sum", rewards=["char_fraction"])
+    lines = [str(w.message) for w in caught if issubclass(w.category, IneffectiveSettingWarning)]
+    assert any("zero_variance_signal='entropy' has no effect with multi_objective_aggregation='normalize_then_sum'"
+               in line for line in lines), lines

@@ -57,20 +57,18 @@ def vllm_4bit_refusal(what: str) -> str:
 
 def is_4bit(quantization_config: Any) -> bool:
     """Whether a quantization config (a `BitsAndBytesConfig`, its dict form, or None) loads weights in 4 bit."""
-    if quantization_config is None:
-        return False
-    if isinstance(quantization_config, Mapping):
-        return bool(quantization_config.get("load_in_4bit"))
-    return bool(getattr(quantization_config, "load_in_4bit", False))
+    return _loads_in(quantization_config, "load_in_4bit")
 
 
 def is_8bit(quantization_config: Any) -> bool:
     """Whether a quantization config (a `BitsAndBytesConfig`, its dict form, or None) loads weights in 8 bit."""
-    if quantization_config is None:
-        return False
+    return _loads_in(quantization_config, "load_in_8bit")
+
+
+def _loads_in(quantization_config: Any, flag: str) -> bool:
     if isinstance(quantization_config, Mapping):
-        return bool(quantization_config.get("load_in_8bit"))
-    return bool(getattr(quantization_config, "load_in_8bit", False))
+        return bool(quantization_config.get(flag))
+    return bool(getattr(quantization_config, flag, False))
 
 
 def check_vllm_quantization(args, load_in_4bit: bool, load_in_8bit: bool = False, source: str | None = None) -> None:

@@ -202,10 +202,12 @@ def zero_variance(v: RunView) -> str | None:
 
     mode, b = v.get("zero_variance_filter") or "off", v.batch
     try:
-        check_hard_prompt_settings(
+        ineffective = check_hard_prompt_settings(
             mode=mode, signal=v.get("zero_variance_signal") or "off", rollout_budget=v.get("rollout_budget") or "uniform",
             use_vllm=bool(v.get("use_vllm")), world_size=v.world_size, batch=b,
             multi_objective_aggregation=v.get("multi_objective_aggregation") or "sum_then_normalize")
+        if ineffective:
+            v.warn(ineffective)
         if mode == "off" and v.get("zero_variance_reward") is None:
             return None
         return check_zero_variance_settings(

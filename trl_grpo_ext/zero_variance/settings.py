@@ -48,7 +48,7 @@ ROLLOUT_BUDGETS = ("uniform", "adaptive")
 
 
 def check_hard_prompt_settings(*, mode: str, signal: str, rollout_budget: str, use_vllm: bool, world_size: int,
-                               batch: Mapping[str, Any], multi_objective_aggregation: str) -> None:
+                               batch: Mapping[str, Any], multi_objective_aggregation: str) -> str | None:
     """Refuse what the uniform-group signal and the adaptive rollout budget cannot honour (docs/zero_variance.md):
     either beside ``resample`` (it replaces uniform groups first), the budget beside ``skip`` (both choose which
     prompts get rollouts), with vLLM (which generates G per prompt itself) or with G < 4 (its first round is G / 2
@@ -56,6 +56,9 @@ def check_hard_prompt_settings(*, mode: str, signal: str, rollout_budget: str, u
     completions), and either with ``normalize_then_sum`` (advantages are TRL's per reward). ``batch``: TRL's
     resolved batch fields (``num_generations``, ``generation_batch_size`` or ``per_device_train_batch_size`` ×
     ``steps_per_generation`` / ``gradient_accumulation_steps``).
+
+    Returns:
+        `str | None`: the warning for a setting without effect (the signal beside ``normalize_then_sum``).
 
     Raises:
         ValueError: naming the field, its value and the fix."""
@@ -66,11 +69,14 @@ def check_hard_prompt_settings(*, mode: str, signal: str, rollout_budget: str, u
         raise ValueError(f"zero_variance_signal={signal!r} learns from all-right and all-wrong groups, but "
                          "zero_variance_filter='resample' replaces them first. Fix: use zero_variance_filter: mask (or "
                          "off) with zero_variance_signal, or zero_variance_signal: off.")
-    if (signal != "off" or adaptive) and multi_objective_aggregation != "sum_then_normalize":
-        raise ValueError(f"zero_variance_signal / rollout_budget need multi_objective_aggregation='sum_then_normalize', "
-                         f"got {multi_objective_aggregation!r}. Fix: use sum_then_normalize, or turn them off.")
-    if not adaptive:
-        return
+    other_aggregation = multi_objective_aggregation != "sum_then_normalize"
+    if adaptive and other_aggregation:  # TRL's per-reward advantages would be taken over the rounds' wrong groups
+        raise ValueError(f"rollout_budget='adaptive' needs multi_objective_aggregation='sum_then_normalize', got "
+                         f"{multi_objective_aggregation!r}. Fix: use sum_then_normalize, or rollout_budget: uniform.")
+    if not adaptive:  # the signal under normalize_then_sum: TRL's advantages are kept as they are, without it
+        return (f"zero_variance_signal={signal!r} has no effect with multi_objective_aggregation="
+                f"{multi_objective_aggregation!r} (TRL's advantages are used as they are). Fix: remove it, or use "
+                "sum_then_normalize.") if signal != "off" and other_aggregation else None
     problems = [  # (why, fix), the first that applies
         (mode == "resample", "zero_variance_filter='resample' replaces uniform groups with other prompts'",
          "zero_variance_filter: mask (or off)"),
