@@ -18,7 +18,10 @@ from other jobs on the machine costs neither arm), run alternately (the order fl
 - ``skip``: ``zero_variance_filter: skip`` (prompts predicted uniform skipped before rollout, then mask);
 - ``budget``: ``mask`` + ``rollout_budget: adaptive`` (each step's completions split by estimated pass rate);
 - ``signal``: ``mask`` + ``zero_variance_signal: entropy`` (all-right / all-wrong groups teach, RL-ZVP-style);
-- ``both``: ``mask`` + both.
+- ``both``: ``mask`` + both;
+- ``budget-nm``, ``signal-nm``, ``both-nm``: the same with ``zero_variance_reward: numeric_match``, so that groups are
+  judged on correctness alone (on the weighted total, a group all wrong but partly formatted is *tied*, neither all
+  right nor all wrong, and stays masked); their uniform shares count groups uniform on correctness.
 
 All arms share the shipped CPU config's model settings (LoRA r 16 on every linear layer of the base, loaded in
 ``--dtype``: the config's own by default), learning
@@ -61,7 +64,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CONFIG = ROOT / "recipes" / "configs" / "smollm2_arithmetic_cpu.yaml"
-ARMS = ("trl", "mask", "skip", "budget", "signal", "both")
+ARMS = ("trl", "mask", "skip", "budget", "signal", "both", "budget-nm", "signal-nm", "both-nm")
 #: Each arm of this add-on: its settings on top of the shipped config (the plain-TRL arm builds TRL's own classes).
 ARM_SETTINGS = {
     "mask": ["--zero_variance_filter", "mask"],
@@ -70,6 +73,9 @@ ARM_SETTINGS = {
     "signal": ["--zero_variance_filter", "mask", "--zero_variance_signal", "entropy"],
     "both": ["--zero_variance_filter", "mask", "--rollout_budget", "adaptive", "--zero_variance_signal", "entropy"],
 }
+# The same with groups judged on the correctness reward alone (numeric_match) instead of the weighted total.
+ARM_SETTINGS.update({f"{arm}-nm": [*ARM_SETTINGS[arm], "--zero_variance_reward", "numeric_match"]
+                     for arm in ("budget", "signal", "both")})
 
 
 # -- one arm (run in its own process) -----------------------------------------------------------------------------------
@@ -327,7 +333,7 @@ def _format(results: list[dict], arms: list[str]) -> str:
     lines = []
     by = {(r["arm"], r["seed"]): r for r in results}
     seeds = sorted({r["seed"] for r in results})
-    header = f"{'arm':6s} {'seed':>4s} {'steps':>5s} {'epochs':>6s} {'compl.':>6s} {'unif.':>5s} {'no-grad':>7s} " \
+    header = f"{'arm':9s} {'seed':>4s} {'steps':>5s} {'epochs':>6s} {'compl.':>6s} {'unif.':>5s} {'no-grad':>7s} " \
              f"{'ng>e1':>5s} {'inf/cpu-min':>11s} {'cpu-min':>7s} {'accuracy [95% CI]':>22s} " \
              f"{'vs trl (paired) [95% CI]':>26s} {'vs mask (paired) [95% CI]':>26s}"
     lines.append(header)
@@ -347,7 +353,7 @@ def _format(results: list[dict], arms: list[str]) -> str:
             later = r.get("no_gradient_share_after_epoch_1")
             later = "-" if later is None else f"{later:.2f}"
             lines.append(
-                f"{arm:6s} {seed:4d} {r['optimizer_steps']:5d} {r['epochs']:6.2f} {r['completions']:6d} "
+                f"{arm:9s} {seed:4d} {r['optimizer_steps']:5d} {r['epochs']:6.2f} {r['completions']:6d} "
                 f"{r['uniform_share']:5.2f} {r['no_gradient_share']:7.2f} {later:>5s} "
                 f"{r['informative_groups_per_cpu_minute']:11.2f} {r['cpu_minutes']:7.1f} "
                 f"{r['accuracy']:.3f} [{r['accuracy_ci'][0]:.3f}, {r['accuracy_ci'][1]:.3f}]"
@@ -358,7 +364,7 @@ def _format(results: list[dict], arms: list[str]) -> str:
     for r in results:
         if r.get("causes"):
             c = r["causes"]
-            lines.append(f"{r['arm']:6s} {r['seed']:4d}  {c['wrong']:.2f} / {c['right']:.2f} / {c['cut']:.2f} / "
+            lines.append(f"{r['arm']:9s} {r['seed']:4d}  {c['wrong']:.2f} / {c['right']:.2f} / {c['cut']:.2f} / "
                          f"{c['tied']:.2f}   {r['completions_per_prompt'][0]}-{r['completions_per_prompt'][1]}")
     if any(r.get("curve") for r in results):
         lines.append("")
@@ -367,7 +373,7 @@ def _format(results: list[dict], arms: list[str]) -> str:
         for r in results:
             points = [f"{p['cpu_minutes']:.1f} ({p['step']}): {p['accuracy']:.3f}"
                       for p in r.get("curve") or []]
-            lines.append(f"{r['arm']:5s} {r['seed']:4d}  " + "   ".join(points))
+            lines.append(f"{r['arm']:9s} {r['seed']:4d}  " + "   ".join(points))
     lines.append("")
     lines.append("GRESO's premise: a revisited prompt's group uniform, after a uniform / after an informative group; "
                  "the uniform revisits all solved / all failed")
@@ -376,7 +382,7 @@ def _format(results: list[dict], arms: list[str]) -> str:
             t = (by.get((arm, seed)) or {}).get("transitions")
             if t:
                 (uu, un), (iu, inn) = t["after_uniform"], t["after_informative"]
-                lines.append(f"{arm:5s} {seed:4d}  after uniform {uu}/{un} = {uu / max(un, 1):.2f}   after informative "
+                lines.append(f"{arm:9s} {seed:4d}  after uniform {uu}/{un} = {uu / max(un, 1):.2f}   after informative "
                              f"{iu}/{inn} = {iu / max(inn, 1):.2f}   solved {t['uniform_solved']}, failed "
                              f"{t['uniform_failed']}")
     lines.append("")
@@ -386,7 +392,7 @@ def _format(results: list[dict], arms: list[str]) -> str:
         if not runs:
             continue
         rate = sum(r["informative_groups_per_cpu_minute"] for r in runs) / len(runs)
-        text = f"{arm:5s} mean over {len(runs)} seed(s): accuracy {sum(r['accuracy'] for r in runs) / len(runs):.3f}, " \
+        text = f"{arm:9s} mean over {len(runs)} seed(s): accuracy {sum(r['accuracy'] for r in runs) / len(runs):.3f}, " \
                f"informative groups per CPU minute {rate:.2f}"
         if arm != "trl" and trl:
             trl_rate = sum(r["informative_groups_per_cpu_minute"] for r in trl) / len(trl)
