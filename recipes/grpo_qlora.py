@@ -53,7 +53,6 @@ from trl_grpo_ext.training.finished import complete_line, outputs_written
 from trl_grpo_ext.training.host_memory import retain_freed_memory
 from trl_grpo_ext.training.interrupt import GracefulInterrupt, exit_run
 from trl_grpo_ext.zero_variance.history import prompt_key
-from trl_grpo_ext.zero_variance.report import steps_per_generation, summary_line
 
 
 def main(script_args, training_args, model_args, push_args) -> int:
@@ -197,11 +196,6 @@ def main(script_args, training_args, model_args, push_args) -> int:
         if logged:
             first, last = reward_trend(trainer.state.log_history)
             print(f"Mean reward: {first:.3f} over the first 10% of steps -> {last:.3f} over the last 10%")
-            plan = trainer.plan
-            uniform = summary_line(trainer.state.log_history, plan.prompts_per_generation, steps_per_generation(plan),
-                                   plan.max_completion_length)
-            if uniform:
-                print(uniform)
         else:
             print(f"No reward was logged with a value (logging_steps={training_args.logging_steps} for "
                   f"{trainer.state.global_step} steps, or every completion unscored): no reward trend and no reward "

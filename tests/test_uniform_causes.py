@@ -89,12 +89,14 @@ def test_a_too_short_max_completion_length_is_named_as_the_cause(tmp_path, capsy
     # a group is cut only when all 4 completions hit the limit (a sampled EOS ends one early): most are
     assert all(h["reward"] == 0.0 and h["zero_variance/frac_uniform_before"] == 1.0 for h in steps)
     assert all(h[CAUSE_KEYS["cut"]] + h[CAUSE_KEYS["wrong"]] == 1.0 and h[CAUSE_KEYS["cut"]] >= 0.5 for h in steps)
-    lines = [line for line in capsys.readouterr().out.splitlines() if re.match(r"step \d+/2 ", line)]
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if re.match(r"step \d+/2 ", line)]
     cut = [round(h[CAUSE_KEYS["cut"]] * 4) for h in steps]
     assert [re.search(r"\((\d) wrong, 0 right, (\d) cut\)", line).groups() for line in lines] == \
         [(str(4 - c), str(c)) for c in cut], lines
     line = summary_line(trainer.state.log_history, trainer.plan.prompts_per_generation, 1,
                         trainer.plan.max_completion_length)
+    assert line in out  # a Python user's train() ends with it too, not only the recipe's
     assert "most uniform groups had every completion cut at max_completion_length" in line, line
     assert re.search(r"the longest 2, and \d+% were cut at max_completion_length=2; if the answers need more tokens, "
                      r"raise max_completion_length", line)

@@ -32,6 +32,8 @@ from ..zero_variance.report import (
     NO_UPDATE_KEY,
     PROMPTS_DRAWN_KEY,
     no_update_steps,
+    steps_per_generation,
+    summary_line,
     uniform_share,
 )
 
@@ -138,11 +140,13 @@ class StepLineCallback(ProgressCallback):
     Args:
         bar (`bool`, defaults to `True`): show the bar (``False`` when ``disable_tqdm`` is set: lines only).
         groups_per_step (`int`, *optional*): the plan's prompts per step, named in a no-update notice.
+        plan (`RunPlan`, *optional*): when given, the end of training prints the run's uniform groups and their
+            causes (`summary_line`).
     """
 
-    def __init__(self, bar: bool = True, groups_per_step: int | None = None):
+    def __init__(self, bar: bool = True, groups_per_step: int | None = None, plan=None):
         super().__init__()
-        self.bar, self.groups_per_step = bar, groups_per_step
+        self.bar, self.groups_per_step, self.plan = bar, groups_per_step, plan
         self._clock = None  # (time, step) the seconds per step count from: the last training log, save or evaluation
         self._logged = 0  # the step of the previous training log: the interval a no-update notice covers
 
@@ -160,6 +164,11 @@ class StepLineCallback(ProgressCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar and self.training_bar is not None:
             super().on_train_end(args, state, control, **kwargs)
+        if state.is_world_process_zero and self.plan is not None:
+            line = summary_line(state.log_history, self.plan.prompts_per_generation, steps_per_generation(self.plan),
+                                self.plan.max_completion_length)
+            if line:
+                print(line, flush=True)
 
     def on_save(self, args, state, control, **kwargs):
         self._restart_clock(state)  # a checkpoint's time is not the next step's
@@ -251,7 +260,7 @@ def install(trainer) -> None:
     trainer.pop_callback(PrinterCallback)
     plan = getattr(trainer, "plan", None)
     groups = plan.prompts_per_step if plan is not None and isinstance(plan.prompts_per_step, int) else None
-    trainer.add_callback(StepLineCallback(bar=not trainer.args.disable_tqdm, groups_per_step=groups))
+    trainer.add_callback(StepLineCallback(bar=not trainer.args.disable_tqdm, groups_per_step=groups, plan=plan))
     trainer.add_callback(ZeroLossNoteCallback())
     trainer.add_callback(MetricsFileCallback())
 
