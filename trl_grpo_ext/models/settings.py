@@ -127,8 +127,7 @@ def check_model_path(name: str | None) -> None:
     outside the cache with ``HF_HUB_OFFLINE=1``."""
     hint = (
         "To try the recipe without a network, run the embedded default: `make demo`, or "
-        "`accelerate launch recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml`."
-    )
+        "`accelerate launch recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml`.")
     if not name:
         raise ValueError(f"model_name_or_path is not set. Set it to a Hub id or a local directory. {hint}")
     if tiny.is_embedded(name):
@@ -149,8 +148,7 @@ def check_model_path(name: str | None) -> None:
         raise ValueError(
             f"model_name_or_path={name!r} is neither a local directory nor in the Hugging Face cache, and the Hub is "
             "unreachable offline (HF_HUB_OFFLINE=1). Download it on a machine with a network "
-            f"(`hf download {name}`) and point model_name_or_path at that directory. {hint}"
-        )
+            f"(`hf download {name}`) and point model_name_or_path at that directory. {hint}")
 
 
 def keep_4bit_training_layout(model) -> int:
@@ -226,8 +224,7 @@ def check_bf16_machine(bf16: Any, use_cpu: Any) -> None:
     if bf16 is True and not use_cpu and not bf16_available():
         raise ValueError(
             "bf16=True, but this machine has no accelerator with bfloat16 support. Fix: set `bf16: false` "
-            "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU."
-        )
+            "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU.")
 
 
 def check_fp16_machine(fp16: Any, use_cpu: Any) -> None:
@@ -236,8 +233,7 @@ def check_fp16_machine(fp16: Any, use_cpu: Any) -> None:
     if fp16 is True and not use_cpu and not gpu_available():
         raise ValueError(
             "fp16=True, but this machine has no GPU: accelerate runs no fp16 autocast on a CPU, so the run would stay "
-            "float32. Fix: remove fp16 (bf16: true with use_cpu: true runs bf16 autocast on a CPU)."
-        )
+            "float32. Fix: remove fp16 (bf16: true with use_cpu: true runs bf16 autocast on a CPU).")
 
 
 def gpu_available() -> bool:

@@ -81,7 +81,7 @@ def check_vllm_settings(values) -> None:
     ``load_in_4bit`` / ``load_in_8bit``."""
     from types import SimpleNamespace
 
-    args = SimpleNamespace(use_vllm=bool(values.get("use_vllm")), allow_vllm_4bit_merge=bool(values.get(VLLM_4BIT_OPT_IN)))
+    args = SimpleNamespace(use_vllm=values.get("use_vllm"), allow_vllm_4bit_merge=values.get(VLLM_4BIT_OPT_IN))
     quantization = as_mapping("model_init_kwargs", values.get("model_init_kwargs")).get("quantization_config")
     if is_4bit(quantization) or is_8bit(quantization):
         check_vllm_quantization(args, is_4bit(quantization), is_8bit(quantization),
@@ -183,15 +183,9 @@ def merge_problem(*, quantized: str | None = None, quantized_fix: str = "", dtyp
                   cast_fix: str = "", lora_dropout: str | None = None,
                   dropout_fix: str = "set lora_dropout: 0 (or disable_dropout: true)", lora_bias: bool = False,
                   ) -> str | None:
-    """Why the adapter cannot be merged for generation, one line with its fix, or None (the rule ``merged_generation``
-    and `training.merged_generation.check_merge_target` share it).
-
-    Args:
-        quantized: how the base is quantized, or None; quantized_fix: how to undo it. dtype: the base's load dtype
-        (``"auto"``: the checkpoint's). bf16: the run's. use_vllm: TRL generates with vLLM. sharded: the engine that
-        shards the base, or None. cast: what casts the model to bf16/fp16, or None; cast_fix: how to stop it.
-        lora_dropout: the dropout as written when above 0, else None; dropout_fix: how to zero it. lora_bias: an
-        adapter bias on a layer without one (PEFT cannot merge it)."""
+    """Why the adapter cannot be merged for generation, one line with its fix, or None (shared by the rule
+    ``merged_generation`` and `training.merged_generation.check_merge_target`). Each argument names a cause as the
+    message shows it (None or False: absent; ``dtype``: the base's load dtype) and each ``*_fix`` how to undo it."""
     fix = f"Fix: remove {MERGE_FOR_GENERATION}"
     if quantized:
         return (f"{MERGE_FOR_GENERATION}=True with {quantized}: PEFT would de-quantize, add the adapter and "
