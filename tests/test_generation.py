@@ -9,6 +9,7 @@ not depend on the layer size: it is set by the ratio of the delta (std (alpha / 
 for lora_B of std 1e-4) to the NF4 step of weights of std 0.02.
 """
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -194,17 +195,7 @@ def test_recipe_refuses_with_one_line_before_the_tokenizer(tmp_path):
 
 
 REFUSED = [
-    (dict(allow_vllm_4bit_merge=True), "allow_vllm_4bit_merge=True does nothing without use_vllm"),
-    (dict(use_vllm=True, use_transformers_continuous_batching=True), "keep one of them"),
-    (dict(use_vllm=True, cache_implementation="static"), "cache_implementation='static' with use_vllm=True"),
-    (dict(use_transformers_continuous_batching=True, cache_implementation="static",
-          transformers_continuous_batching_config={"num_blocks": 8}),
-     "cache_implementation='static' with use_transformers_continuous_batching=True"),
     (dict(cache_implementation="statik"), "cache_implementation='statik' is not a transformers cache"),
-    (dict(use_transformers_continuous_batching=True, repetition_penalty=1.1,
-          transformers_continuous_batching_config={"num_blocks": 8}), "repetition_penalty=1.1"),
-    (dict(use_transformers_continuous_batching=True, generation_kwargs={"min_new_tokens": 4},
-          transformers_continuous_batching_config={"num_blocks": 8}), r"generation_kwargs \['min_new_tokens'\]"),
     (dict(use_transformers_continuous_batching=True), "without `num_blocks`"),
     (dict(generation_kwargs={"num_return_sequences": 2}),
      r"generation_kwargs \['num_return_sequences'\]: TRL generates .* \(num_return_sequences -> num_generations: 2\)"),
@@ -212,16 +203,41 @@ REFUSED = [
     (dict(generation_kwargs={"return_dict_in_generate": True, "output_scores": True}),
      r"generation_kwargs \['output_scores', 'return_dict_in_generate'\]: TRL's generation cannot use them"),
     (dict(use_transformers_paged=True), "without `num_blocks`"),  # TRL's deprecated alias turns CB on
-    (dict(use_transformers_continuous_batching=True, generation_kwargs='{"min_length": 4}',  # JSON from the CLI
-          transformers_continuous_batching_config='{"num_blocks": 8}'), r"generation_kwargs \['min_length'\]"),
 ]
 
 
 @pytest.mark.parametrize(("overrides", "match"), REFUSED, ids=[m[:30] for _, m in REFUSED])
-def test_settings_that_would_not_apply_are_refused(tmp_path, overrides, match):
+def test_settings_that_break_generation_are_refused(tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match) as err:
         _config(tmp_path, **overrides)
     assert "Fix:" in str(err.value) or "choose one of" in str(err.value)
+
+
+WARNED = [
+    (dict(allow_vllm_4bit_merge=True), "allow_vllm_4bit_merge=True has no effect without use_vllm"),
+    (dict(use_vllm=True, use_transformers_continuous_batching=True),
+     "use_transformers_continuous_batching=True has no effect with use_vllm=True"),
+    (dict(use_vllm=True, cache_implementation="static"),
+     "cache_implementation='static' has no effect with use_vllm=True"),
+    (dict(use_transformers_continuous_batching=True, cache_implementation="static",
+          transformers_continuous_batching_config={"num_blocks": 8}),
+     "cache_implementation='static' has no effect with use_transformers_continuous_batching=True"),
+    (dict(use_transformers_continuous_batching=True, repetition_penalty=1.1,
+          transformers_continuous_batching_config={"num_blocks": 8}), "repetition_penalty=1.1 has no effect"),
+    (dict(use_transformers_continuous_batching=True, generation_kwargs={"min_new_tokens": 4},
+          transformers_continuous_batching_config={"num_blocks": 8}), "generation_kwargs min_new_tokens has no effect"),
+    (dict(use_transformers_continuous_batching=True, generation_kwargs='{"min_length": 4}',  # JSON from the CLI
+          transformers_continuous_batching_config='{"num_blocks": 8}'), "generation_kwargs min_length has no effect"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "match"), WARNED, ids=[m[:30] for _, m in WARNED])
+def test_settings_the_back_end_ignores_warn(tmp_path, overrides, match):
+    from trl_grpo_ext.config.checks import IneffectiveSettingWarning
+
+    with pytest.warns(IneffectiveSettingWarning, match=re.escape(match)) as caught:
+        _config(tmp_path, **overrides)
+    assert any("Fix:" in str(w.message) for w in caught)
 
 
 def test_generation_batch_other_than_the_step_is_refused_by_the_plan(tmp_path):

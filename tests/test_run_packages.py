@@ -117,7 +117,8 @@ def test_flash_attention_3_and_4_need_their_package(monkeypatch, version):
 def test_an_optimizer_whose_package_is_missing_is_refused_before_the_model(monkeypatch, capsys, optim, requirement):
     """transformers' trainer_optimizer raises ImportError for these when it builds the optimizer, after the weights
     loaded (the breaker's finding: `--optim lomo` passed plan, then the recipe failed)."""
-    module = packages.OPTIMIZERS[next(k for k in packages.OPTIMIZERS if optim == k or optim.startswith(k))][0]
+    module = next(modules[0] for field, name, modules, _ in packages.PACKAGES
+                  if field == "optim" and (optim == name or name.endswith("_") and optim.startswith(name)))
     monkeypatch.setattr(packages, "installed", lambda name: name != module and importlib.util.find_spec(name) is not None)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert plan_main(["--config", "tiny_cpu", "--optim", optim]) == 2

@@ -396,9 +396,11 @@ _ROWS = [
     row("lora modules_to_save typo", {"lora_modules_to_save": ["lm_heads"]}, ["lora_modules_to_save", "lm_heads"],
         "e.g. lm_head"),
     # generation and engine settings the run would ignore or cannot run (plan used to pass these)
-    row("use_vllm + continuous batching", {"use_vllm": True, "use_transformers_continuous_batching": True,
-                                           "transformers_continuous_batching_config": {"num_blocks": 8}},
-        ["use_vllm", "use_transformers_continuous_batching"], "Fix: keep one of them"),
+    row("cache_implementation under continuous batching", {"use_transformers_continuous_batching": True,
+                                                            "transformers_continuous_batching_config": {"num_blocks": 8},
+                                                            "cache_implementation": "static"},
+        ["cache_implementation='static' has no effect with use_transformers_continuous_batching"],
+        "Fix: remove cache_implementation"),
     row("use_vllm on a 4-bit base", {"use_vllm": True}, ["use_vllm", "load_in_4bit"], "allow_vllm_4bit_merge: true"),
     row("compare_base without an adapter", {"final_eval": "compare_base", "use_peft": False, **_NO_LORA, **_NO_4BIT},
         ["final_eval=compare_base", "use_peft"], "final_eval: adapter"),
@@ -610,6 +612,7 @@ WARNED_IDS = {
     'save_total_limit without checkpoints',
     'liger_kernel_config without use_liger_kernel',
     'continuous-batching config without continuous batching',
+    'cache_implementation under continuous batching',
 }
 #: Values TRL's or transformers' config refuses when it is built: the recipe refuses them with their message (before
 #: any model loads); `plan` reads twins of the classes and leaves them to the run.
@@ -619,6 +622,9 @@ UPSTREAM_IDS = {  # id: what their message says
     "auto_find_batch_size": "auto_find_batch_size is not supported by GRPO",
     "reduce_lr_on_plateau without an evaluation": "lr_scheduler_type reduce_lr_on_plateau requires an eval strategy",
     "load_best_model_at_end without an evaluation": "--load_best_model_at_end requires the save and eval strategy to",
+    "pad_to_multiple_of not a number": "invalid literal for int() with base 10: 'bogus'",
+    "pad_to_multiple_of Auto": "invalid literal for int() with base 10: 'Auto'",
+    "accelerator_config use_configured_state": "requires a pre-configured `AcceleratorState` or `PartialState`",
 }
 INVALID = [p for p in _ROWS if p.id not in WARNED_IDS | set(UPSTREAM_IDS)]
 WARNED = [p for p in _ROWS if p.id in WARNED_IDS]
@@ -642,7 +648,7 @@ RULE_ROWS = {
     "normalize_then_sum": "leave_one_out + normalize_then_sum",
     "clipping": "epsilon_high with num_iterations 1",
     "zero_variance": "filter with an entropy bonus on a row-normalised loss",
-    "generation": "use_vllm + continuous batching",
+    "generation": "generation_kwargs do_sample",
     "vllm_quantization": "use_vllm on a 4-bit base",
     "rewards_against_run": "soft_overlong beyond max_completion_length",
     "reward_packages": "accuracy without math-verify",
@@ -791,9 +797,12 @@ def test_a_setting_without_effect_is_accepted_with_a_warning_by_plan_and_recipe(
 
 @pytest.mark.parametrize("says", [pytest.param(UPSTREAM_IDS[p.id], id=p.id) for p in UPSTREAM])
 def test_a_value_trl_or_transformers_refuses_is_refused_by_the_recipe_with_their_message(says, request, tmp_path,
-                                                                                        capsys, no_weights):
+                                                                                        capsys, no_weights, monkeypatch):
     """Not copied here: the recipe builds the real classes before any model loads and shows their refusal."""
+    from accelerate import PartialState
+
     (change,) = [p.values[0] for p in UPSTREAM if p.id == request.node.callspec.id]
+    monkeypatch.setattr(PartialState, "_shared_state", {})  # a fresh process, as the recipe is (use_configured_state)
     with pytest.raises(RecipeArgumentError) as info:
         parse_recipe_args(["--config", _config(tmp_path, change)])
     assert info.value.code == 2 and says in info.value.message, info.value.message
@@ -1026,10 +1035,11 @@ def test_a_continued_adapter_s_folder_written_with_a_tilde_is_its_folder(tmp_pat
 
 
 @pytest.mark.parametrize("value, refused", [("+8", False), (" 8", False), ("8", False), (8, False), ("auto", False),
-                                            ("None", False), (0, True), (-1, True), ("x", True), (True, True),
-                                            (8.0, True), ("Auto", True)])
+                                            ("None", False), (0, True), (-1, True), ("-1", True), (True, True),
+                                            (8.0, True)])
 def test_pad_to_multiple_of_is_read_as_trl_reads_it(value, refused):
-    """TRL 1.16: "auto" as is, "none"/"null" in any case, else int() of a string (which reads "+8" and " 8")."""
+    """TRL 1.16: "auto" as is, "none"/"null" in any case, else int() of a string (which reads "+8" and " 8"; a string
+    that is no number is TRL's own refusal when GRPOConfig is built: UPSTREAM_IDS)."""
     from trl_grpo_ext.validation.trainer_settings import trainer_problems
 
     assert bool(trainer_problems({"pad_to_multiple_of": value})) is refused

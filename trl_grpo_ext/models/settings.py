@@ -1,10 +1,5 @@
-"""4-bit NF4 + LoRA loading settings for the QLoRA recipes (bitsandbytes and peft configs, no model code).
-
-QLoRA (Dettmers et al. 2023, arXiv 2305.14314): the frozen base is stored in 4-bit NormalFloat (NF4) with double
-quantisation of the quantisation constants; matrix products run in the compute dtype (bf16 on a GPU; float32 on a
-CPU unless the run sets ``bf16: true`` or ``dtype: bfloat16``: see `cpu_bf16_warning`); a LoRA adapter (Hu et al.
-2021, arXiv 2106.09685) is trained on top.
-"""
+"""The QLoRA recipes' model settings: bitsandbytes and peft configs, dtypes, tokenizer and model path (QLoRA:
+Dettmers et al. 2023, arXiv 2305.14314; LoRA: Hu et al. 2021, arXiv 2106.09685)."""
 
 from __future__ import annotations
 
@@ -37,16 +32,9 @@ def load_dtype(model_args, training_args) -> str:
 
 
 def cpu_bf16_warning(dtype_name: str, bf16: bool, bf16_supported: bool | None = None) -> str | None:
-    """A warning for a CPU run that computes in bf16 (``bf16: true``, or the base loaded with ``dtype: bfloat16``) on
-    a CPU without bf16 instructions (AVX512-BF16 or AMX), where torch emulates bf16 matrix products and a step is
-    slower than in float32; None otherwise (docs/benchmarks.md, "bf16 on a CPU").
-
-    Args:
-        dtype_name (`str`): the dtype the base loads in (`load_dtype`).
-        bf16 (`bool`): the run's ``bf16`` (mixed precision: float32 weights, bf16 matrix products under autocast).
-        bf16_supported (`bool`, *optional*): whether the CPU has bf16 instructions; defaults to oneDNN's own answer
-            (``torch.ops.mkldnn._is_mkldnn_bf16_supported``, False if torch cannot tell).
-    """
+    """A warning for a CPU run in bf16 (``bf16``, or ``dtype_name`` bfloat16: `load_dtype`) on a CPU without bf16
+    instructions (AVX512-BF16 or AMX: ``bf16_supported``, default oneDNN's answer), where torch emulates bf16 and a
+    step is slower than in float32; None otherwise (docs/benchmarks.md, "bf16 on a CPU")."""
     setting = "bf16=true" if bf16 else "dtype=bfloat16" if dtype_name == "bfloat16" else None
     if setting is None:
         return None
@@ -64,25 +52,15 @@ def cpu_bf16_warning(dtype_name: str, bf16: bool, bf16_supported: bool | None = 
 
 
 def torch_dtype(name: str, field: str = "dtype"):
-    """The ``torch.dtype`` of a dtype name of `DTYPE_NAMES` (``"bfloat16"`` -> ``torch.bfloat16``).
-
-    Raises:
-        ValueError: ``name`` is not one of `DTYPE_NAMES` (the message names ``field``).
-    """
+    """The ``torch.dtype`` of a name of `DTYPE_NAMES`. Raises ValueError (naming ``field``) for another name."""
     import torch
 
     return getattr(torch, check_choice(field, name, DTYPE_NAMES, error=ValueError))
 
 
 def quantization_config(model_args, training_args):
-    """A `BitsAndBytesConfig` for 4-bit NF4 with double quantisation, or None when ``load_in_4bit`` is False.
-
-    Args:
-        model_args (`trl.ModelConfig`): reads ``load_in_4bit``, ``load_in_8bit``, ``bnb_4bit_quant_type`` (``"nf4"``),
-            ``use_bnb_nested_quant`` (double quantisation), ``bnb_4bit_quant_storage`` (the packed weights' dtype,
-            default bitsandbytes' uint8) and ``dtype``.
-        training_args (`GRPOExtConfig`): reads ``bf16`` to choose the compute dtype.
-    """
+    """The `BitsAndBytesConfig` of ``model_args``' ``load_in_8bit`` / ``load_in_4bit`` and ``bnb_4bit_*`` fields
+    (computing in :func:`compute_dtype_name`), or None when neither is set."""
     from transformers import BitsAndBytesConfig
 
     if model_args.load_in_8bit:
@@ -94,7 +72,6 @@ def quantization_config(model_args, training_args):
         bnb_4bit_quant_type=model_args.bnb_4bit_quant_type,
         bnb_4bit_use_double_quant=model_args.use_bnb_nested_quant,
         bnb_4bit_compute_dtype=torch_dtype(compute_dtype_name(model_args, training_args)),
-        # FSDP needs the packed weights stored in the compute dtype (validation.engines); unset: bitsandbytes' uint8
         **({"bnb_4bit_quant_storage": model_args.bnb_4bit_quant_storage}
            if getattr(model_args, "bnb_4bit_quant_storage", None) else {}),
     )
@@ -108,12 +85,8 @@ def lora_config(model_args):
 
 
 def load_tokenizer(name: str, path: str, revision: str | None = None):
-    """The tokenizer of model ``name`` (already resolved to the local ``path``), left-padded for generation.
-
-    The embedded tiny model's character tokenizer goes through :func:`trl_grpo_ext.models.embedded.tiny.load_tokenizer` (AutoTokenizer
-    would drop its spaces); every other model through ``AutoTokenizer.from_pretrained(path, revision=revision)``.
-    Raises ValueError: a tokenizer that cannot be loaded (transformers' OSError), naming ``name`` and a fix.
-    """
+    """The tokenizer of model ``name`` (resolved to the local ``path``), left-padded; the tiny model's own (AutoTokenizer
+    would drop its spaces). Raises ValueError: it cannot be loaded, naming ``name`` and a fix."""
     if name == tiny.TINY_MODEL_ID:
         return tiny.load_tokenizer(path)
     from transformers import AutoTokenizer
@@ -128,10 +101,8 @@ def load_tokenizer(name: str, path: str, revision: str | None = None):
 
 
 def run_tokenizer(model_args, chat_template: str | None = None):
-    """The tokenizer of a run: :func:`load_tokenizer` of ``model_args.model_name_or_path`` (resolved with
-    `tiny.resolve_model_path`), with ``chat_template`` (open-r1's key, a Jinja template) replacing its own when given.
-    For an adapter being continued (`model_source`), the tokenizer the earlier run saved next to it, else its base's.
-    """
+    """The run's tokenizer (a continued adapter's saved one, else its base's), with ``chat_template`` (a Jinja
+    template) replacing its own when given."""
     name = model_args.model_name_or_path
     source = resolve_model_source(name)
     if source.continued:
@@ -151,20 +122,12 @@ def looks_like_path(name: str) -> bool:
 
 
 def check_model_path(name: str | None) -> None:
-    """Fail fast, before any model load, when ``name`` can be neither found locally nor downloaded.
-
-    Args:
-        name (`str`): ``model_name_or_path``: ``"embedded:tiny-qwen2"``, a local directory, or a Hub id.
-
-    Raises:
-        ValueError: unset; an ``embedded:`` name that does not exist; a path-like name that is not a directory; a
-            Hub id not in the local cache while ``HF_HUB_OFFLINE=1`` (the message says how to run the embedded
-            default instead).
-    """
+    """Refuse a ``model_name_or_path`` (embedded, a local directory or a Hub id) that can be neither found nor
+    downloaded, before any model loads. Raises ValueError: unset, no such embedded model or directory, or a Hub id
+    outside the cache with ``HF_HUB_OFFLINE=1``."""
     hint = (
         "To try the recipe without a network, run the embedded default: `make demo`, or "
-        "`accelerate launch recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml`."
-    )
+        "`accelerate launch recipes/grpo_qlora.py --config recipes/configs/tiny_cpu.yaml`.")
     if not name:
         raise ValueError(f"model_name_or_path is not set. Set it to a Hub id or a local directory. {hint}")
     if tiny.is_embedded(name):
@@ -185,26 +148,13 @@ def check_model_path(name: str | None) -> None:
         raise ValueError(
             f"model_name_or_path={name!r} is neither a local directory nor in the Hugging Face cache, and the Hub is "
             "unreachable offline (HF_HUB_OFFLINE=1). Download it on a machine with a network "
-            f"(`hf download {name}`) and point model_name_or_path at that directory. {hint}"
-        )
+            f"(`hf download {name}`) and point model_name_or_path at that directory. {hint}")
 
 
 def keep_4bit_training_layout(model) -> int:
-    """Stop bitsandbytes from repacking 4-bit weights for CPU inference while the model is being trained.
-
-    On a CPU with AVX512-BF16, bitsandbytes 0.50's ``Linear4bit.forward`` converts its weight into a CPU inference
-    layout the first time it runs in eval mode without gradients (``support_avx512bf16_for_cpu``), and only converts
-    it back when the state dict is saved. A training step after an evaluation (TRL's eval loop, ``eval_strategy``)
-    then fails inside ``bnb.matmul_4bit`` ("a view of a leaf Variable that requires grad is being used in an in-place
-    operation"). Setting the flag to False on every 4-bit layer keeps the training layout; evaluation during training
-    uses the same kernel as training.
-
-    Args:
-        model: any ``torch.nn.Module`` (PEFT-wrapped or not).
-
-    Returns:
-        `int`: the number of 4-bit layers changed (0 without bitsandbytes layers).
-    """
+    """Stop bitsandbytes 0.50 from repacking 4-bit weights into its CPU inference layout (``Linear4bit`` with
+    ``support_avx512bf16_for_cpu``, in eval mode without gradients), after which a training step fails in
+    ``bnb.matmul_4bit`` (docs/generation.md). Returns the number of 4-bit layers of ``model`` changed."""
     try:
         from bitsandbytes.nn import Linear4bit
     except ImportError:  # pragma: no cover - bitsandbytes is a dependency
@@ -231,32 +181,16 @@ EXACT_VALUES_ATTRIBUTE = "_trl_grpo_ext_exact_trainable_values"
 
 
 def remember_trainable_values(model) -> int:
-    """Keep the trainable parameters' values of ``model`` (a loaded `torch.nn.Module` adapter), so that after TRL's
-    bf16 cast of a quantized model's adapter `adapter_precision.cast_trainable_to` restores them exactly, instead of
-    up-casting bf16-rounded values (which would move each weight of a trained adapter by up to 2^-9 of itself).
-
-    Returns:
-        `int`: the number of tensors remembered (released by the next `adapter_precision.cast_trainable_to`).
-    """
+    """Keep ``model``'s trainable values, which `adapter_precision.cast_trainable_to` restores after TRL's bf16 cast
+    of a quantized model's adapter (instead of bf16-rounded ones). Returns the number of tensors kept."""
     values = {name: param.data for name, param in model.named_parameters() if param.requires_grad}
     model.__dict__[EXACT_VALUES_ATTRIBUTE] = values
     return len(values)
 
 
 def load_continued_model(source: ModelSource, training_args, quantization_config=None):
-    """The base of ``source`` loaded as the run configures it, with the earlier run's adapter on top, trainable.
-
-    Args:
-        source (`ModelSource`): a continued source (``source.adapter`` set).
-        training_args (`GRPOExtConfig`): ``model_init_kwargs`` (dtype, revision, attention) and ``trust_remote_code``,
-            used as TRL uses them for a model id (`trl_grpo_ext._trl_compat.create_model`: the same device placement).
-        quantization_config (`BitsAndBytesConfig`, *optional*): the run's 4-bit (or 8-bit) settings; None loads the
-            base unquantized.
-
-    Returns:
-        `peft.PeftModel` with the adapter ``"default"`` trainable (``is_trainable=True``): the trainer gets it with
-        no ``peft_config``, and TRL adds its frozen reference copy when ``beta`` > 0.
-    """
+    """A continued ``source``'s base, loaded as TRL loads a model id (``training_args.model_init_kwargs``,
+    ``quantization_config``), with the earlier adapter on top: a `peft.PeftModel` whose ``"default"`` adapter trains."""
     from peft import PeftModel
 
     from .._trl_compat import create_model
@@ -286,25 +220,20 @@ def is_quantized_model(model) -> bool:
 
 
 def check_bf16_machine(bf16: Any, use_cpu: Any) -> None:
-    """Refuse ``bf16: true`` off the CPU on a machine without a bfloat16 accelerator (`ValueError` with the fix);
-    the recipe runs it with the config's other checks, before `GRPOExtConfig` is built (`launch`), and
-    `GRPOExtConfig` itself."""
+    """Refuse ``bf16: true`` off the CPU on a machine without a bfloat16 accelerator (ValueError with the fix)."""
     if bf16 is True and not use_cpu and not bf16_available():
         raise ValueError(
             "bf16=True, but this machine has no accelerator with bfloat16 support. Fix: set `bf16: false` "
-            "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU."
-        )
+            "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU.")
 
 
 def check_fp16_machine(fp16: Any, use_cpu: Any) -> None:
-    """Refuse ``fp16: true`` off the CPU on a machine without a GPU (`ValueError` with the fix): accelerate runs fp16
-    autocast on CUDA/XPU/MPS-like devices only, so on a CPU the run would silently stay float32 (``use_cpu: true``
-    with fp16: the rule table's ``fp16`` row)."""
+    """Refuse ``fp16: true`` off the CPU on a machine without a GPU (ValueError with the fix): accelerate has no fp16
+    autocast on a CPU, so the run would stay float32."""
     if fp16 is True and not use_cpu and not gpu_available():
         raise ValueError(
             "fp16=True, but this machine has no GPU: accelerate runs no fp16 autocast on a CPU, so the run would stay "
-            "float32. Fix: remove fp16 (bf16: true with use_cpu: true runs bf16 autocast on a CPU)."
-        )
+            "float32. Fix: remove fp16 (bf16: true with use_cpu: true runs bf16 autocast on a CPU).")
 
 
 def gpu_available() -> bool:

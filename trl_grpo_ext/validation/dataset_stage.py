@@ -1,6 +1,5 @@
-"""The dataset stage of the checks: `plan` and the recipe read the training split (and the test split when the run
-evaluates) and list every problem of its rows with the config's, in one go (docs/configuration.md, "The dataset's
-problems are in the same list"; docs/real-data.md)."""
+"""The dataset stage: `plan` and the recipe read the training split (and the test split when the run evaluates) and
+list the problems of its rows with the config's (docs/configuration.md; docs/real-data.md)."""
 
 from __future__ import annotations
 
@@ -29,11 +28,9 @@ _TRUE = ("1", "true", "yes", "on")
 
 @dataclass
 class DatasetSurvey:
-    """What the dataset stage found: ``train_rows`` (the training split's rows the run trains on: after
-    ``max_prompt_length`` when ``prompts_cut``, the cut made with the run's tokenizer, else as read; None: not read),
-    ``eval_rows`` (held-out prompts evaluated, after ``eval_num_prompts``), ``warnings`` (golds a reward cannot all
-    score, `data.golds.check_golds`), ``not_run`` (why the checks did not run, one line), ``notes`` (prompts the cut
-    dropped)."""
+    """What the stage found: ``train_rows`` (trained on, after the ``max_prompt_length`` cut when ``prompts_cut``;
+    None: not read), ``eval_rows`` (after ``eval_num_prompts``), ``warnings`` (`data.golds.check_golds`), ``not_run``
+    (why the checks did not run), ``notes`` (prompts the cut dropped)."""
 
     train_rows: int | None = None
     prompts_cut: bool = False
@@ -44,8 +41,7 @@ class DatasetSurvey:
 
 
 def is_local_dataset(name: Any) -> bool:
-    """Whether ``dataset_name`` is embedded or a local path (an existing one, or one written as a path: ``./x``,
-    ``/x``, ``~/x``): what `plan` reads without the network."""
+    """Whether ``dataset_name`` is embedded or a local path (existing, or written as ``./x``, ``/x``, ``~/x``)."""
     if not isinstance(name, str):
         return False
     return name.startswith(("embedded:", ".", "/", "~")) or Path(name).expanduser().exists()
@@ -58,9 +54,8 @@ def offline() -> bool:
 
 def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True,
                   quiet: bool = False) -> Callable[[Any], None]:
-    """A check for `frontdoor.read_run_args` (``checks=``) running :func:`check_datasets` on its `RunArgs` for
-    ``world_size`` processes and filling ``survey`` in place. ``read_hub``: read a Hub dataset (the recipe); False for
-    `plan`, which reads one only offline, from the datasets cache. ``quiet``: without datasets' progress bars."""
+    """A ``checks=`` entry for `frontdoor.read_run_args`: :func:`check_datasets` filling ``survey`` in place
+    (``quiet``: without datasets' progress bars)."""
     def check(run) -> None:
         shown = False
         if quiet:
@@ -78,9 +73,9 @@ def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True,
 
 
 def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> DatasetSurvey:
-    """Read the run's training split (and test split when it evaluates) of ``run`` (the front door's `RunArgs`) and
-    record every problem in ``problems`` (parts whose fields have a problem are skipped); ``read_hub``: as
-    :func:`dataset_check`. Returns the `DatasetSurvey`."""
+    """Read the training split (and the test split when the run evaluates) of ``run`` (`RunArgs`), record each
+    problem in ``problems`` (parts whose fields have one are skipped) and return the `DatasetSurvey`. ``read_hub``:
+    read a Hub dataset (the recipe); `plan` reads one only offline, from the datasets cache."""
     from ..data.load import read_prompt_split
 
     script_args = run.script_args
@@ -153,9 +148,8 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
 
 
 def _seed_covers_prompts(dataset, values, survey: DatasetSurvey, config: str | None, specs) -> None:
-    """``skip_history_file`` read and matched to the training prompts as the trainer will (`history.start_history`:
-    refused when unreadable, K < G, sampled under other rewards, model or temperature, or starting none of them
-    uniform); notes how many it starts uniform."""
+    """``skip_history_file`` matched to the training prompts as the trainer will (`history.start_history`, which
+    refuses it); notes how many it starts uniform."""
     from ..zero_variance.history import run_expectations, start_history
     from ..zero_variance.settings import ZeroVarianceSettings
 
@@ -210,9 +204,8 @@ def _reward_checks(found, specs, split: str, problems, survey: DatasetSurvey) ->
 
 
 def _within_prompt_length(run, dataset, cut: int, survey: DatasetSurvey):
-    """The rows the recipe keeps under ``max_prompt_length`` (`data.load.prompts_within` with the run's tokenizer),
-    what it dropped noted in ``survey``; ``None`` when the tokenizer cannot be loaded here (a Hub model not in the
-    cache): the recipe counts them once it has it. Raises ValueError: no prompt fits."""
+    """The rows kept under ``max_prompt_length`` with the run's tokenizer (`data.load.prompts_within`), the dropped
+    noted in ``survey``; None without the tokenizer here (the recipe counts them). Raises ValueError: none fits."""
     from ..data.load import prompts_within
     from ..models.settings import run_tokenizer
 
@@ -228,8 +221,8 @@ def _within_prompt_length(run, dataset, cut: int, survey: DatasetSurvey):
 
 
 def _size_checks(run, found, world_size: int, problems, exact: bool) -> None:
-    """A training split smaller than one generation batch (TRL's sampler would train 0 steps), and skip's one-epoch
-    refusal on its real size (only when ``exact``: ``max_prompt_length`` drops rows plan cannot count)."""
+    """A training split smaller than one generation batch (TRL would train 0 steps), and skip's one-epoch refusal on
+    its real size when ``exact`` (no uncounted ``max_prompt_length`` cut)."""
     from ..plan.resolve import QuantityError
     from .collected import check_skip_epochs, plan_of
     from .rules import RunView

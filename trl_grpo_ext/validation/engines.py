@@ -37,11 +37,9 @@ def _compute_dtype(values: Mapping[str, Any]) -> str:
 
 
 def check_engine_settings(engine: Engine, values: Mapping[str, Any], deepspeed_version: str | None = "installed") -> None:
-    """Refuse the combinations of ``engine`` and the run's ``values`` that fail after loading or are silently
-    changed; ``deepspeed_version``: ``"installed"`` reads the installed one, None means not installed.
-
-    Raises:
-        RunArgumentError: naming the engine, the field(s), the value(s) and a fix."""
+    """Refuse the combinations of ``engine`` and the run's ``values`` that fail after loading or are silently changed
+    (RunArgumentError naming the engine, the fields, the values and a fix); ``deepspeed_version``: None when not
+    installed, ``"installed"`` to read it."""
     where = engine.describe()
     if engine.kind == "deepspeed":
         if engine.config_problem:
@@ -130,12 +128,9 @@ def engine_warnings(engine: Engine, values: Mapping[str, Any]) -> list[str]:
 
 
 def check_engine_device(engine: Engine, accelerator_available: bool, use_cpu: bool = False) -> None:
-    """Refuse FSDP without an accelerator: accelerate 1.15 runs FSDP only on GPU-like devices; on a CPU (or a run
-    set to one with ``use_cpu``) its processes would train unsharded and unsynchronised (measured). The one place
-    that judges FSDP's device, so tests/fsdp_cpu.py lifts both refusals at once.
-
-    Raises:
-        RunArgumentError: ``engine`` is FSDP and ``use_cpu`` is True or ``accelerator_available`` is False."""
+    """Refuse FSDP with ``use_cpu`` or without an accelerator: accelerate 1.15 runs FSDP only on GPU-like devices, and
+    on a CPU its processes would train unsharded and unsynchronised (measured). The one place that judges FSDP's
+    device, so tests/fsdp_cpu.py lifts both refusals at once."""
     if engine.kind == "fsdp" and use_cpu:
         raise RunArgumentError(
             f"use_cpu=True with {engine.describe()}: accelerate then sets up a CPU run and skips FSDP, so every process "

@@ -11,10 +11,7 @@ from ..config.checks import RunArgumentError
 
 
 def check_lora_names(values: Mapping[str, Any]) -> None:
-    """Refuse an empty ``lora_target_modules`` and ``lm_head`` in it (PEFT and TRL refuse them after the model loads).
-
-    Raises:
-        RunArgumentError: naming ``lora_modules_to_save: [lm_head]`` as the fix."""
+    """Refuse an empty ``lora_target_modules`` and ``lm_head`` in it (PEFT and TRL refuse them after the model loads)."""
     targets = values.get("lora_target_modules")
     if values.get("use_peft") and targets is not None and not targets:  # PEFT: "No modules were targeted"
         raise RunArgumentError(f"lora_target_modules={targets!r} targets no module, so the adapter would train "
@@ -26,8 +23,7 @@ def check_lora_names(values: Mapping[str, Any]) -> None:
     if "lm_head" in listed:
         raise RunArgumentError(
             "lora_target_modules contains 'lm_head': TRL refuses a LoRA adapter on lm_head (after the model loads). "
-            "Fix: remove it from lora_target_modules and train a full copy with lora_modules_to_save: [lm_head]."
-        )
+            "Fix: remove it from lora_target_modules and train a full copy with lora_modules_to_save: [lm_head].")
 
 
 def _config_text(values: Mapping[str, Any]) -> str | None:
@@ -105,12 +101,9 @@ _LORA_LAYER_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1
 
 
 def check_lora_targets(values: Any) -> None:
-    """``lora_target_modules`` and ``lora_modules_to_save`` against the model's module names (:func:`model_modules`),
-    with PEFT's matching; a one-item list is a regular expression (as `trl.ModelConfig` makes it).
-
-    Raises:
-        RunArgumentError: a target matching no module, or only modules LoRA cannot wrap; a ``lora_modules_to_save``
-            entry matching nothing."""
+    """Refuse a ``lora_target_modules`` entry matching no module of the model (:func:`model_modules`, PEFT's matching;
+    a one-item list is a regular expression, as `trl.ModelConfig` makes it) or only modules LoRA cannot wrap, and a
+    ``lora_modules_to_save`` entry matching none."""
     values = values if isinstance(values, Mapping) else vars(values)
     targets = values.get("lora_target_modules")
     to_save = values.get("lora_modules_to_save") or []
@@ -138,27 +131,21 @@ def check_lora_targets(values: Any) -> None:
                      if isinstance(target, str) and re.fullmatch(r"\w+", label) else "")
             raise RunArgumentError(
                 f"lora_target_modules: {label!r} matches no module of {model}.{extra} Fix: use module names of the "
-                "model" + (f", e.g. {', '.join(close)}" if close else f" (e.g. {', '.join(leaf_names[:8])})") + "."
-            )
+                "model" + (f", e.g. {', '.join(close)}" if close else f" (e.g. {', '.join(leaf_names[:8])})") + ".")
         if not any(modules[n] in _LORA_LAYER_TYPES for n in matched):
             raise RunArgumentError(
                 f"lora_target_modules: {label!r} matches only {sorted({modules[n] for n in matched})} modules, which "
-                "LoRA cannot wrap. Fix: target linear layers (e.g. q_proj, v_proj) or use 'all-linear'."
-            )
+                "LoRA cannot wrap. Fix: target linear layers (e.g. q_proj, v_proj) or use 'all-linear'.")
     for entry in to_save:
         if not any(re.match(rf"(^|.*\.){re.escape(entry)}($|\..*)", n) for n in modules):
             raise RunArgumentError(
                 f"lora_modules_to_save: {entry!r} matches no module of {model}. Fix: use module names of the model "
-                "(e.g. lm_head, embed_tokens)."
-            )
+                "(e.g. lm_head, embed_tokens).")
 
 
 def check_quantized_has_adapter(values: Mapping[str, Any]) -> None:
-    """A 4-bit or 8-bit base trains only through an adapter: transformers' Trainer refuses a purely quantized model
-    ("You cannot perform fine-tuning on purely quantized models") after it has loaded.
-
-    Raises:
-        RunArgumentError: ``load_in_4bit`` / ``load_in_8bit`` with ``use_peft`` false, naming both and the fix."""
+    """Refuse ``load_in_4bit`` / ``load_in_8bit`` without ``use_peft``: transformers' Trainer refuses a purely quantized
+    model after it has loaded."""
     bits = next((name for name in ("load_in_4bit", "load_in_8bit") if values.get(name)), None)
     if bits is not None and not values.get("use_peft"):
         raise RunArgumentError(

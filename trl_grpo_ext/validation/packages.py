@@ -1,5 +1,6 @@
-"""The optional packages a run's settings need (flash-attn, vLLM, Liger, the trackers), checked before any model
-loads with `importlib.util.find_spec` (nothing imported), and the ``report_to`` names transformers knows."""
+"""The optional packages a run's settings need (flash-attn, vLLM, Liger, the optimizers, the trackers), checked
+before any model loads with `importlib.util.find_spec` (nothing imported), and the ``report_to`` names transformers
+knows."""
 
 from __future__ import annotations
 
@@ -9,34 +10,34 @@ from typing import Any
 
 from .tables import enum_value
 
-#: report_to integration -> (import names, any of which will do; pip requirement). transformers' own availability
-#: checks (``transformers.integrations``) look for the same modules; kubeflow needs no package (an environment).
-TRACKERS = {
-    "wandb": (("wandb",), "wandb"),
-    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
-    "mlflow": (("mlflow",), "mlflow"),
-    "trackio": (("trackio",), "trackio"),
-    "comet_ml": (("comet_ml",), "comet_ml"),
-    "azure_ml": (("azureml",), "azureml-core"),
-    "neptune": (("neptune",), "neptune"),
-    "codecarbon": (("codecarbon",), "codecarbon"),
-    "clearml": (("clearml",), "clearml"),
-    "dagshub": (("dagshub",), "dagshub"),
-    "flyte": (("flytekit",), "flytekit"),
-    "dvclive": (("dvclive",), "dvclive"),
-    "swanlab": (("swanlab",), "swanlab"),
+#: field -> (what fails without the package, the setting that needs none; None: report_to without the tracker).
+FAILS = {
+    "attn_implementation": ("transformers would fail when it loads the model", "attn_implementation: sdpa"),
+    "use_vllm": ("TRL would fail after loading the model", "use_vllm: false"),
+    "use_liger_kernel": ("the trainer would fail after loading the model", "use_liger_kernel: false"),
+    "optim": ("transformers would fail building the optimizer, after loading the model", "optim: adamw_torch"),
+    "report_to": ("the trainer would fail when it starts", None),
 }
-
-
-#: ``optim`` name prefix -> (import name, pip requirement): transformers' ``trainer_optimizer`` raises ImportError for
-#: these when it builds the optimizer, after the model loads (the bitsandbytes ones need bitsandbytes, a dependency).
-OPTIMIZERS = {
-    "galore_": ("galore_torch", "galore-torch"), "apollo_": ("apollo_torch", "apollo-torch"),
-    "lomo": ("lomo_optim", "lomo-optim"), "adalomo": ("lomo_optim", "lomo-optim"),
-    "grokadamw": ("grokadamw", "grokadamw"), "adamw_torch_4bit": ("torchao", "torchao"),
-    "adamw_torch_8bit": ("torchao", "torchao"), "schedule_free_": ("schedulefree", "schedulefree"),
-    "stable_adamw": ("optimi", "torch-optimi"), "adamw_anyprecision": ("torchdistx", "torchdistx"),
-}
+#: (field, value that needs the package (an ``optim`` name ending in "_" is a prefix), import names any of which
+#: will do, pip requirement). The trackers' modules are those transformers' availability checks look for.
+PACKAGES = (
+    ("attn_implementation", "flash_attention_2", ("flash_attn",), "flash-attn --no-build-isolation (a CUDA GPU)"),
+    ("use_vllm", True, ("vllm",), "vllm (a CUDA GPU)"),
+    ("use_liger_kernel", True, ("liger_kernel",), "liger-kernel"),
+    ("optim", "galore_", ("galore_torch",), "galore-torch"), ("optim", "apollo_", ("apollo_torch",), "apollo-torch"),
+    ("optim", "lomo", ("lomo_optim",), "lomo-optim"), ("optim", "adalomo", ("lomo_optim",), "lomo-optim"),
+    ("optim", "grokadamw", ("grokadamw",), "grokadamw"), ("optim", "adamw_torch_4bit", ("torchao",), "torchao"),
+    ("optim", "adamw_torch_8bit", ("torchao",), "torchao"),
+    ("optim", "schedule_free_", ("schedulefree",), "schedulefree"), ("optim", "stable_adamw", ("optimi",), "torch-optimi"),
+    ("optim", "adamw_anyprecision", ("torchdistx",), "torchdistx"),
+    ("report_to", "wandb", ("wandb",), "wandb"), ("report_to", "mlflow", ("mlflow",), "mlflow"),
+    ("report_to", "tensorboard", ("tensorboard", "tensorboardX"), "tensorboard"),
+    ("report_to", "trackio", ("trackio",), "trackio"), ("report_to", "comet_ml", ("comet_ml",), "comet_ml"),
+    ("report_to", "azure_ml", ("azureml",), "azureml-core"), ("report_to", "neptune", ("neptune",), "neptune"),
+    ("report_to", "codecarbon", ("codecarbon",), "codecarbon"), ("report_to", "clearml", ("clearml",), "clearml"),
+    ("report_to", "dagshub", ("dagshub",), "dagshub"), ("report_to", "flyte", ("flytekit",), "flytekit"),
+    ("report_to", "dvclive", ("dvclive",), "dvclive"), ("report_to", "swanlab", ("swanlab",), "swanlab"),
+)
 
 
 def installed(module: str) -> bool:
@@ -52,10 +53,17 @@ def _report_to(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
 
 
+def _needs(field: str, wanted: Any, value: Any) -> bool:
+    if field == "report_to":
+        return wanted in _report_to(value)
+    if field == "optim" and isinstance(value, str) and wanted.endswith("_"):
+        return value.startswith(wanted)
+    return value is wanted if isinstance(wanted, bool) else value == wanted
+
+
 def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(field, problem)`` for each package a setting of ``values`` (``attn_implementation``, ``use_vllm``,
-    ``use_liger_kernel``, ``optim``, ``report_to``) needs and this environment lacks: the pip command and the setting
-    without it."""
+    """``(field, problem)`` for each :data:`PACKAGES` row a setting of ``values`` needs and this environment lacks,
+    and each ``attn_implementation`` / ``report_to`` value transformers does not know."""
     out = []
     attn = enum_value(values.get("attn_implementation"))
     if isinstance(attn, str) and "/" not in attn:  # "org/repo": a kernel from the Hub, which transformers fetches
@@ -73,40 +81,23 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
             out.append(("attn_implementation", f"attn_implementation={attn!r} needs FlashAttention {attn[-1]}, which "
                         "is not installed (transformers would fail when it loads the model). Fix: install it (a "
                         "recent NVIDIA GPU), or set attn_implementation: sdpa."))
-    if attn == "flash_attention_2" and not installed("flash_attn"):
-        out.append(("attn_implementation", "attn_implementation='flash_attention_2' needs the flash-attn package, "
-                    "which is not installed (transformers would fail when it loads the model). Fix: pip install "
-                    "flash-attn --no-build-isolation (a CUDA GPU), or set attn_implementation: sdpa."))
-    if values.get("use_vllm") is True and not installed("vllm"):
-        out.append(("use_vllm", "use_vllm=True needs the vllm package, which is not installed (TRL would fail after "
-                    "loading the model). Fix: pip install vllm (a CUDA GPU), or set use_vllm: false."))
-    if values.get("use_liger_kernel") is True and not installed("liger_kernel"):
-        out.append(("use_liger_kernel", "use_liger_kernel=True needs the liger-kernel package, which is not installed "
-                    "(the trainer would fail after loading the model). Fix: pip install liger-kernel, or set "
-                    "use_liger_kernel: false."))
-    optim = str(enum_value(values.get("optim")) or "")
-    module, requirement = next(
-        (v for k, v in OPTIMIZERS.items() if optim == k or k.endswith("_") and optim.startswith(k)), (None, None))
-    if module and not installed(module):
-        out.append(("optim", f"optim={optim!r} needs the {requirement} package, which is not installed (transformers "
-                    f"would fail building the optimizer, after loading the model). Fix: pip install {requirement}, or "
-                    "set optim: adamw_torch."))
     out += _report_to_problems(values.get("report_to"))
-    report_to = _report_to(values.get("report_to"))
-    for tracker in report_to:
-        modules, requirement = TRACKERS.get(tracker, ((), "")) if isinstance(tracker, str) else ((), "")
-        if modules and not any(installed(m) for m in modules):
-            others = [t for t in report_to if t not in (tracker, "all", "none")]
-            keep = f"report_to: {others}" if others else "report_to: none"
-            out.append(("report_to", f"report_to={values.get('report_to')!r} needs the {requirement} package, which "
-                        "is not installed (the trainer would fail when it starts). Fix: pip install "
-                        f"{requirement}, or set {keep}."))
+    for field, wanted, modules, requirement in PACKAGES:
+        value = enum_value(values.get(field))
+        if not _needs(field, wanted, value) or any(installed(m) for m in modules):
+            continue
+        fails, other = FAILS[field]
+        if other is None:
+            others = [t for t in _report_to(value) if t not in (wanted, "all", "none")]
+            other = f"report_to: {others}" if others else "report_to: none"
+        out.append((field, f"{field}={value!r} needs the {requirement.split()[0]} package, which is not installed "
+                    f"({fails}). Fix: pip install {requirement}, or set {other}."))
     return out
 
 
 def _report_to_problems(report_to: Any) -> list[tuple[str, str]]:
-    """``report_to`` names transformers does not know (`integration_utils.get_reporting_integration_callbacks` raises
-    on them when the trainer is built, after the model loads)."""
+    """``report_to`` names transformers does not know (`get_reporting_integration_callbacks` raises on them when the
+    trainer is built, after the model loads)."""
     import difflib
 
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK

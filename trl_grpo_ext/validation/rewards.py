@@ -12,11 +12,8 @@ from .tables import typed_value
 
 
 def reward_specs(values: Mapping[str, Any]) -> list:
-    """The run's `RewardSpec` list from ``values["rewards"]`` / ``["reward_weights"]`` ([] without rewards), with the
-    run's ``max_completion_length`` filled in.
-
-    Raises:
-        RunArgumentError: an unknown reward, parameter or weight."""
+    """The run's `RewardSpec` list ([] without ``rewards``), resolved as `GRPOExtConfig` resolves them, with the run's
+    ``max_completion_length`` filled in. Raises RunArgumentError: an unknown reward, parameter or weight."""
     from ..config.resolved import resolve_reward_specs
     from ..rewards.spec import with_run_defaults
 
@@ -24,7 +21,7 @@ def reward_specs(values: Mapping[str, Any]) -> list:
     if rewards is None:
         return []
     try:
-        specs = resolve_reward_specs(rewards, weights)  # as GRPOExtConfig resolves them (it writes reward_weights)
+        specs = resolve_reward_specs(rewards, weights)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
     max_len = typed_value(values.get("max_completion_length"))
@@ -45,11 +42,8 @@ def _reward_object(spec, import_paths: bool = False) -> Any | None:
 
 
 def check_rewards_against_run(specs: Sequence, values: Mapping[str, Any]) -> None:
-    """Refuse reward parameters that, with ``max_completion_length``, make a reward constant (``soft_overlong`` that
-    punishes nothing, ``length`` scoring every completion 1.0).
-
-    Raises:
-        RunArgumentError: naming the reward, the parameter and the fix."""
+    """Refuse reward parameters that ``max_completion_length`` makes constant (``soft_overlong`` punishing nothing,
+    ``length`` scoring every completion 1.0). Raises RunArgumentError: naming the reward, the parameter and the fix."""
     max_len = as_number(values.get("max_completion_length"))
     if max_len is None:
         return
@@ -58,45 +52,37 @@ def check_rewards_against_run(specs: Sequence, values: Mapping[str, Any]) -> Non
         if spec.name in ("soft_overlong", "soft_overlong_punishment_reward"):
             l_max, cache = kw.get("max_completion_len", int(max_len)), kw.get("soft_punish_cache", 0)
             if isinstance(l_max, int) and isinstance(cache, int) and l_max - cache >= max_len:
-                fix = (f"remove max_completion_len (it defaults to max_completion_length) or set it to {format_number(max_len)}"
-                       if l_max != max_len else "set soft_punish_cache > 0, e.g. a quarter of "
-                       "max_completion_length")
+                fix = ("set soft_punish_cache > 0, e.g. a quarter of max_completion_length" if l_max == max_len else
+                       "remove max_completion_len (it defaults to max_completion_length) or set it to "
+                       f"{format_number(max_len)}")
                 raise RunArgumentError(
                     f"rewards[{i}] soft_overlong max_completion_len={l_max} with soft_punish_cache={cache} only "
                     f"punishes completions longer than {l_max - cache} tokens, but max_completion_length="
-                    f"{format_number(max_len)} stops them first: it would score 0 for every completion. Fix: {fix}."
-                )
+                    f"{format_number(max_len)} stops them first: it would score 0 for every completion. Fix: {fix}.")
         if spec.name == "length" and kw.get("unit", "tokens") == "tokens":
             low, high = kw.get("min_length", 0), kw.get("max_length")
             if isinstance(high, int) and isinstance(low, int) and low <= 1 and high >= max_len:
                 raise RunArgumentError(
-                    f"rewards[{i}] length max_length={high} is at least max_completion_length={format_number(max_len)}, so "
-                    f"every completion of 1 token or more scores 1.0 (a constant reward). Fix: set max_length below "
-                    f"{format_number(max_len)}, or raise max_completion_length."
-                )
+                    f"rewards[{i}] length max_length={high} is at least max_completion_length="
+                    f"{format_number(max_len)}, so every completion of 1 token or more scores 1.0 (a constant reward). "
+                    f"Fix: set max_length below {format_number(max_len)}, or raise max_completion_length.")
 
 
 def check_reward_packages(specs: Sequence) -> None:
-    """Each reward's ``required_packages`` ((import name, pip requirement), ...) must be importable.
-
-    Raises:
-        RunArgumentError: naming the reward, the package and ``pip install <requirement>``."""
+    """Each reward's ``required_packages`` ((import name, pip requirement), ...) must be importable (RunArgumentError
+    naming the reward, the package and ``pip install <requirement>``)."""
     for spec in specs:
         reward = _reward_object(spec)
         for module, requirement in getattr(reward, "required_packages", ()) or ():
             if importlib.util.find_spec(module) is None:
                 raise RunArgumentError(
                     f"rewards: {spec.name!r} needs the Python package {requirement!r} (module {module!r}), which is "
-                    f"not installed. Fix: pip install {requirement}, or remove {spec.name!r} from rewards."
-                )
+                    f"not installed. Fix: pip install {requirement}, or remove {spec.name!r} from rewards.")
 
 
 def known_columns(values: Mapping[str, Any]) -> list[str] | None:
     """The training dataset's columns when known without loading it (the embedded tasks, GSM8K-format data, a local
-    JSON-lines or CSV folder), else None.
-
-    Raises:
-        RunArgumentError: an ``embedded_target`` the count-char task cannot use."""
+    JSON-lines or CSV folder), else None. Raises RunArgumentError: an ``embedded_target`` count-char cannot use."""
     from ..models.embedded import tiny
 
     name = values.get("dataset_name")
@@ -115,22 +101,15 @@ def known_columns(values: Mapping[str, Any]) -> list[str] | None:
     return columns
 
 
-def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: str = "training", start: int = 0) -> None:
-    """Every dataset column a selected reward reads must be in ``columns``: its ``required_columns`` and every
-    argument of the callable only a column can fill (`rewards.parameters.column_arguments`); import paths are imported.
-
-    Args:
-        columns: the dataset's columns. specs_or_values: `RewardSpec` list, or a config / mapping holding ``rewards``.
-        split: ``"training"`` or ``"evaluation"``, for the message. start: the index in ``rewards`` of the first spec.
+def check_reward_columns(columns: Sequence[str], specs: Sequence, split: str = "training", start: int = 0) -> None:
+    """Every dataset column a reward of ``specs`` reads must be in ``columns``: its ``required_columns`` and each
+    argument only a column can fill (`rewards.parameters.column_arguments`; import paths are imported). ``split``
+    (training or evaluation) is for the message; ``start``: the index in ``rewards`` of the first spec.
 
     Raises:
         RunArgumentError: naming the reward, the column or argument, the dataset's columns and the fix."""
     from ..rewards.parameters import TRAINER_KWARGS, TRL_DROPPED_COLUMNS, column_arguments
 
-    if isinstance(specs_or_values, list):
-        specs = specs_or_values
-    else:
-        specs = reward_specs(specs_or_values if isinstance(specs_or_values, Mapping) else vars(specs_or_values))
     present = set(columns)
     for i, spec in enumerate(specs, start):
         reward = _reward_object(spec, import_paths=True)
@@ -158,26 +137,19 @@ def check_reward_columns(columns: Sequence[str], specs_or_values: Any, split: st
                 f"column of that name (besides the trainer's {', '.join(sorted(TRAINER_KWARGS - {'environments'}))})"
                 f", but {why}. The run would fail at its first reward call. Fix: add a column {argument!r} to the "
                 f"{split} dataset, rename the argument to a column it has, or give it a default "
-                f"({argument}=None) and accept **kwargs."
-            )
+                f"({argument}=None) and accept **kwargs.")
 
 
 def check_rewards_set(values: Mapping[str, Any]) -> None:
-    """``rewards`` (or TRL's ``reward_funcs``, read as ``rewards``) must be set: without it the recipe has no reward.
-
-    Raises:
-        RunArgumentError: naming the fix."""
+    """``rewards`` (or TRL's ``reward_funcs``, read as it) must be set: the recipe has no other reward."""
     if values.get("rewards") is None:
         raise RunArgumentError("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one "
                                "reward (see `trl-grpo-ext rewards`).")
 
 
 def check_rewards_not_empty(values: Mapping[str, Any]) -> None:
-    """Refuse a parsed reward list that is empty (``rewards: []``, ``--rewards '[]'``, ``--reward_funcs '[]'``);
-    nothing when ``rewards`` is unset (`check_rewards_set`) or cannot be parsed (the ``reward_specs`` rule).
-
-    Raises:
-        RunArgumentError: naming the value given and the fix."""
+    """Refuse a parsed reward list that is empty (``rewards: []``, ``--rewards '[]'``); unset or unparsable
+    ``rewards`` are other rules'."""
     rewards = values.get("rewards")
     if rewards is None:
         return
@@ -192,10 +164,7 @@ def check_rewards_not_empty(values: Mapping[str, Any]) -> None:
 
 
 def check_some_weight(specs: Sequence) -> None:
-    """At least one reward needs a non-zero weight: with every weight 0 each advantage is 0 and no step updates.
-
-    Raises:
-        RunArgumentError: naming each reward's weight and the fix."""
+    """At least one reward needs a non-zero weight: with every weight 0 each advantage is 0 and no step updates."""
     if specs and all(spec.weight == 0 for spec in specs):
         weights = ", ".join(f"rewards[{i}] {spec.name!r} weight {format_number(spec.weight)}"
                             for i, spec in enumerate(specs))
