@@ -76,6 +76,13 @@ def test_the_closing_line_names_the_dominant_cause_and_its_fix():
     # no cause with half of the uniform groups: the shares, no advice
     even = [dict(logs[0], **{CAUSE_KEYS["wrong"]: 0.25, CAUSE_KEYS["right"]: 0.25, CAUSE_KEYS["tied"]: 0.25})]
     assert cause_sentence(run_summary(even)) == "why, of the groups generated: 25% all wrong, 25% all right, 0% cut, 25% tied"
+    # the benchmark's mask arm, seed 1: every completion formatted (0.2 × 1) and wrong (0): 3 of 3 groups tied at 0.2
+    tied = [dict(logs[0], **{"zero_variance/frac_uniform_before": 1.0, CAUSE_KEYS["wrong"]: 0.0, CAUSE_KEYS["right"]: 0.0,
+                             CAUSE_KEYS["tied"]: 1.0})]
+    sentence = cause_sentence(run_summary(tied))
+    assert sentence.startswith("why, of the groups generated: 0% all wrong, 0% all right, 0% cut, 100% tied; most "
+                               "uniform groups were tied"), sentence
+    assert "zero_variance_reward: <its name>" in sentence
 
 
 def test_a_too_short_max_completion_length_is_named_as_the_cause(tmp_path, capsys):

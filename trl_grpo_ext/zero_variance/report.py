@@ -1,11 +1,5 @@
 """The run's uniform-group figures as a reader of its logs sees them: one definition for the console, the plot, the
-card and the benchmarks (pure functions over log dicts; no torch).
-
-A logged step holds TRL's ``frac_reward_zero_std`` (recomputed by the trainer with the float32-safe definition of
-`groups.zero_variance_group_mask`; with ``scale_rewards: batch`` it judges the whole batch, as TRL's does),
-``zero_variance/frac_uniform_before`` (the filter's rule on the generated groups, logged whatever the mode) and, with
-the filter on, ``zero_variance/no_update`` (1.0 on a step whose optimizer update was skipped because every group was
-uniform). See docs/zero_variance.md.
+card and the benchmarks (pure functions over log dicts; no torch). The logged keys: docs/zero_variance.md.
 """
 
 from __future__ import annotations
@@ -43,6 +37,10 @@ CAUSE_FIXES = {
              "completions (rollout_budget: adaptive) or learn from them (zero_variance_signal: entropy)",
     "right": "most uniform groups were all right (the prompts are already solved): skip them "
              "(zero_variance_filter: skip) or train on harder data",
+    "tied": "most uniform groups were tied (every completion scored alike, neither the reward's lowest nor its "
+            "highest: with several rewards, often the same partial credit, such as a format reward, on answers all "
+            "wrong); judge groups on the correctness reward alone (zero_variance_reward: <its name>), so that they "
+            "count as all wrong or all right",
 }
 
 
