@@ -14,8 +14,7 @@ BASELINES = ("group_mean", "leave_one_out")
 STD_SCALINGS = ("group", "batch", "none")
 STD_KINDS = ("sample", "population")
 
-TRL_EPSILON = 1e-4
-"""The ε TRL 1.16 hard-codes in `(r - μ) / (σ + 1e-4)`."""
+TRL_EPSILON = 1e-4  # the ε TRL 1.16 hard-codes in (r - μ) / (σ + 1e-4)
 
 EPSILON_RANGE = Range(low=0, fix="use 1e-4 (TRL's).", source="advantages: A = (R - b) / (σ + ε)")
 
@@ -35,8 +34,7 @@ FIELD_DEFAULTS: dict[str, Any] = {"advantage_preset": None, "scale_rewards": "gr
                                   "advantage_std_scaling": None, "advantage_epsilon": None,
                                   "advantage_std_kind": None, "loss_type": "dapo"}  # TRL's keep TRL's; ours None
 
-#: The config fields of the advantages (ours, then TRL's ``scale_rewards``), in the order the card shows them; TRL's
-#: ``normalize_then_sum`` ignores each of them (`validation.rules.normalize_then_sum`).
+#: The config fields of the advantages (ours, then TRL's ``scale_rewards``), in the order the card shows them.
 FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon", "advantage_std_kind",
           "scale_rewards")
 
@@ -49,15 +47,13 @@ def _check_choice(field_name: str, value: Any, valid: tuple[str, ...]) -> str:
     return check_choice(field_name, value, valid, error=AdvantageConfigError)
 
 
-def _check_epsilon(field_name: str, value: Any) -> float:
-    return float(EPSILON_RANGE.check(field_name, value, error=AdvantageConfigError))
+def _check_epsilon(value: Any) -> float:
+    return float(EPSILON_RANGE.check("advantage_epsilon", value, error=AdvantageConfigError))
 
 
 def normalize_scale_rewards(value: Any) -> str:
-    """TRL's `scale_rewards` as one of `STD_SCALINGS` (`True` -> `"group"`, `False` -> `"none"`, as TRL does).
-
-    Raises:
-        AdvantageConfigError: any other value."""
+    """TRL's `scale_rewards` as one of `STD_SCALINGS` (True -> "group", False -> "none", as TRL reads it).
+    Raises AdvantageConfigError on any other value."""
     if isinstance(value, str) and value.lower() in ("true", "false"):
         value = value.lower() == "true"
     if isinstance(value, bool):
@@ -69,12 +65,9 @@ def normalize_scale_rewards(value: Any) -> str:
 
 @dataclass(frozen=True)
 class AdvantageSettings:
-    """How rewards become advantages (`advantages.compute_advantages`): ``baseline`` (or ``"leave_one_out"``),
-    ``std_scaling`` (``"group"``, ``"batch"``, ``"none"``), ``epsilon`` >= 0 [reward units], ``std_kind`` (``"sample"``:
-    n − 1, or ``"population"``).
-
-    Raises:
-        AdvantageConfigError: an unknown value, or a bad ε."""
+    """How rewards become advantages (`advantages.compute_advantages`): ``baseline`` (`BASELINES`), ``std_scaling``
+    (`STD_SCALINGS`), ``epsilon`` >= 0 [reward units], ``std_kind`` (``"sample"``: n − 1, or ``"population"``).
+    Raises AdvantageConfigError on an unknown value or a bad ε."""
 
     baseline: str = "group_mean"
     std_scaling: str = "group"
@@ -85,17 +78,15 @@ class AdvantageSettings:
         _check_choice("advantage_baseline", self.baseline, BASELINES)
         _check_choice("advantage_std_scaling", self.std_scaling, STD_SCALINGS)
         _check_choice("advantage_std_kind", self.std_kind, STD_KINDS)
-        object.__setattr__(self, "epsilon", _check_epsilon("advantage_epsilon", self.epsilon))
+        object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
 
     @property
     def is_trl_native(self) -> bool:
         """Whether TRL's own formula computes these settings (group mean; no std, or sample std with ε = 1e-4)."""
-        if self.baseline != "group_mean":
-            return False
-        return self.std_scaling == "none" or (self.std_kind == "sample" and self.epsilon == TRL_EPSILON)
+        return self.baseline == "group_mean" and (
+            self.std_scaling == "none" or (self.std_kind == "sample" and self.epsilon == TRL_EPSILON))
 
     def to_dict(self) -> dict[str, Any]:
-        """The four fields as a plain `dict`."""
         return asdict(self)
 
 
@@ -115,13 +106,9 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
                                advantage_epsilon: float | None = None, advantage_std_kind: str | None = None,
                                loss_type: str | None = "dapo", defaults: Mapping[str, Any] | None = None,
                                ) -> tuple[AdvantageSettings, dict[str, Any]]:
-    """Merge a preset, TRL's `scale_rewards` and our advantage fields into one `AdvantageSettings`.
-
-    A field counts as set when not None and not its default in ``defaults`` (:data:`FIELD_DEFAULTS`); the preset and the
-    set fields must agree, else the field's value, then the fallback (group_mean, ε = 1e-4, sample std) decides.
-
-    Returns:
-        ``(settings, {"scale_rewards": ..., "loss_type": ...})``: the settings and TRL's fields to write.
+    """``(settings, {"scale_rewards": ..., "loss_type": ...})``: a preset, TRL's `scale_rewards` and our advantage
+    fields merged into one `AdvantageSettings`, and TRL's fields to write. A field is set when not None and not its
+    default in ``defaults`` (:data:`FIELD_DEFAULTS`); the preset and the set fields must agree.
 
     Raises:
         AdvantageConfigError: an unknown preset or value; a preset or set fields that disagree.
@@ -141,7 +128,7 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
         if values[name] is not None:
             _check_choice(name, values[name], valid)
     if advantage_epsilon is not None:
-        values["advantage_epsilon"] = _check_epsilon("advantage_epsilon", advantage_epsilon)
+        values["advantage_epsilon"] = _check_epsilon(advantage_epsilon)
     raw = {**values, "scale_rewards": scale_rewards}
     explicit = {name: is_explicit(name, raw[name], defaults) for name in values}
     preset_fields = PRESETS[preset] if preset is not None else {}
@@ -154,32 +141,24 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
         claims += [(f"{name}={raw[name]!r}", values[name]) for name in fields if explicit[name]]
         for source, value in claims[1:]:
             if value != claims[0][1]:
-                fix = (
-                    f"Remove {source.split('=')[0]} (the preset sets it), or drop the preset and set the fields "
-                    "yourself."
-                    if fields[0] in preset_fields
-                    else "Set only one of them, or give both the same value."
-                )
+                fix = (f"Remove {source.split('=')[0]} (the preset sets it), or drop the preset and set the fields "
+                       "yourself." if fields[0] in preset_fields else
+                       "Set only one of them, or give both the same value.")
                 raise AdvantageConfigError(f"{claims[0][0]} conflicts with {source}: both set the {setting}. {fix}")
         if claims:
             return claims[0][1]
         return next((values[name] for name in fields if values[name] is not None), fallback)
 
     std_scaling = decide("std scaling", ("advantage_std_scaling", "scale_rewards"), "group")
-    settings = AdvantageSettings(
-        baseline=decide("advantage baseline", ("advantage_baseline",), "group_mean"),
-        std_scaling=std_scaling,
-        epsilon=decide("advantage ε", ("advantage_epsilon",), TRL_EPSILON),
-        std_kind=decide("std kind", ("advantage_std_kind",), "sample"),
-    )
+    settings = AdvantageSettings(baseline=decide("advantage baseline", ("advantage_baseline",), "group_mean"),
+                                 std_scaling=std_scaling,
+                                 epsilon=decide("advantage ε", ("advantage_epsilon",), TRL_EPSILON),
+                                 std_kind=decide("std kind", ("advantage_std_kind",), "sample"))
     resolved_loss_type = decide("loss type", ("loss_type",), loss_type)
     if std_scaling == "none":
         idle = [name for name in ("advantage_epsilon", "advantage_std_kind") if explicit[name]]
         if idle:
-            warnings.warn(
-                f"{' and '.join(f'{n}={raw[n]!r}' for n in idle)} has no effect: the std scaling is 'none', so "
-                "advantages are not divided by a std. Remove it, or set advantage_std_scaling to 'group' or 'batch'.",
-                UserWarning,
-                stacklevel=2,
-            )
+            named = " and ".join(f"{n}={raw[n]!r}" for n in idle)
+            warnings.warn(f"{named} has no effect: the std scaling is 'none', so advantages are not divided by a std. "
+                          "Remove it, or set advantage_std_scaling to 'group' or 'batch'.", UserWarning, stacklevel=2)
     return settings, {"scale_rewards": settings.std_scaling, "loss_type": resolved_loss_type}

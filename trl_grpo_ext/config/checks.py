@@ -1,5 +1,4 @@
-"""The one validation helper: numeric ranges and string choices, one-line messages naming the field, the value and
-a fix (no torch, no TRL). Examples: tests/test_checks.py."""
+"""Numeric ranges and string choices, one-line messages naming the field, the value and a fix (no torch, no TRL)."""
 
 from __future__ import annotations
 
@@ -18,15 +17,13 @@ class RunArgumentError(ValueError):
 
 
 class IneffectiveSettingWarning(UserWarning):
-    """A setting accepted but without effect in this run (the severity ladder: docs/configuration.md); the message
-    names the field, why, and how to silence it."""
+    """A setting accepted but without effect in this run (docs/configuration.md); names the field, why, the fix."""
 
 
 @dataclass(frozen=True)
 class Range:
-    """The valid values of one numeric field: bounds ``low`` / ``high`` (None: unbounded; ``*_open`` excludes the
-    bound), ``integer`` (``4.0`` accepted as 4), ``fix`` (appended to the message), ``source`` (who reads the field).
-    """
+    """The valid values of one numeric field: ``low`` / ``high`` (None: unbounded; ``*_open`` excludes the bound),
+    ``integer`` (``4.0`` read as 4), ``fix`` (appended to the message), ``source`` (who reads the field)."""
 
     low: float | None = None
     high: float | None = None
@@ -78,14 +75,12 @@ class Choices:
     values: tuple[str, ...]
 
     def check(self, name: str, value: Any, error: type[ValueError] = RunArgumentError) -> Any:
-        """``value`` if it is one of :attr:`values`, else raise ``error`` (:func:`check_choice`)."""
         return check_choice(name, value, self.values, error=error)
 
 
 def declared_checks(cls) -> dict[str, dict[str, Any]]:
-    """``{field: {"choices": (...)} or {"range": Range(...)}}`` for the init fields of dataclass ``cls`` that declare
-    one: ``Annotated[..., Range(...)]`` / ``Annotated[..., Choices(...)]`` on the type, or, for this package's own
-    fields, a ``choices`` key of the argparse metadata (TRL's and transformers' argparse choices are left to them)."""
+    """``{field: {"choices": (...)} and/or {"range": Range(...)}}`` of the init fields of dataclass ``cls``: from
+    ``Annotated[..., Range | Choices]`` types, and for this package's fields a ``choices`` key of their metadata."""
     import dataclasses
     import typing
 
@@ -109,8 +104,7 @@ def declared_checks(cls) -> dict[str, dict[str, Any]]:
 
 def check_choice(name: str, value: Any, choices: Iterable[str], error: type[ValueError] = RunArgumentError,
                  fix: str = "") -> Any:
-    """``value`` if it is one of ``choices``, else raise ``error``: "Did you mean" (:func:`closest_choice`), the
-    choices in order, ``fix``, and for a boolean the YAML 1.1 hint."""
+    """``value`` if one of ``choices``, else raise ``error`` naming the closest choice, all of them and ``fix``."""
     choices = tuple(choices)
     if isinstance(value, str) and value in choices:
         return value
@@ -124,9 +118,8 @@ def check_choice(name: str, value: Any, choices: Iterable[str], error: type[Valu
 
 
 def choice_from_yaml(value: Any, choices: Iterable[str]) -> Any:
-    """The choice a YAML 1.1 boolean meant for a field with ``choices`` (PyYAML, like TRL's parser, reads an unquoted
-    ``off`` / ``no`` as ``False``): ``False`` -> ``"off"`` (else ``"no"``), ``True`` -> ``"on"`` (else ``"yes"``), where
-    that word is a choice; any other value unchanged."""
+    """The choice a YAML 1.1 boolean meant (PyYAML reads an unquoted ``off`` / ``no`` as False): False -> ``"off"``
+    or ``"no"``, True -> ``"on"`` or ``"yes"``, where that word is a choice; any other value unchanged."""
     if not isinstance(value, bool):
         return value
     choices = tuple(choices)
@@ -134,8 +127,7 @@ def choice_from_yaml(value: Any, choices: Iterable[str]) -> Any:
 
 
 def closest_choice(value: Any, choices: Iterable[str]) -> str | None:
-    """The choice ``value`` most likely means: the same letters in another case, else the closest spelling
-    (`difflib`, ignoring case), else None."""
+    """The choice ``value`` most likely means: the same letters in another case, else the closest spelling, or None."""
     choices = tuple(choices)
     lowered = {choice.lower(): choice for choice in choices}
     text = str(value).lower()
@@ -153,8 +145,8 @@ def format_number(x: Any) -> str:
 
 
 def shown(value: Any) -> str:
-    """A value as a message shows it: a whole float as the integer the user wrote (``10`` for 10.0, TRL's parser
-    types ``--save_steps 10`` as a float), anything else as `repr`."""
+    """A value as a message shows it: a whole float as an integer (TRL's parser types ``--save_steps 10`` as 10.0),
+    anything else as `repr`."""
     return format_number(value) if isinstance(value, float) else repr(value)
 
 
@@ -171,8 +163,7 @@ def as_number(value: Any) -> float | None:
 
 
 def world_size_from_env(environ=None, strict: bool = True) -> int:
-    """``WORLD_SIZE`` of ``environ`` (default ``os.environ``; set by `accelerate launch` / `torchrun`); 1 when unset,
-    and without ``strict`` when not a whole number of 1 or more.
+    """``WORLD_SIZE`` of ``environ`` (default ``os.environ``); 1 when unset, or without ``strict`` when invalid.
 
     Raises:
         RunArgumentError: with ``strict``, not a whole number of 1 or more."""

@@ -1,6 +1,5 @@
-"""Which distributed engine a run uses (DDP, DeepSpeed ZeRO, FSDP), read before any model loads, without torch: the
-run's ``deepspeed`` / ``fsdp`` fields, else the environment `accelerate launch` sets, else an accelerate config given
-to ``plan --accelerate-config`` (docs/scaling.md). The refusals are in `validation.engines`."""
+"""Which distributed engine a run uses (DDP, DeepSpeed ZeRO, FSDP), read without torch before any model loads
+(docs/scaling.md); the refusals are in `validation.engines`."""
 
 from __future__ import annotations
 
@@ -17,10 +16,9 @@ from .checks import RunArgumentError, world_size_from_env
 
 @dataclass(frozen=True)
 class Engine:
-    """A run's engine: ``kind`` (``single``, ``ddp``, ``deepspeed`` or ``fsdp``), ``zero_stage``, ``fsdp_version``, the
-    process and machine counts when the source says, the ``source`` it was read from, ``optimizer_section`` (the
-    DeepSpeed JSON builds its own optimizer, so the trainer's ``create_optimizer`` is never called) and
-    ``config_problem`` (its DeepSpeed config file does not read)."""
+    """A run's engine: ``kind`` (``single``, ``ddp``, ``deepspeed`` or ``fsdp``), the counts its ``source`` gives,
+    ``optimizer_section`` (the DeepSpeed JSON builds its own optimizer: the trainer's ``create_optimizer`` never runs),
+    accelerate's ``mixed_precision`` and ``config_problem`` (a DeepSpeed config that does not read as JSON)."""
 
     kind: str = "single"
     zero_stage: int | None = None
@@ -29,8 +27,8 @@ class Engine:
     num_machines: int | None = None
     source: str = "default"
     optimizer_section: bool = False
-    mixed_precision: str | None = None  # accelerate's (no, bf16, fp16), where the source names it
-    config_problem: str | None = None  # a DeepSpeed config file that does not read as JSON
+    mixed_precision: str | None = None
+    config_problem: str | None = None
 
     def describe(self) -> str:
         """``"DeepSpeed ZeRO-3 (from ACCELERATE_USE_DEEPSPEED)"`` and the like."""
@@ -47,8 +45,8 @@ def _flag(value: Any) -> bool:
 
 
 def _deepspeed_json(config: Any) -> tuple[Mapping, str | None]:
-    """A DeepSpeed config (a dict, a JSON file path, a JSON or base64-JSON string, as transformers'
-    `HfDeepSpeedConfig` reads it) as a mapping, and what is wrong with it (None when it reads)."""
+    """A DeepSpeed config (a dict, a JSON file, JSON or base64-JSON text, as transformers' `HfDeepSpeedConfig` reads
+    it) as a mapping, and what is wrong with it (None when it reads)."""
     if not isinstance(config, str) or config.strip().lower() in ("", "none"):
         return (config if isinstance(config, Mapping) else {}), None
     try:
@@ -106,12 +104,10 @@ def engine_from_env(environ: Mapping[str, str] | None = None) -> Engine | None:
 
 
 def engine_from_accelerate_config(config: Mapping[str, Any], source: str = "the accelerate config") -> Engine:
-    """The engine and counts of an accelerate config's contents (``num_processes``: over all machines, the world
-    size the plan counts).
+    """The engine and counts of an accelerate config's contents (``num_processes``: over all machines).
 
     Raises:
-        RunArgumentError: a key accelerate would fail on (a section that is not a mapping, a count or FSDP version
-            that is not a whole number), naming ``source``, the key, the value and a fix."""
+        RunArgumentError: a key accelerate would fail on, naming ``source``, the key, the value and a fix."""
     def whole(key: str, value: Any, low: int = 1) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise RunArgumentError(f"{source}: {key}={value!r} is not a whole number >= {low}. Fix: e.g. {key}: 2.")
@@ -140,16 +136,14 @@ def engine_from_accelerate_config(config: Mapping[str, Any], source: str = "the 
 
 def resolve_engine(values: Mapping[str, Any], environ: Mapping[str, str] | None = None,
                    accelerate_config: Engine | None = None) -> Engine:
-    """The run's engine: its fields, else the launch environment, else ``accelerate_config``, else one process (DDP when
-    ``WORLD_SIZE`` > 1)."""
+    """The run's engine: its fields, else the launch environment, else ``accelerate_config``, else DDP when
+    ``WORLD_SIZE`` > 1, else one process; accelerate's mixed precision from the environment where unnamed."""
     env = os.environ if environ is None else environ
     found = engine_from_run_values(values) or engine_from_env(env) or accelerate_config
-    if found is not None and found.mixed_precision is None and env.get("ACCELERATE_MIXED_PRECISION"):
-        # the `deepspeed` / `fsdp` fields name the engine; accelerate's precision is still the environment's
-        return dataclasses.replace(found, mixed_precision=env["ACCELERATE_MIXED_PRECISION"])
+    mixed = env.get("ACCELERATE_MIXED_PRECISION")
     if found is not None:
-        return found
+        precision = found.mixed_precision if found.mixed_precision is not None else mixed or None
+        return dataclasses.replace(found, mixed_precision=precision)
     world = world_size_from_env(env, strict=False)  # a bad value is the front door's refusal, not ours
-    mixed = env.get("ACCELERATE_MIXED_PRECISION")  # `accelerate launch` sets it from its config
     return Engine("ddp" if world > 1 else "single", source="ACCELERATE_MIXED_PRECISION" if mixed else "WORLD_SIZE",
                   mixed_precision=mixed)

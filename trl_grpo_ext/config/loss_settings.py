@@ -8,7 +8,7 @@ from typing import Any
 
 __all__ = ["CLIP_DEFAULTS", "CLIPPED_LOSSES", "bnpo_accumulation_warning", "clip_takes_effect", "ignored_clipping"]
 
-#: TRL's clip fields and their defaults: a value other than the default is a setting the user made.
+#: TRL's clip fields and their defaults.
 CLIP_DEFAULTS: dict[str, Any] = {"epsilon": 0.2, "epsilon_high": None, "delta": None}
 #: Loss types whose policy term clips the ratio with ``epsilon`` / ``epsilon_high`` / ``delta``.
 CLIPPED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
@@ -21,12 +21,8 @@ def clip_takes_effect(gradient_accumulation_steps: int, steps_per_generation: in
 
 def ignored_clipping(settings: Mapping[str, Any], *, loss_type: str, gradient_accumulation_steps: int,
                      steps_per_generation: int, num_iterations: int) -> str | None:
-    """The message refusing clip settings that would change nothing, or None when they take effect.
-
-    Args:
-        settings: the clip fields the user set (``epsilon`` at 0.2 and None count as unset; a value not >= 0 is left to
-            the range checks). loss_type: only :data:`CLIPPED_LOSSES` clip. The other arguments: TRL's fields as resolved.
-    """
+    """The warning that the clip fields the user set (``settings``; a default or a value below 0 counts as unset)
+    would change nothing, or None when they take effect; the other arguments are TRL's fields as resolved."""
     given = {name: value for name, value in settings.items()
              if name in CLIP_DEFAULTS and value is not None and value != CLIP_DEFAULTS[name]}
     if not given or loss_type not in CLIPPED_LOSSES:
@@ -49,8 +45,8 @@ def ignored_clipping(settings: Mapping[str, Any], *, loss_type: str, gradient_ac
 
 def bnpo_accumulation_warning(loss_type: str, gradient_accumulation_steps: int, micro_batch_size: int,
                               completions_per_step: int, world_size: int = 1) -> str | None:
-    """A warning that ``loss_type: bnpo`` changes with ``micro_batch_size``, with the run's numbers; None for
-    another loss type or one micro-batch per step."""
+    """The warning that ``loss_type: bnpo`` changes with ``micro_batch_size``; None for another loss type or one
+    micro-batch per step."""
     if loss_type != "bnpo" or gradient_accumulation_steps <= 1:
         return None
     per_process = completions_per_step // max(1, world_size)
