@@ -1,5 +1,5 @@
-"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, the same way
-(docs/configuration.md): every problem reported at once, one line each."""
+"""The front door: every command (`plan`, `train`, `eval`, the recipe) reads a run's config here, through TRL's
+argument parser, every problem reported at once, one line each (docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunArgs:
-    """A run's four dataclasses (or twins); ``given``: the keys the user set; ``problems``: the collector
-    (`validation.problems.Problems`) while the front door's ``checks`` run (`validation.dataset_stage`)."""
+    """A run's four dataclasses (or twins); ``given``: the keys the user set; ``problems``: the collector while the
+    front door's ``checks`` run; ``warnings``: settings without effect, one line each."""
 
     script_args: Any
     training_args: Any
@@ -36,7 +36,7 @@ class RunArgs:
     config_path: str | None
     user_values: dict | None = None
     problems: Any = None
-    warnings: list = field(default_factory=list)  # settings without effect, one line each (listed once, not refused)
+    warnings: list = field(default_factory=list)
 
     def __iter__(self):  # script_args, training_args, model_args, push_args = run
         return iter((self.script_args, self.training_args, self.model_args, self.push_args))
@@ -111,10 +111,9 @@ def hf_argument_parser(types_: tuple[type, ...]):
 
 
 def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
-    """``(--config's value, the other arguments)``, ``--config=PATH`` too; ConfigError without a value or twice."""
+    """``(--config's value, the other arguments)``, ``--config=PATH`` too (a second one is an unknown key).
+    ConfigError without a value."""
     found = [i for i, a in enumerate(argv) if a.split("=", 1)[0] == "--config"]
-    if len(found) > 1:  # argparse (plan) would keep the last one, a first-match reader the first
-        raise ConfigError(f"--config is given {len(found)} times. Fix: give one; override its keys with --key value.")
     if not found:
         return None, argv
     i, inline = found[0], "=" in argv[found[0]]
@@ -125,9 +124,9 @@ def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def load_yaml(path: Path, flag: str = "--config") -> dict:
-    """The YAML mapping in ``path`` ({} when empty). Raises ConfigError on bad YAML, a non-mapping, or a key written
-    twice in one mapping (YAML loaders keep the last silently); ``flag``: the option that named the file, for the
-    message."""
+    """The YAML mapping in ``path`` ({} when empty; ``flag``: the option that named it, for messages).
+    Raises ConfigError on bad YAML, a non-mapping, a key that is no name, or a key written twice (YAML keeps the last
+    silently)."""
     import yaml
 
     class UniqueKeys(yaml.SafeLoader):
@@ -250,14 +249,10 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
                   world_size: int | None = None, checks=(), engine=None) -> RunArgs:
     """Read a run's config: ``--config NAME_OR_PATH`` plus ``--key value`` overrides (default ``sys.argv[1:]``).
 
-    Every problem is reported at once: the single values and every rule of `validation.rules.RULES` are checked on
-    the twins' values (the keys the user set), for `plan` and the recipe alike; a missing or unreadable file, and a
-    refusal of the real dataclasses (built unless ``light``: their own ``__post_init__``), stop the collection.
-
-    Args:
-        light: the twins only. announce: print translation notes on stderr. world_size: processes (default
-            ``$WORLD_SIZE``, else 1). checks: more checks of the `RunArgs` (raising `ValueError`). engine: the
-            `engines.Engine` of ``plan --accelerate-config``.
+    The values and every rule of `validation.rules.RULES` are checked once, on the twins (the keys the user set), for
+    `plan` and the recipe alike; then, unless ``light``, the real dataclasses are built (TRL's and transformers' own
+    checks). ``announce``: print translation notes on stderr; ``world_size``: default ``$WORLD_SIZE``, else 1;
+    ``checks``: more checks of the `RunArgs`; ``engine``: the `engines.Engine` of ``plan --accelerate-config``.
 
     Raises:
         ConfigError: several problems listed in ``problems``; a single one as the error its check raised."""
@@ -302,8 +297,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     if unknown:
         problems.add(*_unknown_problem(unknown, twins))
         config, args = _without_keys(config, args, {*unknown, *(key.lstrip("-").replace("-", "_") for key in unknown)})
-    # What the user set (the file after translation, then the command line), checked before the dataclasses run
-    # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
+    # what the user set (the file after translation, then the command line): conflicts are judged on these keys
     parser = hf_argument_parser(twins)
     config = check_yaml_types(parser_choices(config, parser, problems), problems)
     args, stray = without_stray_values(args, parser)
@@ -349,8 +343,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
 
 def _argument_problem(err: argparse.ArgumentError, parser, defaults=None) -> tuple[str | None, ConfigError]:
     """The field an argparse error is about (``--learning_rate/--learning-rate`` -> ``learning_rate``) and its problem:
-    argparse's line, with a fix naming the field's default (``defaults``: before the file's values were set) when the
-    value's type was refused."""
+    argparse's line, with a fix naming the field's default (``defaults``: before the file's were set) for a type error."""
     name = (err.argument_name or "").split("/")[0]
     field_ = name.lstrip("-").replace("-", "_") if name.startswith("--") else None
     default = (defaults or {}).get(field_, parser.get_default(field_)) if field_ and "invalid" in str(err) else None
@@ -360,8 +353,8 @@ def _argument_problem(err: argparse.ArgumentError, parser, defaults=None) -> tup
 
 def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None,
            user_values) -> RunArgs:
-    """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs`: a YAML value its
-    type cannot read is recorded and left out; a dataclass's own refusal is recorded and raised."""
+    """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs`: a YAML value of a
+    wrong type is recorded and left out; a dataclass's own refusal is recorded and raised."""
     config = dict(config)
     original = {key: parser.get_default(key) for key in config}
     while True:

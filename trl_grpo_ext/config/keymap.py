@@ -1,94 +1,60 @@
-"""Keys of other tools in a run config: translated to ours (``reward_funcs`` → ``rewards``, ``torch_dtype`` →
-``dtype``, ...) or refused with what to do instead. Read by the front door (`trl_grpo_ext.config.frontdoor`) before the
-unknown-key check; each entry was checked against the installed TRL 1.16 / transformers 5 source.
-"""
+"""Keys of other tools in a run config (``trl grpo``, open-r1, older TRL and transformers), translated to ours or
+refused with what to do instead; read by the front door before the unknown-key check."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from .checks import Range
-
-#: Other names of our keys, read as the key they name: ``trl grpo`` (``trl/scripts/grpo.py``) and open-r1 call the
-#: reward list ``reward_funcs`` (names or dotted import paths; the registry resolves both).
+#: Other names of our keys: ``trl grpo`` and open-r1 call the reward list ``reward_funcs``.
 ALIASES = {"reward_funcs": "rewards"}
 
-#: Keys renamed upstream: old -> (new, why). The value is read as the new key.
+#: Keys renamed upstream: old -> (new, why); the value is read as the new key.
 RENAMED = {
     "torch_dtype": ("dtype", "transformers 5 and trl.ModelConfig renamed it `dtype`"),
     "warmup_ratio": ("warmup_steps", "transformers 5 removed it; a `warmup_steps` below 1 is a fraction of the steps"),
-    "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", "TRL 1.16 deprecated it; its "
-                                     "GRPOConfig copies it over vllm_importance_sampling_clip_max"),
+    "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", "TRL 1.16 deprecated it"),
 }
 
-#: Two names of one setting that both stay fields (TRL's and ours; transformers 5.25's new name and the deprecated
-#: one): either is read, both set in one place is refused (the winner would be silent).
+#: Two names of one setting that both stay fields: either is read, both set is refused (one would silently win).
 SAME_SETTING = {"hub_private_repo": "hub_private", "gradient_checkpointing": "activation_checkpointing",
                 "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
 
 #: open-r1's Weights & Biases keys, applied as the environment variables wandb reads (unless already set).
 ENV_KEYS = {"wandb_entity": "WANDB_ENTITY", "wandb_project": "WANDB_PROJECT", "wandb_run_group": "WANDB_RUN_GROUP"}
 
-#: Keys that no longer exist (or that this package does not support): key -> what to do instead.
+_BRANCH_PUSH = "open-r1's branch push is not supported; push with `push_to_hub_mode` and `hub_repo_id` (docs/hub.md)."
+#: Keys that no longer exist or that this package does not support: key -> what to do instead.
 REMOVED = {
-    "vllm_device": "removed from TRL's GRPOConfig; vLLM runs through `vllm_mode: colocate` (same GPU) or "
-                   "`vllm_mode: server` (a `trl vllm-serve` process). Remove the key.",
-    "reward_model_name_or_path": "`trl grpo`'s reward model is not supported by the recipe; use reward functions "
-                                 "(`rewards:`), or pass the model in GRPOExtTrainer(reward_funcs=[...]) in your own "
-                                 "script.",
-    "datasets": "`trl grpo`'s dataset mixture is not supported by the recipe; give one dataset with `dataset_name` "
-                "(and `dataset_config`), or mix them beforehand with `datasets.concatenate_datasets`.",
-    "dataset_configs": "open-r1's list form; this package reads one configuration: `dataset_config: NAME`.",
-    "wandb_log_unique_prompts": "open-r1 only; TRL's equivalent is `log_unique_prompts: true` (with "
-                                "`log_completions: true`).",
-    "hub_model_revision": "open-r1's branch push is not supported; push to a repository with `hub_repo_id` "
-                          "(see docs/hub.md) and create the branch with `huggingface-cli`.",
-    "push_to_hub_revision": "open-r1's branch push is not supported; use `push_to_hub_mode: adapter` or `merged` "
-                            "with `hub_repo_id` (see docs/hub.md).",
-    "overwrite_hub_revision": "open-r1's branch push is not supported; remove the key (see docs/hub.md).",
-    "benchmarks": "open-r1 runs lighteval benchmarks after training; this package does not. Remove the key and "
-                  "run `trl-grpo-ext eval` or lighteval on output_dir.",
-    "callbacks": "open-r1's callback names are not supported; add callbacks in your own script with "
-                 "`trainer.add_callback(...)`.",
-    **{key: "an open-r1 reward setting: give it as a parameter of the reward instead, e.g. `rewards: [{name: "
-            "cosine_scaled_reward, kwargs: {min_value_wrong: -1.0}}]` (`trl-grpo-ext rewards` lists each reward's "
-            "parameters)."
+    "vllm_device": "removed from TRL's GRPOConfig; use `vllm_mode: colocate` or `vllm_mode: server`.",
+    "reward_model_name_or_path": "a reward model is not supported by the recipe; use `rewards:`, or "
+                                 "GRPOExtTrainer(reward_funcs=[...]) in your own script.",
+    "datasets": "dataset mixtures are not supported by the recipe; give one `dataset_name` (and `dataset_config`).",
+    "dataset_configs": "this package reads one configuration: `dataset_config: NAME`.",
+    "wandb_log_unique_prompts": "use TRL's `log_unique_prompts: true` (with `log_completions: true`).",
+    "hub_model_revision": _BRANCH_PUSH,
+    "push_to_hub_revision": _BRANCH_PUSH,
+    "overwrite_hub_revision": _BRANCH_PUSH,
+    "benchmarks": "remove it and run `trl-grpo-ext eval` (or lighteval) on output_dir.",
+    "callbacks": "add callbacks in your own script with `trainer.add_callback(...)`.",
+    **{key: "give it as a parameter of the reward, e.g. `rewards: [{name: cosine_scaled_reward, kwargs: "
+            "{min_value_wrong: -1.0}}]` (`trl-grpo-ext rewards` lists them)."
        for key in ("cosine_min_value_wrong", "cosine_max_value_wrong", "cosine_min_value_correct",
                    "cosine_max_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
                    "code_language", "code_eval_test_batch_size", "parallel_code_exec_per_proc", "e2b_router_url",
                    "morph_router_url", "code_provider", "ioi_provider")},
 }
 
-#: Keys of list type whose empty value has no effect: accepted when empty (open-r1 writes `callbacks: []`).
+#: List keys accepted when empty (open-r1 writes `callbacks: []`).
 _EMPTY_OK = {"benchmarks", "callbacks"}
-
-#: ``warmup_ratio``, read as ``warmup_steps``: a fraction of the training steps.
-_WARMUP_RATIO = Range(low=0, high=1, high_open=True, fix="it is a fraction of the training steps; use e.g. 0.1.")
-
 
 def cli_keys(args: list[str]) -> list[tuple[int, str]]:
     """``(index, key)`` of each ``--key`` token of ``args`` (``--key=value`` included)."""
     return [(i, token[2:].split("=", 1)[0]) for i, token in enumerate(args) if token.startswith("--") and len(token) > 2]
 
 
-def cli_value(args: list[str], key: str):
-    """The number given to ``--key`` on the command line (last occurrence), or None."""
-    value = None
-    for i, token in enumerate(args):
-        if token.startswith(f"--{key}="):
-            value = token.split("=", 1)[1]
-        elif token == f"--{key}" and i + 1 < len(args):
-            value = args[i + 1]
-    try:
-        return None if value is None else float(value)
-    except ValueError:
-        return None
-
-
 def _env_keys_from_cli(args: list[str], problems: list[str]) -> tuple[list[str], dict[str, str]]:
-    """``args`` without the :data:`ENV_KEYS` options (``--wandb_project NAME`` or ``--wandb_project=NAME``), and
-    their values (the last one given wins, as for any key). An option without a value is a problem."""
+    """``args`` without the :data:`ENV_KEYS` options, and their values (the last wins); no value is a problem."""
     out: list[str] = []
     given: dict[str, str] = {}
     i = 0
@@ -113,7 +79,6 @@ def _env_keys_from_cli(args: list[str], problems: list[str]) -> tuple[list[str],
 
 
 def _set_env(key: str, value: Any, notes: list[str]) -> None:
-    """Apply an :data:`ENV_KEYS` key as its environment variable, unless the environment already sets it."""
     env = ENV_KEYS[key]
     if os.environ.get(env) not in (None, ""):
         notes.append(f"{key}: {env} is already set to {os.environ[env]!r} in the environment, which wins; {value!r} "
@@ -124,13 +89,8 @@ def _set_env(key: str, value: Any, notes: list[str]) -> None:
 
 
 def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, list[str], list[str]]:
-    """Apply :data:`ALIASES`, :data:`RENAMED`, :data:`ENV_KEYS` to the YAML mapping ``config`` and the command line
-    ``args``, appending a note per translation to ``notes``.
-
-    Returns:
-        ``(config, args, problems)``: the translated copies, and one text per refused key (:data:`REMOVED`, a key set
-        under both names, a ``warmup_ratio`` outside [0, 1)); the caller refuses them all at once.
-    """
+    """``(config, args, problems)``: the YAML mapping and the command line with :data:`ALIASES`, :data:`RENAMED` and
+    :data:`ENV_KEYS` applied (a note per translation in ``notes``), and one line per refused key."""
     config = dict(config)
     problems: list[str] = []
     args, env_values = _env_keys_from_cli(list(args), problems)
@@ -156,13 +116,6 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
             config[new] = config.pop(old)
         why = RENAMED[old][1] if old in RENAMED else "the same setting"
         notes.append(f"{old} read as {new} ({why}).")
-        if old == "warmup_ratio":
-            value = cli_value(args, new) if old in in_cli else config.get(new)
-            if isinstance(value, (int, float)):
-                try:
-                    _WARMUP_RATIO.check("warmup_ratio", value)
-                except ValueError as err:
-                    problems.append(str(err).rstrip("."))
     for old, new in SAME_SETTING.items():
         if (old in config and new in config) or (old in given_on_cli and new in given_on_cli):
             problems.append(f"{old!r} and {new!r} are both set; they are two names of one setting and one would "
