@@ -85,7 +85,7 @@ def test_plan_counts_skip_epochs_on_the_given_dataset_size(three, capsys):
     assert "this run covers 0.188 epoch(s) of 64 prompts" in line
 
 
-def test_vllm_on_a_4bit_base_and_bf16_join_the_list(three, capsys, monkeypatch):
+def test_vllm_on_a_4bit_base_joins_the_list_and_bf16_is_transformers_refusal(three, capsys, monkeypatch):
     from trl_grpo_ext.models import settings as models
     from trl_grpo_ext.validation import packages
 
@@ -100,9 +100,15 @@ def test_vllm_on_a_4bit_base_and_bf16_join_the_list(three, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         parse_recipe_args(["--config", str(three)])
     lines = _errors(capsys.readouterr().err, "error: ")
-    # the recipe adds what only it checks: bf16 on this machine (plan imports no torch)
-    assert [line[:28] for line in lines] == ["temperature=0 must be a numb", "use_vllm=True with a 4-bit b",
-                                             "bf16=True, but this machine "]
+    assert [line[:28] for line in lines] == ["temperature=0 must be a numb", "use_vllm=True with a 4-bit b"]
+    import torch
+
+    if not torch.cuda.is_available():  # bf16 on this machine: transformers' TrainingArguments refuses it, before loading
+        three.write_text(yaml.safe_dump({**THREE, "rewards": ["char_fraction"], "zero_variance_filter": "mask",
+                                         "temperature": 1.0, "bf16": True, "use_cpu": False}))
+        with pytest.raises(SystemExit):
+            parse_recipe_args(["--config", str(three)])
+        assert "Your setup doesn't support bf16/gpu" in capsys.readouterr().err
 
 
 def test_fp16_off_the_cpu_on_a_machine_without_a_gpu_is_refused(three, capsys, monkeypatch):

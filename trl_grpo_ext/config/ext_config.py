@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import warnings
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
@@ -14,7 +15,7 @@ from typing import Annotated, Any, NewType
 from trl import GRPOConfig
 
 from ..models.settings import bf16_available as _bf16_available
-from ..models.settings import check_bf16_machine, check_fp16_machine
+from ..models.settings import check_fp16_machine
 from ..plan import QuantityError
 from ..plan.resolve import NO_STEP_LIMIT_FIX
 from ..rewards.guard import REWARD_ERROR_POLICIES
@@ -28,12 +29,8 @@ ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
 MEMORY_PROBE_MODES = ("auto", "on", "off")
 
-#: TRL's fields that ``__post_init__`` checks with the fields of ours: a config built in Python (not through the
-#: front door, whose table refuses ``learning_rate: 0`` too) may train at learning rate 0, never below.
-TRL_FIELD_RANGES = {
-    "temperature": Range(low=0, low_open=True, fix="GRPO samples G different completions; try 1.0."),
-    "learning_rate": Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4."),
-}
+#: A config built in Python may train at learning rate 0 (the front door refuses 0: `validation.tables.TRL_RANGES`).
+_LEARNING_RATE = Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4.")
 
 #: One item of `rewards` as the user gave it: a registry name or import path (`str`, also a JSON object as a string on
 #: the command line), or a mapping ``{name, weight, kwargs}`` (`dict`, from YAML). A `NewType` because the argument
@@ -158,24 +155,17 @@ class GRPOExtConfig(GRPOConfig):
 
     def _check(self, world_size: int) -> None:
         """The checks each field declares, TRL's and transformers' ranges, and the rules of scope ``"run"``."""
-        for name, check in _FIELD_CHECKS.items():
-            if getattr(self, name) is None and name not in _UNSET_BY_NONE:
-                raise ValueError(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
-                                 f"{_DEFAULTS[name]!r}) or give a value.")
+        for name, check in {**_FIELD_CHECKS, **_trl_ranges()}.items():
             if getattr(self, name) is not None:
                 check.check(name, getattr(self, name))
-        for name, check in _trl_ranges().items():  # TRL's and transformers' numeric fields, as plan checks them
-            check.check(name, getattr(self, name))
         self._resolve_bf16()  # the rules read bf16 as the run resolves it (accelerate's mixed_precision beside it)
-        check_bf16_machine(self.bf16, self.use_cpu)
-        check_fp16_machine(self.fp16, self.use_cpu)
+        check_fp16_machine(self.fp16, self.use_cpu)  # (bf16 on this machine: transformers' __post_init__ refuses it)
         self._check_rules(world_size)
 
     def _resolve(self, world_size: int) -> None:
         """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
-        defaults = {name: _TRL_DEFAULTS[name] for name in ("scale_rewards", "loss_type")}
         values = {name: getattr(self, name) for name in USER_FIELDS}
-        self.resolved: ResolvedConfig = resolve_config(values, world_size, defaults)
+        self.resolved: ResolvedConfig = resolve_config(values, world_size, _TRL_DEFAULTS)
         users_weights = self.reward_weights is not None
         for name, value in self.resolved.trl_fields().items():
             if not (name == "reward_weights" and users_weights):  # the user's own list is kept as given
@@ -217,8 +207,6 @@ class GRPOExtConfig(GRPOConfig):
 
     def quantity_fields(self) -> dict[str, Any]:
         """Deprecated (removed in 0.3.0): ``config.resolved.quantity_fields()``."""
-        import warnings
-
         warnings.warn("GRPOExtConfig.quantity_fields() is deprecated and will be removed in trl-grpo-ext 0.3.0: use "
                       "config.resolved.quantity_fields().", FutureWarning, stacklevel=2)
         return self.resolved.quantity_fields()
@@ -227,36 +215,27 @@ class GRPOExtConfig(GRPOConfig):
         """`TrainingArguments.to_dict`, plus ``resolved`` and ``run_plan`` (once the trainer set it): what the trackers
         log and ``run_config.json`` holds."""
         values = super().to_dict()
-        resolved = getattr(self, "resolved", None)  # set by __post_init__
-        if resolved is not None:
-            values["resolved"] = resolved.to_dict()
-        plan = getattr(self, "run_plan", None)
-        if plan is not None:
-            import json
-
-            values["run_plan"] = json.loads(plan.to_json())
+        if getattr(self, "resolved", None) is not None:
+            values["resolved"] = self.resolved.to_dict()
+        if getattr(self, "run_plan", None) is not None:
+            values["run_plan"] = json.loads(self.run_plan.to_json())
         return values
 
 
-#: field -> the `Range` or `Choices` it declares (ours, from their ``Annotated`` types), then TRL_FIELD_RANGES.
-_FIELD_CHECKS: dict[str, Any] = {
-    **{name: checks["range"] if "range" in checks else Choices(checks["choices"])
-       for name, checks in declared_checks(GRPOExtConfig).items()},
-    **TRL_FIELD_RANGES,
-}
+#: field -> the `Range` or `Choices` our fields declare on their ``Annotated`` types.
+_FIELD_CHECKS: dict[str, Any] = {name: checks["range"] if "range" in checks else Choices(checks["choices"])
+                                 for name, checks in declared_checks(GRPOExtConfig).items()}
 
 
 @functools.lru_cache(maxsize=1)
 def _trl_ranges() -> dict[str, Range]:
-    """`validation.tables.TRL_RANGES` of the config's fields, but those of `_FIELD_CHECKS` (learning rate 0 allowed)."""
+    """`validation.tables.TRL_RANGES` of the config's fields (a learning rate of 0 allowed)."""
     from ..validation.tables import TRL_RANGES
 
-    names = {f.name for f in fields(GRPOExtConfig)}
-    return {name: check for name, check in TRL_RANGES.items() if name in names and name not in _FIELD_CHECKS}
+    names = {f.name for f in fields(GRPOExtConfig)} - set(_FIELD_CHECKS)
+    return {**{name: check for name, check in TRL_RANGES.items() if name in names}, "learning_rate": _LEARNING_RATE}
 
 
-#: our fields whose default ``None`` means "unset" (a declared check applies to a value, not to None)
-_UNSET_BY_NONE = frozenset(f.name for f in fields(GRPOExtConfig) if f.default is None)
 _DEFAULTS = {f.name: f.default for f in fields(GRPOExtConfig)}
 #: TRL 1.16's defaults of ``scale_rewards`` and ``loss_type`` (an ``advantage_preset`` may write them).
 _TRL_DEFAULTS = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("scale_rewards", "loss_type")}

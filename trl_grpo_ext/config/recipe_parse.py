@@ -3,7 +3,6 @@ exit 2) and the run record ``run_config.json``."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from ..models.settings import check_bf16_machine, check_fp16_machine, check_model_path
+from ..models.settings import check_fp16_machine, check_model_path
 from ..models.source import resolve_model_source
 from ..rewards.spec import build_reward_funcs, with_run_defaults
 from ..validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
@@ -38,14 +37,12 @@ class RecipeArgumentError(SystemExit):
 
 
 def _recipe_checks(run) -> None:
-    """What the recipe needs besides valid values: a model it can find, bf16/fp16 on this machine, skip's epochs (a reward:
-    the rule list's ``rewards_set``)."""
+    """What the recipe needs besides valid values: a model it can find (a continued adapter's base too), fp16 on this
+    machine (bf16: transformers' ``__post_init__`` refuses it), skip's epochs."""
     model_args, training_args = run.model_args, run.training_args
     problems = Problems()
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
-    # a continued adapter's base must be found too (its use_peft and output_dir: the rule continued_adapter)
     problems.check(_check_continued_base, model_args.model_name_or_path, fields=["model_name_or_path"])
-    problems.check(check_bf16_machine, training_args.bf16, training_args.use_cpu, fields=["bf16"])
     problems.check(check_fp16_machine, training_args.fp16, training_args.use_cpu, fields=["fp16"])
     problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), world_size_from_env(strict=False),
                    fields=["zero_variance_filter"])
@@ -53,7 +50,7 @@ def _recipe_checks(run) -> None:
 
 
 def _check_continued_base(model_name_or_path: str) -> None:
-    """A continued adapter's base must be found. Raises ValueError: as `resolve_model_source`, `check_model_path`."""
+    """Raises ValueError: as `resolve_model_source`, `check_model_path`."""
     source = resolve_model_source(model_name_or_path)
     if source.continued:
         check_model_path(source.base)
@@ -71,14 +68,9 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
         checks = (_recipe_checks, dataset_check(world, survey)) if datasets else (_recipe_checks,)
         checks += (lambda run: check_eval_batches(run, survey.eval_rows, world),)  # on the rows read
         run = read_run_args(argv, checks=checks)
-        script_args, training_args, model_args, push_args = run
-        problems = Problems()
-        # a push without a repository id fails here, not after training
-        problems.check(push_args.resolve, copy.copy(training_args))
         # unknown reward parameters fail here, not when the trainer builds the rewards after loading the model
-        problems.check(build_reward_funcs, with_run_defaults(list(training_args.resolved.rewards),
-                                                             training_args.max_completion_length))
-        problems.raise_if_any(ValueError)
+        build_reward_funcs(with_run_defaults(list(run.training_args.resolved.rewards),
+                                             run.training_args.max_completion_length))
     except (ValueError, OSError, yaml.YAMLError) as err:
         raise _fail(problem_lines(err)) from err
     run.warnings += survey.warnings  # and the dataset's (golds a reward cannot score): the recipe checks no row again
