@@ -1,9 +1,9 @@
-"""The resolved values of a run's config, one frozen `ResolvedConfig` (``GRPOExtConfig.resolved``), built by
-`resolve_config` for `GRPOExtConfig` and `plan` alike (pure: no torch). Resolving is idempotent."""
+"""The resolved values of a run's config (``GRPOExtConfig.resolved``), built by `resolve_config` for `GRPOExtConfig`
+and `plan` alike (pure: no torch; idempotent)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -14,7 +14,7 @@ from .advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from .advantage_settings import AdvantageSettings, resolve_advantage_settings
 from .checks import Range
 
-__all__ = ["ResolvedConfig", "resolve_config", "resolve_reward_specs", "USER_FIELDS", "QUANTITY_FIELDS"]
+__all__ = ["ResolvedConfig", "resolve_config", "USER_FIELDS", "QUANTITY_FIELDS"]
 
 #: What `plan.resolve_plan` takes (`ResolvedConfig.quantity_fields`).
 QUANTITY_FIELDS = ("prompts_per_step", "micro_batch_size", "total_training_steps", "total_epochs",
@@ -29,11 +29,10 @@ USER_FIELDS = (*_INPUT_FIELDS, *ADVANTAGE_FIELDS, "loss_type", "rewards", "rewar
 
 @dataclass(frozen=True)
 class ResolvedConfig:
-    """What a config's fields resolve to (``GRPOExtConfig.resolved``; ``run_config.json``'s ``"resolved"``): the
-    ``world_size`` resolved for; our batch and stop fields (None when TRL's fields give them) and TRL's as written
-    (`plan.resolve_trl_fields`), ``stop_semantics``; the `AdvantageSettings` with TRL's ``scale_rewards`` / ``loss_type``;
-    the registry ``rewards`` and TRL's ``reward_weights`` (None with ``reward_funcs=``); the judged
-    ``zero_variance_reward`` (TRL's name) and the `ZeroVarianceSettings`."""
+    """What a config's fields resolve to (also ``run_config.json``'s ``"resolved"``): the ``world_size`` resolved for;
+    our batch and stop fields (None when TRL's give them) and TRL's as written (`plan.resolve_trl_fields`); the
+    `AdvantageSettings` with TRL's ``scale_rewards`` / ``loss_type``; the registry ``rewards`` and TRL's
+    ``reward_weights`` (None with ``reward_funcs=``); the judged ``zero_variance_reward`` and `ZeroVarianceSettings`."""
 
     world_size: int
     prompts_per_step: int | None
@@ -58,7 +57,7 @@ class ResolvedConfig:
     zero_variance: ZeroVarianceSettings | None = None
 
     def quantity_fields(self) -> dict[str, Any]:
-        """The resolved quantity fields, as `plan.resolve_plan` takes them."""
+        """The quantity fields, as `plan.resolve_plan` takes them."""
         return {name: getattr(self, name) for name in QUANTITY_FIELDS}
 
     def trl_fields(self) -> dict[str, Any]:
@@ -72,7 +71,6 @@ class ResolvedConfig:
         return values
 
     def to_dict(self) -> dict[str, Any]:
-        """Every attribute as JSON-serialisable values."""
         values = asdict(self)
         if self.rewards is not None:
             values["rewards"] = [spec.to_dict() for spec in self.rewards]
@@ -81,15 +79,6 @@ class ResolvedConfig:
 
 
 _WEIGHT = Range(fix="give each reward function a number, e.g. `reward_weights: [1.0, 0.5]`.")
-
-
-def resolve_reward_specs(rewards: Any, reward_weights: Sequence[float] | None) -> list[RewardSpec]:
-    """The `RewardSpec` list of ``rewards`` with TRL's ``reward_weights`` applied (weights on the items or in
-    ``reward_weights``, not both).
-
-    Raises:
-        ValueError: as `rewards.spec.parse_reward_specs`; UnknownRewardError: an unknown name."""
-    return parse_reward_specs(rewards, reward_weights)
 
 
 def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Mapping[str, Any]) -> ResolvedConfig:
@@ -104,7 +93,7 @@ def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Map
         defaults=trl_defaults)
     rewards = reward_weights = None
     if values["rewards"] is not None:
-        specs = resolve_reward_specs(values["rewards"], values["reward_weights"])
+        specs = parse_reward_specs(values["rewards"], values["reward_weights"])
         rewards, reward_weights = tuple(specs), tuple(spec.weight for spec in specs)
     elif values["reward_weights"] is not None:
         # weights for reward functions passed to the trainer (`reward_funcs=`): numbers, not booleans

@@ -14,7 +14,7 @@ from .tables import typed_value
 def reward_specs(values: Mapping[str, Any]) -> list:
     """The run's `RewardSpec` list ([] without ``rewards``), resolved as `GRPOExtConfig` resolves them, with the run's
     ``max_completion_length`` filled in. Raises RunArgumentError: an unknown reward, parameter or weight."""
-    from ..config.resolved import resolve_reward_specs
+    from ..rewards.spec import parse_reward_specs as resolve_reward_specs
     from ..rewards.spec import with_run_defaults
 
     rewards, weights = values.get("rewards"), values.get("reward_weights")
