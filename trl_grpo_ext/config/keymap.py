@@ -27,8 +27,8 @@ _BRANCH_PUSH = "open-r1's branch push is not supported; push with `push_to_hub_m
 #: Keys that no longer exist or that this package does not support: key -> what to do instead.
 REMOVED = {
     "vllm_device": "removed from TRL's GRPOConfig; use `vllm_mode: colocate` or `vllm_mode: server`.",
-    "reward_model_name_or_path": "a reward model is not supported by the recipe; use `rewards:`, or "
-                                 "GRPOExtTrainer(reward_funcs=[...]) in your own script.",
+    "reward_model_name_or_path": "a reward model is not supported by the recipe; use reward functions (`rewards:`), "
+                                 "or GRPOExtTrainer(reward_funcs=[...]) in your own script.",
     "datasets": "dataset mixtures are not supported by the recipe; give one `dataset_name` (and `dataset_config`).",
     "dataset_configs": "this package reads one configuration: `dataset_config: NAME`.",
     "wandb_log_unique_prompts": "use TRL's `log_unique_prompts: true` (with `log_completions: true`).",
