@@ -4,7 +4,6 @@ refused with what to do instead; read by the front door before the unknown-key c
 from __future__ import annotations
 
 import os
-from typing import Any
 
 #: Other names of our keys: ``trl grpo`` and open-r1 call the reward list ``reward_funcs``.
 ALIASES = {"reward_funcs": "rewards"}
@@ -55,37 +54,21 @@ def cli_keys(args: list[str]) -> list[tuple[int, str]]:
 
 def _env_keys_from_cli(args: list[str], problems: list[str]) -> tuple[list[str], dict[str, str]]:
     """``args`` without the :data:`ENV_KEYS` options, and their values (the last wins); no value is a problem."""
-    out: list[str] = []
-    given: dict[str, str] = {}
-    i = 0
+    out, given, i = [], {}, 0
     while i < len(args):
-        token = args[i]
-        key = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else None
+        flag, equals, value = args[i].partition("=")
+        key = flag[2:].replace("-", "_") if flag.startswith("--") else None
+        i += 1
         if key not in ENV_KEYS:
-            out.append(token)
-            i += 1
+            out.append(args[i - 1])
             continue
-        if "=" in token:
-            value, i = token.split("=", 1)[1], i + 1
-        elif i + 1 < len(args) and not (args[i + 1].startswith("--") and len(args[i + 1]) > 2):
-            value, i = args[i + 1], i + 2
+        if not equals and i < len(args) and not (args[i].startswith("--") and len(args[i]) > 2):
+            value, i = args[i], i + 1
+        if value:
+            given[key] = value
         else:
-            value, i = "", i + 1
-        if not value:
             problems.append(f"--{key} needs a value (e.g. --{key} my-project)")
-            continue
-        given[key] = value
     return out, given
-
-
-def _set_env(key: str, value: Any, notes: list[str]) -> None:
-    env = ENV_KEYS[key]
-    if os.environ.get(env) not in (None, ""):
-        notes.append(f"{key}: {env} is already set to {os.environ[env]!r} in the environment, which wins; {value!r} "
-                     "is not used.")
-        return
-    os.environ[env] = str(value)
-    notes.append(f"{key}: set {env}={value} for wandb.")
 
 
 def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, list[str], list[str]]:
@@ -120,10 +103,14 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
         if (old in config and new in config) or (old in given_on_cli and new in given_on_cli):
             problems.append(f"{old!r} and {new!r} are both set; they are two names of one setting and one would "
                             f"silently win: keep one")
-    for key in ENV_KEYS:  # the command line overrides the file, as for any key
+    for key, env in ENV_KEYS.items():  # the command line overrides the file; the environment overrides both
         value = env_values.get(key, config.pop(key, None))
-        if value is not None:
-            _set_env(key, value, notes)
+        if value is not None and os.environ.get(env) not in (None, ""):
+            notes.append(f"{key}: {env} is already set to {os.environ[env]!r} in the environment, which wins; "
+                         f"{value!r} is not used.")
+        elif value is not None:
+            os.environ[env] = str(value)
+            notes.append(f"{key}: set {env}={value} for wandb.")
     for key, fix in REMOVED.items():
         if key in config:
             if key in _EMPTY_OK and config[key] in ([], None):
