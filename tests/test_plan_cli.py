@@ -233,7 +233,7 @@ def test_plan_costs_what_importing_grpo_config_costs():
 
 
 @pytest.mark.parametrize("extra, says", [
-    (["--zero_variance_reward", "char_fraction"], "only takes effect with the zero-variance filter on"),
+    (["--zero_variance_reward", "accuracy"], "is not one of this run's rewards"),  # judged with the filter off too
     (["--zero_variance_filter", "mask", "--zero_variance_reward", "accuracy"], "is not one of this run's rewards"),
     ({"dtype": "fp16"}, "dtype='fp16' is not valid"),  # argparse checks the command line; YAML values too
     ({"log_level": "verbose"}, "log_level='verbose' is not valid"),

@@ -73,6 +73,16 @@ def test_training_step_filters_the_zero_variance_groups_of_the_judged_reward(tmp
         assert log["advantages/abs_mean"] == pytest.approx((3 * 0.025 + 0.075) / 4 / (0.05 + 1e-4), rel=1e-4)
 
 
+def test_with_the_filter_off_the_judged_reward_decides_the_logged_share_not_the_advantages(tmp_path):
+    # accuracy [0, 0, 0, 0] in both groups: uniform on accuracy (share 1.0, both all wrong at the run's lowest), yet
+    # nothing is masked and the format reward drives the advantages, as in plain TRL
+    trainer = _trainer(tmp_path, zero_variance_filter="off", zero_variance_reward="accuracy")
+    trainer.train()
+    (log,) = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert log["zero_variance/frac_uniform_before"] == 1.0
+    assert log["advantages/abs_mean"] == pytest.approx((3 * 0.025 + 0.075) / 4 / (0.05 + 1e-4), rel=1e-4)
+
+
 def test_unknown_judged_reward_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     from trl import GRPOTrainer
 
@@ -90,8 +100,11 @@ def test_config_checks_the_judged_reward_against_the_selected_rewards(tmp_path):
     with pytest.raises(ValueError, match="zero_variance_reward='length' is not one of this run's rewards"):
         GRPOExtConfig(**common, zero_variance_filter="mask", rewards=["accuracy", "format"],
                       zero_variance_reward="length")
-    with pytest.raises(ValueError, match="only takes effect with the zero-variance filter on"):
-        GRPOExtConfig(**common, rewards=["accuracy"], zero_variance_reward="accuracy")
+    # filter off: the reward judges the logged uniform share and its causes only (checked as with the filter on)
+    assert GRPOExtConfig(**common, rewards=["accuracy"], zero_variance_reward="math_accuracy").resolved \
+        .zero_variance_reward == "accuracy"
+    with pytest.raises(ValueError, match="zero_variance_reward='length' is not one of this run's rewards"):
+        GRPOExtConfig(**common, rewards=["accuracy", "format"], zero_variance_reward="length")
     alias = GRPOExtConfig(**common, zero_variance_filter="mask", rewards=["accuracy", "format"],
                           zero_variance_reward="math_accuracy")
     assert alias.zero_variance_reward == "math_accuracy"  # the user's field stays as given

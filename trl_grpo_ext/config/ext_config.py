@@ -83,7 +83,8 @@ class GRPOExtConfig(GRPOConfig):
         low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = _help(
         0.0, "A group is uniform when its rewards are equal or their std is at most this.")
     zero_variance_reward: str | None = _help(
-        None, "Reward function the zero-variance filter judges (e.g. accuracy); unset: the weighted total.")
+        None, "Reward function that decides which groups are uniform (e.g. accuracy): the filter's and the logged "
+        "causes'; unset: the weighted total.")
     max_resample_rounds: Annotated[int, Range(
         low=1, integer=True, source="zero_variance resample",
         fix="use e.g. 3 (0 rounds would be zero_variance_filter: mask; set that instead).")] = _help(

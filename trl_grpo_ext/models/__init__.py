@@ -13,7 +13,6 @@ _EXPORTS = frozenset({
     "EXACT_VALUES_ATTRIBUTE",
     "LORA_FIELDS",
     "bf16_available",
-    "check_bf16_machine",
     "check_model_path",
     "compute_dtype_name",
     "continued_lora_differences",

@@ -219,14 +219,6 @@ def is_quantized_model(model) -> bool:
     return bool(getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False))
 
 
-def check_bf16_machine(bf16: Any, use_cpu: Any) -> None:
-    """Refuse ``bf16: true`` off the CPU on a machine without a bfloat16 accelerator (ValueError with the fix)."""
-    if bf16 is True and not use_cpu and not bf16_available():
-        raise ValueError(
-            "bf16=True, but this machine has no accelerator with bfloat16 support. Fix: set `bf16: false` "
-            "(training then runs in float32), or `use_cpu: true` to run bf16 autocast on the CPU.")
-
-
 def check_fp16_machine(fp16: Any, use_cpu: Any) -> None:
     """Refuse ``fp16: true`` off the CPU on a machine without a GPU (ValueError with the fix): accelerate has no fp16
     autocast on a CPU, so the run would stay float32."""

@@ -109,12 +109,8 @@ def check_zero_variance_settings(*, mode: str, zero_variance_reward: str | None,
 
     Raises:
         ValueError: naming the field, its value and the fix."""
-    if mode == "off":
-        if zero_variance_reward is not None:
-            raise ValueError(
-                f"zero_variance_reward={zero_variance_reward!r} only takes effect with the zero-variance "
-                "filter on. Fix: set zero_variance_filter: mask (or resample), or remove zero_variance_reward.")
-        return None
+    if mode == "off":  # the reward the logged uniform share and its causes judge; the advantages are TRL's
+        return _canonical_reward_name(zero_variance_reward, reward_names)
     if (entropy_coef or use_adaptive_entropy) and loss_type in ROW_NORMALISED_LOSSES:
         raise ValueError(
             f"zero_variance_filter={mode!r} with loss_type={loss_type!r} rescales the whole loss by rows / kept rows, "
