@@ -267,7 +267,6 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         UserValues,
         check_user_values,
         check_yaml_types,
-        parser_choices,
         user_values_from_argv,
         without_stray_values,
         yaml_choices,
@@ -305,7 +304,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     # What the user set (the file after translation, then the command line), checked before the dataclasses run
     # their own __post_init__ checks: conflicts are judged on these keys (validation.check_user_values).
     parser = hf_argument_parser(twins)
-    config = check_yaml_types(parser_choices(config, parser, problems), problems)
+    config = check_yaml_types(config, problems)
     args, stray = without_stray_values(args, parser)
     for line in stray:
         problems.add(ConfigError(line), [line.split()[0].lstrip("-").replace("-", "_")])
