@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..config.advantage_settings import is_explicit
-from ..config.checks import RunArgumentError, as_number
+from ..config.checks import RunArgumentError, as_number, shown
 from ..config.engines import resolve_engine
 from ..config.loss_settings import CLIP_DEFAULTS
 from ..config.push_settings import check_push_settings
@@ -38,6 +38,10 @@ class RunView:
 
     def get(self, name: str, default: Any = None) -> Any:
         return enum_value(self.values.get(name, default))
+
+    def __getitem__(self, name: str) -> str:
+        """The value of ``name`` as a message shows it (a rule's ``{name}``)."""
+        return shown(self.get(name))
 
     def warn(self, line: str) -> None:
         """A setting without effect: listed with the run's other warnings, not refused."""

@@ -15,91 +15,79 @@ if TYPE_CHECKING:
     from .rules import RunView
 
 
-def _int(low, fix, source="", high=None):
-    return Range(low=low, high=high, integer=True, fix=fix, source=source)
+def _int(low, fix, high=None):
+    return Range(low=low, high=high, integer=True, fix=fix)
 
 
-def _pos(fix, source=""):
-    return Range(low=0, low_open=True, fix=fix, source=source)
+def _pos(fix):
+    return Range(low=0, low_open=True, fix=fix)
 
 
-def _nonneg(fix, source=""):
-    return Range(low=0, fix=fix, source=source)
+def _nonneg(fix):
+    return Range(low=0, fix=fix)
 
 
-def _unit(fix, source="", low_open=False, high_open=False):
-    return Range(low=0, high=1, low_open=low_open, high_open=high_open, fix=fix, source=source)
+def _unit(fix, low_open=False, high_open=False):
+    return Range(low=0, high=1, low_open=low_open, high_open=high_open, fix=fix)
 
 
 #: Range of the numeric fields of TRL 1.16 (`GRPOConfig`), PEFT (`LoraConfig`) and transformers 5 (`TrainingArguments`)
 #: whose bad value raises after the model has loaded, fails at the first step, or trains silently on something
 #: meaningless (a negative clip range, a zero learning rate).
 TRL_RANGES: dict[str, Range] = {
-    # --- optimisation (transformers Trainer / torch.optim.AdamW) ---
-    "learning_rate": _pos("QLoRA GRPO typically uses 1e-5 to 1e-4; the embedded default uses 2e-3.",
-                          "0 trains nothing; a negative rate ascends the loss"),
-    "weight_decay": _nonneg("use 0 (no decay) or a small value such as 0.01.", "AdamW decoupled weight decay"),
-    "adam_beta1": _unit("use 0.9 (AdamW's default).", "AdamW betas must be in [0, 1)", high_open=True),
-    "adam_beta2": _unit("use 0.999 (AdamW's default).", "AdamW betas must be in [0, 1)", high_open=True),
-    "adam_epsilon": _pos("use 1e-8 (AdamW's default).", "AdamW divides by sqrt(v) + eps"),
-    "max_grad_norm": _nonneg("use 1.0, or 0 to disable clipping.", "Trainer clips when > 0"),
-    "num_train_epochs": _nonneg("use a positive number of passes, or total_epochs.", "Trainer"),
-    "max_steps": _int(-1, "use -1 (stop by epochs) or a positive number of steps, or total_training_steps.",
-                      "Trainer: -1 = by epochs; 0 trains nothing (see quantifiers)"),
-    # --- batch shape (quantifiers, TRL GRPOConfig) ---
-    "per_device_train_batch_size": _int(1, "use e.g. 8 completions per device, or micro_batch_size.", "Trainer"),
-    "per_device_eval_batch_size": _int(1, "use e.g. 8.", "Trainer"),
-    "gradient_accumulation_steps": _int(1, "use 1 or more micro-batches per step, or prompts_per_step.", "Trainer"),
-    "generation_batch_size": _int(1, "remove it (TRL derives it) or use a multiple of num_generations.", "TRL"),
-    "steps_per_generation": _int(1, "remove it (TRL uses gradient_accumulation_steps) or use 1 or more.", "TRL"),
+    "learning_rate": _pos("QLoRA GRPO typically uses 1e-5 to 1e-4; the embedded default uses 2e-3."),
+    "weight_decay": _nonneg("use 0 (no decay) or a small value such as 0.01."),
+    "adam_beta1": _unit("use 0.9 (AdamW's default).", high_open=True),
+    "adam_beta2": _unit("use 0.999 (AdamW's default).", high_open=True),
+    "adam_epsilon": _pos("use 1e-8 (AdamW's default)."),
+    "max_grad_norm": _nonneg("use 1.0, or 0 to disable clipping."),
+    "num_train_epochs": _nonneg("use a positive number of passes, or total_epochs."),
+    "max_steps": _int(-1, "use -1 (stop by epochs) or a positive number of steps, or total_training_steps."),
+    "per_device_train_batch_size": _int(1, "use e.g. 8 completions per device, or micro_batch_size."),
+    "per_device_eval_batch_size": _int(1, "use e.g. 8."),
+    "gradient_accumulation_steps": _int(1, "use 1 or more micro-batches per step, or prompts_per_step."),
+    "generation_batch_size": _int(1, "remove it (TRL derives it) or use a multiple of num_generations."),
+    "steps_per_generation": _int(1, "remove it (TRL uses gradient_accumulation_steps) or use 1 or more."),
     "num_generations": _int(2, "GRPO compares completions of one prompt: use 2 or more (8 or more for instruct "
-                               "models).", "TRL raises for < 2 (group std undefined)"),
-    "num_generations_eval": _int(1, "remove it (evaluation uses num_generations) or use 1 or more.", "TRL"),
-    "num_iterations": _int(1, "use 1 (one update per generation batch) or more.", "TRL's μ"),
-    # --- logging / saving / evaluation cadence (transformers: < 1 is a fraction of the run) ---
-    "logging_steps": _pos("use e.g. 1 or 10 (or a fraction of the run < 1).", "Trainer"),
-    "save_steps": _pos("use e.g. 50 (or a fraction of the run < 1).", "Trainer"),
-    "eval_steps": _pos("use e.g. 50 (or a fraction of the run < 1), or remove it.", "Trainer"),
-    "save_total_limit": _int(1, "use null to keep every checkpoint, or 1 or more (0 keeps them all, silently).",
-                             "Trainer._rotate_checkpoints ignores values <= 0"),
-    "seed": _int(0, "use a whole number in [0, 2**32 - 1], e.g. 42.", "numpy seeds must be in [0, 2**32)",
-                 high=2**32 - 1),
-    "dataloader_num_workers": _int(0, "use 0 (load in the main process) or more.", "torch DataLoader"),
-    # --- generation (TRL -> transformers GenerationConfig / vLLM SamplingParams) ---
-    "max_completion_length": _int(1, "use the longest reply you want in tokens, e.g. 256.", "TRL / generate"),
-    "max_prompt_length": _int(1, "use the longest prompt to keep in tokens, e.g. 512, or remove it.", "recipe"),
-    "temperature": _pos("GRPO samples G different completions: use e.g. 1.0 (0.7 for instruct models).",
-                        "sampling divides logits by it"),
-    "top_p": _unit("use 1.0 (no nucleus filtering) or e.g. 0.95.", "GenerationConfig / vLLM", low_open=True),
-    "top_k": _int(0, "use 0 (no top-k filtering) or e.g. 50.", "TRL: 0 disables top-k"),
-    "min_p": _unit("remove it or use e.g. 0.05.", "GenerationConfig / vLLM"),
-    "repetition_penalty": _pos("use 1.0 (none) or e.g. 1.1.", "generate divides/multiplies logits by it"),
-    "vllm_gpu_memory_utilization": _unit("use e.g. 0.3 (colocate) or 0.9 (server).", "vLLM", low_open=True),
-    # --- GRPO loss (TRL) ---
-    "beta": _nonneg("use 0 (no KL term, TRL's default) or e.g. 0.04.", "KL coefficient"),
-    "epsilon": _nonneg("use 0.2 (PPO/GRPO's clip range).", "lower clip bound 1 - epsilon"),
-    "epsilon_high": _nonneg("remove it (defaults to epsilon) or use e.g. 0.28 (DAPO clip-higher).",
-                            "upper clip bound 1 + epsilon_high"),
-    "delta": Range(low=1, low_open=True, fix="remove it or use e.g. 1.2 + epsilon (an upper bound on the ratio).",
-                   source="TRL two-sided clipping: the ratio is clamped to <= delta, a bound above 1"),
-    "top_entropy_quantile": _unit("use 1.0 (all tokens) or e.g. 0.2.", "TRL: keeps the top-ρ entropy tokens",
-                                  low_open=True),
-    "entropy_target": _pos("use e.g. 0.2 nats.", "TRL adaptive entropy target (nats per token)"),
-    "sapo_temperature_neg": _pos("use 1.05 (TRL's default).", "SAPO soft gate temperature"),
-    "sapo_temperature_pos": _pos("use 1.0 (TRL's default).", "SAPO soft gate temperature"),
-    "ref_model_sync_steps": _int(1, "use e.g. 512.", "reference model sync period [steps]"),
+                               "models)."),
+    "num_generations_eval": _int(1, "remove it (evaluation uses num_generations) or use 1 or more."),
+    "num_iterations": _int(1, "use 1 (one update per generation batch) or more."),
+    # (transformers: a cadence < 1 is a fraction of the run; a save_total_limit <= 0 keeps every checkpoint)
+    "logging_steps": _pos("use e.g. 1 or 10 (or a fraction of the run < 1)."),
+    "save_steps": _pos("use e.g. 50 (or a fraction of the run < 1)."),
+    "eval_steps": _pos("use e.g. 50 (or a fraction of the run < 1), or remove it."),
+    "save_total_limit": _int(1, "use null to keep every checkpoint, or 1 or more (0 keeps them all, silently)."),
+    "seed": _int(0, "use a whole number in [0, 2**32 - 1], e.g. 42.", high=2**32 - 1),
+    "dataloader_num_workers": _int(0, "use 0 (load in the main process) or more."),
+    "max_completion_length": _int(1, "use the longest reply you want in tokens, e.g. 256."),
+    "max_prompt_length": _int(1, "use the longest prompt to keep in tokens, e.g. 512, or remove it."),
+    "temperature": _pos("GRPO samples G different completions: use e.g. 1.0 (0.7 for instruct models)."),
+    "top_p": _unit("use 1.0 (no nucleus filtering) or e.g. 0.95.", low_open=True),
+    "top_k": _int(0, "use 0 (no top-k filtering) or e.g. 50."),
+    "min_p": _unit("remove it or use e.g. 0.05."),
+    "repetition_penalty": _pos("use 1.0 (none) or e.g. 1.1."),
+    "vllm_gpu_memory_utilization": _unit("use e.g. 0.3 (colocate) or 0.9 (server).", low_open=True),
+    "beta": _nonneg("use 0 (no KL term, TRL's default) or e.g. 0.04."),
+    "epsilon": _nonneg("use 0.2 (PPO/GRPO's clip range)."),
+    "epsilon_high": _nonneg("remove it (defaults to epsilon) or use e.g. 0.28 (DAPO clip-higher)."),
+    "delta": Range(low=1, low_open=True, fix="remove it or use e.g. 1.2 + epsilon (an upper bound on the ratio)."),
+    "top_entropy_quantile": _unit("use 1.0 (all tokens) or e.g. 0.2.", low_open=True),
+    "entropy_target": _pos("use e.g. 0.2 nats."),
+    "sapo_temperature_neg": _pos("use 1.05 (TRL's default)."),
+    "sapo_temperature_pos": _pos("use 1.0 (TRL's default)."),
+    "ref_model_sync_steps": _int(1, "use e.g. 512."),
 }
 #: The recipe's (`RecipeArguments`) and LoRA's (trl.ModelConfig -> peft.LoraConfig), after our declared ones.
 OTHER_RANGES: dict[str, Range] = {
-    "embedded_num_prompts": _int(1, "use e.g. 240.", "tiny"),
-    "embedded_seed": _int(0, "use a whole number >= 0, e.g. 0.", "data.load"),
-    "eval_num_prompts": _int(1, "remove it (the whole test split) or use e.g. 64.", "data.load_eval_dataset"),
-    "final_eval_num_samples": _int(0, "use 0 (greedy only) or e.g. 8 samples per prompt.", "evaluation"),
-    "lora_r": _int(1, "use a rank such as 8 or 16.", "PEFT raises for r <= 0, after the model loads"),
-    "lora_alpha": _pos("use e.g. 2 × lora_r (16 for r 8).", "PEFT scales the update by alpha / r"),
-    "lora_dropout": _unit("use 0.0 or e.g. 0.05.", "torch.nn.Dropout probability", high_open=True),
+    "embedded_num_prompts": _int(1, "use e.g. 240."),
+    "embedded_seed": _int(0, "use a whole number >= 0, e.g. 0."),
+    "eval_num_prompts": _int(1, "remove it (the whole test split) or use e.g. 64."),
+    "final_eval_num_samples": _int(0, "use 0 (greedy only) or e.g. 8 samples per prompt."),
+    "lora_r": _int(1, "use a rank such as 8 or 16."),
+    "lora_alpha": _pos("use e.g. 2 × lora_r (16 for r 8)."),
+    "lora_dropout": _unit("use 0.0 or e.g. 0.05.", high_open=True),
 }
-_UPSTREAM = "transformers or TRL refuses a bad value when the config is built (training_args.py, grpo_config.py)"
+_UPSTREAM = "transformers refuses a bad value when the config is built (training_args.py)"
 _RARE = "a rare setting; docs/configuration.md says what it takes"
 #: Numeric fields deliberately not range-checked here, with the reason (checked by tests/test_validation.py).
 UNCHECKED_NUMERIC: dict[str, str] = {
@@ -108,15 +96,15 @@ UNCHECKED_NUMERIC: dict[str, str] = {
     "pad_to_multiple_of": "int, 'auto' or none: trainer_settings.trainer_problems checks it",
     "entropy_coef": "any finite sign is meaningful (a negative value is an entropy penalty)",
     "vllm_importance_sampling_cap": "read as vllm_importance_sampling_clip_max (config.keymap.RENAMED)",
-    **dict.fromkeys(("warmup_steps", "torch_empty_cache_steps", "dataloader_prefetch_factor",
-                     "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max"), _UPSTREAM),
+    **dict.fromkeys(("warmup_steps", "torch_empty_cache_steps"), _UPSTREAM),
     **dict.fromkeys(("data_seed", "label_smoothing_factor"), "GRPO never reads it: UNREAD warns"),
     **dict.fromkeys(("neftune_noise_alpha", "eval_accumulation_steps", "eval_delay", "ddp_timeout",
                      "ddp_bucket_cap_mb", "router_aux_loss_coef", "max_tool_calling_iterations",
                      "num_completions_to_print", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
                      "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "ref_model_mixup_alpha",
                      "off_policy_mask_threshold", "vllm_server_port", "vllm_group_port", "vllm_server_timeout",
-                     "vllm_tensor_parallel_size", "vllm_max_model_length"), _RARE),
+                     "vllm_tensor_parallel_size", "vllm_max_model_length", "vllm_importance_sampling_clip_min",
+                     "vllm_importance_sampling_clip_max", "dataloader_prefetch_factor"), _RARE),
 }
 
 #: Allowed values of string fields that would otherwise be accepted and fail after the model loads or at step 1.
@@ -156,23 +144,12 @@ def is_on(value: Any) -> bool:
     return value is not None and value is not False
 
 
-class _Shown(dict):
-    """A rule's message fields: ``{name}`` is the run's value of ``name`` as a message shows it."""
-
-    def __init__(self, view: RunView):
-        super().__init__()
-        self.view = view
-
-    def __missing__(self, name: str) -> str:
-        return shown(self.view.get(name))
-
-
 @dataclass(frozen=True)
 class Rule:
-    """One rule of `rules.RULES`. A row: ``when`` (the view -> whether the problem is there) and ``message`` (its
-    line, ``{field}`` the run's value; or a callable of the view); with ``needs`` (the setting ``fields`` take effect
-    under; ``when`` says it is off) the fields the user set are named. A longer body: ``check`` (raises `ValueError`
-    or warns, may return a result), kept with its feature. ``severity``: "error" (refused before the model loads) or
+    """One rule of `rules.RULES`. A row: ``when`` (the view -> whether the problem is there) and ``message`` (its line;
+    ``{field}`` is the run's value as a message shows it; or a callable of the view); with ``needs`` (the setting
+    ``fields`` take effect under; ``when`` says it is off) the fields the user set are named. A longer body: ``check``
+    (raises `ValueError` or warns, may return a result). ``severity``: "error" (refused before the model loads) or
     "warning" (no effect). ``blocked_by``: skip it when one of these has a problem (default ``fields``). ``scope``:
     "run" also `GRPOExtConfig.__post_init__` runs it, "args" only plan and the recipe (it reads their fields)."""
 
@@ -206,7 +183,7 @@ class Rule:
             line = f"{said}: {tail}" if self.severity == "error" else \
                 f"{said}, so {'it has' if one else 'they have'} no effect. {tail}"
         else:
-            line = self.message(v) if callable(self.message) else self.message.format_map(_Shown(v))
+            line = self.message(v) if callable(self.message) else self.message.format_map(v)
         if self.severity == "warning":
             return v.warn(line)
         raise RunArgumentError(line)

@@ -225,7 +225,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
 
     Args:
         script_args, training_args, model_args, push_args: the four argument objects, their twins, or mappings;
-            absent fields take `tables.DEFAULTS`. user_values: the keys the user set (conflicts are judged on these).
+            absent fields take :data:`DEFAULTS`. user_values: the keys the user set (conflicts are judged on these).
         world_size: processes. check_model: check LoRA targets against the model. problems: record there instead
             of raising. engine: of ``plan --accelerate-config``. user_checked: the front door already ran
             `check_user_values` on ``user_values``.
@@ -234,8 +234,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     problem (a single one as its check raised it)."""
     own = problems is None
     problems = Problems() if own else problems
-    user = UserValues(user_values or {})
-    user.command_line_keys = getattr(user_values, "command_line_keys", frozenset())
+    user = dict(user_values or {})
     values = flatten_values(script_args, training_args, model_args, push_args)
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
     if not user_checked:  # the other values are defaults or derived from the user's (written by __post_init__)
