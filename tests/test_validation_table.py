@@ -1132,7 +1132,7 @@ def test_a_config_built_in_python_is_not_judged_by_the_recipe_fields_it_lacks(mo
         GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True)
 
 
-#: Settings off for `REQUIRES` rows (the dataclasses' defaults switch some on), and rows needing another context.
+#: Settings off for `NEEDS` rows (the dataclasses' defaults switch some on), and rows needing another context.
 _OFF = {"save_strategy": "no", "logging_strategy": "no", "eval_strategy": "no", "use_cpu": True,
         "lr_scheduler_type": "constant", "final_eval": "none", "dataset_name": "embedded:count-char", "beta": 0.0}
 _ROW_OFF = {**dict.fromkeys(("embedded_num_prompts", "embedded_seed", "embedded_target"), {"dataset_name": "me/data"}),
