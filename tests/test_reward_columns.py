@@ -157,9 +157,9 @@ def test_the_recipe_refuses_it_before_the_model_loads(user_rewards, tmp_path, mo
         parse_recipe_args(["--config", str(config)])
     assert refused.value.code == 2
     assert "takes the argument 'assistant'" in capsys.readouterr().err
-    import trl_grpo_ext.validation.rules as rules
+    import trl_grpo_ext.validation.rewards as rewards
 
-    monkeypatch.setattr(rules, "known_columns", lambda values: None)  # as for a Hub dataset
+    monkeypatch.setattr(rewards, "known_columns", lambda values: None)  # as for a Hub dataset
     with pytest.raises(SystemExit) as refused:
         parse_recipe_args(["--config", str(config)])
     assert refused.value.code == 2

@@ -17,7 +17,7 @@ from trl_grpo_ext.validation import (
     CHOICES,
     DEFAULTS,
     RANGES,
-    REQUIRES,
+    RULES,
     UNCHECKED_NUMERIC,
     Range,
     RunArgumentError,
@@ -55,7 +55,8 @@ def test_every_numeric_field_has_a_range_or_a_reason():
 
 def test_every_table_key_is_a_field():
     fields = set(_recipe_fields())
-    for table in (RANGES, CHOICES, REQUIRES, DEFAULTS, UNCHECKED_NUMERIC):
+    needs = {name for rule in RULES if rule.needs for name in rule.fields}
+    for table in (RANGES, CHOICES, needs, DEFAULTS, UNCHECKED_NUMERIC):
         assert sorted(set(table) - fields) == []
 
 

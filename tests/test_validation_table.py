@@ -246,7 +246,8 @@ _ROWS = [
          "use_vllm: true"], "Fix: set use_vllm: true or remove"),
     # the push reads hub_repo_id first: a hub_model_id beside it was silently not used (a breaker's finding)
     row("hub_repo_id and hub_model_id", {"hub_repo_id": "me/a", "hub_model_id": "me/b"},
-        ["hub_repo_id='me/a' and hub_model_id='me/b' cannot both be set"], "Fix: keep hub_repo_id"),
+        ["hub_repo_id='me/a' and hub_model_id='me/b' are both set, so hub_model_id has no effect"],
+        "Fix: keep hub_repo_id"),
     row("log_completions_hub_repo without log_completions", {"log_completions_hub_repo": "me/x"},
         ["log_completions_hub_repo='me/x'", "log_completions: true"], "Fix: set log_completions: true"),
     row("auto_find_batch_size", {"auto_find_batch_size": True}, ["auto_find_batch_size=True"],
@@ -302,6 +303,7 @@ _ROWS = [
         "Fix: lr_scheduler_type: cosine"),
     row("optim typo", {"optim": "adamw_torc"}, ["optim"], "Fix: optim: adamw_torch"),
     row("lr_scheduler_type: off", {"lr_scheduler_type": False}, ["lr_scheduler_type"], "write the value in quotes"),
+    row("lr_scheduler_type: null", {"lr_scheduler_type": None}, ["lr_scheduler_type"]),
     row("dataset_config on an embedded task", {"dataset_config": "main"}, ["dataset_config", "dataset_name"],
         "Fix: remove dataset_config"),
     row("dataset_prompt_column on an embedded task", {"dataset_prompt_column": "question"},
@@ -475,20 +477,21 @@ _ROWS = [
     row("warmup beside a constant schedule", {"lr_scheduler_type": "constant", "warmup_steps": 10},
         ["warmup_steps=10 only takes effect with an lr_scheduler_type with a warmup"],
         "Fix: set lr_scheduler_type: constant_with_warmup"),
-    row("data_seed", {"data_seed": 1}, ["data_seed=1 only takes effect with a sampler that reads it"],
-        "Fix: remove data_seed; seed sets the order of the prompts."),
+    row("data_seed", {"data_seed": 1}, ["data_seed=1 only takes effect with a trainer that reads it"],
+        "Fix: remove data_seed; seed sets the order of the prompts"),
     # a breaker's finding: TRL's GRPO sampler is always its RepeatSampler, so these changed nothing
     row("train_sampling_strategy", {"train_sampling_strategy": "group_by_length"},
-        ["train_sampling_strategy='group_by_length' only takes effect with a sampler that reads it"],
-        "Fix: remove train_sampling_strategy; shuffle_dataset: false keeps the dataset's order."),
+        ["train_sampling_strategy='group_by_length' only takes effect with a trainer that reads it"],
+        "Fix: remove train_sampling_strategy; seed sets the order of the prompts, shuffle_dataset: false keeps"),
     row("length_column_name", {"length_column_name": "n_tokens"},
-        ["length_column_name='n_tokens' only takes effect with a sampler that reads it"],
-        "Fix: remove length_column_name; shuffle_dataset: false"),
+        ["length_column_name='n_tokens' only takes effect with a trainer that reads it"],
+        "Fix: remove length_column_name;"),
     row("dataloader_prefetch_factor without workers", {"dataloader_prefetch_factor": 2},
         ["dataloader_prefetch_factor=2 only takes effect with dataloader_num_workers > 0"],
         "Fix: set dataloader_num_workers: 2 (say) or remove dataloader_prefetch_factor."),
     row("label_smoothing_factor", {"label_smoothing_factor": 0.1},
-        ["label_smoothing_factor=0.1 only takes effect with a loss with labels"], "Fix: remove label_smoothing_factor."),
+        ["label_smoothing_factor=0.1 only takes effect with a trainer that reads it"],
+        "Fix: remove label_smoothing_factor;"),
     # transformers' get_scheduler passes the kwargs to the schedule's function: a TypeError at the first step
     row("lr_scheduler_kwargs key the schedule does not take", {"lr_scheduler_type": "cosine",
                                                                "lr_scheduler_kwargs": {"num_cycle": 0.5}},
@@ -613,6 +616,7 @@ WARNED_IDS = {
     'liger_kernel_config without use_liger_kernel',
     'continuous-batching config without continuous batching',
     'cache_implementation under continuous batching',
+    'hub_repo_id and hub_model_id',
 }
 #: Values TRL's or transformers' config refuses when it is built: the recipe refuses them with their message (before
 #: any model loads); `plan` reads twins of the classes and leaves them to the run.
@@ -625,6 +629,12 @@ UPSTREAM_IDS = {  # id: what their message says
     "pad_to_multiple_of not a number": "invalid literal for int() with base 10: 'bogus'",
     "pad_to_multiple_of Auto": "invalid literal for int() with base 10: 'Auto'",
     "accelerator_config use_configured_state": "requires a pre-configured `AcceleratorState` or `PartialState`",
+    "bf16+fp16": "At most one of fp16 and bf16 can be True, but not both",  # training_args.py:1785
+    "warmup_steps<0": "Expected value warmup_steps >= 0",  # training_args.py:1801
+    "lr_scheduler_type typo": "cosin is not a valid SchedulerType",  # training_args.py:1562
+    "optim typo": "adamw_torc is not a valid OptimizerNames",  # training_args.py:1563
+    "lr_scheduler_type: off": "False is not a valid SchedulerType",
+    "lr_scheduler_type: null": "None is not a valid SchedulerType",
 }
 INVALID = [p for p in _ROWS if p.id not in WARNED_IDS | set(UPSTREAM_IDS)]
 WARNED = [p for p in _ROWS if p.id in WARNED_IDS]
@@ -633,11 +643,12 @@ UPSTREAM = [p for p in _ROWS if p.id in UPSTREAM_IDS]
 
 #: Each rule of `validation.rules.RULES` -> the id of a row above that only it refuses.
 RULE_ROWS = {
-    "exclusive": "4bit+8bit",
+    "load_in_4bit and load_in_8bit": "4bit+8bit",
+    "use_peft and sync_ref_model": "sync_ref_model with PEFT",
+    "hub_repo_id and hub_model_id": "hub_repo_id and hub_model_id",
     "quantity_conflicts": "per_device_train_batch_size=8 (default) + micro_batch_size",
     "advantage_conflicts": "loss_type=dapo (default) + rloo preset",
-    "ignored_settings": "eval_on_start without evaluation",
-    "ordered": "entropy_coef_min > max",
+    "entropy_coef_min > max": "entropy_coef_min > max",
     "evaluation_split": "eval_strategy steps without a test split",
     "chat_template": "chat_template that is not Jinja",
     "compare_base_adapter": "compare_base without an adapter",
@@ -669,10 +680,12 @@ RULE_ROWS = {
 
 
 def test_every_rule_has_a_row():
-    """A rule added to `RULES` without a row here fails: every rule is shown refused by plan and by the recipe."""
+    """A rule added to `RULES` without a row here fails: every rule is shown refused (or warned) by plan and by the
+    recipe; the rows of settings that need another (`tables.NEEDS`) are tested by the loop at the end."""
     from trl_grpo_ext.validation.rules import RULES
 
-    assert set(RULE_ROWS) == {rule.name for rule in RULES}
+    assert len({rule.name for rule in RULES}) == len(RULES)
+    assert set(RULE_ROWS) == {rule.name for rule in RULES if not rule.needs}
     assert WARNED_IDS | set(UPSTREAM_IDS) <= {p.id for p in _ROWS}
     ids = {p.id for p in INVALID + WARNED}
     assert {name: id_ for name, id_ in RULE_ROWS.items() if id_ not in ids} == {}
@@ -692,7 +705,7 @@ def test_each_rule_refuses_its_row(name, monkeypatch):
     (rule,) = [rule for rule in RULES if rule.name == name]
     problems = Problems()
     view = RunView(flatten_values(user), user, problems=problems)
-    problems.check(rule.check, view)
+    problems.check(rule, view)
     assert len(problems) + len(problems.warnings) >= 1, name
 
 
@@ -985,7 +998,7 @@ def test_the_recipe_reports_a_missing_model_with_the_config_s_problems(tmp_path,
 
 
 @pytest.mark.parametrize("name", ["skip_exploration_probability", "zero_variance_tolerance", "max_resample_rounds",
-                                  "zero_variance_filter", "adapter_dtype", "lr_scheduler_type", "save_strategy"])
+                                  "zero_variance_filter", "adapter_dtype", "save_strategy"])
 def test_null_for_a_field_that_needs_a_value_is_refused_by_plan_and_recipe(name, tmp_path, capsys, no_weights):
     # YAML's `null` for a field that needs a value (a number, a choice) passed plan and failed in the run
     change = {"zero_variance_filter": {"skip_exploration_probability": "skip", "max_resample_rounds": "resample"}
@@ -1067,7 +1080,7 @@ def test_a_config_built_in_python_passes_the_mapping_checks():
 @pytest.mark.parametrize("change, message", [
     ({"use_adaptive_entropy": True, "entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
      "entropy_coef_min=0.5 is above entropy_coef_max=0.1"),
-    ({"bf16": True, "fp16": True}, "bf16=True and fp16=True cannot both be set"),
+    ({"bf16": True, "fp16": True}, "At most one of fp16 and bf16 can be True"),  # transformers' own refusal
     # TRL's and transformers' numeric fields get the ranges plan checks (validation.tables.TRL_RANGES)
     ({"top_p": 2.0}, "top_p=2.0 must be a number in (0, 1]"),
     ({"beta": -1.0}, "beta=-1.0 must be a number >= 0"),
@@ -1085,9 +1098,9 @@ def test_a_config_built_in_python_refuses_what_plan_and_the_recipe_refuse(change
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"data_seed": 3}, "data_seed=3 only takes effect with a sampler that reads it"),
-    ({"label_smoothing_factor": 0.1}, "label_smoothing_factor=0.1 only takes effect with a loss with labels"),
-    ({"train_sampling_strategy": "sequential"}, "train_sampling_strategy='sequential' only takes effect with a sampler"),
+    ({"data_seed": 3}, "data_seed=3 only takes effect with a trainer that reads it"),
+    ({"label_smoothing_factor": 0.1}, "label_smoothing_factor=0.1 only takes effect with a trainer that reads it"),
+    ({"train_sampling_strategy": "sequential"}, "train_sampling_strategy='sequential' only takes effect with a trainer"),
     ({"lr_scheduler_type": "constant", "warmup_steps": 5}, "warmup_steps=5 only takes effect with an lr_scheduler_type"),
     ({"save_strategy": "no", "save_steps": 100}, "save_steps=100 only takes effect with save_strategy: steps"),
     ({"zero_variance_filter": "off", "skip_exploration_probability": 0.3},
@@ -1119,7 +1132,7 @@ def test_a_config_built_in_python_is_not_judged_by_the_recipe_fields_it_lacks(mo
         GRPOExtConfig(output_dir="/tmp/unused", use_cpu=True)
 
 
-#: Settings off for `REQUIRES` rows (the dataclasses' defaults switch some on), and rows needing another context.
+#: Settings off for `NEEDS` rows (the dataclasses' defaults switch some on), and rows needing another context.
 _OFF = {"save_strategy": "no", "logging_strategy": "no", "eval_strategy": "no", "use_cpu": True,
         "lr_scheduler_type": "constant", "final_eval": "none", "dataset_name": "embedded:count-char", "beta": 0.0}
 _ROW_OFF = {**dict.fromkeys(("embedded_num_prompts", "embedded_seed", "embedded_target"), {"dataset_name": "me/data"}),
@@ -1130,22 +1143,22 @@ _SAMPLE = {"lr_scheduler_kwargs": {"num_cycles": 0.5}, "liger_kernel_config": {"
            "activation_checkpointing_kwargs": {"use_reentrant": True}}
 
 
-def test_every_requires_row_warns_or_refuses_when_its_setting_is_off():
-    """A row added to `tables.REQUIRES` (one `_when` / `_requires` call) is tested here for free: with its setting off,
-    the field gives one warning naming it and its setting (or, for `REFUSED_WHEN_OFF`, a refusal)."""
+def test_every_needs_row_warns_or_refuses_when_its_setting_is_off():
+    """A row added to `tables.NEEDS` (one `needs` / `_when` call) is tested here for free: with its setting off, each
+    field gives one line naming it and its setting: a warning, or a refusal for a row of severity "error"."""
     from trl_grpo_ext.validation.problems import Problems
-    from trl_grpo_ext.validation.rules import ignored_settings
-    from trl_grpo_ext.validation.tables import REFUSED_WHEN_OFF, REQUIRES
+    from trl_grpo_ext.validation.rules import RULES, RunView
     from trl_grpo_ext.validation.user_values import DEFAULTS
-    from trl_grpo_ext.validation.view import RunView
 
-    assert len(REQUIRES) >= 80 and set(REFUSED_WHEN_OFF) <= set(REQUIRES)
-    for name, (setting, _, _) in REQUIRES.items():
-        value = _SAMPLE.get(name, "zzz")
-        problems = Problems()
-        values = {**DEFAULTS, **_OFF, **_ROW_OFF.get(name, {}), name: value}
-        problems.check(ignored_settings, RunView(values, {name: value}, problems=problems))
-        said = problems.messages if name in REFUSED_WHEN_OFF else problems.warnings
-        assert len(said) == 1 and said[0].startswith(f"{name}=") and f"only takes effect with {setting}" in said[0], \
-            (name, problems.messages, problems.warnings)
-        assert (problems.warnings if name in REFUSED_WHEN_OFF else problems.messages) == [], name
+    rows = [rule for rule in RULES if rule.needs]
+    assert sum(len(rule.fields) for rule in rows) >= 80
+    for rule in rows:
+        for name in rule.fields:
+            value = _SAMPLE.get(name, "zzz")
+            problems = Problems()
+            values = {**DEFAULTS, **_OFF, **_ROW_OFF.get(name, {}), name: value}
+            problems.check(rule, RunView(values, {name: value}, problems=problems))
+            said, other = (problems.messages, problems.warnings) if rule.severity == "error" else \
+                (problems.warnings, problems.messages)
+            assert len(said) == 1 and said[0].startswith(f"{name}=") and \
+                f"only takes effect with {rule.needs}" in said[0] and other == [], (name, said, other)

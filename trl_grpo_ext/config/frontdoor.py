@@ -262,7 +262,6 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         UserValues,
         check_user_values,
         check_yaml_types,
-        parser_choices,
         user_values_from_argv,
         without_stray_values,
         yaml_choices,
@@ -299,7 +298,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         config, args = _without_keys(config, args, {*unknown, *(key.lstrip("-").replace("-", "_") for key in unknown)})
     # what the user set (the file after translation, then the command line): conflicts are judged on these keys
     parser = hf_argument_parser(twins)
-    config = check_yaml_types(parser_choices(config, parser, problems), problems)
+    config = check_yaml_types(config, problems)
     args, stray = without_stray_values(args, parser)
     for line in stray:
         problems.add(ConfigError(line), [line.split()[0].lstrip("-").replace("-", "_")])

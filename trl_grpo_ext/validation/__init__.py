@@ -5,13 +5,20 @@ once. Layout: docs/architecture.md."""
 from ..config.checks import Range, RunArgumentError
 from .lora import check_lora_targets, model_modules, peft_target_matches
 from .rewards import check_reward_columns
-from .rules import RULES, Rule, RunView
-from .run import validate_run_args
-from .tables import EXCLUSIVE, REQUIRES, UNCHECKED_NUMERIC
-from .user_values import CHOICES, DEFAULTS, RANGES, UserValues, check_user_values, user_values_from_argv
+from .rules import RULES, RunView
+from .tables import UNCHECKED_NUMERIC, Rule
+from .user_values import (
+                          CHOICES,
+                          DEFAULTS,
+                          RANGES,
+                          UserValues,
+                          check_user_values,
+                          user_values_from_argv,
+                          validate_run_args,
+)
 
 __all__ = [
-    "RunArgumentError", "Range", "RANGES", "CHOICES", "EXCLUSIVE", "REQUIRES", "DEFAULTS", "UNCHECKED_NUMERIC",
-    "validate_run_args", "RULES", "Rule", "RunView", "check_user_values", "check_reward_columns", "check_lora_targets",
-    "model_modules", "peft_target_matches", "user_values_from_argv", "UserValues"
+    "RunArgumentError", "Range", "RANGES", "CHOICES", "DEFAULTS", "UNCHECKED_NUMERIC", "validate_run_args", "RULES",
+    "Rule", "RunView", "check_user_values", "check_reward_columns", "check_lora_targets", "model_modules",
+    "peft_target_matches", "user_values_from_argv", "UserValues"
 ]

@@ -8,6 +8,9 @@ from ..config.checks import RunArgumentError
 from ..models.embedded.tiny import EMBEDDED_PREFIX
 from .tables import enum_value
 
+_EVAL_FIELDS = ("eval_strategy", "final_eval", "eval_num_prompts", "eval_steps", "logging_steps", "num_generations",
+                "num_generations_eval", "per_device_eval_batch_size", "dataset_test_split")
+
 
 def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | None:
     """``dataset_size`` if given, else ``embedded_num_prompts`` for an embedded dataset, else None."""
@@ -20,8 +23,8 @@ def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | 
 
 
 def plan_of(run: Any, dataset_size: int | None, world_size: int):
-    """`plan.resolve_plan` of the quantities the user set in ``run`` (the front door's `RunArgs`), ``dataset_size``
-    prompts. Raises ValueError or TypeError: a quantity's own problem, or QuantityError: the plan's."""
+    """`plan.resolve_plan` of the quantities the user set in ``run`` (the front door's `RunArgs`). Raises ValueError
+    or TypeError: a quantity's own problem, or QuantityError: the plan's."""
     from ..plan import resolve_plan
     from .rules import RunView
 
@@ -30,11 +33,8 @@ def plan_of(run: Any, dataset_size: int | None, world_size: int):
 
 
 def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> None:
-    """`check_skip_plan` on the plan of ``run`` (the front door's `RunArgs`) with ``dataset_size`` prompts; nothing when
-    the filter is not ``skip``, the size is unknown or the plan does not resolve.
-
-    Raises:
-        RunArgumentError: the run covers at most one epoch."""
+    """`check_skip_plan` on the plan of ``run`` with ``dataset_size`` prompts; nothing when the filter is not
+    ``skip``, the size is unknown or the plan does not resolve. Raises RunArgumentError: at most one epoch."""
     from ..zero_variance.settings import check_skip_plan
 
     training = run.training_args
@@ -50,17 +50,10 @@ def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> No
         raise RunArgumentError(str(err)) from None
 
 
-_EVAL_FIELDS = ("eval_strategy", "final_eval", "eval_num_prompts", "eval_steps", "logging_steps", "num_generations",
-                "num_generations_eval", "per_device_eval_batch_size", "dataset_test_split")
-
-
 def eval_plan_of(run: Any, eval_rows: int | None, world_size: int, total_steps: int = 1, steps_per_epoch: int = 1):
-    """`evaluation.plan.resolve_eval_plan` of ``run`` (the front door's `RunArgs`) on the ``eval_rows`` the dataset
-    stage read (else ``eval_num_prompts``, else the embedded task's test split size, else unknown); ``total_steps``
-    and ``steps_per_epoch`` only count the evaluations, which none of its refusals depends on.
-
-    Raises:
-        QuantityError: as `resolve_eval_plan` (naming the test split's rows when ``eval_num_prompts`` is unset)."""
+    """`plan.evaluation.resolve_eval_plan` of ``run`` on the ``eval_rows`` the dataset stage read (else
+    ``eval_num_prompts``, else the embedded task's test split size); ``total_steps`` and ``steps_per_epoch`` only
+    count the evaluations. Raises QuantityError: as `resolve_eval_plan`."""
     from ..config.data_sizes import EMBEDDED_TEST_SIZES
     from ..plan.evaluation import resolve_eval_plan
 
@@ -77,7 +70,7 @@ def eval_plan_of(run: Any, eval_rows: int | None, world_size: int, total_steps: 
 
 
 def check_eval_batches(run: Any, eval_rows: int | None, world_size: int) -> None:
-    """:func:`eval_plan_of`'s refusals (an eval batch of part groups, a test split that fills no whole batch), listed
-    with the other problems; nothing when one of its fields is already refused. Raises QuantityError."""
+    """:func:`eval_plan_of`'s refusals, listed with the other problems; nothing when one of its fields is already
+    refused. Raises QuantityError."""
     if run.problems is None or not run.problems.blocked(_EVAL_FIELDS):
         eval_plan_of(run, eval_rows, world_size)

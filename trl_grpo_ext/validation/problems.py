@@ -35,7 +35,6 @@ class Problems:
     def add(self, problem: str | BaseException, fields: Iterable[str] = ()) -> None:
         """Record a problem (a message or a check's error; one carrying several adds each), once per line."""
         self.fields.update(fields)
-        self.fields.update(getattr(problem, "fields", ()))
         error = problem if isinstance(problem, BaseException) else None
         for line in problem_lines(problem) if error is not None else [" ".join(str(problem).split())]:
             if line not in self.messages:

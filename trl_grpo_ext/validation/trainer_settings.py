@@ -96,7 +96,7 @@ def batch_dispatch_problems(values: Mapping[str, Any]) -> list[tuple[str, tuple[
 
 def _scheduler_kwargs_problems(scheduler: str, kwargs: Mapping) -> list[tuple[str, tuple[str, ...]]]:
     """``lr_scheduler_kwargs`` keys the schedule's function does not take (a TypeError at the first step), or that
-    the trainer passes itself; constant schedules' kwargs are `tables.REQUIRES`' warning."""
+    the trainer passes itself; constant schedules' kwargs are `tables.NEEDS`' warning."""
     import inspect
 
     from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION

@@ -1,5 +1,7 @@
-"""What the user set (the YAML mapping plus the command line), the single-value checks of those keys, and the tables
-read from the recipe's dataclasses themselves (`RECIPE_DATACLASSES`: declared checks, argparse choices, defaults)."""
+"""What the user set and its single values: the tables read from the recipe's dataclasses themselves
+(`RECIPE_DATACLASSES`: declared ranges and choices, argparse choices, defaults, types), the checks of each value the
+user set (`check_user_values`, `check_yaml_types`), the keys of the command line, and `validate_run_args`: those
+checks, then every rule of `rules.RULES`."""
 
 from __future__ import annotations
 
@@ -11,47 +13,43 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config.checks import Range, RunArgumentError, check_choice, choice_from_yaml, closest_choice, declared_checks
+from ..config.checks import (
+    Range,
+    RunArgumentError,
+    as_number,
+    check_choice,
+    choice_from_yaml,
+    closest_choice,
+    declared_checks,
+)
+from ..config.engines import Engine
 from ..config.recipe_args import RECIPE_DATACLASSES
 from .mappings import read_mapping
 from .problems import Problems
-from .tables import DEFAULT_FIELDS, OTHER_RANGES, TRL_CHOICES, TRL_RANGES, enum_value
+from .rules import RunView, run_rules
+from .tables import OTHER_RANGES, TRL_CHOICES, TRL_RANGES, enum_value
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return enum_value(value)
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else enum_value(value)
 
 
-def _field_tables() -> tuple[dict, dict, dict]:
-    """``(declared checks, argparse choices, defaults)`` of the init fields of `RECIPE_DATACLASSES` (the first class
-    holding a name gives its choices and default; enum members as their values)."""
-    declared: dict[str, dict[str, Any]] = {}
-    choices: dict[str, tuple] = {}
-    defaults: dict[str, Any] = {}
-    for cls in RECIPE_DATACLASSES:
-        declared.update(declared_checks(cls))
-        for f in dataclasses.fields(cls):
-            if not f.init:
-                continue
-            if "choices" in f.metadata:
-                choices.setdefault(f.name, tuple(_plain(list(f.metadata["choices"]))))
-            if f.default is not dataclasses.MISSING:
-                defaults.setdefault(f.name, _plain(f.default))
-            elif f.default_factory is not dataclasses.MISSING:
-                defaults.setdefault(f.name, _plain(f.default_factory()))
-    return declared, choices, defaults
-
-
-_DECLARED, _ARGPARSE_CHOICES, FIELD_DEFAULTS = _field_tables()
+_INIT = [f for cls in RECIPE_DATACLASSES for f in dataclasses.fields(cls) if f.init]
+_DECLARED = {name: found for cls in RECIPE_DATACLASSES for name, found in declared_checks(cls).items()}
+#: Every field's dataclass default (the first class holding a name gives it; enum members as their values).
+DEFAULTS: dict[str, Any] = {}
+_ARGPARSE_CHOICES: dict[str, tuple] = {}
+for _f in _INIT:
+    if "choices" in _f.metadata:
+        _ARGPARSE_CHOICES.setdefault(_f.name, tuple(_plain(list(_f.metadata["choices"]))))
+    if _f.default is not dataclasses.MISSING:
+        DEFAULTS.setdefault(_f.name, _plain(_f.default))
+    elif _f.default_factory is not dataclasses.MISSING:
+        DEFAULTS.setdefault(_f.name, _plain(_f.default_factory()))
 #: Fields typed Optional (``str | None``): YAML's null is a value there, whatever the default.
-NULLABLE = frozenset(f.name for cls in RECIPE_DATACLASSES for f in dataclasses.fields(cls)
-                     if "None" in str(f.type) or "Optional" in str(f.type))
-#: Fields typed ``dict``: the value is a mapping; where the type allows ``str`` too, its JSON (TrainingArguments parses
-#: a string that starts with "{" in ``__post_init__``), and for `mappings.PATH_FIELDS` a JSON file's path.
-MAPPING_FIELDS = {f.name: "str" in re.sub(r"\[.*?\]", "", str(f.type)) for cls in RECIPE_DATACLASSES
-                  for f in dataclasses.fields(cls) if f.init and "dict" in str(f.type)}  # `dict[str, bool]`: no str
+NULLABLE = frozenset(f.name for f in _INIT if "None" in str(f.type) or "Optional" in str(f.type))
+#: Fields typed ``dict`` -> whether the type allows ``str`` too (JSON; for `mappings.PATH_FIELDS` a file's path).
+MAPPING_FIELDS = {f.name: "str" in re.sub(r"\[.*?\]", "", str(f.type)) for f in _INIT if "dict" in str(f.type)}
 #: Range of every numeric field read by this package: TRL's, ours (declared on the fields), the recipe's and LoRA's.
 RANGES: dict[str, Range] = {**TRL_RANGES, **{n: c["range"] for n, c in _DECLARED.items() if "range" in c},
                             **OTHER_RANGES}
@@ -77,60 +75,6 @@ def _kind(hint: Any) -> type | tuple | None:
 #: The type a YAML value of each field must have (`_kind`), from the recipe's dataclasses.
 KINDS = {f.name: kind for cls in reversed(RECIPE_DATACLASSES) for hints in [typing.get_type_hints(cls)]
          for f in dataclasses.fields(cls) if f.init and (kind := _kind(hints[f.name])) is not None}
-_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
-
-
-def _as_float(value: Any) -> Any:
-    try:
-        return float(value) if isinstance(value, str) else value
-    except ValueError:
-        return value
-
-
-def check_yaml_types(config: Mapping[str, Any], problems: Problems) -> dict:
-    """``config`` (the YAML mapping) without the values whose type the field cannot hold, each recorded in
-    ``problems``: HfArgumentParser sets YAML values as argparse defaults, and argparse types only string defaults, so
-    ``use_peft: 2``, ``learning_rate: [1e-4]`` or ``lora_modules_to_save: lm_head`` would reach the dataclasses as
-    written. Strings and nulls are left to argparse and the checks; a number or boolean of a ranged field to its
-    `Range`; a string for ``lora_target_modules`` to `validation.lora` (PEFT reads it as a pattern); TRL reads
-    ``scale_rewards: true/false`` as group/none."""
-    out = dict(config)
-    for name, value in config.items():
-        kind = KINDS.get(name)
-        if kind is None or value is None or name == "scale_rewards" and isinstance(value, bool):
-            continue
-        if isinstance(value, str) and (not isinstance(kind, tuple) or name == "lora_target_modules"):
-            continue
-        if isinstance(kind, tuple):
-            number = kind[1] is float
-            if number and isinstance(value, list):  # `[5e-1]`: PyYAML reads the number as a string
-                value = out[name] = [_as_float(v) for v in value]
-            ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) if number
-                                                 else isinstance(v, str) for v in value)
-            words, fix = ("a list of numbers", f"e.g. {name}: [1.0, 0.5]") if number else \
-                ("a list of strings", f"e.g. {name}: [{value if isinstance(value, str) else 'a, b'}]")
-        else:
-            whole_float = kind is int and isinstance(value, float) and value.is_integer()  # 8.0: argparse refuses
-            if (name in RANGES and isinstance(value, (bool, int, float)) and not whole_float) or name in CHOICES:
-                continue  # the range's and the choice's own lines
-            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool)) \
-                or kind is float and type(value) is int
-            default = FIELD_DEFAULTS.get(name)
-            shown = str(default).lower() if isinstance(default, bool) else default
-            words = _WORDS[kind]
-            fix = (f"write it without a decimal point: {name}: {int(value)}" if whole_float else
-                   "quote the word you wrote (YAML reads an unquoted yes, no, on, off as a boolean)"
-                   if kind is str and isinstance(value, bool) else
-                   f'quote it: {name}: "{value}"' if kind is str and isinstance(value, (int, float)) else
-                   f"e.g. {name}: {shown}" if default not in (None, "") else f"write {words}")
-        if not ok:
-            problems.add(f"{name}={value!r} must be {words}. Fix: {fix}.", (name,))
-            del out[name]
-    return out
-
-
-#: The dataclass defaults of the fields the cross-checks read (`tables.DEFAULT_FIELDS`).
-DEFAULTS: dict[str, Any] = {name: FIELD_DEFAULTS[name] for name in DEFAULT_FIELDS}
 
 
 def flatten_values(*objects: Any) -> dict[str, Any]:
@@ -141,6 +85,84 @@ def flatten_values(*objects: Any) -> dict[str, Any]:
         if obj is not None:
             values.update(obj if isinstance(obj, Mapping) else vars(obj))
     return values
+
+
+def yaml_choices(config: dict) -> dict:
+    """``config`` with each YAML 1.1 boolean of a choice field read as the word written (`checks.choice_from_yaml`)."""
+    return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
+
+
+def check_user_values(values: Mapping[str, Any], problems: Problems | None = None, user: dict | None = None) -> None:
+    """The single-value checks of ``values`` (the keys the user set, before any dataclass is built, so that
+    ``learning_rate: fast`` gets its range and a fix): YAML's null for a field that needs a value, a range, a mapping,
+    a choice (a YAML 1.1 boolean read as the word meant, written back into ``values`` and ``user``). Into
+    ``problems``, else raised (RunArgumentError)."""
+    own = problems is None
+    problems = Problems() if own else problems
+    for name, value in list(values.items()):
+        if (name in RANGES or name in CHOICES) and value is None and DEFAULTS.get(name) is not None \
+                and name not in NULLABLE:
+            problems.add(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
+                         f"{DEFAULTS[name]!r}) or give a value.", (name,))
+        elif name in RANGES and not isinstance(value, (list, tuple, dict)):
+            problems.check(RANGES[name].check, name, value, fields=[name])
+        elif name in MAPPING_FIELDS:
+            problems.check(read_mapping, name, value, MAPPING_FIELDS[name], fields=[name])
+        value = choice_from_yaml(enum_value(value), CHOICES.get(name, ()))
+        if name in CHOICES and value is not None:
+            close = closest_choice(value, CHOICES[name])
+            valid = problems.check(check_choice, name, value, CHOICES[name], fields=[name],
+                                   fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
+            if valid is not None and isinstance(values[name], bool):
+                for mapping in (values, user if user is not None else {}):
+                    if name in mapping:
+                        mapping[name] = valid
+    if own:
+        problems.raise_if_any(RunArgumentError)
+
+
+_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+
+
+def check_yaml_types(config: Mapping[str, Any], problems: Problems) -> dict:
+    """``config`` (the YAML mapping) without the values whose type the field cannot hold, each recorded in
+    ``problems`` (HfArgumentParser sets YAML values as argparse defaults, which argparse does not type). Strings and
+    nulls are left to argparse and the checks; a number or boolean of a ranged or choice field to its own check; a
+    string for ``lora_target_modules`` to `validation.lora`; TRL reads ``scale_rewards: true/false`` itself."""
+    out = dict(config)
+    for name, value in config.items():
+        kind = KINDS.get(name)
+        if kind is None or value is None or name == "scale_rewards" and isinstance(value, bool):
+            continue
+        if isinstance(value, str) and (not isinstance(kind, tuple) or name == "lora_target_modules"):
+            continue
+        if isinstance(kind, tuple):
+            number = kind[1] is float
+            if number and isinstance(value, list):  # `[5e-1]`: PyYAML reads the number as a string
+                value = out[name] = [as_number(v) if isinstance(v, str) and as_number(v) is not None else v
+                                     for v in value]
+            ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) if number
+                                                 else isinstance(v, str) for v in value)
+            words, fix = ("a list of numbers", f"e.g. {name}: [1.0, 0.5]") if number else \
+                ("a list of strings", f"e.g. {name}: [{value if isinstance(value, str) else 'a, b'}]")
+        else:
+            whole_float = kind is int and isinstance(value, float) and value.is_integer()  # 8.0: argparse refuses
+            if (name in RANGES and isinstance(value, (bool, int, float)) and not whole_float) or name in CHOICES:
+                continue
+            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool)) \
+                or kind is float and type(value) is int
+            default = DEFAULTS.get(name)
+            words = _WORDS[kind]
+            fix = (f"write it without a decimal point: {name}: {int(value)}" if whole_float else
+                   "quote the word you wrote (YAML reads an unquoted yes, no, on, off as a boolean)"
+                   if kind is str and isinstance(value, bool) else
+                   f'quote it: {name}: "{value}"' if kind is str and isinstance(value, (int, float)) else
+                   f"e.g. {name}: {str(default).lower() if isinstance(default, bool) else default}"
+                   if default not in (None, "") else f"write {words}")
+        if not ok:
+            problems.add(f"{name}={value!r} must be {words}. Fix: {fix}.", (name,))
+            del out[name]
+    return out
 
 
 class UserValues(dict):
@@ -159,68 +181,6 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser) 
     values = UserValues({k: v for k, v in vars(parsed).items() if v is not sentinel})
     values.command_line_keys = frozenset(values)
     return values
-
-
-def check_user_values(values: Mapping[str, Any], problems: Problems | None = None, user: dict | None = None) -> None:
-    """The single-value checks (ranges, choices) of ``values`` (the keys the user set, before any dataclass is built,
-    so that ``learning_rate: fast`` gets its range and a fix; or every value of arguments built in Python): YAML's
-    null for a field that needs a number, a range, a choice (a YAML 1.1 boolean read as the word meant, written back
-    into ``values`` and ``user``). Into ``problems``, else raised."""
-    own = problems is None
-    problems = Problems() if own else problems
-    for name, value in list(values.items()):
-        if (name in RANGES or name in CHOICES) and value is None and FIELD_DEFAULTS.get(name) is not None \
-                and name not in NULLABLE:
-            problems.add(f"{name}=None is not valid: the field needs a value. Fix: remove {name} (default "
-                         f"{FIELD_DEFAULTS[name]!r}) or give a value.", (name,))
-        elif name in RANGES and not isinstance(value, (list, tuple, dict)):
-            problems.check(RANGES[name].check, name, value, fields=[name])
-        elif name in MAPPING_FIELDS:
-            problems.check(read_mapping, name, value, MAPPING_FIELDS[name], fields=[name])
-        value = choice_from_yaml(enum_value(value), CHOICES.get(name, ()))
-        if name in CHOICES and value is not None:
-            close = closest_choice(value, CHOICES[name])
-            valid = problems.check(check_choice, name, value, CHOICES[name], fields=[name],
-                                   fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
-            if valid is not None and isinstance(values[name], bool):
-                for mapping in (values, user if user is not None else {}):
-                    if name in mapping:
-                        mapping[name] = valid
-    if own:
-        problems.raise_if_any(RunArgumentError)
-
-
-def yaml_choices(config: dict) -> dict:
-    """``config`` with each YAML 1.1 boolean of a choice field read as the word written (`checks.choice_from_yaml`)."""
-    return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
-
-
-def parser_choices(config: dict, parser, problems) -> dict:
-    """``config`` checked against the choices TRL's parser knows for other libraries' fields (``lr_scheduler_type``,
-    ``optim``, ...; argparse checks them on the command line only): a YAML boolean read as the word meant; no choice,
-    or YAML's null where the field needs a value: recorded in ``problems`` and left out."""
-    out = dict(config)
-    for action in parser._actions:  # argparse's own list of the parser's arguments
-        key = action.dest
-        if key not in config or key in CHOICES or not action.choices:
-            continue
-        choices = [str(getattr(choice, "value", choice)) for choice in action.choices]
-        if config[key] is None:
-            if action.default is not None:
-                problems.add(f"{key}=None is not valid: the field needs a value. Fix: remove {key} (default "
-                             f"{getattr(action.default, 'value', action.default)!r}) or give one of "
-                             f"{', '.join(map(repr, choices))}.", [key])
-                del out[key]
-            continue
-        value = choice_from_yaml(config[key], choices)
-        hint = closest_choice(value, choices)
-        try:
-            out[key] = check_choice(key, value, choices, error=RunArgumentError,
-                                    fix=f"Fix: {key}: {hint}" if hint else "Fix: use one of them.")
-        except RunArgumentError as err:
-            problems.add(str(err), [key])  # raised as the caller's error (the front door's ConfigError)
-            del out[key]
-    return out
 
 
 def without_stray_values(args: Sequence[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
@@ -256,3 +216,30 @@ def without_stray_values(args: Sequence[str], parser: argparse.ArgumentParser) -
                                 f"{fix}.")
     return out, problems
 
+
+def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
+                      user_values: Mapping[str, Any] | None = None, world_size: int = 1, check_model: bool = True,
+                      problems: Problems | None = None, engine: Engine | None = None,
+                      user_checked: bool = False) -> dict[str, Any]:
+    """Refuse every bad value and combination of a run's arguments before any weight loads, all at once.
+
+    Args:
+        script_args, training_args, model_args, push_args: the four argument objects, their twins, or mappings;
+            absent fields take :data:`DEFAULTS`. user_values: the keys the user set (conflicts are judged on these).
+        world_size: processes. check_model: check LoRA targets against the model. problems: record there instead
+            of raising. engine: of ``plan --accelerate-config``. user_checked: the front door already ran
+            `check_user_values` on ``user_values``.
+
+    Returns each rule's result by name (`run_rules`). Raises RunArgumentError: without ``problems``, one line per
+    problem (a single one as its check raised it)."""
+    own = problems is None
+    problems = Problems() if own else problems
+    user = dict(user_values or {})
+    values = flatten_values(script_args, training_args, model_args, push_args)
+    values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
+    if not user_checked:  # the other values are defaults or derived from the user's (written by __post_init__)
+        check_user_values(values, problems=problems, user=user)
+    results = run_rules(RunView(values, user, world_size, engine=engine, check_model=check_model), problems)
+    if own:
+        problems.raise_if_any(RunArgumentError)
+    return results
