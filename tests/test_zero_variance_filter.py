@@ -217,11 +217,15 @@ def test_settings_accepted():
     assert check_zero_variance_settings(**{**with_registry, "zero_variance_reward": "math_accuracy"}) == "accuracy"
     with pytest.raises(ValueError, match=r"zero_variance_reward='length' is not one of this run's rewards"):
         check_zero_variance_settings(**{**with_registry, "zero_variance_reward": "length"})
+    # filter off: the judged reward decides the logged share and causes, so it is checked and canonical there too
+    assert check_zero_variance_settings(**{**with_registry, "mode": "off", "zero_variance_reward": "math_accuracy"}) \
+        == "accuracy"
     assert judged_reward_index("b", ["a", "b"]) == 1 and judged_reward_index(None, ["a"]) is None
 
 
 @pytest.mark.parametrize(("changes", "match"), [
-    ({"mode": "off", "zero_variance_reward": "accuracy"}, r"zero_variance_reward='accuracy' only takes effect"),
+    ({"mode": "off", "reward_names": ["accuracy"], "zero_variance_reward": "length"},
+     r"zero_variance_reward='length' is not one of this run's rewards"),  # checked with the filter off too
     ({"multi_objective_aggregation": "normalize_then_sum"}, r"needs multi_objective_aggregation='sum_then_normalize'"),
     # 2 processes, micro-batch 3 × steps_per_generation 2 = 6 completions each, not whole groups of 4; a micro-batch
     # multiple of 4 / gcd(2, 4) = 2 would be
