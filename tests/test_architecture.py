@@ -147,7 +147,7 @@ def test_the_cycle_finder_finds_a_known_cycle():
 LAYERS = {
     0: ["_version", "_lazy", "training", "cli", "models.embedded", "config.checks", "models.cache", "config.data_sizes",
         "data.local_columns", "config.secrets", "hub.card_template", "training.host_memory", "training.finished"],
-    1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "plan.evaluation", "plan.memory", "config.resolved",
+    1: ["_trl_compat", "plan", "plan.resolve", "plan.run_plan", "plan.advice", "plan.evaluation", "plan.memory",
         "config.advantage_settings", "training.checkpoints", "evaluation.stats", "rewards",
         "rewards.registry", "rewards.parameters", "rewards.spec", "rewards.guard", "rewards.builtin", "rewards.math",
         "rewards.text", "rewards.trl_rewards", "zero_variance.settings", "zero_variance.report",

@@ -14,8 +14,8 @@ from dataclasses import fields
 
 from trl_grpo_ext.cli import Once
 from trl_grpo_ext.config.checks import Range, world_size_from_env
+from trl_grpo_ext.config.ext_config import USER_FIELDS, resolve_config
 from trl_grpo_ext.config.frontdoor import read_run_args
-from trl_grpo_ext.config.resolved import USER_FIELDS, resolve_config
 from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan, seed_line
 from trl_grpo_ext.plan.advice import memory_note
 from trl_grpo_ext.plan.evaluation import zero_variance_forecast_warning
