@@ -38,6 +38,8 @@ def test_the_value_and_the_greedy_allocation_by_hand():
     assert allocate_completions([0.25, 0.75], 4, 2) == [5, 3]
     assert sum(allocate_completions([0.01, 0.3, 0.6, 0.99], 16, 2)) == 4 * 2 + 16  # the plan's total, always
     assert allocate_completions([0.2, 0.2, 0.2, 0.2], 8, 2) == [4, 4, 4, 4]  # no information: G each
+    # every estimate 0 (nothing scored above 0 yet): V(n, 0) = 0, every gain ties; was [10, 2, 2, 2] (a TRL user's find)
+    assert allocate_completions([0.0, 0.0, 0.0, 0.0], 8, 2) == [4, 4, 4, 4]
 
 
 def test_pass_rate_estimate_and_its_prior():

@@ -46,7 +46,8 @@ def completion_value(n: int, p: float) -> float:
 
 def allocate_completions(pass_rates: list[float], extra: int, start: int) -> list[int]:
     """Completions per prompt: ``start`` each, then ``extra`` more, one at a time to the prompt whose value
-    `completion_value` gains most (ties to the earlier prompt).
+    `completion_value` gains most (ties to the prompt with fewer completions, then the earlier one: prompts all
+    estimated at p = 0, as before any reward was scored above 0, split evenly).
 
     Args:
         pass_rates (`list[float]`): p of each prompt, in [0, 1].
@@ -65,15 +66,18 @@ def allocate_completions(pass_rates: list[float], extra: int, start: int) -> lis
     [12, 4]
     >>> allocate_completions([0.5, 0.5, 0.5], 3, 2)  # equal estimates: G each
     [3, 3, 3]
+    >>> allocate_completions([0.0, 0.0, 0.0, 0.0], 8, 2)  # V = 0 everywhere: no information, G each
+    [4, 4, 4, 4]
     """
     counts = [start] * len(pass_rates)
-    heap = [(-(completion_value(start + 1, p) - completion_value(start, p)), i) for i, p in enumerate(pass_rates)]
+    heap = [(-(completion_value(start + 1, p) - completion_value(start, p)), start, i)
+            for i, p in enumerate(pass_rates)]
     heapq.heapify(heap)
     for _ in range(extra):
-        _, i = heapq.heappop(heap)
+        _, _, i = heapq.heappop(heap)
         counts[i] += 1
         p, n = pass_rates[i], counts[i]
-        heapq.heappush(heap, (-(completion_value(n + 1, p) - completion_value(n, p)), i))
+        heapq.heappush(heap, (-(completion_value(n + 1, p) - completion_value(n, p)), n, i))
     return counts
 
 
