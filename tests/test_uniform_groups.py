@@ -110,7 +110,7 @@ def test_with_the_filter_off_and_batch_scaling_the_share_counts_groups_not_the_b
     line = summary_line(trainer.state.log_history, 4)
     assert line.startswith("Uniform groups (σ = 0): 100% of the 8 groups generated (their generation: 100% of the "
                            "completions"), line
-    assert ("; 2 of 2 steps had every group uniform (zero advantages; with zero_variance_filter off the optimizer "
+    assert ("; 2 of 2 steps had zero advantages (every group uniform; with zero_variance_filter off the optimizer "
             "still stepped); why, of the groups generated: ") in line, line
     # every uniform group has one cause (logged in this mode too): the shares add up to the uniform share
     for h in steps:
@@ -142,14 +142,14 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
     off = [{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 1.0},
            {"step": 3, "frac_reward_zero_std": 1.0}]  # 2 + 4 + 4 of 12 groups (4 a step) uniform
     assert summary_line(off, 4) == ("Uniform groups (σ = 0): 83% of the 12 groups generated (their generation: 83% of "
-                                    "the completions); 2 of 3 steps had every group uniform (zero advantages; with "
+                                    "the completions); 2 of 3 steps had zero advantages (every group uniform; with "
                                     "zero_variance_filter off the optimizer still stepped)")
     # logging_steps 2, steps 1 and 3 all uniform, 2 and 4 not: each log reads 0.5, so only a lower bound is known
     averaged = [{"step": 2, "loss": 0.0, "frac_reward_zero_std": 0.5}, {"step": 4, "loss": 0.0,
                                                                          "frac_reward_zero_std": 0.5}]
     assert summary_line(averaged, 2).endswith(
-        "0 of 4 steps had every group uniform in the logs (a log averaging several steps may hide more: logging_steps "
-        "1 counts each) (zero advantages; with zero_variance_filter off the optimizer still stepped)")
+        "0 of 4 steps had zero advantages in the logs (a log averaging several steps may hide more: logging_steps "
+        "1 counts each) (every group uniform; with zero_variance_filter off the optimizer still stepped)")
 
 
 def test_the_summary_gives_the_seconds_spent_generating_uniform_groups():

@@ -73,7 +73,7 @@ def test_training_step_filters_the_zero_variance_groups_of_the_judged_reward(tmp
         assert log["advantages/abs_mean"] == pytest.approx((3 * 0.025 + 0.075) / 4 / (0.05 + 1e-4), rel=1e-4)
 
 
-def test_with_the_filter_off_the_judged_reward_decides_the_logged_share_not_the_advantages(tmp_path):
+def test_with_the_filter_off_the_judged_reward_decides_the_logged_share_not_the_advantages(tmp_path, capsys):
     # accuracy [0, 0, 0, 0] in both groups: uniform on accuracy (share 1.0, both all wrong at the run's lowest), yet
     # nothing is masked and the format reward drives the advantages, as in plain TRL
     trainer = _trainer(tmp_path, zero_variance_filter="off", zero_variance_reward="accuracy")
@@ -81,6 +81,12 @@ def test_with_the_filter_off_the_judged_reward_decides_the_logged_share_not_the_
     (log,) = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert log["zero_variance/frac_uniform_before"] == 1.0
     assert log["advantages/abs_mean"] == pytest.approx((3 * 0.025 + 0.075) / 4 / (0.05 + 1e-4), rel=1e-4)
+    # every completion got a non-zero advantage from the weighted total: none is counted without gradient, and
+    # neither the step line nor the closing line says "zero advantages" (a TRL user's find)
+    assert log["zero_variance/frac_completions_no_gradient"] == 0.0
+    out = capsys.readouterr().out
+    assert "zero advantages (zero_variance_filter off" not in out
+    assert "; 0 of 1 steps had zero advantages (every group uniform;" in out, out
 
 
 def test_unknown_judged_reward_is_refused_before_the_model_loads(tmp_path, monkeypatch):

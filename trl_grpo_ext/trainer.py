@@ -49,6 +49,7 @@ from .zero_variance import (
 )
 from .zero_variance.budget import grouped_advantages
 from .zero_variance.causes import cause_signs
+from .zero_variance.groups import zero_variance_group_mask
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +222,8 @@ class GRPOExtTrainer(GRPOTrainer):
             compute_advantages(rewards, self.num_generations, self.args.resolved.advantages, zero_variance_mask=mask)
         local = zero_variance.local_rows(len(output["advantages"]))
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
+        if not zero_variance.enabled and zero_variance.judged_index is not None:  # TRL's advantages judge the total
+            zero_variance_rows = zero_variance_group_mask(rewards, self.num_generations, zero_variance.tolerance)
         if self.args.resolved.zero_variance.zero_variance_signal != "off":  # all right / all wrong groups: kept
             signs = cause_signs(zero_variance.causes, zero_variance.sizes(len(rewards)), rewards.device)
             output["zero_variance_signal"], zero_variance_rows = signs[local], zero_variance_rows & (signs == 0)

@@ -155,7 +155,7 @@ def run_summary(log_history: list[dict], steps_per_generation: float = 1) -> dic
                         row.get("completions/clipped_ratio"), batches))
         batch_seconds = (_finite(row.get(GENERATION_SECONDS_KEY)) or 0.0) * batches
         seconds, uniform_seconds = seconds + batch_seconds, uniform_seconds + share * batch_seconds
-        if share == 1.0:
+        if share == 1.0 and row.get("zero_variance/frac_completions_no_gradient", 1.0) == 1.0:  # zero advantages
             everything += round(batches * steps_per_generation)
         elif batches > 1 and share > 0.0:
             exact = False
@@ -251,7 +251,7 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
     ...                "zero_variance/generation_seconds": 6.0, "step_time": 25.0}], 3).split("; ")[0]  # 0.5 × 10 + 6
     'Uniform groups (σ = 0): 75% of the 6 groups generated (their generation: 75% of the completions, 11.0 s of the 40.0 s of the training steps = 28%)'
     >>> summary_line([{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 1.0}], 3)
-    'Uniform groups (σ = 0): 75% of the 6 groups generated (their generation: 75% of the completions); 1 of 2 steps had every group uniform (zero advantages; with zero_variance_filter off the optimizer still stepped)'
+    'Uniform groups (σ = 0): 75% of the 6 groups generated (their generation: 75% of the completions); 1 of 2 steps had zero advantages (every group uniform; with zero_variance_filter off the optimizer still stepped)'
     """
     summary = run_summary(log_history, steps_per_generation)
     if not summary:
@@ -279,7 +279,7 @@ def summary_line(log_history: list[dict], groups_per_generation: int | None = No
     if summary["filter_on"]:
         return head + f"{summary['no_update_steps']} of {steps} steps made no update{why}"
     seen = "" if summary["exact"] else " in the logs (a log averaging several steps may hide more: logging_steps 1 counts each)"
-    return head + (f"{summary['all_uniform_steps']} of {steps} steps had every group uniform{seen} (zero advantages; "
+    return head + (f"{summary['all_uniform_steps']} of {steps} steps had zero advantages{seen} (every group uniform; "
                    f"with zero_variance_filter off the optimizer still stepped){why}")
 
 
