@@ -42,18 +42,16 @@ def test_resume_from_checkpoint_in_the_config_is_honoured_and_a_new_run_is_refus
     assert step_log(resumed) == step_log(reference)
 
     # a new run in the same output_dir (config unset, or train(resume_from_checkpoint=False) over a config that says
-    # resume) is refused before it generates anything, and checkpoint-4 is left as it was
-    saved = (run / "checkpoint-4" / "adapter_model.safetensors").read_bytes()
+    # resume) starts over, as trl.GRPOTrainer does (a TRL script run twice), with a warning naming the finished run
+    # and how to keep it
     for config_value, call_value in ((None, None), (True, False)):
         fresh_reward = RecordingReward()
         fresh = trainer(run, fresh_reward, total_epochs=2, resume_from_checkpoint=config_value)
-        # (a finished run: resuming it is refused too, so the fix continues its adapter instead)
-        with pytest.raises(ValueError, match=r"already holds a finished run \(checkpoint-4: step 4 of 4\); starting "
-                                             r"a new one would overwrite it\. Choose another output_dir \(with "
-                                             r"model_name_or_path="):
+        with pytest.warns(UserWarning, match=r"already holds a finished run \(checkpoint-4: step 4 of 4\); this new "
+                                             r"run overwrites it, as trl\.GRPOTrainer does\. To keep it: another "
+                                             r"output_dir \(with model_name_or_path="):
             fresh.train(resume_from_checkpoint=call_value)
-        assert fresh_reward.calls == []
-    assert (run / "checkpoint-4" / "adapter_model.safetensors").read_bytes() == saved
+        assert fresh.state.global_step == 4 and [c[0] for c in fresh_reward.calls] == [0, 1, 2, 3]  # from step 1
 
 
 def test_overwrite_output_dir_lets_a_new_run_start_over(tmp_path, monkeypatch):
@@ -67,5 +65,5 @@ def test_overwrite_output_dir_lets_a_new_run_start_over(tmp_path, monkeypatch):
     fresh = trainer(tmp_path, RecordingReward(), total_epochs=2)
     assert fresh.train(overwrite_output_dir=True).metrics == {"run": "new run", "checkpoint": None,
                                                               "resumed_from_step": None}
-    with pytest.raises(ValueError, match="already holds a run"):
-        fresh.train()
+    with pytest.warns(UserWarning, match=r"already holds a run \(checkpoint-3\); this new run overwrites it"):
+        assert fresh.train().metrics["run"] == "new run"

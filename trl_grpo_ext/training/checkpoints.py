@@ -75,21 +75,22 @@ def resolve_resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | 
 #: The fixes :func:`check_output_dir` offers, in the words of the command line (the recipe) and of Python.
 OUTPUT_DIR_FIXES = {
     "command line": "Resume it with --resume_from_checkpoint last, choose another --output_dir, or delete the folder.",
-    "python": "Resume it with trainer.train(resume_from_checkpoint=True) (or resume_from_checkpoint=True in the "
-              "config), choose another output_dir, pass trainer.train(overwrite_output_dir=True) to start over in it, "
-              "or delete the folder.",
+    "python": "To continue it instead: trainer.train(resume_from_checkpoint=True); to keep it: another output_dir; "
+              "trainer.train(overwrite_output_dir=True) starts over without this warning.",
 }
 #: The same for a run that reached its last step (nothing to resume).
 FINISHED_OUTPUT_DIR_FIXES = {
     "command line": "Choose another --output_dir (with --model_name_or_path {dir} to continue its adapter), pass "
                     "--overwrite_output_dir true to start over in it, or delete the folder.",
-    "python": "Choose another output_dir (with model_name_or_path={dir!r} to continue its adapter), pass "
-              "trainer.train(overwrite_output_dir=True) to start over in it, or delete the folder.",
+    "python": "To keep it: another output_dir (with model_name_or_path={dir!r} to continue its adapter); "
+              "trainer.train(overwrite_output_dir=True) starts over without this warning.",
 }
 
 
 def check_output_dir(output_dir: str | os.PathLike, resuming: bool, fixes: str = "command line") -> None:
     """Refuse to start a new run in an ``output_dir`` that holds checkpoints of another: they would be overwritten.
+    In Python (``fixes="python"``) a warning instead: a TRL script run twice overwrites its run, as with
+    `trl.GRPOTrainer`.
 
     Args:
         output_dir (`str` or `os.PathLike`): the run's output folder (may not exist yet).
@@ -97,9 +98,9 @@ def check_output_dir(output_dir: str | os.PathLike, resuming: bool, fixes: str =
         fixes (`str`, defaults to ``"command line"``): a key of :data:`OUTPUT_DIR_FIXES`, the wording of the fix.
 
     Raises:
-        ValueError: ``output_dir`` is a file, or holds a complete ``checkpoint-*`` folder and ``resuming`` is False;
-            the message offers resuming (for a finished run: continuing its adapter), another ``output_dir``,
-            starting over, or deleting the old run.
+        ValueError: ``output_dir`` is a file, or (command line) holds a complete ``checkpoint-*`` folder and
+            ``resuming`` is False; the message offers resuming (for a finished run: continuing its adapter), another
+            ``output_dir``, starting over, or deleting the old run.
     """
     root = Path(output_dir)
     if root.exists() and not root.is_dir():
@@ -108,14 +109,14 @@ def check_output_dir(output_dir: str | os.PathLike, resuming: bool, fixes: str =
     if newest is None or resuming:
         return
     step, last = checkpoint_steps(newest)
-    if step is not None and last and step >= last:  # finished: resuming it is refused too
-        raise ValueError(
-            f"output_dir={str(root)!r} already holds a finished run ({Path(newest).name}: step {step} of {last}); "
-            f"starting a new one would overwrite it. {FINISHED_OUTPUT_DIR_FIXES[fixes].format(dir=str(root))}")
-    raise ValueError(
-        f"output_dir={str(root)!r} already holds a run ({Path(newest).name}); starting a new one would overwrite "
-        f"it. {OUTPUT_DIR_FIXES[fixes]}"
-    )
+    finished = step is not None and last and step >= last  # resuming it is refused too
+    held = f"a finished run ({Path(newest).name}: step {step} of {last})" if finished else f"a run ({Path(newest).name})"
+    fix = FINISHED_OUTPUT_DIR_FIXES[fixes].format(dir=str(root)) if finished else OUTPUT_DIR_FIXES[fixes]
+    if fixes == "python":
+        warnings.warn(f"output_dir={str(root)!r} already holds {held}; this new run overwrites it, as "
+                      f"trl.GRPOTrainer does. {fix}", UserWarning, stacklevel=3)
+        return
+    raise ValueError(f"output_dir={str(root)!r} already holds {held}; starting a new one would overwrite it. {fix}")
 
 
 def checkpoint_steps(checkpoint: str) -> tuple[int | None, int | None]:
