@@ -355,6 +355,8 @@ def test_warning_trl_max_steps_overrides_epochs():
     (warning,) = plan_warnings(plan)
     assert "max_steps=4000 overrides num_train_epochs=1" in warning
     assert "would stop earlier, at step 2000" in warning and "covers 2 epochs" in warning
+    # the usual TRL short run: max_steps before num_train_epochs (TRL's default 3) stops: nothing to advise
+    assert plan_warnings(plan_of({"max_steps": 10, "per_device_train_batch_size": 32}, 8000)) == []
 
 
 def test_warning_memory_suggests_a_micro_batch_that_fits():

@@ -75,11 +75,12 @@ def plan_warnings(plan: RunPlan, *, instruct_model: bool | None = None, gpu_memo
         if plan.epoch_limit is not None and plan.steps_per_epoch is None:
             out.append(f"total_epochs={format_number(plan.epoch_limit)} cannot be checked without the dataset size: the "
                        f"plan stops at the step limit ({plan.step_limit}); pass the dataset size (--dataset-size N)")
-    elif plan.step_limit is not None and limit_steps is not None and limit_steps != plan.step_limit:
-        side = "would stop earlier, at" if limit_steps < plan.step_limit else "would go on to"
+    elif plan.step_limit is not None and limit_steps is not None and limit_steps < plan.step_limit:
+        # (max_steps stopping before num_train_epochs, TRL's default 3 included, is the usual short run: no advice)
         out.append(f"max_steps={plan.step_limit} overrides num_train_epochs={format_number(plan.epoch_limit)} (TRL's "
-                   f"rule; the epoch limit {side} step {limit_steps}): the run covers {plan.epochs_covered:.3g} "
-                   "epochs; for whichever-comes-first use total_training_steps and total_epochs instead")
+                   f"rule; the epoch limit would stop earlier, at step {limit_steps}): the run covers "
+                   f"{plan.epochs_covered:.3g} epochs; for whichever-comes-first use total_training_steps and "
+                   "total_epochs instead")
     bnpo = bnpo_accumulation_warning(loss_type or "", plan.gradient_accumulation_steps, plan.micro_batch_size,
                                      plan.completions_per_step, plan.world_size)
     if bnpo:
