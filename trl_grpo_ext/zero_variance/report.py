@@ -33,8 +33,9 @@ CAUSE_FIXES = {
            "prompt for shorter answers (a reward that scores a cut answer fully, as the embedded demo's does, is "
            "not hurt by the limit)",
     "wrong": "most uniform groups were all wrong (the prompts are too hard for the group size to find a right answer): "
-             "measure the base model's pass@k with `trl-grpo-ext eval --config <config> --k 16`, give hard prompts more "
-             "completions (rollout_budget: adaptive) or learn from them (zero_variance_signal: entropy)",
+             "measure the base model's pass@k with `trl-grpo-ext eval --config <config> --k 16`, spread completions by "
+             "estimated pass rate (rollout_budget: adaptive; hard but not hopeless prompts get more) or learn from "
+             "them (zero_variance_signal: entropy)",
     "right": "most uniform groups were all right (the prompts are already solved): skip them "
              "(zero_variance_filter: skip) or train on harder data",
     "tied": "most uniform groups were tied (every completion scored alike, neither the reward's lowest nor its "
