@@ -201,7 +201,8 @@ class GRPOExtConfig(GRPOConfig):
         0.1, "zero_variance_signal: the largest |advantage| a uniform group's token gets (alpha).")
     rollout_budget: Annotated[str, Choices(ROLLOUT_BUDGETS)] = _help(
         "uniform", "uniform (G completions per prompt) or adaptive: G/2 per prompt first, the rest of the step's "
-        "prompts x G to prompts estimated hard (Knapsack RL's value), none more to those solved.")
+        "prompts x G where they most raise the chance of a non-zero gradient (Knapsack RL's value: hard, not hopeless "
+        "prompts), none more to those solved.")
     # Rewards
     rewards: list[RewardEntry] | None = _help(
         None, "Reward functions by registry name; in YAML each item may be {name, weight, kwargs}.")
