@@ -270,7 +270,7 @@ def test_final_metrics_show_the_uniform_share_and_the_updates_it_cost(card, run,
     # 11-40): (0.5 × 10 + 0.125 × 30) / 40 = 0.21875 of the groups, no skipped update
     assert "| uniform (σ = 0) share of generated groups (40 steps, 2 logs) | 0.2188 |" in card.text
     # only TRL's figure logged (no filter): all-uniform steps are counted, but they still stepped the optimizer
-    assert ("| at least: optimizer steps whose every group was uniform (zero advantages; the filter was off, so the "
+    assert ("| at least: optimizer steps with zero advantages (every group uniform; the filter was off, so the "
             "optimizer still stepped) | 0 |") in card.text  # two logs averaging 10 and 30 steps at shares in (0, 1)
     copy = tmp_path / "run"
     shutil.copytree(run[0], copy)

@@ -124,6 +124,15 @@ def test_training_steps_split_the_completions_as_worked_out(tmp_path, capsys):
     assert sorted(history["prompts"].values()) == [[0.0, 11.0], [5.0, 5.0]] and history["total"] == [5.0, 16.0]
 
 
+def test_the_closing_line_counts_the_completions_of_unequal_groups():
+    # one step, 2 prompts given [2, 6] completions; the 2-completion group uniform: 1 of 2 groups, 2 of 8 completions
+    # (a README follower's find: the line gave the group share, 50%, as the completions' share)
+    logs = [{"step": 1, "loss": 0.0, "zero_variance/frac_uniform_before": 0.5, "zero_variance/no_update": 0.0,
+             "zero_variance/frac_completions_uniform": 0.25, "zero_variance/generation_seconds": 4.0, "step_time": 8.0}]
+    assert summary_line(logs, 2).startswith("Uniform groups (σ = 0): 50% of the 2 groups generated (their generation: "
+                                            "25% of the completions, 1.0 s of the 8.0 s of the training steps = 12%)")
+
+
 @pytest.mark.parametrize("change, message", [
     ({"zero_variance_filter": "skip", "total_epochs": 3, "total_training_steps": 12},
      "zero_variance_filter='skip' chooses which prompts are rolled out"),

@@ -123,7 +123,7 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
                 "zero_variance/no_update": 1.0},
                {"step": 3, "reward": 0.3, "frac_reward_zero_std": 0.25, "zero_variance/frac_uniform_before": 0.5,
                 "zero_variance/no_update": 0.0}]
-    assert run_summary(history) == {"uniform_share": 0.5, "generations": 3, "no_update_steps": 1,
+    assert run_summary(history) == {"uniform_share": 0.5, "completion_share": 0.5, "generations": 3, "no_update_steps": 1,
                                     "all_uniform_steps": 1, "exact": True, "filter_on": True, "extra_groups": 0,
                                     "steps": 3, "logged_steps": 3, "generation_seconds": 0.0,
                                     "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None,
@@ -131,7 +131,8 @@ def test_plot_and_card_show_the_truthful_share(tmp_path):
     # logging_steps 2: each log is the mean of its 2 steps; 12 groups over 4 steps, 2 of them without an update
     every_two = [{"step": 2, "frac_reward_zero_std": 0.5, "zero_variance/no_update": 0.5},
                  {"step": 4, "frac_reward_zero_std": 1.0, "zero_variance/no_update": 0.5}]
-    assert run_summary(every_two) == {"uniform_share": 0.75, "generations": 4, "no_update_steps": 2,
+    assert run_summary(every_two) == {"uniform_share": 0.75, "completion_share": 0.75, "generations": 4,
+                                      "no_update_steps": 2,
                                       "all_uniform_steps": 2, "exact": False, "filter_on": True, "extra_groups": 0,
                                       "steps": 4, "logged_steps": 2, "generation_seconds": 0.0,
                                       "uniform_generation_seconds": 0.0, "step_seconds": 0.0, "identical_share": None,
