@@ -49,6 +49,7 @@ from trl_grpo_ext.training.checkpoints import (
     resolve_resume_checkpoint,
     resume_settings,
 )
+from trl_grpo_ext.training.console import closing_line, defer_closing_line
 from trl_grpo_ext.training.finished import complete_line, outputs_written
 from trl_grpo_ext.training.host_memory import retain_freed_memory
 from trl_grpo_ext.training.interrupt import GracefulInterrupt, exit_run
@@ -161,6 +162,7 @@ def main(script_args, training_args, model_args, push_args) -> int:
     )
 
     trainer.eval_plan = eval_plan  # printed with the plan table when training starts
+    defer_closing_line(trainer)  # the uniform groups' causes and fix: the run's last line, after the files below
     if tiny.is_embedded(script_args.dataset_name):
         trainer.embedded_seed = script_args.embedded_seed
 
@@ -229,6 +231,9 @@ def main(script_args, training_args, model_args, push_args) -> int:
             except HubPushError as err:
                 print(f"error: {err}", file=sys.stderr)
                 exit_code = 1
+        uniform = closing_line(trainer.state.log_history, trainer.plan) if logged else None
+        if uniform:
+            print(uniform)
 
     ################
     # End: finish the trackers and destroy the process group on every process

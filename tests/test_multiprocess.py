@@ -50,6 +50,7 @@ def test_two_cpu_processes_run_to_the_planned_step_and_save_once(tmp_path, zero_
     # the main process alone prints (and writes) the plan, the step logs and the final save
     shown = result.stdout[-4000:]
     assert result.stdout.count(f"Adapter and tokenizer: {out}") == 1, shown
+    assert result.stdout.count("Uniform groups (σ = 0): ") == 1, shown  # the closing line, main process only
     assert result.stdout.count("gradient accumulation     2 micro-batches") == 1, shown  # 16 / (4 x 2 processes)
     assert [line.split("  ")[0] for line in result.stdout.splitlines() if line.startswith("step ") and "  reward " in line] == [
         f"step {i}/{STEPS}" for i in range(1, STEPS + 1)], shown  # one compact line per logged step

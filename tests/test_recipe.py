@@ -53,6 +53,10 @@ def test_outputs_are_written(short_run):
                  "eval_results.json"):
         assert (out / name).is_file(), name
     assert f"Adapter and tokenizer: {out}" in result.stdout
+    # the run's last line: its uniform groups, their causes (and fix), printed once, after the files
+    lines = result.stdout.strip().splitlines()
+    assert lines[-1].startswith("Uniform groups (σ = 0): ") and "why, of the groups generated: " in lines[-1], lines[-3:]
+    assert result.stdout.count("Uniform groups (σ = 0): ") == 1
     card = (out / "README.md").read_text()  # the 4-bit snippet loads the embedded base from its folder, not its name
     assert "quantization_config=bnb" in card and 'from_pretrained("embedded:' not in card
     assert f"Reward plot: {out / 'reward_plot.png'}" in result.stdout

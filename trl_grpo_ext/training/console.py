@@ -147,6 +147,7 @@ class StepLineCallback(ProgressCallback):
     def __init__(self, bar: bool = True, groups_per_step: int | None = None, plan=None):
         super().__init__()
         self.bar, self.groups_per_step, self.plan = bar, groups_per_step, plan
+        self.closing = True  # False: the caller prints `closing_line` itself (the recipe, as its last line)
         self._clock = None  # (time, step) the seconds per step count from: the last training log, save or evaluation
         self._logged = 0  # the step of the previous training log: the interval a no-update notice covers
 
@@ -164,11 +165,9 @@ class StepLineCallback(ProgressCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar and self.training_bar is not None:
             super().on_train_end(args, state, control, **kwargs)
-        if state.is_world_process_zero and self.plan is not None:
-            line = summary_line(state.log_history, self.plan.prompts_per_generation, steps_per_generation(self.plan),
-                                self.plan.max_completion_length)
-            if line:
-                print(line, flush=True)
+        line = closing_line(state.log_history, self.plan) if self.closing and state.is_world_process_zero else None
+        if line:
+            print(line, flush=True)
 
     def on_save(self, args, state, control, **kwargs):
         self._restart_clock(state)  # a checkpoint's time is not the next step's
@@ -249,6 +248,21 @@ class MetricsFileCallback(TrainerCallback):
             os.makedirs(args.output_dir, exist_ok=True)
             with open(os.path.join(args.output_dir, METRICS_FILE), "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": state.global_step, **logs}, default=str) + "\n")
+
+
+def closing_line(log_history: list[dict], plan) -> str | None:
+    """The run's closing line: its uniform groups, their causes and the fix (`summary_line`); None without a plan
+    or a logged share."""
+    if plan is None:
+        return None
+    return summary_line(log_history, plan.prompts_per_generation, steps_per_generation(plan), plan.max_completion_length)
+
+
+def defer_closing_line(trainer) -> None:
+    """Leave the closing line to the caller (`closing_line`): the recipe prints it after its evaluation and files."""
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, StepLineCallback):
+            callback.closing = False
 
 
 def install(trainer) -> None:
