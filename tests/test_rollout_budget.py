@@ -124,6 +124,17 @@ def test_training_steps_split_the_completions_as_worked_out(tmp_path, capsys):
     assert sorted(history["prompts"].values()) == [[0.0, 11.0], [5.0, 5.0]] and history["total"] == [5.0, 16.0]
 
 
+def test_filter_off_with_a_judged_reward_counts_no_gradient_over_the_unequal_groups(tmp_path):
+    # the run above with the filter off and solved_b judged: groups [5, 3] then [6, 2], both uniform in the weighted
+    # total each step, so every completion has advantage 0 (taken as groups of G = 4, rows 4-7 would mix a and b)
+    trainer = tiny_trainer(tmp_path, solved_b, count_char_mix(2), prompts_per_step=2, num_generations=G,
+                           micro_batch_size=8, total_training_steps=2, max_completion_length=16, seed=0,
+                           zero_variance_filter="off", rollout_budget="adaptive", zero_variance_reward="solved_b")
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert [h["zero_variance/frac_completions_no_gradient"] for h in logs] == [1.0, 1.0]
+
+
 def test_the_closing_line_counts_the_completions_of_unequal_groups():
     # one step, 2 prompts given [2, 6] completions; the 2-completion group uniform: 1 of 2 groups, 2 of 8 completions
     # (a README follower's find: the line gave the group share, 50%, as the completions' share)

@@ -223,7 +223,8 @@ class GRPOExtTrainer(GRPOTrainer):
         local = zero_variance.local_rows(len(output["advantages"]))
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
         if not zero_variance.enabled and zero_variance.judged_index is not None:  # TRL's advantages judge the total
-            zero_variance_rows = zero_variance_group_mask(rewards, self.num_generations, zero_variance.tolerance)
+            zero_variance_rows = zero_variance_group_mask(rewards, self.num_generations, zero_variance.tolerance,
+                                                          sizes=sizes)
         if self.args.resolved.zero_variance.zero_variance_signal != "off":  # all right / all wrong groups: kept
             signs = cause_signs(zero_variance.causes, zero_variance.sizes(len(rewards)), rewards.device)
             output["zero_variance_signal"], zero_variance_rows = signs[local], zero_variance_rows & (signs == 0)
