@@ -141,13 +141,12 @@ class StepLineCallback(ProgressCallback):
         bar (`bool`, defaults to `True`): show the bar (``False`` when ``disable_tqdm`` is set: lines only).
         groups_per_step (`int`, *optional*): the plan's prompts per step, named in a no-update notice.
         plan (`RunPlan`, *optional*): when given, the end of training prints the run's uniform groups and their
-            causes (`summary_line`).
+            causes (`closing_line`); None leaves that line to the caller (`defer_closing_line`).
     """
 
     def __init__(self, bar: bool = True, groups_per_step: int | None = None, plan=None):
         super().__init__()
         self.bar, self.groups_per_step, self.plan = bar, groups_per_step, plan
-        self.closing = True  # False: the caller prints `closing_line` itself (the recipe, as its last line)
         self._clock = None  # (time, step) the seconds per step count from: the last training log, save or evaluation
         self._logged = 0  # the step of the previous training log: the interval a no-update notice covers
 
@@ -165,7 +164,7 @@ class StepLineCallback(ProgressCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar and self.training_bar is not None:
             super().on_train_end(args, state, control, **kwargs)
-        line = closing_line(state.log_history, self.plan) if self.closing and state.is_world_process_zero else None
+        line = closing_line(state.log_history, self.plan) if state.is_world_process_zero else None
         if line:
             print(line, flush=True)
 
@@ -262,7 +261,7 @@ def defer_closing_line(trainer) -> None:
     """Leave the closing line to the caller (`closing_line`): the recipe prints it after its evaluation and files."""
     for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, StepLineCallback):
-            callback.closing = False
+            callback.plan = None
 
 
 def install(trainer) -> None:
