@@ -75,7 +75,7 @@ def _trainer(model: str, out_dir: str, args, seed: int):
         peft = None
     elif model == "tiny-shipped":  # the embedded demo's model as tiny_cpu.yaml loads it: 4-bit NF4, LoRA, float32 adapter
         from trl_grpo_ext.config.frontdoor import read_run_args
-        from trl_grpo_ext.models.settings import lora_config, quantization_config
+        from trl_grpo_ext.models.loading import lora_config, quantization_config
 
         _, shipped, model_args, _ = read_run_args(["--config", "tiny_cpu"], announce=False)  # as the recipe reads it
         path = tiny.ensure_tiny_model()

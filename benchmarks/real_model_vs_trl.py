@@ -196,7 +196,8 @@ def run_arm(arm: str, seed: int, args) -> dict:
     from trl_grpo_ext.data.load import load_eval_dataset, load_prompt_dataset
     from trl_grpo_ext.evaluation.evaluate import evaluate_model
     from trl_grpo_ext.models.embedded import tiny
-    from trl_grpo_ext.models.settings import load_dtype, lora_config, run_tokenizer
+    from trl_grpo_ext.models.loading import lora_config, run_tokenizer
+    from trl_grpo_ext.models.settings import load_dtype
     from trl_grpo_ext.rewards.spec import build_reward_funcs, with_run_defaults
 
     filter_args = ARM_SETTINGS.get(arm, [])

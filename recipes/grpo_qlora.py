@@ -26,15 +26,14 @@ from trl_grpo_ext.evaluation.evaluate import final_evaluation
 from trl_grpo_ext.hub import HubPushError, build_model_card, push_settings
 from trl_grpo_ext.hub.plot import plot_training, reward_trend
 from trl_grpo_ext.models.embedded import tiny
-from trl_grpo_ext.models.settings import (
+from trl_grpo_ext.models.loading import (
     continued_lora_differences,
-    cpu_bf16_warning,
     load_continued_model,
-    load_dtype,
     lora_config,
     quantization_config,
     run_tokenizer,
 )
+from trl_grpo_ext.models.settings import cpu_bf16_warning, load_dtype
 from trl_grpo_ext.models.source import resolve_model_source
 from trl_grpo_ext.plan import resolve_plan
 from trl_grpo_ext.plan.evaluation import resolve_eval_plan

@@ -155,7 +155,7 @@ LAYERS = {
     2: ["advantages", "zero_variance", "zero_variance.groups", "zero_variance.merge", "zero_variance.resample",
         "zero_variance.metrics", "zero_variance.filter", "zero_variance.history", "zero_variance.causes", "zero_variance.budget", "training.sampling",
         "training.engine_step"],
-    3: ["models", "data", "models.settings", "models.memory_shape", "data.load", "data.checks", "data.golds", "models.embedded.tiny",
+    3: ["models", "data", "models.settings", "models.loading", "models.memory_shape", "data.load", "data.checks", "data.golds", "models.embedded.tiny",
         "models.embedded.smollm2", "data.arithmetic"],
     4: ["config", "config.ext_config", "config.recipe_args", "config.frontdoor", "config.recipe_parse",
         "config.push_settings", "validation", "validation.tables", "validation.user_values",

@@ -243,7 +243,7 @@ def test_quant_storage_reaches_bitsandbytes():
 
     import torch
 
-    from trl_grpo_ext.models.settings import quantization_config
+    from trl_grpo_ext.models.loading import quantization_config
 
     model_args = SimpleNamespace(load_in_8bit=False, load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                  use_bnb_nested_quant=True, dtype=None, bnb_4bit_quant_storage="bfloat16")

@@ -23,7 +23,7 @@ from vllm_standin import StandInVLLMGeneration
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
 from trl_grpo_ext.models.embedded import tiny
-from trl_grpo_ext.models.settings import keep_4bit_training_layout
+from trl_grpo_ext.models.loading import keep_4bit_training_layout
 from trl_grpo_ext.training.generation import (
     DRIFT_METRIC,
     BaseDriftMonitor,

@@ -14,7 +14,7 @@ def _layer():
 
 
 def test_keep_4bit_training_layout_stops_the_eval_time_repacking():
-    from trl_grpo_ext.models.settings import keep_4bit_training_layout
+    from trl_grpo_ext.models.loading import keep_4bit_training_layout
 
     layer = _layer()
     if not getattr(layer, "support_avx512bf16_for_cpu", False):

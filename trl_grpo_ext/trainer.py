@@ -23,7 +23,7 @@ from trl import GRPOConfig, GRPOTrainer
 from . import _trl_compat
 from .advantages import advantage_metrics, compute_advantages, uniform_group_signal
 from .config.engines import resolve_engine
-from .models.settings import is_4bit_model, is_quantized_model, keep_4bit_training_layout
+from .models.loading import is_4bit_model, is_quantized_model, keep_4bit_training_layout
 from .plan import RunPlan, confirm_plan, format_plan_report, plan_warnings, seed_line
 from .training import checkpoints as ckpt
 from .training import console, trainer_args

@@ -213,7 +213,8 @@ def evaluate_run(script_args, training_args, model_args, *, adapter=None, compar
     from ..data.load import load_eval_dataset
     from ..evaluation.evaluate import compare, evaluate_model
     from ..models.embedded import tiny
-    from ..models.settings import compute_dtype_name, load_tokenizer, quantization_config, torch_dtype
+    from ..models.loading import load_tokenizer, quantization_config, torch_dtype
+    from ..models.settings import compute_dtype_name
     from ..rewards.spec import build_reward_funcs, with_run_defaults
 
     other = "train" if split == "test" else "test"

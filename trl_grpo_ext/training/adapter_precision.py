@@ -19,7 +19,7 @@ import logging
 import torch
 from torch import nn
 
-from ..models.settings import EXACT_VALUES_ATTRIBUTE, torch_dtype
+from ..models.loading import EXACT_VALUES_ATTRIBUTE, torch_dtype
 
 logger = logging.getLogger(__name__)
 

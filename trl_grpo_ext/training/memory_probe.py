@@ -110,7 +110,7 @@ def run_settings(trainer, prompt_length: int) -> tuple[ModelShape, MemorySetting
     prompts of ``prompt_length`` tokens."""
     from types import SimpleNamespace
 
-    from ..models.settings import is_4bit_model
+    from ..models.loading import is_4bit_model
 
     model, args = trainer.model, trainer.args
     peft = getattr(model, "peft_config", {}).get("default")

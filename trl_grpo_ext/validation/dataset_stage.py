@@ -207,7 +207,7 @@ def _within_prompt_length(run, dataset, cut: int, survey: DatasetSurvey):
     """The rows kept under ``max_prompt_length`` with the run's tokenizer (`data.load.prompts_within`), the dropped
     noted in ``survey``; None without the tokenizer here (the recipe counts them). Raises ValueError: none fits."""
     from ..data.load import prompts_within
-    from ..models.settings import run_tokenizer
+    from ..models.loading import run_tokenizer
 
     try:
         tokenizer = run_tokenizer(run.model_args, getattr(run.script_args, "chat_template", None))
