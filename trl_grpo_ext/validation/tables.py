@@ -50,6 +50,7 @@ TRL_RANGES: dict[str, Range] = {
 OTHER_RANGES: dict[str, Range] = {
     "embedded_num_prompts": _int(1, "use e.g. 240."),
     "eval_num_prompts": _int(1, "remove it (the whole test split) or use e.g. 64."),
+    "max_prompt_length": _int(1, "use the longest prompt to keep in tokens, e.g. 512, or remove it."),
     "final_eval_num_samples": _int(0, "use 0 (greedy only) or e.g. 8 samples per prompt."),
     "lora_r": _int(1, "use a rank such as 8 or 16."),
     "lora_alpha": _pos("use e.g. 2 × lora_r (16 for r 8)."),
