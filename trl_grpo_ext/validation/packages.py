@@ -17,7 +17,8 @@ FAILS = {
     "use_liger_kernel": ("the trainer would fail after loading the model", "use_liger_kernel: false"),
     "report_to": ("the trainer would fail when it starts", None),
 }
-#: (field, value that needs the package, import names any of which will do, pip requirement). The trackers' modules are those transformers' availability checks look for.
+#: (field, value that needs the package, import names any of which will do, pip requirement). The trackers'
+#: modules are those transformers' availability checks look for.
 PACKAGES = (
     ("attn_implementation", "flash_attention_2", ("flash_attn",), "flash-attn --no-build-isolation (a CUDA GPU)"),
     ("use_vllm", True, ("vllm",), "vllm (a CUDA GPU)"),

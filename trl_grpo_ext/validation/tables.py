@@ -96,7 +96,7 @@ def is_on(value: Any) -> bool:
 @dataclass(frozen=True)
 class Rule:
     """One rule of `rules.RULES`. A row: ``when`` (the view -> whether the problem is there) and ``message`` (its line;
-    ``{field}`` is the run's value as a message shows it; or a callable of the view); with ``needs`` (the setting
+    ``{field}`` is the run's value as a message shows it); with ``needs`` (the setting
     ``fields`` take effect under; ``when`` says it is off) the fields the user set are named. A longer body: ``check``
     (raises `ValueError` or warns, may return a result). ``severity``: "error" (refused before the model loads) or
     "warning" (no effect). ``blocked_by``: skip it when one of these has a problem (default ``fields``). ``scope``:
@@ -132,7 +132,7 @@ class Rule:
             line = f"{said}: {tail}" if self.severity == "error" else \
                 f"{said}, so {'it has' if one else 'they have'} no effect. {tail}"
         else:
-            line = self.message(v) if callable(self.message) else self.message.format_map(v)
+            line = self.message.format_map(v)
         if self.severity == "warning":
             return v.warn(line)
         raise RunArgumentError(line)
