@@ -297,7 +297,7 @@ def test_wandb_keys_need_a_value_the_last_wins_and_the_environment_wins(tmp_path
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
 def test_refused_and_unknown_keys_are_reported_with_the_values_problems(tmp_path, light):
     """A removed key, a key under both names, an unknown key and a value out of range: four lines in one error."""
-    path = tiny_cpu_yaml(tmp_path, vllm_device="auto", warmup_ratio=0.1, warmup_steps=3, lerning_rate=1e-4, top_k=-1,
+    path = tiny_cpu_yaml(tmp_path, vllm_device="auto", warmup_ratio=0.1, warmup_steps=3, lerning_rate=1e-4, temperature=-1,
                          lr_scheduler_type="cosine")
     with pytest.raises(ConfigError) as info:
         read_run_args(["--config", path, "--reward_modle", "x"], light=light)
@@ -306,7 +306,7 @@ def test_refused_and_unknown_keys_are_reported_with_the_values_problems(tmp_path
     assert problems[0].startswith("'warmup_ratio' and 'warmup_steps' are both set in the config")
     assert problems[1].startswith("'vllm_device': removed from TRL's GRPOConfig")
     assert problems[2].startswith("unknown key(s): 'lerning_rate' (did you mean 'learning_rate'?), '--reward_modle'")
-    assert problems[3].startswith("top_k=-1 must be an integer >= 0. Fix:")
+    assert problems[3].startswith("temperature=-1 must be a number > 0. Fix:")
 
 
 def test_a_key_written_twice_in_the_yaml_is_refused(tmp_path):

@@ -6,7 +6,7 @@ from ..config.checks import Range, RunArgumentError
 from .lora import check_lora_targets, model_modules, peft_target_matches
 from .rewards import check_reward_columns
 from .rules import RULES, RunView
-from .tables import UNCHECKED_NUMERIC, Rule
+from .tables import Rule
 from .user_values import (
                           CHOICES,
                           DEFAULTS,
@@ -18,7 +18,7 @@ from .user_values import (
 )
 
 __all__ = [
-    "RunArgumentError", "Range", "RANGES", "CHOICES", "DEFAULTS", "UNCHECKED_NUMERIC", "validate_run_args", "RULES",
+    "RunArgumentError", "Range", "RANGES", "CHOICES", "DEFAULTS", "validate_run_args", "RULES",
     "Rule", "RunView", "check_user_values", "check_reward_columns", "check_lora_targets", "model_modules",
     "peft_target_matches", "user_values_from_argv", "UserValues"
 ]

@@ -10,22 +10,6 @@ from typing import Any
 from ..config.checks import RunArgumentError
 
 
-def check_lora_names(values: Mapping[str, Any]) -> None:
-    """Refuse an empty ``lora_target_modules`` and ``lm_head`` in it (PEFT and TRL refuse them after the model loads)."""
-    targets = values.get("lora_target_modules")
-    if values.get("use_peft") and targets is not None and not targets:  # PEFT: "No modules were targeted"
-        raise RunArgumentError(f"lora_target_modules={targets!r} targets no module, so the adapter would train "
-                               "nothing (PEFT refuses it after the model loads). Fix: list module names, e.g. "
-                               "[q_proj, v_proj], or all-linear; or remove it for TRL's default.")
-    if not values.get("use_peft") or not targets:
-        return
-    listed = [targets] if isinstance(targets, str) else list(targets)
-    if "lm_head" in listed:
-        raise RunArgumentError(
-            "lora_target_modules contains 'lm_head': TRL refuses a LoRA adapter on lm_head (after the model loads). "
-            "Fix: remove it from lora_target_modules and train a full copy with lora_modules_to_save: [lm_head].")
-
-
 def _config_text(values: Mapping[str, Any]) -> str | None:
     """The model's config JSON without transformers: the embedded shape, a local ``config.json`` or the Hub cache's."""
     import json
@@ -95,23 +79,20 @@ def peft_target_matches(target: str | set[str], name: str) -> bool:
     return name in target or any(name.endswith(f".{t}") for t in target)
 
 
-#: Module types PEFT's LoRA can wrap (peft.tuners.lora.model: Linear, Embedding, Conv1d/2d/3d, transformers'
-#: Conv1D, MultiheadAttention); quantized Linear4bit/Linear8bitLt replace nn.Linear at load time.
-_LORA_LAYER_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D", "MultiheadAttention")
-
-
-def check_lora_targets(values: Any) -> None:
-    """Refuse a ``lora_target_modules`` entry matching no module of the model (:func:`model_modules`, PEFT's matching;
-    a one-item list is a regular expression, as `trl.ModelConfig` makes it) or only modules LoRA cannot wrap, and a
-    ``lora_modules_to_save`` entry matching none."""
+def check_lora_targets(values: Any, read_model: bool = True) -> None:
+    """Refuse ``lm_head`` in ``lora_target_modules`` (TRL refuses it after the model loads); with ``read_model``, an
+    entry matching no module of the model (:func:`model_modules`, PEFT's matching; a one-item list is a regular
+    expression, as `trl.ModelConfig` makes it) and a ``lora_modules_to_save`` entry matching none."""
     values = values if isinstance(values, Mapping) else vars(values)
     targets = values.get("lora_target_modules")
     to_save = values.get("lora_modules_to_save") or []
-    if not targets and not to_save:
-        return
+    if targets and "lm_head" in ([targets] if isinstance(targets, str) else list(targets)):
+        raise RunArgumentError("lora_target_modules contains 'lm_head': TRL refuses a LoRA adapter on lm_head (after "
+                               "the model loads). Fix: remove it and train a full copy with lora_modules_to_save: "
+                               "[lm_head].")
     if isinstance(targets, (list, tuple)) and len(targets) == 1:
         targets = targets[0]  # as trl.ModelConfig.__post_init__ does (the plan passes the YAML list)
-    modules = model_modules(values)
+    modules = model_modules(values) if read_model and (targets or to_save) else None
     if modules is None:
         return
     model = values.get("model_name_or_path")
@@ -132,10 +113,6 @@ def check_lora_targets(values: Any) -> None:
             raise RunArgumentError(
                 f"lora_target_modules: {label!r} matches no module of {model}.{extra} Fix: use module names of the "
                 "model" + (f", e.g. {', '.join(close)}" if close else f" (e.g. {', '.join(leaf_names[:8])})") + ".")
-        if not any(modules[n] in _LORA_LAYER_TYPES for n in matched):
-            raise RunArgumentError(
-                f"lora_target_modules: {label!r} matches only {sorted({modules[n] for n in matched})} modules, which "
-                "LoRA cannot wrap. Fix: target linear layers (e.g. q_proj, v_proj) or use 'all-linear'.")
     for entry in to_save:
         if not any(re.match(rf"(^|.*\.){re.escape(entry)}($|\..*)", n) for n in modules):
             raise RunArgumentError(

@@ -1,4 +1,4 @@
-"""The optional packages a run's settings need (flash-attn, vLLM, Liger, the optimizers, the trackers), checked
+"""The optional packages a run's settings need (flash-attn, vLLM, Liger, the trackers), checked
 before any model loads with `importlib.util.find_spec` (nothing imported), and the ``report_to`` names transformers
 knows."""
 
@@ -15,21 +15,14 @@ FAILS = {
     "attn_implementation": ("transformers would fail when it loads the model", "attn_implementation: sdpa"),
     "use_vllm": ("TRL would fail after loading the model", "use_vllm: false"),
     "use_liger_kernel": ("the trainer would fail after loading the model", "use_liger_kernel: false"),
-    "optim": ("transformers would fail building the optimizer, after loading the model", "optim: adamw_torch"),
     "report_to": ("the trainer would fail when it starts", None),
 }
-#: (field, value that needs the package (an ``optim`` name ending in "_" is a prefix), import names any of which
-#: will do, pip requirement). The trackers' modules are those transformers' availability checks look for.
+#: (field, value that needs the package, import names any of which will do, pip requirement). The trackers'
+#: modules are those transformers' availability checks look for.
 PACKAGES = (
     ("attn_implementation", "flash_attention_2", ("flash_attn",), "flash-attn --no-build-isolation (a CUDA GPU)"),
     ("use_vllm", True, ("vllm",), "vllm (a CUDA GPU)"),
     ("use_liger_kernel", True, ("liger_kernel",), "liger-kernel"),
-    ("optim", "galore_", ("galore_torch",), "galore-torch"), ("optim", "apollo_", ("apollo_torch",), "apollo-torch"),
-    ("optim", "lomo", ("lomo_optim",), "lomo-optim"), ("optim", "adalomo", ("lomo_optim",), "lomo-optim"),
-    ("optim", "grokadamw", ("grokadamw",), "grokadamw"), ("optim", "adamw_torch_4bit", ("torchao",), "torchao"),
-    ("optim", "adamw_torch_8bit", ("torchao",), "torchao"),
-    ("optim", "schedule_free_", ("schedulefree",), "schedulefree"), ("optim", "stable_adamw", ("optimi",), "torch-optimi"),
-    ("optim", "adamw_anyprecision", ("torchdistx",), "torchdistx"),
     ("report_to", "wandb", ("wandb",), "wandb"), ("report_to", "mlflow", ("mlflow",), "mlflow"),
     ("report_to", "tensorboard", ("tensorboard", "tensorboardX"), "tensorboard"),
     ("report_to", "trackio", ("trackio",), "trackio"), ("report_to", "comet_ml", ("comet_ml",), "comet_ml"),
@@ -54,11 +47,7 @@ def _report_to(value: Any) -> list:
 
 
 def _needs(field: str, wanted: Any, value: Any) -> bool:
-    if field == "report_to":
-        return wanted in _report_to(value)
-    if field == "optim" and isinstance(value, str) and wanted.endswith("_"):
-        return value.startswith(wanted)
-    return value is wanted if isinstance(wanted, bool) else value == wanted
+    return wanted in _report_to(value) if field == "report_to" else value is wanted if wanted is True else value == wanted
 
 
 def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -74,13 +63,6 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
             out.append(("attn_implementation", f"attn_implementation={attn!r} is not an attention transformers knows "
                         "(it would fail when it loads the model). Fix: use one of "
                         f"{', '.join(map(repr, known))}, or a Hub kernel 'org/repo'."))
-    if attn in ("flash_attention_3", "flash_attention_4"):  # transformers' own test of the package it loads
-        import transformers.utils as hf_utils
-
-        if not getattr(hf_utils, f"is_flash_attn_{attn[-1]}_available")():
-            out.append(("attn_implementation", f"attn_implementation={attn!r} needs FlashAttention {attn[-1]}, which "
-                        "is not installed (transformers would fail when it loads the model). Fix: install it (a "
-                        "recent NVIDIA GPU), or set attn_implementation: sdpa."))
     out += _report_to_problems(values.get("report_to"))
     for field, wanted, modules, requirement in PACKAGES:
         value = enum_value(values.get(field))
@@ -111,9 +93,6 @@ def _report_to_problems(report_to: Any) -> list[tuple[str, str]]:
         if not isinstance(name, str) or name.lower() in ("false", "no", "off", "0"):  # YAML's false, a number
             found.append(("report_to", f"report_to={report_to!r}: {name!r} is no integration name. Fix: report_to: "
                           "none (no tracker), or name them, e.g. report_to: [tensorboard]."))
-        elif name in ("all", "none"):
-            found.append(("report_to", f"report_to={report_to!r}: {name!r} is a value of its own, not an entry of a "
-                          f"list (transformers raises on it). Fix: report_to: {name}, or list integrations only."))
         elif name not in known:
             close = difflib.get_close_matches(str(name), known, n=1)
             found.append(("report_to", f"report_to={report_to!r}: {name!r} is no integration transformers knows "

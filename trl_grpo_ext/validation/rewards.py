@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config.checks import RunArgumentError, as_number, format_number
+from ..config.checks import RunArgumentError, format_number
 from .tables import typed_value
 
 
@@ -39,33 +39,6 @@ def _reward_object(spec, import_paths: bool = False) -> Any | None:
     except (TypeError, ValueError) as err:
         message = str(err) if spec.name in str(err) else f"{spec.name}: {err}"
         raise RunArgumentError(f"rewards: {message}") from None
-
-
-def check_rewards_against_run(specs: Sequence, values: Mapping[str, Any]) -> None:
-    """Refuse reward parameters that ``max_completion_length`` makes constant (``soft_overlong`` punishing nothing,
-    ``length`` scoring every completion 1.0). Raises RunArgumentError: naming the reward, the parameter and the fix."""
-    max_len = as_number(values.get("max_completion_length"))
-    if max_len is None:
-        return
-    for i, spec in enumerate(specs):
-        kw = spec.kwargs
-        if spec.name in ("soft_overlong", "soft_overlong_punishment_reward"):
-            l_max, cache = kw.get("max_completion_len", int(max_len)), kw.get("soft_punish_cache", 0)
-            if isinstance(l_max, int) and isinstance(cache, int) and l_max - cache >= max_len:
-                fix = ("set soft_punish_cache > 0, e.g. a quarter of max_completion_length" if l_max == max_len else
-                       "remove max_completion_len (it defaults to max_completion_length) or set it to "
-                       f"{format_number(max_len)}")
-                raise RunArgumentError(
-                    f"rewards[{i}] soft_overlong max_completion_len={l_max} with soft_punish_cache={cache} only "
-                    f"punishes completions longer than {l_max - cache} tokens, but max_completion_length="
-                    f"{format_number(max_len)} stops them first: it would score 0 for every completion. Fix: {fix}.")
-        if spec.name == "length" and kw.get("unit", "tokens") == "tokens":
-            low, high = kw.get("min_length", 0), kw.get("max_length")
-            if isinstance(high, int) and isinstance(low, int) and low <= 1 and high >= max_len:
-                raise RunArgumentError(
-                    f"rewards[{i}] length max_length={high} is at least max_completion_length="
-                    f"{format_number(max_len)}, so every completion of 1 token or more scores 1.0 (a constant reward). "
-                    f"Fix: set max_length below {format_number(max_len)}, or raise max_completion_length.")
 
 
 def check_reward_packages(specs: Sequence) -> None:
@@ -141,18 +114,12 @@ def check_reward_columns(columns: Sequence[str], specs: Sequence, split: str = "
 
 
 def check_rewards_set(values: Mapping[str, Any]) -> None:
-    """``rewards`` (or TRL's ``reward_funcs``, read as it) must be set: the recipe has no other reward."""
-    if values.get("rewards") is None:
-        raise RunArgumentError("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one "
-                               "reward (see `trl-grpo-ext rewards`).")
-
-
-def check_rewards_not_empty(values: Mapping[str, Any]) -> None:
-    """Refuse a parsed reward list that is empty (``rewards: []``, ``--rewards '[]'``); unset or unparsable
-    ``rewards`` are other rules'."""
+    """``rewards`` (or TRL's ``reward_funcs``, read as it) must select at least one reward: the recipe has no other.
+    Raises RunArgumentError: unset, null or empty (an unparsable list is the `reward_specs` rule's)."""
     rewards = values.get("rewards")
     if rewards is None:
-        return
+        raise RunArgumentError("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one "
+                               "reward (see `trl-grpo-ext rewards`).")
     try:
         specs = reward_specs(values)
     except ValueError:

@@ -13,11 +13,10 @@ from ..config.advantage_settings import FIELDS as ADVANTAGE_FIELDS
 from ..config.advantage_settings import is_explicit
 from ..config.checks import RunArgumentError, as_number, shown
 from ..config.engines import resolve_engine
-from ..config.loss_settings import CLIP_DEFAULTS
 from ..config.push_settings import check_push_settings
 from . import engines, generation, lora, packages, rewards, trainer_settings
 from .problems import Problems
-from .tables import NEEDS, Rule, both, enum_value, evaluates, is_on, set_of
+from .tables import NEEDS, Rule, both, enum_value, evaluates, set_of
 
 
 class RunView:
@@ -101,14 +100,6 @@ class RunView:
         return preset.get("loss_type") or self.get("loss_type") or "dapo"
 
 
-def normalize_then_sum(v: RunView) -> str:
-    names = set_of(ADVANTAGE_FIELDS)(v)
-    return (f"{', '.join(f'{n}={v.values[n]!r}' for n in names)} {'has' if len(names) == 1 else 'have'} no effect "
-            "with multi_objective_aggregation='normalize_then_sum': TRL then normalises each reward over its group "
-            "(sample std, ε 1e-4), sums them and normalises over the batch. Fix: remove "
-            f"{' and '.join(names)}, or use multi_objective_aggregation: sum_then_normalize.")
-
-
 def zero_variance(v: RunView) -> str | None:
     """`zero_variance.settings`' two checks on the resolved batch; returns the canonical judged reward."""
     from ..zero_variance.settings import check_hard_prompt_settings, check_zero_variance_settings
@@ -158,41 +149,6 @@ def advantage_conflicts(v: RunView) -> None:
         raise RunArgumentError(str(err)) from None
 
 
-def chat_template(v: RunView) -> None:
-    """``chat_template`` must parse as Jinja (TRL renders it at the first generation, after the model loads)."""
-    template = v.get("chat_template")
-    if not isinstance(template, str) or not template:
-        return
-    import jinja2
-
-    try:
-        jinja2.Environment().parse(template)
-    except jinja2.TemplateSyntaxError as err:
-        raise RunArgumentError(f"chat_template is not a valid Jinja template ({err.message}, line {err.lineno}). Fix: "
-                               "close every {{ ... }} and {% ... %} in it, or remove chat_template to use the "
-                               "tokenizer's own.") from None
-    if "{{" not in template and "{%" not in template:  # `chatml`, a template's name in other tools' configs
-        v.warn(f"chat_template={template!r} has no Jinja in it, so every prompt would render as that text. Fix: give "
-               "a Jinja template that reads messages, or remove chat_template to use the tokenizer's own.")
-
-
-def clipping(v: RunView) -> None:
-    """Clip settings that never act: every update on-policy (`loss_settings.ignored_clipping`)."""
-    from ..config.loss_settings import ignored_clipping
-
-    if not set_of(_CLIP)(v):
-        return
-    b = v.batch
-    ga, spg = b["gradient_accumulation_steps"], b.get("steps_per_generation")
-    if spg is None and b.get("generation_batch_size"):
-        spg = b["generation_batch_size"] // (b["per_device_train_batch_size"] * v.world_size)
-    message = ignored_clipping({name: as_number(v.values.get(name)) for name in set_of(_CLIP)(v)},
-                               loss_type=v.get("loss_type") or "dapo", gradient_accumulation_steps=ga,
-                               steps_per_generation=spg or ga, num_iterations=b["num_iterations"])
-    if message:
-        v.warn(message)
-
-
 def engine_settings(v: RunView) -> None:
     """`validation.engines`: the refused combinations of the run's engine, then the settings it ignores (warnings)."""
     engine = _engine(v)
@@ -201,22 +157,10 @@ def engine_settings(v: RunView) -> None:
         v.warn(line)
 
 
-def _trainer_settings(v: RunView) -> None:
-    """`validation.trainer_settings`: the settings without effect (warnings), then the refused ones."""
-    for line in trainer_settings.trainer_warnings(v.values, v.user):
-        v.warn(line)
-    _add_all(v, trainer_settings.trainer_problems(v.values, v.user))
-
-
 def reward_columns(v: RunView) -> None:
     columns = rewards.known_columns(v.values)
     if columns is not None:
         rewards.check_reward_columns(columns, v.specs)
-
-
-def _above(v: RunView, low: str, high: str) -> bool:
-    lo, hi = as_number(v.get(low)), as_number(v.get(high))
-    return lo is not None and hi is not None and lo > hi
 
 
 def _add_all(v: RunView, found: list[tuple[str, tuple[str, ...]]]) -> None:
@@ -224,7 +168,6 @@ def _add_all(v: RunView, found: list[tuple[str, tuple[str, ...]]]) -> None:
         v.problems.add(line, names)
 
 
-_CLIP = tuple(CLIP_DEFAULTS)
 _LORA = ("lora_target_modules", "lora_modules_to_save")
 _REWARDS = ("rewards", "reward_weights")
 _engine = lambda v: resolve_engine(v.values, accelerate_config=v.engine)  # noqa: E731
@@ -234,34 +177,19 @@ RULES: tuple[Rule, ...] = (
     both("load_in_4bit", "load_in_8bit", "choose one quantisation: load_in_4bit (QLoRA, NF4) or load_in_8bit."),
     both("use_peft", "sync_ref_model", "remove sync_ref_model: with PEFT the reference is the base with the adapter "
           "off, which TRL cannot sync (it raises after loading the model)."),
-    Rule("hub_repo_id and hub_model_id", ("hub_repo_id", "hub_model_id"),
-         lambda v: is_on(v.set_keys.get("hub_repo_id")) and is_on(v.set_keys.get("hub_model_id")),
-         "hub_repo_id={hub_repo_id} and hub_model_id={hub_model_id} are both set, so hub_model_id has no effect: the "
-         "push reads hub_repo_id first. Fix: keep hub_repo_id and remove hub_model_id.", "warning", scope="args"),
     Rule("quantity_conflicts", RunView.quantity_keys, check=lambda v: v.batch, scope="args"),
     Rule("advantage_conflicts", set_of((*ADVANTAGE_FIELDS, "loss_type")), check=advantage_conflicts, scope="args"),
     *NEEDS,
     # rules between values
-    Rule("entropy_coef_min > max", ("entropy_coef_min", "entropy_coef_max"),
-         lambda v: _above(v, "entropy_coef_min", "entropy_coef_max"),
-         "entropy_coef_min={entropy_coef_min} is above entropy_coef_max={entropy_coef_max}. Fix: make "
-         "entropy_coef_min <= entropy_coef_max."),
     Rule("evaluation_split", ("eval_strategy", "final_eval", "dataset_test_split"),
          lambda v: (evaluates(v) or v.get("final_eval") not in (None, "none")) and not v.get("dataset_test_split"),
          "eval_strategy={eval_strategy} and final_eval={final_eval} evaluate on a test split, but dataset_test_split="
          "{dataset_test_split}. Fix: set dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: "
          "no and final_eval: none.", scope="args"),
-    Rule("chat_template", ("chat_template",), check=chat_template, scope="args"),
     Rule("compare_base_adapter", ("final_eval", "use_peft"),
          lambda v: v.get("final_eval") == "compare_base" and not v.get("use_peft"),
          "final_eval=compare_base needs an adapter to switch off (use_peft: true); with use_peft: false set "
          "final_eval: adapter (the trained model alone) or none.", scope="args"),
-    Rule("cpu_bf16_on_float16", ("dtype", "bf16", "use_cpu"),
-         lambda v: v.on_cpu and v.get("bf16") is True and v.get("dtype") == "float16",
-         "dtype='float16' with bf16=True and use_cpu=True: torch's CPU autocast cannot run bf16 over float16 weights, "
-         "and the run would fail at its first step (RuntimeError: Unexpected floating ScalarType in "
-         "at::autocast::prioritize). Fix: --dtype float32 (or bfloat16) with bf16: true, or --bf16 false.",
-         scope="args"),
     Rule("push_needs_adapter", ("push_to_hub_mode", "push_to_hub", "use_peft"),
          check=lambda v: check_push_settings(v, adapter=True), scope="args"),
     Rule("push_needs_repository", ("push_to_hub_mode", "push_to_hub", "hub_repo_id", "hub_model_id"),
@@ -270,11 +198,6 @@ RULES: tuple[Rule, ...] = (
          check=lambda v: lora.check_quantized_has_adapter(v.values), scope="args",
          blocked_by=("load_in_4bit", "load_in_8bit", "use_peft")),
     Rule("reward_specs", _REWARDS, check=lambda v: v.specs, scope="args"),
-    Rule("normalize_then_sum", ("multi_objective_aggregation", *ADVANTAGE_FIELDS),
-         lambda v: v.get("multi_objective_aggregation") == "normalize_then_sum" and set_of(ADVANTAGE_FIELDS)(v),
-         normalize_then_sum, "warning"),
-    Rule("clipping", lambda v: (*set_of(_CLIP)(v), "num_iterations"), check=clipping,
-         blocked_by=lambda v: (*set_of(_CLIP)(v), *v.quantity_keys(), "loss_type")),
     Rule("zero_variance", ("zero_variance_filter", "zero_variance_reward", "skip_history_file"), check=zero_variance,
          blocked_by=lambda v: ("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation",
                                *_REWARDS, *v.quantity_keys())),
@@ -282,8 +205,6 @@ RULES: tuple[Rule, ...] = (
                         "generation_kwargs", "repetition_penalty"),
          check=lambda v: generation.check_generation_settings(v, v.on_cpu)),
     Rule("vllm_quantization", ("use_vllm", "load_in_4bit", "load_in_8bit"), check=generation.check_vllm_settings),
-    Rule("rewards_against_run", check=lambda v: rewards.check_rewards_against_run(v.specs, v.values),
-         blocked_by=(*_REWARDS, "max_completion_length"), scope="args"),
     Rule("reward_packages", check=lambda v: rewards.check_reward_packages(v.specs), blocked_by=_REWARDS, scope="args"),
     Rule("reward_columns", ("embedded_target",), check=reward_columns,
          blocked_by=(*_REWARDS, "embedded_target", "dataset_name", "dataset_format"), scope="args"),
@@ -295,15 +216,12 @@ RULES: tuple[Rule, ...] = (
          blocked_by=("merge_adapter_for_generation", "use_peft", "lora_dropout", "dtype", "model_init_kwargs"),
          scope="args"),
     Rule("engine_settings", ("deepspeed", "fsdp", "fsdp_config"), check=engine_settings),
-    Rule("lora_names", _LORA, check=lambda v: lora.check_lora_names(v.values), blocked_by=(*_LORA, "use_peft"),
-         scope="args"),
-    Rule("lora_targets", _LORA,
-         check=lambda v: v.check_model and v.get("use_peft") and lora.check_lora_targets(v.values),
+    Rule("lora_targets", _LORA, check=lambda v: v.get("use_peft") and lora.check_lora_targets(v.values, v.check_model),
          blocked_by=(*_LORA, "use_peft", "model_name_or_path", "model_revision"), scope="args"),
     Rule("rewards_set", ("rewards",), check=lambda v: rewards.check_rewards_set(v.values), scope="args"),
-    Rule("empty_rewards", ("rewards",), check=lambda v: rewards.check_rewards_not_empty(v.values), scope="args"),
     Rule("reward_weights", _REWARDS, check=lambda v: rewards.check_some_weight(v.specs), scope="args"),
-    Rule("trainer_settings", check=_trainer_settings, blocked_by=trainer_settings.TRAINER_FIELDS, scope="args"),
+    Rule("trainer_settings", check=lambda v: _add_all(v, trainer_settings.trainer_problems(v.values)),
+         blocked_by=trainer_settings.TRAINER_FIELDS, scope="args"),
     Rule("batch_dispatch", ("accelerator_config",),
          check=lambda v: _add_all(v, trainer_settings.batch_dispatch_problems(v.values))),
     Rule("continued_adapter", ("model_name_or_path", "use_peft", "output_dir"),

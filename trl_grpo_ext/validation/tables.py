@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config.checks import Range, RunArgumentError, as_number, shown
-from .mappings import as_mapping
 
 if TYPE_CHECKING:
     from .rules import RunView
@@ -27,86 +26,36 @@ def _nonneg(fix):
     return Range(low=0, fix=fix)
 
 
-def _unit(fix, low_open=False, high_open=False):
-    return Range(low=0, high=1, low_open=low_open, high_open=high_open, fix=fix)
-
-
-#: Range of the numeric fields of TRL 1.16 (`GRPOConfig`), PEFT (`LoraConfig`) and transformers 5 (`TrainingArguments`)
-#: whose bad value raises after the model has loaded, fails at the first step, or trains silently on something
-#: meaningless (a negative clip range, a zero learning rate).
+#: Range of the numeric fields of TRL 1.16 (`GRPOConfig`) and transformers 5 (`TrainingArguments`) a user commonly
+#: gets wrong, whose bad value raises after the model has loaded, fails at the first step, or trains silently on
+#: something meaningless (a negative clip range, a zero learning rate). The other fields' ranges are not checked
+#: (docs/configuration.md).
 TRL_RANGES: dict[str, Range] = {
     "learning_rate": _pos("QLoRA GRPO typically uses 1e-5 to 1e-4; the embedded default uses 2e-3."),
-    "weight_decay": _nonneg("use 0 (no decay) or a small value such as 0.01."),
-    "adam_beta1": _unit("use 0.9 (AdamW's default).", high_open=True),
-    "adam_beta2": _unit("use 0.999 (AdamW's default).", high_open=True),
-    "adam_epsilon": _pos("use 1e-8 (AdamW's default)."),
-    "max_grad_norm": _nonneg("use 1.0, or 0 to disable clipping."),
     "num_train_epochs": _nonneg("use a positive number of passes, or total_epochs."),
     "max_steps": _int(-1, "use -1 (stop by epochs) or a positive number of steps, or total_training_steps."),
     "per_device_train_batch_size": _int(1, "use e.g. 8 completions per device, or micro_batch_size."),
-    "per_device_eval_batch_size": _int(1, "use e.g. 8."),
     "gradient_accumulation_steps": _int(1, "use 1 or more micro-batches per step, or prompts_per_step."),
     "generation_batch_size": _int(1, "remove it (TRL derives it) or use a multiple of num_generations."),
     "steps_per_generation": _int(1, "remove it (TRL uses gradient_accumulation_steps) or use 1 or more."),
     "num_generations": _int(2, "GRPO compares completions of one prompt: use 2 or more (8 or more for instruct "
                                "models)."),
-    "num_generations_eval": _int(1, "remove it (evaluation uses num_generations) or use 1 or more."),
     "num_iterations": _int(1, "use 1 (one update per generation batch) or more."),
-    # (transformers: a cadence < 1 is a fraction of the run; a save_total_limit <= 0 keeps every checkpoint)
-    "logging_steps": _pos("use e.g. 1 or 10 (or a fraction of the run < 1)."),
-    "save_steps": _pos("use e.g. 50 (or a fraction of the run < 1)."),
-    "eval_steps": _pos("use e.g. 50 (or a fraction of the run < 1), or remove it."),
-    "save_total_limit": _int(1, "use null to keep every checkpoint, or 1 or more (0 keeps them all, silently)."),
-    "seed": _int(0, "use a whole number in [0, 2**32 - 1], e.g. 42.", high=2**32 - 1),
-    "dataloader_num_workers": _int(0, "use 0 (load in the main process) or more."),
     "max_completion_length": _int(1, "use the longest reply you want in tokens, e.g. 256."),
-    "max_prompt_length": _int(1, "use the longest prompt to keep in tokens, e.g. 512, or remove it."),
     "temperature": _pos("GRPO samples G different completions: use e.g. 1.0 (0.7 for instruct models)."),
-    "top_p": _unit("use 1.0 (no nucleus filtering) or e.g. 0.95.", low_open=True),
-    "top_k": _int(0, "use 0 (no top-k filtering) or e.g. 50."),
-    "min_p": _unit("remove it or use e.g. 0.05."),
-    "repetition_penalty": _pos("use 1.0 (none) or e.g. 1.1."),
-    "vllm_gpu_memory_utilization": _unit("use e.g. 0.3 (colocate) or 0.9 (server).", low_open=True),
     "beta": _nonneg("use 0 (no KL term, TRL's default) or e.g. 0.04."),
     "epsilon": _nonneg("use 0.2 (PPO/GRPO's clip range)."),
-    "epsilon_high": _nonneg("remove it (defaults to epsilon) or use e.g. 0.28 (DAPO clip-higher)."),
-    "delta": Range(low=1, low_open=True, fix="remove it or use e.g. 1.2 + epsilon (an upper bound on the ratio)."),
-    "top_entropy_quantile": _unit("use 1.0 (all tokens) or e.g. 0.2.", low_open=True),
-    "entropy_target": _pos("use e.g. 0.2 nats."),
-    "sapo_temperature_neg": _pos("use 1.05 (TRL's default)."),
-    "sapo_temperature_pos": _pos("use 1.0 (TRL's default)."),
-    "ref_model_sync_steps": _int(1, "use e.g. 512."),
 }
 #: The recipe's (`RecipeArguments`) and LoRA's (trl.ModelConfig -> peft.LoraConfig), after our declared ones.
 OTHER_RANGES: dict[str, Range] = {
     "embedded_num_prompts": _int(1, "use e.g. 240."),
-    "embedded_seed": _int(0, "use a whole number >= 0, e.g. 0."),
     "eval_num_prompts": _int(1, "remove it (the whole test split) or use e.g. 64."),
+    "max_prompt_length": _int(1, "use the longest prompt to keep in tokens, e.g. 512, or remove it."),
     "final_eval_num_samples": _int(0, "use 0 (greedy only) or e.g. 8 samples per prompt."),
     "lora_r": _int(1, "use a rank such as 8 or 16."),
     "lora_alpha": _pos("use e.g. 2 × lora_r (16 for r 8)."),
-    "lora_dropout": _unit("use 0.0 or e.g. 0.05.", high_open=True),
+    "lora_dropout": Range(low=0, high=1, high_open=True, fix="use 0.0 or e.g. 0.05."),
 }
-_UPSTREAM = "transformers refuses a bad value when the config is built (training_args.py)"
-_RARE = "a rare setting; docs/configuration.md says what it takes"
-#: Numeric fields deliberately not range-checked here, with the reason (checked by tests/test_validation.py).
-UNCHECKED_NUMERIC: dict[str, str] = {
-    "local_rank": "set by the launcher, not by users",
-    "reward_weights": "a list; checked by rewards.spec (finite numbers, one per reward)",
-    "pad_to_multiple_of": "int, 'auto' or none: trainer_settings.trainer_problems checks it",
-    "entropy_coef": "any finite sign is meaningful (a negative value is an entropy penalty)",
-    "vllm_importance_sampling_cap": "read as vllm_importance_sampling_clip_max (config.keymap.RENAMED)",
-    **dict.fromkeys(("warmup_steps", "torch_empty_cache_steps"), _UPSTREAM),
-    **dict.fromkeys(("data_seed", "label_smoothing_factor"), "GRPO never reads it: UNREAD warns"),
-    **dict.fromkeys(("neftune_noise_alpha", "eval_accumulation_steps", "eval_delay", "ddp_timeout",
-                     "ddp_bucket_cap_mb", "router_aux_loss_coef", "max_tool_calling_iterations",
-                     "num_completions_to_print", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
-                     "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "ref_model_mixup_alpha",
-                     "off_policy_mask_threshold", "vllm_server_port", "vllm_group_port", "vllm_server_timeout",
-                     "vllm_tensor_parallel_size", "vllm_max_model_length", "vllm_importance_sampling_clip_min",
-                     "vllm_importance_sampling_clip_max", "dataloader_prefetch_factor"), _RARE),
-}
-
 #: Allowed values of string fields that would otherwise be accepted and fail after the model loads or at step 1.
 TRL_CHOICES: dict[str, tuple[str, ...]] = {
     "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"),
@@ -147,7 +96,7 @@ def is_on(value: Any) -> bool:
 @dataclass(frozen=True)
 class Rule:
     """One rule of `rules.RULES`. A row: ``when`` (the view -> whether the problem is there) and ``message`` (its line;
-    ``{field}`` is the run's value as a message shows it; or a callable of the view); with ``needs`` (the setting
+    ``{field}`` is the run's value as a message shows it); with ``needs`` (the setting
     ``fields`` take effect under; ``when`` says it is off) the fields the user set are named. A longer body: ``check``
     (raises `ValueError` or warns, may return a result). ``severity``: "error" (refused before the model loads) or
     "warning" (no effect). ``blocked_by``: skip it when one of these has a problem (default ``fields``). ``scope``:
@@ -183,7 +132,7 @@ class Rule:
             line = f"{said}: {tail}" if self.severity == "error" else \
                 f"{said}, so {'it has' if one else 'they have'} no effect. {tail}"
         else:
-            line = self.message(v) if callable(self.message) else self.message.format_map(v)
+            line = self.message.format_map(v)
         if self.severity == "warning":
             return v.warn(line)
         raise RunArgumentError(line)
@@ -198,17 +147,10 @@ def needs(fields: tuple[str, ...], setting: str, on: Callable[[RunView], Any], f
                 "error" if error else "warning", scope=scope, needs=setting)
 
 
-def _on(key: str, value: Any = True) -> Callable[[RunView], bool]:
-    return (lambda v: bool(v.get(key))) if value is True else (lambda v: v.get(key) == value)
-
-
 def _when(key: str, value: Any, fields: tuple[str, ...], fix: str = "", scope: str = "run") -> Rule:
     """:func:`needs`: ``fields`` take effect only with ``key: value`` (``True``: a flag that is on)."""
-    return needs(fields, f"{key}: {'true' if value is True else value}", _on(key, value), fix, scope=scope)
-
-
-def _embedded(v: RunView) -> bool:
-    return str(v.get("dataset_name") or "").startswith("embedded:")
+    on = (lambda v: bool(v.get(key))) if value is True else (lambda v: v.get(key) == value)
+    return needs(fields, f"{key}: {'true' if value is True else value}", on, fix, scope=scope)
 
 
 def evaluates(v: RunView) -> bool:
@@ -232,18 +174,13 @@ _VLLM = ("vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structu
          "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size",
          "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
          "vllm_importance_sampling_clip_max")
-#: transformers' fields GRPO never reads, with their default: TRL's RepeatSampler orders the prompts by seed, and
-#: GRPO's loss has no labels to smooth.
-UNREAD = {"data_seed": None, "train_sampling_strategy": "random", "length_column_name": "length",
-          "label_smoothing_factor": 0.0}
 _PUSH = "a push (push_to_hub_mode: adapter or merged, or TRL's push_to_hub: true)"
-_SPLIT = "a dataset_name that is not embedded (an embedded task's {0} split is '{0}')"
 
 #: The rows of `rules.RULES` for settings that take effect only under another.
 NEEDS: tuple[Rule, ...] = (
     # settings that take effect only under another (a warning; a refusal where the run would fail)
     _when("use_peft", True, _PEFT, scope="args"),
-    needs(("merge_adapter_for_generation",), "use_peft: true", _on("use_peft"), scope="args",
+    needs(("merge_adapter_for_generation",), "use_peft: true", lambda v: v.get("use_peft"), scope="args",
           error="the trainer refuses it without an adapter to merge, after the model loads"),
     _when("load_in_4bit", True, ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage"),
           scope="args"),
@@ -255,25 +192,9 @@ NEEDS: tuple[Rule, ...] = (
           lambda v: v.get("zero_variance_filter") in ("mask", "resample", "skip"),
           "set zero_variance_filter: mask (or resample, skip) or remove {field}."),
     _when("zero_variance_filter", "skip", ("skip_exploration_probability", "skip_history_file")),
-    needs(("lost_update_warning_threshold",), "lost_update_steps > 0", lambda v: (v.get("lost_update_steps") or 0) > 0,
-          "set lost_update_steps: 10 (say) or remove {field}."),
-    needs(("embedded_num_prompts", "embedded_seed"), "an embedded dataset_name", _embedded, scope="args",
+    needs(("embedded_num_prompts", "embedded_seed"), "an embedded dataset_name",
+          lambda v: str(v.get("dataset_name") or "").startswith("embedded:"), scope="args",
           fix="use an embedded dataset_name (embedded:count-char, embedded:arithmetic) or remove {field}."),
-    needs(("dataset_format",), "a dataset that is not embedded (the embedded tasks map their own rows)",
-          lambda v: not _embedded(v), scope="args", fix="remove {field}: embedded:arithmetic is always read as GSM8K "
-          "rows and embedded:count-char as prompts."),
-    needs(("dataset_train_split",), _SPLIT.format("train"), lambda v: not _embedded(v) or v.get(
-        "dataset_train_split") in ("train", None, ""), "write dataset_train_split: train or remove {field}: an "
-          "embedded task reads its 'train' split (embedded_num_prompts sets its size).", scope="args"),
-    needs(("dataset_test_split",), _SPLIT.format("test"), lambda v: not _embedded(v) or v.get(
-        "dataset_test_split") in ("test", None, ""), "write dataset_test_split: test or remove {field}: an embedded "
-          "task reads its 'test' split (eval_num_prompts sets its size).", scope="args"),
-    needs(("dataset_config", "dataset_prompt_column"), "a dataset_name that is not embedded (an embedded task has one "
-          "configuration and its own prompt column)", lambda v: not _embedded(v) or (
-              v.get("dataset_config") is None and v.get("dataset_prompt_column") in (None, "prompt")),
-          "remove {field}: it applies to a Hub or local dataset.", scope="args"),
-    _when("dataset_name", "embedded:count-char", ("embedded_target",),
-          "use dataset_name: embedded:count-char or remove {field}.", scope="args"),
     needs(("eval_num_prompts",), "an evaluation (eval_strategy other than no, or final_eval)",
           lambda v: evaluates(v) or v.get("final_eval") not in (None, "none"),
           "set eval_strategy: steps or final_eval: adapter, or remove {field}.", scope="args"),
@@ -287,21 +208,19 @@ NEEDS: tuple[Rule, ...] = (
     needs(("final_eval_num_samples",), "final_eval: adapter or compare_base",
           lambda v: v.get("final_eval") not in (None, "none"), "set final_eval: adapter or remove {field}.",
           scope="args"),
-    _when("loss_type", "sapo", ("sapo_temperature_neg", "sapo_temperature_pos")),
-    _when("loss_type", "vespo", ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")),
-    _when("use_adaptive_entropy", True, ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
-                                         "entropy_target")),
     _when("use_vllm", True, _VLLM),
     _when("eval_strategy", "steps", ("eval_steps",), "set eval_strategy: steps (with a dataset_test_split) or remove "
           "{field}."),
     _when("save_strategy", "steps", ("save_steps",)),
-    _when("log_completions", True, ("num_completions_to_print",)),
     # hub.push reads these after training; TRL's own push at every save is off in the recipe (hub_token is left
     # out: a message would show it)
-    needs(("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision", "hub_strategy",
-           "hub_always_push"), _PUSH, lambda v: v.get("push_to_hub_mode") not in (None, "none")
-          or v.get("push_to_hub") is True, "set push_to_hub_mode: adapter, or remove {field} (trl-grpo-ext push "
-          "OUTPUT_DIR --repo-id ID pushes a finished run).", scope="args"),
+    needs(("hub_repo_id", "hub_model_id", "hub_private", "hub_private_repo", "hub_revision"), _PUSH,
+          lambda v: v.get("push_to_hub_mode") not in (None, "none") or v.get("push_to_hub") is True,
+          "set push_to_hub_mode: adapter, or remove {field} (trl-grpo-ext push OUTPUT_DIR --repo-id ID pushes a "
+          "finished run).", scope="args"),
+    needs(("hub_strategy", "hub_always_push"), "TRL's own push at each save, which the recipe turns off (it pushes "
+          "once, after training)", lambda v: v.get("hub_strategy") in (None, "end") and not v.get("hub_always_push"),
+          "remove {field}.", scope="args"),
     _when("push_to_hub_mode", "merged", ("merge_dtype",), scope="args"),
     needs(("fp16",), "a GPU (with use_cpu: true accelerate runs no fp16 autocast: the run stays float32)",
           lambda v: not v.get("use_cpu"),
@@ -309,28 +228,4 @@ NEEDS: tuple[Rule, ...] = (
     needs(("sync_ref_model",), "beta > 0 (with beta 0 TRL keeps no reference model to sync)",
           lambda v: (as_number(v.get("beta")) or 0) > 0, "remove {field} or set beta: 0.04 (say).",
           error="TRL keeps no reference model to sync and refuses it when the trainer is built"),
-    _when("sync_ref_model", True, ("ref_model_sync_steps", "ref_model_mixup_alpha")),
-    needs(("save_total_limit",), "save_strategy: steps, epoch or best (no checkpoint is saved to rotate)",
-          lambda v: v.get("save_strategy") != "no", "set save_strategy: steps (with save_steps) or remove {field}."),
-    _when("use_liger_kernel", True, ("liger_kernel_config",)),
-    _when("use_transformers_continuous_batching", True, ("transformers_continuous_batching_config",)),
-    needs(("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
-          "gradient_checkpointing: true (or activation_checkpointing: true)",
-          lambda v: v.get("gradient_checkpointing") or v.get("activation_checkpointing"),
-          "set gradient_checkpointing: true or remove {field}."),
-    needs(("lr_scheduler_kwargs",), "an lr_scheduler_type other than constant and constant_with_warmup "
-          "(transformers' get_scheduler passes them no arguments)",
-          lambda v: not as_mapping("lr_scheduler_kwargs", v.get("lr_scheduler_kwargs"))
-          or v.get("lr_scheduler_type") not in ("constant", "constant_with_warmup"),
-          "set lr_scheduler_type: cosine (say) or remove {field}."),
-    needs(("warmup_steps",), "an lr_scheduler_type with a warmup (transformers' get_scheduler passes constant, "
-          "reduce_lr_on_plateau and greedy none)", lambda v: not v.get("warmup_steps")
-          or v.get("lr_scheduler_type") not in ("constant", "reduce_lr_on_plateau", "greedy"),
-          "set lr_scheduler_type: constant_with_warmup (or cosine) or remove {field}."),
-    needs(tuple(UNREAD), "a trainer that reads it (TRL's GRPO trainer orders the prompts with its own sampler "
-          "by seed, and its loss has no labels)", lambda v: all(v.get(n) in (None, d) for n, d in UNREAD.items()),
-          "remove {field}; seed sets the order of the prompts, shuffle_dataset: false keeps the dataset's order."),
-    # (eval_strategy: steps without eval_steps evaluates every logging_steps, whatever logging_strategy says)
-    needs(("logging_steps",), "logging_strategy: steps", lambda v: v.get("logging_strategy") in (None, "steps")
-          or (v.get("eval_strategy") == "steps" and v.get("eval_steps") is None)),
 )
