@@ -6,7 +6,7 @@ Three generation back ends exist in TRL 1.16 (`trl/trainer/grpo_trainer.py`, `_g
   (`trl/generation/vllm_generation.py`, `VLLMGeneration._iter_named_params`); for a PEFT model it calls
   ``merge_adapter()`` and then ``unmerge_adapter()``. On a 4-bit NF4 base every merge and unmerge de-quantizes the
   frozen weight, adds or subtracts the LoRA delta and quantizes again (peft ``lora/bnb.py``, ``Linear4bit.merge``), so
-  the frozen base drifts a little further from where it started at every sync. :func:`check_generation_settings`
+  the frozen base drifts a little further from where it started at every sync. :func:`check_vllm_quantization`
   refuses the combination unless ``allow_vllm_4bit_merge`` is set; then :class:`BaseDriftMonitor` measures the drift.
 - transformers' continuous batching (`use_transformers_continuous_batching: true`, ``model.generate_batch``). TRL
   casts the whole model to bf16 before it (``unwrapped_model.to(torch.bfloat16)`` when ``bf16``) and never casts it
@@ -16,8 +16,7 @@ Three generation back ends exist in TRL 1.16 (`trl/trainer/grpo_trainer.py`, `_g
   ``models.keep_4bit_training_layout`` (called by the trainer) turns that repacking off.
 - ``model.generate`` (the default), with any transformers cache (`cache_implementation: static`).
 
-Settings that a back end would silently ignore are refused by :func:`check_generation_settings` (see
-``docs/generation.md``).
+The settings that would fail generation are refused by ``validation.generation`` (see ``docs/generation.md``).
 """
 
 from __future__ import annotations
