@@ -26,7 +26,7 @@ import copy
 import logging
 from collections.abc import Iterator
 
-from ..validation.generation import DRIFT_METRIC, check_vllm_quantization, is_4bit, is_8bit  # noqa: F401 (trainer.py imports DRIFT_METRIC here)
+from ..validation.generation import DRIFT_METRIC, check_vllm_quantization, quantized_bits  # noqa: F401 (trainer.py imports DRIFT_METRIC here)
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +38,8 @@ def check_vllm_before_loading(model, args, quantization_config) -> None:
     """`check_vllm_quantization` on what a trainer was given, before TRL loads anything: a model id with the
     ``quantization_config=`` argument, or an already loaded (possibly 4-bit) model."""
     if isinstance(model, str):
-        check_vllm_quantization(args, is_4bit(quantization_config), is_8bit(quantization_config),
-                                source="quantization_config")
+        bits = quantized_bits(quantization_config)
+        check_vllm_quantization(args, bits == 4, bits == 8, source="quantization_config")
         return
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     check_vllm_quantization(args, bool(getattr(base, "is_loaded_in_4bit", False)),

@@ -25,20 +25,11 @@ BROKEN_GENERATION_KWARGS = ("num_return_sequences", "n", "return_dict_in_generat
                             "assistant_early_exit", "force_words_ids", "constraints")
 
 
-def is_4bit(quantization_config: Any) -> bool:
-    """Whether a quantization config (a `BitsAndBytesConfig`, its dict form, or None) loads weights in 4 bit."""
-    return _loads_in(quantization_config, "load_in_4bit")
-
-
-def is_8bit(quantization_config: Any) -> bool:
-    """Whether a quantization config (a `BitsAndBytesConfig`, its dict form, or None) loads weights in 8 bit."""
-    return _loads_in(quantization_config, "load_in_8bit")
-
-
-def _loads_in(quantization_config: Any, flag: str) -> bool:
-    if isinstance(quantization_config, Mapping):
-        return bool(quantization_config.get(flag))
-    return bool(getattr(quantization_config, flag, False))
+def quantized_bits(config: Any) -> int | None:
+    """4 or 8: the bits a quantization config (a `BitsAndBytesConfig`, its dict form) loads weights in; None: not
+    quantized (or no config)."""
+    get = config.get if isinstance(config, Mapping) else lambda flag: getattr(config, flag, False)
+    return 4 if get("load_in_4bit") else 8 if get("load_in_8bit") else None
 
 
 def check_vllm_quantization(args, load_in_4bit: bool, load_in_8bit: bool = False, source: str | None = None) -> None:
@@ -68,9 +59,8 @@ def check_vllm_settings(values) -> None:
     ``load_in_4bit`` / ``load_in_8bit``."""
     args = SimpleNamespace(use_vllm=values.get("use_vllm"), allow_vllm_4bit_merge=values.get(VLLM_4BIT_OPT_IN))
     quantization = as_mapping("model_init_kwargs", values.get("model_init_kwargs")).get("quantization_config")
-    if is_4bit(quantization) or is_8bit(quantization):
-        check_vllm_quantization(args, is_4bit(quantization), is_8bit(quantization),
-                                source="model_init_kwargs.quantization_config")
+    bits = quantized_bits(quantization)
+    check_vllm_quantization(args, bits == 4, bits == 8, source="model_init_kwargs.quantization_config")
     check_vllm_quantization(args, bool(values.get("load_in_4bit")), bool(values.get("load_in_8bit")))
 
 
@@ -169,7 +159,7 @@ def check_merged_generation(values, engine) -> None:
     quantization = as_mapping("model_init_kwargs", values.get("model_init_kwargs")).get("quantization_config")
     quantized = next((f"{name}=True" for name in ("load_in_4bit", "load_in_8bit") if values.get(name)), None)
     quantized_fix = "load the base unquantized (load_in_4bit: false, load_in_8bit: false)"
-    if quantized is None and (is_4bit(quantization) or is_8bit(quantization)):
+    if quantized is None and quantized_bits(quantization):
         quantized = "a quantized base (model_init_kwargs.quantization_config)"
         quantized_fix = "remove quantization_config from model_init_kwargs"
     bf16 = bool(values.get("bf16"))
