@@ -65,33 +65,9 @@ def test_multi_node_config_counts_all_processes():
     assert (engine.kind, engine.num_processes, engine.num_machines) == ("ddp", 16, 2)
 
 
-def test_zero3_float32_adapters_refused_on_a_deepspeed_without_the_fix():
-    zero3 = Engine("deepspeed", zero_stage=3, source="test")
-    with pytest.raises(RunArgumentError, match=r"adapter_dtype='float32'.*deepspeed 0\.19\.2.*#8072.*"
-                                               r"deepspeed>=0\.19\.3.*adapter_dtype: bfloat16"):
-        engine_checks.check_engine_settings(zero3, QLORA_BF16, deepspeed_version="0.19.2")
-    for fine in ({"deepspeed_version": "0.19.3"}, {"deepspeed_version": "0.19.8"}):
-        engine_checks.check_engine_settings(zero3, QLORA_BF16, **fine)
-    for values in ({**QLORA_BF16, "adapter_dtype": "bfloat16"}, {**QLORA_BF16, "bf16": False}):  # no mixed dtypes
-        engine_checks.check_engine_settings(zero3, values, deepspeed_version="0.19.2")
-    engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=2), QLORA_BF16, deepspeed_version="0.19.2")
-
-
-def test_installed_deepspeed_version_is_read_from_metadata():
-    from importlib import metadata
-
-    try:
-        expected = metadata.version("deepspeed")
-    except metadata.PackageNotFoundError:
-        expected = None
-    assert engine_checks.installed_deepspeed() == expected
-    with pytest.raises(RunArgumentError, match=r"deepspeed is not installed.*trl-grpo-ext\[deepspeed\]"):
-        engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=2), {}, deepspeed_version=None)
-
-
 def test_deepspeed_with_use_cpu_refused():
     with pytest.raises(RunArgumentError, match=r"use_cpu=True with DeepSpeed ZeRO-2.*Fix: set use_cpu: false"):
-        engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=2), {"use_cpu": True}, "0.19.8")
+        engine_checks.check_engine_settings(Engine("deepspeed", zero_stage=2), {"use_cpu": True})
 
 
 def test_fsdp_4bit_needs_quant_storage_equal_to_compute_dtype():
@@ -103,20 +79,6 @@ def test_fsdp_4bit_needs_quant_storage_equal_to_compute_dtype():
         engine_checks.check_engine_settings(fsdp, {**QLORA_BF16, "bf16": False, "bnb_4bit_quant_storage": "bfloat16"})
     engine_checks.check_engine_settings(fsdp, {**QLORA_BF16, "bnb_4bit_quant_storage": "bfloat16"})
     engine_checks.check_engine_settings(fsdp, {**QLORA_BF16, "load_in_4bit": False})
-
-
-@pytest.mark.parametrize("engine", [Engine("single"), Engine("ddp"), Engine("deepspeed", zero_stage=2),
-                                    Engine("fsdp", fsdp_version=2)], ids=lambda e: e.describe())
-def test_ds3_gather_for_generation_false_outside_zero3_is_a_warning(engine):
-    """TRL passes ds3_gather_for_generation to unwrap_model_for_generation, which reads it under ZeRO-3 alone: False
-    anywhere else has no effect (a warning). True (TRL's default) and ZeRO-3 (or a DeepSpeed stage not known) say
-    nothing."""
-    (line,) = engine_checks.engine_warnings(engine, {"ds3_gather_for_generation": False})
-    assert line.startswith(f"ds3_gather_for_generation=False with {engine.describe()}: TRL reads it only under")
-    engine_checks.check_engine_settings(engine, {"ds3_gather_for_generation": False}, "0.19.8")  # not refused
-    assert engine_checks.engine_warnings(engine, {"ds3_gather_for_generation": True}) == []
-    for accepted in (Engine("deepspeed", zero_stage=3), Engine("deepspeed")):
-        assert engine_checks.engine_warnings(accepted, {"ds3_gather_for_generation": False}) == []
 
 
 def test_accelerate_mixed_precision_against_an_unset_bf16_reads_what_the_machine_resolves(monkeypatch):
@@ -133,18 +95,6 @@ def test_accelerate_mixed_precision_against_an_unset_bf16_reads_what_the_machine
     monkeypatch.setattr(settings, "bf16_available", lambda: False)
     with pytest.raises(RunArgumentError, match=r"\(bf16 unset: false on this machine\)"):
         engine_checks.check_engine_settings(engine, {})
-
-
-def test_zero3_peft_non_reentrant_checkpointing_is_a_warning():
-    values = {"use_peft": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}}
-    zero3 = Engine("deepspeed", zero_stage=3)
-    (line,) = engine_checks.engine_warnings(zero3, values)
-    assert "gradient_checkpointing_kwargs={'use_reentrant': False}" in line and "TRL forces use_reentrant=True" in line
-    engine_checks.check_engine_settings(zero3, values, "0.19.8")  # not refused: TRL overrides it
-    assert engine_checks.engine_warnings(Engine("deepspeed", zero_stage=2), values) == []
-    # the command line's JSON string (a breaker's finding: only the YAML mapping was read, and the run trained)
-    as_json = {"use_peft": True, "gradient_checkpointing_kwargs": '{"use_reentrant": false}'}
-    assert len(engine_checks.engine_warnings(zero3, as_json)) == 1
 
 
 def test_accelerate_s_mixed_precision_from_the_environment_is_judged(capsys, monkeypatch, tmp_path):
@@ -173,7 +123,6 @@ def _plan(capsys, *argv):
 
 def test_plan_counts_the_accelerate_configs_processes(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(engine_checks, "installed_deepspeed", lambda: "0.19.8")  # installed or not
     config = tiny_cpu_yaml(tmp_path, use_cpu=False, micro_batch_size=8, bf16=True)  # zero2.yaml: mixed_precision bf16
     code, out, err = _plan(capsys, "--config", config, "--accelerate-config", "zero2", "--json")
     assert code == 0, err
@@ -200,17 +149,6 @@ def test_plan_refuses_engine_combinations(capsys, monkeypatch, tmp_path, argv, n
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     code, _, err = _plan(capsys, "--config", tiny_cpu_yaml(tmp_path, micro_batch_size=8), *argv)
     assert code == 2 and named in err and err.count("\n") == 1
-
-
-def test_plan_refuses_zero3_float32_adapters_on_an_old_deepspeed(capsys, monkeypatch, tmp_path):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(engine_checks, "installed_deepspeed", lambda: "0.19.2")
-    argv = ["--config", tiny_cpu_yaml(tmp_path, micro_batch_size=8, use_cpu=False, dtype="bfloat16", bf16=True),
-            "--accelerate-config", "zero3"]
-    code, _, err = _plan(capsys, *argv)
-    assert code == 2 and "adapter_dtype='float32'" in err and "deepspeed 0.19.2" in err
-    monkeypatch.setattr(engine_checks, "installed_deepspeed", lambda: "0.19.3")
-    assert _plan(capsys, *argv)[0] == 0
 
 
 @pytest.mark.parametrize(("env", "named"), [
@@ -253,89 +191,31 @@ def test_quant_storage_reaches_bitsandbytes():
     assert quantization_config(model_args, SimpleNamespace(bf16=True)).bnb_4bit_quant_storage == torch.uint8
 
 
-def test_deepspeed_config_with_its_own_optimizer_refused_with_the_filter_or_the_lost_update_hooks(tmp_path):
-    """transformers' deepspeed_optim_sched builds a DummyOptim for a config with an `optimizer` section and never calls
-    the trainer's create_optimizer, where the guard and the hooks are attached."""
+def test_the_zero_stage_is_read_from_a_deepspeed_json(tmp_path):
+    """From the accelerate config's deepspeed_config_file, or the deepspeed field (a file, JSON text or a dict); a file
+    that does not read leaves the stage unknown: transformers refuses it when the config is built (below)."""
     ds_json = tmp_path / "ds.json"
-    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW"}}))
-    engine = resolve_engine({"deepspeed": str(ds_json)}, {})
-    assert (engine.zero_stage, engine.optimizer_section) == (2, True)
-    for values, named in (({"zero_variance_filter": "mask"}, "zero_variance_filter='mask'"),
-                          ({"zero_variance_filter": "off", "lost_update_steps": 10}, "lost_update_steps=10")):
-        with pytest.raises(RunArgumentError, match=rf"{named}.*`optimizer` section.*Fix: remove the `optimizer`"):
-            engine_checks.check_engine_settings(engine, values, "0.19.8")
-    engine_checks.check_engine_settings(engine, {"zero_variance_filter": "off", "lost_update_steps": 0}, "0.19.8")
-    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 2}}))  # the trainer's optimizer: allowed
-    engine_checks.check_engine_settings(resolve_engine({"deepspeed": str(ds_json)}, {}), {"zero_variance_filter": "mask"},
-                                        "0.19.8")
-
-
-def test_plan_reads_the_deepspeed_config_file_of_an_accelerate_config(capsys, monkeypatch, tmp_path):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(engine_checks, "installed_deepspeed", lambda: "0.19.8")
-    ds_json = tmp_path / "ds.json"
-    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW"}}))
-    accelerate = tmp_path / "accelerate.yaml"
-    accelerate.write_text(yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_processes": 2,
-                                          "deepspeed_config": {"deepspeed_config_file": str(ds_json)}}))
-    config = tiny_cpu_yaml(tmp_path, use_cpu=False, micro_batch_size=8, zero_variance_filter="mask")
-    code, _, err = _plan(capsys, "--config", config, "--accelerate-config", str(accelerate))
-    assert code == 2 and "DeepSpeed ZeRO-3" in err and "zero_variance_filter='mask'" in err
-
-
-def test_a_deepspeed_config_that_does_not_read_as_json_is_refused_before_loading(tmp_path):
-    """accelerate's deepspeed_config_file written as YAML, or a path that does not exist: transformers'
-    HfDeepSpeedConfig would raise a JSONDecodeError (or a ValueError) after the model loads."""
+    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    accelerate = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"deepspeed_config_file": str(ds_json)}}
+    assert engine_from_accelerate_config(accelerate).zero_stage == 3
+    for config in (str(ds_json), ds_json.read_text(), {"zero_optimization": {"stage": 3}}):
+        assert resolve_engine({"deepspeed": config}, {}).zero_stage == 3
+    assert engine_from_env({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_CONFIG_FILE": "none",
+                            "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}).zero_stage == 3
     as_yaml = tmp_path / "ds.yaml"
     as_yaml.write_text("zero_optimization:\n  stage: 2\n")
-    good = tmp_path / "ds.json"
-    good.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
-    for env, named in (({"ACCELERATE_DEEPSPEED_CONFIG_FILE": str(as_yaml)}, "is not JSON"),
-                       ({"ACCELERATE_DEEPSPEED_CONFIG_FILE": str(tmp_path / "missing.json")}, "is no such file")):
-        engine = engine_from_env({"ACCELERATE_USE_DEEPSPEED": "true", **env})
-        assert engine.kind == "deepspeed" and engine.zero_stage is None
-        with pytest.raises(RunArgumentError, match=rf"DeepSpeed \(from ACCELERATE_USE_DEEPSPEED\): the DeepSpeed "
-                                                   rf"config '.*' {named}.*Fix: point deepspeed_config_file"):
-            engine_checks.check_engine_settings(engine, {}, "0.19.8")
-    # what transformers reads: a JSON file, a JSON string, base64 of one, a dict; accelerate's "none" is no file
-    import base64
-
-    for config in (str(good), json.dumps({"zero_optimization": {"stage": 2}}),
-                   base64.urlsafe_b64encode(b'{"zero_optimization": {"stage": 2}}').decode(),
-                   {"zero_optimization": {"stage": 2}}):
-        engine = resolve_engine({"deepspeed": config}, {})
-        assert (engine.zero_stage, engine.config_problem) == (2, None)
-        engine_checks.check_engine_settings(engine, {}, "0.19.8")
-    assert engine_from_env({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_CONFIG_FILE": "none",
-                            "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}).config_problem is None
+    assert resolve_engine({"deepspeed": str(as_yaml)}, {}).zero_stage is None
 
 
-def test_plan_refuses_an_accelerate_config_whose_deepspeed_file_is_yaml(capsys, monkeypatch, tmp_path):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(engine_checks, "installed_deepspeed", lambda: "0.19.8")
-    ds_yaml = tmp_path / "ds_config.yaml"
-    ds_yaml.write_text("zero_optimization:\n  stage: 3\n")
-    accelerate = tmp_path / "accelerate.yaml"
-    accelerate.write_text(yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_processes": 2,
-                                          "deepspeed_config": {"deepspeed_config_file": str(ds_yaml)}}))
-    config = tiny_cpu_yaml(tmp_path, use_cpu=False, micro_batch_size=8)
-    code, _, err = _plan(capsys, "--config", config, "--accelerate-config", str(accelerate))
-    assert code == 2 and f"the DeepSpeed config '{ds_yaml}' is not JSON" in err and "Traceback" not in err
+@pytest.mark.parametrize("name", ["ds.yaml", "missing.json"])
+def test_a_deepspeed_config_that_does_not_read_is_refused_when_the_config_is_built(tmp_path, name):
+    """transformers' HfDeepSpeedConfig reads it in TrainingArguments.__post_init__, before any model loads."""
+    from trl_grpo_ext import GRPOExtConfig
 
-
-@pytest.mark.parametrize(("config", "named"), [
-    ({"distributed_type": "DEEPSPEED", "num_processes": 2, "deepspeed_config": "zero2"},
-     "deepspeed_config='zero2' is not a mapping"),
-    ({"distributed_type": "FSDP", "fsdp_config": "fsdp2"}, "fsdp_config='fsdp2' is not a mapping"),
-    ({"distributed_type": "FSDP", "fsdp_config": {"fsdp_version": None}}, "fsdp_config.fsdp_version=None is not a whole"),
-    ({"distributed_type": "MULTI_GPU", "num_processes": "two"}, "num_processes='two' is not a whole number >= 1"),
-    ({"distributed_type": "MULTI_GPU", "num_processes": 2.5}, "num_processes=2.5 is not a whole number >= 1"),
-])
-def test_an_accelerate_config_accelerate_would_fail_on_is_refused_naming_the_key(capsys, tmp_path, config, named):
-    accelerate = tmp_path / "accelerate.yaml"
-    accelerate.write_text(yaml.safe_dump(config))
-    code, _, err = _plan(capsys, "--config", tiny_cpu_yaml(tmp_path), "--accelerate-config", str(accelerate))
-    assert code == 2 and f"--accelerate-config {accelerate}: {named}" in err and "Traceback" not in err
+    (tmp_path / "ds.yaml").write_text("zero_optimization:\n  stage: 2\n")
+    with pytest.raises(ValueError):
+        GRPOExtConfig(output_dir=str(tmp_path / "out"), use_cpu=False, bf16=False, report_to=[],
+                      deepspeed=str(tmp_path / name))
 
 
 def test_an_accelerate_config_that_is_not_yaml_is_named_as_the_accelerate_config(capsys, tmp_path):

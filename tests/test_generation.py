@@ -9,7 +9,6 @@ not depend on the layer size: it is set by the ratio of the delta (std (alpha / 
 for lora_B of std 1e-4) to the NF4 step of weights of std 0.02.
 """
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -196,13 +195,11 @@ def test_recipe_refuses_with_one_line_before_the_tokenizer(tmp_path):
 
 REFUSED = [
     (dict(cache_implementation="statik"), "cache_implementation='statik' is not a transformers cache"),
-    (dict(use_transformers_continuous_batching=True), "without `num_blocks`"),
     (dict(generation_kwargs={"num_return_sequences": 2}),
-     r"generation_kwargs \['num_return_sequences'\]: TRL generates .* \(num_return_sequences -> num_generations: 2\)"),
-    (dict(generation_kwargs='{"n": 4}', use_vllm=True), r"generation_kwargs \['n'\]: .*n -> num_generations: 4"),
+     r"generation_kwargs \['num_return_sequences'\]: TRL's generation fails on them at the first step"),
+    (dict(generation_kwargs='{"n": 4}', use_vllm=True), r"generation_kwargs \['n'\]: "),
     (dict(generation_kwargs={"return_dict_in_generate": True, "output_scores": True}),
-     r"generation_kwargs \['output_scores', 'return_dict_in_generate'\]: TRL's generation cannot use them"),
-    (dict(use_transformers_paged=True), "without `num_blocks`"),  # TRL's deprecated alias turns CB on
+     r"generation_kwargs \['output_scores', 'return_dict_in_generate'\]: TRL's generation fails"),
 ]
 
 
@@ -211,33 +208,6 @@ def test_settings_that_break_generation_are_refused(tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match) as err:
         _config(tmp_path, **overrides)
     assert "Fix:" in str(err.value) or "choose one of" in str(err.value)
-
-
-WARNED = [
-    (dict(allow_vllm_4bit_merge=True), "allow_vllm_4bit_merge=True has no effect without use_vllm"),
-    (dict(use_vllm=True, use_transformers_continuous_batching=True),
-     "use_transformers_continuous_batching=True has no effect with use_vllm=True"),
-    (dict(use_vllm=True, cache_implementation="static"),
-     "cache_implementation='static' has no effect with use_vllm=True"),
-    (dict(use_transformers_continuous_batching=True, cache_implementation="static",
-          transformers_continuous_batching_config={"num_blocks": 8}),
-     "cache_implementation='static' has no effect with use_transformers_continuous_batching=True"),
-    (dict(use_transformers_continuous_batching=True, repetition_penalty=1.1,
-          transformers_continuous_batching_config={"num_blocks": 8}), "repetition_penalty=1.1 has no effect"),
-    (dict(use_transformers_continuous_batching=True, generation_kwargs={"min_new_tokens": 4},
-          transformers_continuous_batching_config={"num_blocks": 8}), "generation_kwargs min_new_tokens has no effect"),
-    (dict(use_transformers_continuous_batching=True, generation_kwargs='{"min_length": 4}',  # JSON from the CLI
-          transformers_continuous_batching_config='{"num_blocks": 8}'), "generation_kwargs min_length has no effect"),
-]
-
-
-@pytest.mark.parametrize(("overrides", "match"), WARNED, ids=[m[:30] for _, m in WARNED])
-def test_settings_the_back_end_ignores_warn(tmp_path, overrides, match):
-    from trl_grpo_ext.config.checks import IneffectiveSettingWarning
-
-    with pytest.warns(IneffectiveSettingWarning, match=re.escape(match)) as caught:
-        _config(tmp_path, **overrides)
-    assert any("Fix:" in str(w.message) for w in caught)
 
 
 def test_generation_batch_other_than_the_step_is_refused_by_the_plan(tmp_path):
@@ -393,23 +363,8 @@ def test_generation_benchmark_smoke_runs_end_to_end(tmp_path):
     assert "best arm:" in result.stdout
 
 
-def test_generation_kwargs_duplicating_a_field_are_kept_and_warn_only_beside_the_field(tmp_path, recwarn):
-    """TRL applies generation_kwargs over its own settings: accepted; a warning when the field is set too (its value
-    is not used), and always for the completion length (the plan counts max_completion_length tokens)."""
-    config = _config(tmp_path, generation_kwargs={"temperature": 0.1, "top_k": 5})  # the fields at TRL's defaults
-    assert config.generation_kwargs == {"temperature": 0.1, "top_k": 5}
-    assert [str(w.message) for w in recwarn if "generation_kwargs" in str(w.message)] == []
-    with pytest.warns(UserWarning, match=r"generation_kwargs temperature=0.1 and temperature=0.7 are both set: TRL "
-                                         r"applies generation_kwargs over its own settings, so temperature=0.1 is used"):
-        _config(tmp_path, temperature=0.7, generation_kwargs={"temperature": 0.1})
-    with pytest.warns(UserWarning, match=r"generation_kwargs max_new_tokens=5 sets the completion length .* the plan "
-                                         r"counts tokens with max_completion_length=16"):
-        _config(tmp_path, generation_kwargs={"max_new_tokens": 5})
-    with pytest.warns(UserWarning, match=r"generation_kwargs \['no_repeat_ngram_sise'\]: not a transformers "
-                                         r"GenerationConfig setting, so generation ignores them"):  # TRL accepts it
-        _config(tmp_path, generation_kwargs={"no_repeat_ngram_sise": 3})
-
-
 def test_generation_kwargs_it_can_use_are_kept(tmp_path):
     config = _config(tmp_path, generation_kwargs={"do_sample": True, "no_repeat_ngram_size": 3})  # do_sample: TRL's
     assert config.generation_kwargs == {"do_sample": True, "no_repeat_ngram_size": 3}
+    # continuous batching on a CPU without num_blocks is not checked (docs/generation.md says to set it)
+    assert _config(tmp_path, use_transformers_continuous_batching=True).use_transformers_continuous_batching

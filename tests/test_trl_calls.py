@@ -81,7 +81,7 @@ def test_a_plain_grpo_config_trains_with_its_values_and_says_so(model_path, toke
 
 
 def test_generation_kwargs_duplicating_a_field_are_applied_as_trl_applies_them(model_path, tokenizer, tmp_path):
-    """TRL's `test_train_with_generation_kwargs` key: ``top_k`` 50 (the field left at TRL's default: no warning)."""
+    """TRL's `test_train_with_generation_kwargs` key: ``top_k`` 50 wins over the field, as in TRL."""
     config = GRPOConfig(output_dir=str(tmp_path), max_steps=2, generation_kwargs={"top_k": 50}, **SMALL)
     trainer = GRPOExtTrainer(model_path, reward_funcs=a_fraction, args=config, train_dataset=prompts(),
                              processing_class=tokenizer)
@@ -95,12 +95,6 @@ def test_generation_kwargs_duplicating_a_field_are_applied_as_trl_applies_them(m
     trainer.model.generate = recording_generate
     trains(trainer)
     assert seen and set(seen) == {50}
-
-
-def test_a_generation_kwarg_beside_its_field_warns_that_the_kwarg_wins(tmp_path):
-    with pytest.warns(UserWarning, match=r"generation_kwargs top_k=50 and top_k=5 are both set: .* top_k=50 is used"):
-        GRPOExtConfig(output_dir=str(tmp_path), top_k=5, generation_kwargs={"top_k": 50}, **{
-            k: v for k, v in SMALL.items() if k != "top_k"})
 
 
 def test_a_peft_config_trains_the_adapter_only(model_path, tokenizer, tmp_path):

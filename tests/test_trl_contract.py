@@ -892,13 +892,13 @@ def test_continuous_batching_casts_the_model_and_takes_the_generation_config():
             "validation.generation.check_generation_settings and docs/generation.md (cache_implementation: static)")
 
 
-def test_continuous_batching_drops_the_processors_we_refuse_and_runs_in_eval_mode():
+def test_continuous_batching_drops_the_processors_we_document_and_runs_in_eval_mode():
     from transformers.generation import continuous_batching, logits_process
 
     for name in ("RepetitionPenaltyLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "MinLengthLogitsProcessor"):
         assert getattr(logits_process, name).supports_continuous_batching is False, _broken(
             f"transformers now supports {name} under continuous batching",
-            "validation.generation.CB_UNSUPPORTED_GENERATION_KWARGS (the refusal can be relaxed)")
+            "docs/generation.md (the processors continuous batching drops)")
     source = inspect.getsource(continuous_batching.continuous_api)
     assert "self.model = model.eval()" in source, _broken(
         "continuous batching no longer puts the model in eval mode",

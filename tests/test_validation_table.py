@@ -215,14 +215,12 @@ _ROWS = [
     row("generation_kwargs a list", {"generation_kwargs": [1, 2]}, ["generation_kwargs=[1, 2] is not a mapping (a list)"],
         "Fix: write it as a mapping in the YAML (generation_kwargs: {key: value})"),
     # TRL updates its own GenerationConfig arguments with generation_kwargs: num_return_sequences broke torch.cat at
-    # the first step, do_sample: false made every group uniform (max_new_tokens, top_k, ... are applied, as TRL does)
+    # the first step (max_new_tokens, top_k, ... are applied, as TRL does)
     # transformers refused it when loading the model, with a traceback
     row("attn_implementation unknown", {"attn_implementation": "bogus"},
         ["attn_implementation='bogus' is not an attention transformers knows"], "Fix: use one of 'eager'"),
     row("generation_kwargs num_return_sequences", {"generation_kwargs": {"num_return_sequences": 4}},
-        ["generation_kwargs ['num_return_sequences']", "num_generations: 4"], "Fix: set the field instead"),
-    row("generation_kwargs do_sample", {"generation_kwargs": {"do_sample": False}},
-        ["generation_kwargs do_sample=False", "every group would be uniform"], "Fix: remove do_sample"),
+        ["generation_kwargs ['num_return_sequences']", "fails on them at the first step"], "Fix: remove them"),
     row("model_init_kwargs a word", {"model_init_kwargs": "fast"}, ["model_init_kwargs='fast' is not a mapping"],
         "or as JSON on the command line (--model_init_kwargs '{\"key\": 1}')"),
     row("gradient_checkpointing_kwargs bad JSON", {"gradient_checkpointing_kwargs": "{use_reentrant: false}"},
@@ -298,11 +296,6 @@ _ROWS = [
     row("lora modules_to_save typo", {"lora_modules_to_save": ["lm_heads"]}, ["lora_modules_to_save", "lm_heads"],
         "e.g. lm_head"),
     # generation and engine settings the run would ignore or cannot run (plan used to pass these)
-    row("cache_implementation under continuous batching", {"use_transformers_continuous_batching": True,
-                                                            "transformers_continuous_batching_config": {"num_blocks": 8},
-                                                            "cache_implementation": "static"},
-        ["cache_implementation='static' has no effect with use_transformers_continuous_batching"],
-        "Fix: remove cache_implementation"),
     row("use_vllm on a 4-bit base", {"use_vllm": True}, ["use_vllm", "load_in_4bit"], "allow_vllm_4bit_merge: true"),
     row("compare_base without an adapter", {"final_eval": "compare_base", "use_peft": False, **_NO_LORA, **_NO_4BIT},
         ["final_eval=compare_base", "use_peft"], "final_eval: adapter"),
@@ -433,7 +426,6 @@ WARNED_IDS = {
     'hub_strategy with a push',
     'hub_private without a push',
     'merge_dtype without a merged push',
-    'cache_implementation under continuous batching',
 }
 #: Values TRL's or transformers' config refuses when it is built: the recipe refuses them with their message (before
 #: any model loads); `plan` reads twins of the classes and leaves them to the run.
@@ -471,7 +463,7 @@ RULE_ROWS = {
     "push_needs_repository": "push without a repository",
     "reward_specs": "reward name typo",
     "zero_variance": "filter with an entropy bonus on a row-normalised loss",
-    "generation": "generation_kwargs do_sample",
+    "generation": "generation_kwargs num_return_sequences",
     "vllm_quantization": "use_vllm on a 4-bit base",
     "reward_packages": "accuracy without math-verify",
     "reward_columns": "exact_match needs an answer column",

@@ -20,7 +20,7 @@ from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan, s
 from trl_grpo_ext.plan.advice import memory_note
 from trl_grpo_ext.plan.evaluation import zero_variance_forecast_warning
 from trl_grpo_ext.rewards.spec import weight_warnings
-from trl_grpo_ext.validation.collected import eval_plan_of
+from trl_grpo_ext.validation.collected import dataset_size_of, eval_plan_of
 from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
 from trl_grpo_ext.validation.problems import problem_lines
 from trl_grpo_ext.zero_variance.report import budget_note, resample_note, skip_note
@@ -145,16 +145,6 @@ def _present_gpu_bytes() -> int | None:
         return None
 
 
-def dataset_size_from(script_args, dataset_size: int | None) -> int | None:
-    """The dataset size: ``dataset_size`` if given, else ``embedded_num_prompts`` for an embedded dataset, else None."""
-    if dataset_size is not None:
-        return dataset_size
-    name = script_args.dataset_name
-    if isinstance(name, str) and name.startswith(EMBEDDED_PREFIX):
-        return script_args.embedded_num_prompts
-    return None
-
-
 def accelerate_engine(name_or_path: str | None):
     """The `engines.Engine` of an accelerate config file (a path or a shipped name), or None when not given."""
     if name_or_path is None:
@@ -192,7 +182,7 @@ def build_plan(args: argparse.Namespace):
     script_args, training, model_args, _ = run
     resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults(type(training)))
     size = args.dataset_size if args.dataset_size is not None else survey.train_rows
-    plan = resolve_plan(resolved.quantity_fields(), dataset_size_from(script_args, size), world,
+    plan = resolve_plan(resolved.quantity_fields(), dataset_size_of(script_args, size), world,
                         training.max_completion_length)
     model = model_args.model_name_or_path
     instruct = True if isinstance(model, str) and "instruct" in model.lower() else None
@@ -264,7 +254,7 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
     and checked as the recipe checks it; ``survey`` is filled), ``--dataset-size`` against the size read, and skip's
     one-epoch refusal on the plan of ``dataset_size`` prompts (`validation.collected`; ``use_vllm`` on a quantized
     base is the rule list's ``vllm_quantization``)."""
-    from trl_grpo_ext.validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
+    from trl_grpo_ext.validation.collected import check_eval_batches, check_skip_epochs
     from trl_grpo_ext.validation.dataset_stage import dataset_check
 
     def size_flag(run):

@@ -87,11 +87,7 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
         engine = engine_from_accelerate_config(load_yaml(config_file, "--accelerate_config"),
                                                source=f"--accelerate_config {config_file}")
         world = engine.num_processes if engine.num_processes and engine.num_processes > 0 else 1
-        from ..validation.collected import check_skip_epochs, dataset_size_of
         from ..validation.dataset_stage import DatasetSurvey, dataset_check
-
-        def skip_epochs(run):
-            check_skip_epochs(run, dataset_size_of(run.script_args), world)
 
         def engine_device(run):  # FSDP only: torch is imported to look for a GPU
             if engine.kind == "fsdp":
@@ -101,7 +97,7 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
                 check_engine_device(engine, _accelerator_available())
 
         read_run_args(argv, light=True, announce=False, world_size=world, engine=engine,
-                      checks=(skip_epochs, dataset_check(world, DatasetSurvey()), engine_device))
+                      checks=(dataset_check(world, DatasetSurvey()), engine_device))  # skip's epochs: on the rows read
     except (ValueError, OSError) as err:  # ConfigError, RunArgumentError, QuantityError are ValueErrors
         return problem_lines(err)
     return []

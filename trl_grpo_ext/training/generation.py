@@ -6,7 +6,7 @@ Three generation back ends exist in TRL 1.16 (`trl/trainer/grpo_trainer.py`, `_g
   (`trl/generation/vllm_generation.py`, `VLLMGeneration._iter_named_params`); for a PEFT model it calls
   ``merge_adapter()`` and then ``unmerge_adapter()``. On a 4-bit NF4 base every merge and unmerge de-quantizes the
   frozen weight, adds or subtracts the LoRA delta and quantizes again (peft ``lora/bnb.py``, ``Linear4bit.merge``), so
-  the frozen base drifts a little further from where it started at every sync. :func:`check_generation_settings`
+  the frozen base drifts a little further from where it started at every sync. :func:`check_vllm_quantization`
   refuses the combination unless ``allow_vllm_4bit_merge`` is set; then :class:`BaseDriftMonitor` measures the drift.
 - transformers' continuous batching (`use_transformers_continuous_batching: true`, ``model.generate_batch``). TRL
   casts the whole model to bf16 before it (``unwrapped_model.to(torch.bfloat16)`` when ``bf16``) and never casts it
@@ -16,8 +16,7 @@ Three generation back ends exist in TRL 1.16 (`trl/trainer/grpo_trainer.py`, `_g
   ``models.keep_4bit_training_layout`` (called by the trainer) turns that repacking off.
 - ``model.generate`` (the default), with any transformers cache (`cache_implementation: static`).
 
-Settings that a back end would silently ignore are refused by :func:`check_generation_settings` (see
-``docs/generation.md``).
+The settings that would fail generation are refused by ``validation.generation`` (see ``docs/generation.md``).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import copy
 import logging
 from collections.abc import Iterator
 
-from ..validation.generation import DRIFT_METRIC, check_vllm_quantization, is_4bit, is_8bit  # noqa: F401 (trainer.py imports DRIFT_METRIC here)
+from ..validation.generation import DRIFT_METRIC, check_vllm_quantization, quantized_bits  # noqa: F401 (trainer.py imports DRIFT_METRIC here)
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +38,8 @@ def check_vllm_before_loading(model, args, quantization_config) -> None:
     """`check_vllm_quantization` on what a trainer was given, before TRL loads anything: a model id with the
     ``quantization_config=`` argument, or an already loaded (possibly 4-bit) model."""
     if isinstance(model, str):
-        check_vllm_quantization(args, is_4bit(quantization_config), is_8bit(quantization_config),
-                                source="quantization_config")
+        bits = quantized_bits(quantization_config)
+        check_vllm_quantization(args, bits == 4, bits == 8, source="quantization_config")
         return
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     check_vllm_quantization(args, bool(getattr(base, "is_loaded_in_4bit", False)),

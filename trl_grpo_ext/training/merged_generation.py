@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from ..validation.generation import MERGE_FOR_GENERATION, _engine_problem, merge_problem
+from ..validation.generation import MERGE_FOR_GENERATION, engine_problem, merge_problem
 
 
 def check_merge_target(model, args: Any, engine) -> None:
@@ -41,7 +41,7 @@ def check_merge_target(model, args: Any, engine) -> None:
     problem = merge_problem(
         quantized=f"a quantized base (adapted weights stored as {quantized})" if quantized else None,
         quantized_fix="load the base in float32 without quantization", dtype=floating[0] if floating else "float32",
-        use_vllm=bool(getattr(args, "use_vllm", False)), **_engine_problem(vars(args), engine), lora_bias=bias,
+        **engine_problem(vars(args), engine), lora_bias=bias,
         lora_dropout=repr(dropout) if dropout > 0 else None)
     if problem:
         raise ValueError(problem)

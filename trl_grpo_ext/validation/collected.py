@@ -14,12 +14,10 @@ _EVAL_FIELDS = ("eval_strategy", "final_eval", "eval_num_prompts", "eval_steps",
 
 def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | None:
     """``dataset_size`` if given, else ``embedded_num_prompts`` for an embedded dataset, else None."""
-    if dataset_size is not None:
-        return dataset_size
     name = getattr(script_args, "dataset_name", None)
-    if isinstance(name, str) and name.startswith(EMBEDDED_PREFIX):
+    if dataset_size is None and isinstance(name, str) and name.startswith(EMBEDDED_PREFIX):
         return getattr(script_args, "embedded_num_prompts", None)
-    return None
+    return dataset_size
 
 
 def plan_of(run: Any, dataset_size: int | None, world_size: int):

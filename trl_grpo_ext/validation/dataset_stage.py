@@ -13,17 +13,16 @@ from ..config.checks import resumes
 from .tables import enum_value
 from .user_values import flatten_values
 
-#: The fields each part of the stage reads: a problem already reported for one of them skips that part
-#: (``embedded_target`` is not one: the rule ``reward_columns`` names it; see :func:`_embedded_target_refused`).
-TRAIN_FIELDS = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_format", "dataset_prompt_column",
-                "system_prompt", "embedded_num_prompts", "dataset_streaming", "embedded_seed")
-#: (Not ``eval_strategy`` or ``final_eval``: a refused value there still asks for an evaluation, so the split is read.)
-EVAL_FIELDS = ("dataset_name", "dataset_config", "dataset_test_split", "dataset_format", "dataset_prompt_column",
-               "system_prompt", "eval_num_prompts", "dataset_streaming", "embedded_seed")
+#: The fields each part of the stage reads: a problem already reported for one of them skips that part. (Not
+#: ``eval_strategy`` or ``final_eval``: a refused value there still asks for an evaluation, so the split is read; not
+#: ``embedded_target``: the rule ``reward_columns`` names it, see :func:`_embedded_target_refused`.)
+_DATASET_FIELDS = ("dataset_name", "dataset_config", "dataset_format", "dataset_prompt_column", "system_prompt",
+                   "dataset_streaming", "embedded_seed")
+TRAIN_FIELDS = (*_DATASET_FIELDS, "dataset_train_split", "embedded_num_prompts")
+EVAL_FIELDS = (*_DATASET_FIELDS, "dataset_test_split", "eval_num_prompts")
 REWARD_FIELDS = ("rewards", "reward_weights", "max_completion_length")
 SEED_FIELDS = ("skip_history_file", "zero_variance_filter", "zero_variance_tolerance", "zero_variance_reward",
                "num_generations", *TRAIN_FIELDS)
-_TRUE = ("1", "true", "yes", "on")
 
 
 @dataclass
@@ -42,14 +41,13 @@ class DatasetSurvey:
 
 def is_local_dataset(name: Any) -> bool:
     """Whether ``dataset_name`` is embedded or a local path (existing, or written as ``./x``, ``/x``, ``~/x``)."""
-    if not isinstance(name, str):
-        return False
-    return name.startswith(("embedded:", ".", "/", "~")) or Path(name).expanduser().exists()
+    return isinstance(name, str) and (name.startswith(("embedded:", ".", "/", "~")) or Path(name).expanduser().exists())
 
 
 def offline() -> bool:
     """``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` is set (datasets then reads a Hub dataset from its cache)."""
-    return any(os.environ.get(var, "").strip().lower() in _TRUE for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on")
+               for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
 def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True,
@@ -57,11 +55,10 @@ def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True,
     """A ``checks=`` entry for `frontdoor.read_run_args`: :func:`check_datasets` filling ``survey`` in place
     (``quiet``: without datasets' progress bars)."""
     def check(run) -> None:
-        shown = False
-        if quiet:
-            from datasets.utils import logging as datasets_logging
+        from datasets.utils import logging as datasets_logging
 
-            shown = datasets_logging.is_progress_bar_enabled()
+        shown = quiet and datasets_logging.is_progress_bar_enabled()
+        if shown:
             datasets_logging.disable_progress_bar()
         try:
             vars(survey).update(vars(check_datasets(run, world_size, run.problems, read_hub=read_hub)))
@@ -165,13 +162,11 @@ def _embedded_target_refused(values) -> bool:
     """Whether the embedded count-char task refuses ``embedded_target`` (the config rules report it)."""
     from ..models.embedded import tiny
 
-    if values.get("dataset_name") != tiny.TINY_DATASET_ID:
-        return False
     try:
-        tiny.count_char_rows(1, target=values.get("embedded_target") or "a")
+        return values.get("dataset_name") == tiny.TINY_DATASET_ID and not tiny.count_char_rows(
+            1, target=values.get("embedded_target") or "a")
     except (ValueError, TypeError):
         return True
-    return False
 
 
 def _specs(values, problems) -> list | None:

@@ -150,11 +150,8 @@ def advantage_conflicts(v: RunView) -> None:
 
 
 def engine_settings(v: RunView) -> None:
-    """`validation.engines`: the refused combinations of the run's engine, then the settings it ignores (warnings)."""
-    engine = _engine(v)
-    engines.check_engine_settings(engine, v.values)
-    for line in engines.engine_warnings(engine, v.values):
-        v.warn(line)
+    """`validation.engines`: the refused combinations of the run's engine."""
+    engines.check_engine_settings(_engine(v), v.values)
 
 
 def reward_columns(v: RunView) -> None:
@@ -201,9 +198,7 @@ RULES: tuple[Rule, ...] = (
     Rule("zero_variance", ("zero_variance_filter", "zero_variance_reward", "skip_history_file"), check=zero_variance,
          blocked_by=lambda v: ("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation",
                                *_REWARDS, *v.quantity_keys())),
-    Rule("generation", ("use_vllm", "use_transformers_continuous_batching", "cache_implementation",
-                        "generation_kwargs", "repetition_penalty"),
-         check=lambda v: generation.check_generation_settings(v, v.on_cpu)),
+    Rule("generation", ("cache_implementation", "generation_kwargs"), check=generation.check_generation_settings),
     Rule("vllm_quantization", ("use_vllm", "load_in_4bit", "load_in_8bit"), check=generation.check_vllm_settings),
     Rule("reward_packages", check=lambda v: rewards.check_reward_packages(v.specs), blocked_by=_REWARDS, scope="args"),
     Rule("reward_columns", ("embedded_target",), check=reward_columns,
@@ -212,7 +207,7 @@ RULES: tuple[Rule, ...] = (
     Rule("run_packages", check=lambda v: packages.check_run_packages(v.values, v.problems), blocked_by=(),
          scope="args"),
     Rule("merged_generation", ("merge_adapter_for_generation",),
-         check=lambda v: generation.check_merged_generation(v.values, _engine(v), v.user),
+         check=lambda v: generation.check_merged_generation(v.values, _engine(v)),
          blocked_by=("merge_adapter_for_generation", "use_peft", "lora_dropout", "dtype", "model_init_kwargs"),
          scope="args"),
     Rule("engine_settings", ("deepspeed", "fsdp", "fsdp_config"), check=engine_settings),
