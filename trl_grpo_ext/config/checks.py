@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
+import os
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -81,9 +84,6 @@ class Choices:
 def declared_checks(cls) -> dict[str, dict[str, Any]]:
     """``{field: {"choices": (...)} and/or {"range": Range(...)}}`` of the init fields of dataclass ``cls``: from
     ``Annotated[..., Range | Choices]`` types, and for this package's fields a ``choices`` key of their metadata."""
-    import dataclasses
-    import typing
-
     hints = typing.get_type_hints(cls, include_extras=True)
     ours = {name for klass in cls.__mro__ if klass.__module__.split(".")[0] == __name__.split(".")[0]
             for name in vars(klass).get("__annotations__", {})}
@@ -167,8 +167,6 @@ def world_size_from_env(environ=None, strict: bool = True) -> int:
 
     Raises:
         RunArgumentError: with ``strict``, not a whole number of 1 or more."""
-    import os
-
     raw = (os.environ if environ is None else environ).get("WORLD_SIZE", "1")
     try:
         size = int(raw)

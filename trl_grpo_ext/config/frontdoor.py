@@ -104,10 +104,7 @@ def hf_argument_parser(types_: tuple[type, ...]):
     """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_`` (`_trl_compat.hf_argparser_module`)."""
     from .._trl_compat import hf_argparser_module
 
-    module = hf_argparser_module()
-    if module is None:
-        raise ConfigError("TRL is not installed: pip install trl-grpo-ext (which depends on trl).")
-    return module.HfArgumentParser(types_, exit_on_error=False)
+    return hf_argparser_module().HfArgumentParser(types_, exit_on_error=False)  # TRL is a dependency
 
 
 def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:

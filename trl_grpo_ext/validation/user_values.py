@@ -92,11 +92,11 @@ def yaml_choices(config: dict) -> dict:
     return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
 
 
-def check_user_values(values: Mapping[str, Any], problems: Problems | None = None, user: dict | None = None) -> None:
+def check_user_values(values: Mapping[str, Any], problems: Problems | None = None) -> None:
     """The single-value checks of ``values`` (the keys the user set, before any dataclass is built, so that
     ``learning_rate: fast`` gets its range and a fix): YAML's null for a field that needs a value, a range, a mapping,
-    a choice (a YAML 1.1 boolean read as the word meant, written back into ``values`` and ``user``). Into
-    ``problems``, else raised (RunArgumentError)."""
+    a choice (YAML 1.1 booleans already read as words: `yaml_choices`). Into ``problems``, else raised
+    (RunArgumentError)."""
     own = problems is None
     problems = Problems() if own else problems
     for name, value in list(values.items()):
@@ -108,15 +108,10 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
             problems.check(RANGES[name].check, name, value, fields=[name])
         elif name in MAPPING_FIELDS:
             problems.check(read_mapping, name, value, MAPPING_FIELDS[name], fields=[name])
-        value = choice_from_yaml(enum_value(value), CHOICES.get(name, ()))
         if name in CHOICES and value is not None:
-            close = closest_choice(value, CHOICES[name])
-            valid = problems.check(check_choice, name, value, CHOICES[name], fields=[name],
-                                   fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
-            if valid is not None and isinstance(values[name], bool):
-                for mapping in (values, user if user is not None else {}):
-                    if name in mapping:
-                        mapping[name] = valid
+            close = closest_choice(enum_value(value), CHOICES[name])
+            problems.check(check_choice, name, enum_value(value), CHOICES[name], fields=[name],
+                           fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
     if own:
         problems.raise_if_any(RunArgumentError)
 
@@ -190,11 +185,11 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     problem (a single one as its check raised it)."""
     own = problems is None
     problems = Problems() if own else problems
-    user = dict(user_values or {})
-    values = flatten_values(script_args, training_args, model_args, push_args)
+    user = yaml_choices(dict(user_values or {}))
+    values = yaml_choices(flatten_values(script_args, training_args, model_args, push_args))
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
     if not user_checked:  # the other values are defaults or derived from the user's (written by __post_init__)
-        check_user_values(values, problems=problems, user=user)
+        check_user_values(values, problems=problems)
     results = run_rules(RunView(values, user, world_size, engine=engine, check_model=check_model), problems)
     if own:
         problems.raise_if_any(RunArgumentError)
