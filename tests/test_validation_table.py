@@ -690,12 +690,12 @@ def test_each_rule_refuses_its_row(name, monkeypatch):
     """The row of each rule is refused by that rule (run alone on the row's values), not only by another check."""
     from trl_grpo_ext.validation.problems import Problems
     from trl_grpo_ext.validation.rules import RULES, RunView
-    from trl_grpo_ext.validation.user_values import UserValues, flatten_values
+    from trl_grpo_ext.validation.user_values import flatten_values
 
     (param,) = [p for p in INVALID + WARNED if p.id == RULE_ROWS[name]]
     if param.values[3]:
         monkeypatch.setitem(sys.modules, param.values[3], None)
-    user = UserValues({k: v for k, v in {**BASE, **param.values[0]}.items() if v is not DROP})
+    user = {k: v for k, v in {**BASE, **param.values[0]}.items() if v is not DROP}
     (rule,) = [rule for rule in RULES if rule.name == name]
     problems = Problems()
     view = RunView(flatten_values(user), user, problems=problems)

@@ -191,7 +191,6 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     from ..validation.problems import Problems
     from ..validation.user_values import (
         KINDS,
-        UserValues,
         check_user_values,
         check_yaml_types,
         user_values_from_argv,
@@ -233,12 +232,11 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         problems.add(str(err))
         problems.raise_if_any(ConfigError)
         raise
-    user_values = UserValues({**config, **cli_values})
-    user_values.command_line_keys = cli_values.command_line_keys
+    user_values = {**config, **cli_values}
     world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
     check_user_values(user_values, problems=problems)
     # what the user set (the file after translation, then the command line): conflicts are judged on these keys
-    given = frozenset(config) | cli_values.command_line_keys
+    given = frozenset(config) | frozenset(cli_values)
     # a string refused above for a typed field is left out (argparse types a string default and would stop at it)
     config = {k: v for k, v in config.items() if not (isinstance(v, str) and k in problems.fields
                                                       and KINDS.get(k) in (bool, int, float))}

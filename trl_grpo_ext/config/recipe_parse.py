@@ -15,7 +15,7 @@ from ..models.source import resolve_model_source
 from ..rewards.spec import build_reward_funcs, with_run_defaults
 from ..validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
 from ..validation.dataset_stage import DatasetSurvey, dataset_check
-from ..validation.problems import Problems, problem_lines
+from ..validation.problems import problem_lines
 from .checks import world_size_from_env
 from .frontdoor import read_run_args
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
@@ -38,15 +38,13 @@ class RecipeArgumentError(SystemExit):
 
 def _recipe_checks(run) -> None:
     """What the recipe needs besides valid values: a model it can find (a continued adapter's base too), fp16 on this
-    machine (bf16: transformers' ``__post_init__`` refuses it), skip's epochs."""
-    model_args, training_args = run.model_args, run.training_args
-    problems = Problems()
+    machine (bf16: transformers' ``__post_init__`` refuses it), skip's epochs; into ``run.problems``."""
+    model_args, training_args, problems = run.model_args, run.training_args, run.problems
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
     problems.check(_check_continued_base, model_args.model_name_or_path, fields=["model_name_or_path"])
     problems.check(check_fp16_machine, training_args.fp16, training_args.use_cpu, fields=["fp16"])
     problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), world_size_from_env(strict=False),
                    fields=["zero_variance_filter"])
-    problems.raise_if_any(ValueError)
 
 
 def _check_continued_base(model_name_or_path: str) -> None:

@@ -150,22 +150,14 @@ def check_yaml_types(config: Mapping[str, Any], problems: Problems) -> dict:
     return out
 
 
-class UserValues(dict):
-    """The keys a user set and their values, with ``command_line_keys``: those given on the command line."""
-
-    command_line_keys: frozenset = frozenset()
-
-
-def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> UserValues:
+def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
     """The keys the command line ``argv`` sets (``--config`` already split off by the front door), typed: ``argv`` is
     parsed by ``parser`` (the one that will read it) into a namespace of sentinels, so that exactly the destinations
-    an argument wrote are kept; all of them are ``command_line_keys``."""
+    an argument wrote are kept."""
     sentinel = object()
     namespace = argparse.Namespace(**{a.dest: sentinel for a in parser._actions if a.dest != "help"})
     parsed, _ = parser.parse_known_args(list(argv), namespace=namespace)
-    values = UserValues({k: v for k, v in vars(parsed).items() if v is not sentinel})
-    values.command_line_keys = frozenset(values)
-    return values
+    return {k: v for k, v in vars(parsed).items() if v is not sentinel}
 
 
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
