@@ -74,7 +74,7 @@ def test_removed_or_unsupported_keys_say_what_to_do(tmp_path, key, value, says):
 
 def test_empty_open_r1_lists_are_accepted(tmp_path):
     run = read_run_args(["--config", tiny_cpu_yaml(tmp_path, benchmarks=[], callbacks=[])], light=True)
-    assert "benchmarks" not in run.given
+    assert "benchmarks" not in run.user_values
 
 
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
@@ -97,8 +97,8 @@ def test_reward_funcs_on_the_command_line(tmp_path):
 def test_command_line_overrides_the_file_and_given_keys_are_recorded(tmp_path, light):
     run = read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--learning_rate", "0.5", "--no_plot"], light=light)
     assert run.training_args.learning_rate == 0.5 and run.script_args.plot is False
-    assert {"learning_rate", "plot", "prompts_per_step", "rewards"} <= run.given
-    assert "per_device_train_batch_size" not in run.given
+    assert {"learning_rate", "plot", "prompts_per_step", "rewards"} <= set(run.user_values)
+    assert "per_device_train_batch_size" not in run.user_values
 
 
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
@@ -179,7 +179,7 @@ def test_twins_hold_the_values_the_recipe_reads(name):
     light, real = read_run_args(argv, light=True), read_run_args(argv)
     resolved = {*real.training_args.resolved.trl_fields(), "bf16", "report_to"}  # report_to: "none" -> []
     for twin, actual in zip(light, real):
-        for key in light.given - resolved:
+        for key in set(light.user_values) - resolved:
             if hasattr(twin, key):
                 assert getattr(twin, key) == getattr(actual, key), key
 

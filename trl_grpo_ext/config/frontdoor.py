@@ -25,14 +25,14 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunArgs:
-    """A run's four dataclasses (or twins); ``given``: the keys the user set; ``problems``: the collector while the
-    front door's ``checks`` run; ``warnings``: settings without effect, one line each."""
+    """A run's four dataclasses (or twins); ``user_values``: the keys the user set (the file after translation, then
+    the command line: conflicts are judged on these); ``problems``: the collector while the front door's ``checks``
+    run; ``warnings``: settings without effect, one line each."""
 
     script_args: Any
     training_args: Any
     model_args: Any
     push_args: Any
-    given: frozenset
     config_path: str | None
     user_values: dict | None = None
     problems: Any = None
@@ -235,12 +235,10 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     user_values = {**config, **cli_values}
     world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
     check_user_values(user_values, problems=problems)
-    # what the user set (the file after translation, then the command line): conflicts are judged on these keys
-    given = frozenset(config) | frozenset(cli_values)
     # a string refused above for a typed field is left out (argparse types a string default and would stop at it)
     config = {k: v for k, v in config.items() if not (isinstance(v, str) and k in problems.fields
                                                       and KINDS.get(k) in (bool, int, float))}
-    run = _parse(parser, config, args, problems, given=given, config_path=path and str(path), user_values=user_values)
+    run = _parse(parser, config, args, problems, config_path=path and str(path), user_values=user_values)
     results = validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
                                 user_checked=True)
     run.problems = problems
@@ -252,7 +250,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
 
         token = FRONT_DOOR_CHECKED.set(results)  # checked above: `GRPOExtConfig.__post_init__` checks nothing again
         try:
-            run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given,
+            run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems,
                          config_path=path and str(path), user_values=user_values)
         finally:
             FRONT_DOOR_CHECKED.reset(token)
