@@ -136,27 +136,24 @@ def load_yaml(path: Path, flag: str = "--config") -> dict:
     return data
 
 
-def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> list:
+def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tuple[list, ConfigError | None, list]:
     """The keys of ``config`` and the ``--keys`` of ``args`` (as written) that name no field of ``types_``, each once
-    (HfArgumentParser's ``--no_X`` names X, a boolean that defaults to true)."""
-    known = {f.name for cls in types_ for f in fields(cls)}
-    known |= {f"no_{f.name}" for cls in types_ for f in fields(cls) if f.default is True}
+    (HfArgumentParser's ``--no_X`` names X, a boolean that defaults to true); their problem (None without any); and
+    the fields it names: the keys and the fields they were meant as (so that rules on those fields stay silent:
+    ``use-peft: true`` does not also refuse ``lora_r`` as needing ``use_peft``)."""
+    names = [f.name for cls in types_ for f in fields(cls)]
+    known = {*names, *(f"no_{f.name}" for cls in types_ for f in fields(cls) if f.default is True)}
     cli = [f"--{key}" for _, key in cli_keys(args) if key.replace("-", "_") not in known]
-    return list(dict.fromkeys([key for key in config if key not in known] + cli))
-
-
-def _unknown_problem(unknown: list, types_: tuple[type, ...]) -> tuple[ConfigError, list[str]]:
-    """The unknown keys' problem, and the fields it names: the keys and the fields they were meant as (so that rules
-    on those fields stay silent: ``use-peft: true`` does not also refuse ``lora_r`` as needing ``use_peft``)."""
-    known = [f.name for cls in types_ for f in fields(cls)]
+    unknown = list(dict.fromkeys([key for key in config if key not in known] + cli))
     parts, named = [], []
     for key in map(str, unknown):
-        close = difflib.get_close_matches(key.lstrip("-"), known, n=1, cutoff=0.75)
+        close = difflib.get_close_matches(key.lstrip("-"), names, n=1, cutoff=0.75)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         named += [key.lstrip("-").replace("-", "_"), *close]
-    return ConfigError(f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of "
-                       "RecipeArguments, GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments "
-                       "(docs/configuration.md)."), named
+    return unknown, ConfigError(
+        f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "
+        "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md)."
+    ) if parts else None, named
 
 
 def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, list[str]]:
@@ -220,9 +217,9 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     twins = dataclass_types(True)
     # keys the translation refused are reported once, by it, unknown keys once, here: both left out of what follows
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
-    unknown = _unknown_keys(config, args, twins)
-    if unknown:
-        problems.add(*_unknown_problem(unknown, twins))
+    unknown, problem, named = _unknown_keys(config, args, twins)
+    if problem:
+        problems.add(problem, named)
         config, args = _without_keys(config, args, {*unknown, *(str(k).lstrip("-").replace("-", "_") for k in unknown)})
     config = check_yaml_types(yaml_choices(config), problems)
     parser = hf_argument_parser(twins)
