@@ -262,7 +262,7 @@ def _parse(parser, config: dict, args: list[str], problems, **run) -> RunArgs:
     parser.set_defaults(**config)
     try:
         return RunArgs(*parser.parse_args_into_dataclasses(args=args), **run)
-    except (argparse.ArgumentError, ValueError) as err:
-        problems.add(err if isinstance(err, ValueError) else str(err))
+    except (argparse.ArgumentError, ValueError) as err:  # the parser's as a ConfigError, a dataclass's error as it is
+        problems.add(str(err) if type(err) in (ValueError, argparse.ArgumentError) else err)
         problems.raise_if_any(ConfigError)
         raise
