@@ -25,12 +25,12 @@ RUN_CONFIG_FILE = "run_config.json"
 
 
 class RecipeArgumentError(SystemExit):
-    """A recipe's wrong arguments (exit code 2): ``message``, one line per problem; ``problems`` lists them."""
+    """A recipe's wrong arguments (exit code 2): ``problems``, one line each; ``message`` joins them."""
 
-    def __init__(self, message: str, problems: list[str] | None = None):
+    def __init__(self, problems: list[str]):
         super().__init__(2)
-        self.message = message
-        self.problems = list(problems) if problems else [message]
+        self.problems = list(problems)
+        self.message = "\n".join(self.problems)
 
     def __str__(self) -> str:
         return self.message
@@ -70,17 +70,13 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
         build_reward_funcs(with_run_defaults(list(run.training_args.resolved.rewards),
                                              run.training_args.max_completion_length))
     except (ValueError, OSError, yaml.YAMLError) as err:
-        raise _fail(problem_lines(err)) from err
+        for problem in problem_lines(err):
+            print(f"error: {problem}", file=sys.stderr)
+        raise RecipeArgumentError(problem_lines(err)) from err
     run.warnings += survey.warnings  # and the dataset's (golds a reward cannot score): the recipe checks no row again
     for line in run.warnings:  # settings without effect (`--use_peft false` over a YAML with lora_r): listed once
         print(f"warning: {line}", file=sys.stderr)
     return run
-
-
-def _fail(problems: list[str]) -> RecipeArgumentError:
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    return RecipeArgumentError("\n".join(problems), problems)
 
 
 def write_run_config(output_dir: str, script_args, training_args, model_args, push_args, model_source=None) -> Path:
