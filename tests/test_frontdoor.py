@@ -48,16 +48,10 @@ def test_old_and_new_name_together_are_refused(tmp_path):
         read_run_args(["--config", tiny_cpu_yaml(tmp_path, warmup_ratio=0.1, warmup_steps=5)], light=True)
 
 
-def test_an_old_name_set_to_null_beside_its_new_name_is_not_set():
-    """`vllm_importance_sampling_cap: null` (a placeholder) next to clip_max is no conflict; a value still is."""
-    from trl_grpo_ext.config.keymap import translate
-
-    config, _, problems = translate({"vllm_importance_sampling_cap": None, "vllm_importance_sampling_clip_max": 4.0},
-                                    [], [])
-    assert (config, problems) == ({"vllm_importance_sampling_clip_max": 4.0}, [])
-    _, _, problems = translate({"vllm_importance_sampling_cap": 2.0, "vllm_importance_sampling_clip_max": 4.0}, [], [])
-    assert [p.split(";")[0] for p in problems] == [
-        "'vllm_importance_sampling_cap' and 'vllm_importance_sampling_clip_max' are both set in the config"]
+def test_trl_s_deprecated_cap_is_read_by_trl(tmp_path):
+    """`vllm_importance_sampling_cap` is TRL's own deprecated field: its GRPOConfig copies it over clip_max."""
+    run = read_run_args(["--config", tiny_cpu_yaml(tmp_path, vllm_importance_sampling_cap=2.0)])
+    assert run.training_args.vllm_importance_sampling_clip_max == 2.0
 
 
 @pytest.mark.parametrize("key, value, says", [

@@ -12,7 +12,6 @@ ALIASES = {"reward_funcs": "rewards"}
 RENAMED = {
     "torch_dtype": ("dtype", "transformers 5 and trl.ModelConfig renamed it `dtype`"),
     "warmup_ratio": ("warmup_steps", "transformers 5 removed it; a `warmup_steps` below 1 is a fraction of the steps"),
-    "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", "TRL 1.16 deprecated it"),
 }
 
 #: open-r1's Weights & Biases keys, applied as the environment variables wandb reads (unless already set).
@@ -59,15 +58,16 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
         if key.replace("-", "_") in new_names:
             args[i] = args[i].replace(f"--{key}", f"--{new_names[key.replace('-', '_')]}", 1)
     for old, new in new_names.items():
-        if old in config and config[old] is None and new in config:  # `cap: null` beside clip_max: nothing to read
-            config.pop(old)
-        elif (old in config and new in config) or (old in given_on_cli and new in given_on_cli):
+        if (old in config and new in config) or (old in given_on_cli and new in given_on_cli):
             where = "in the config" if old in config and new in config else "on the command line"
             problems.append(f"{old!r} and {new!r} are both set {where}; {old!r} is another name for {new!r}: keep one")
         elif old in config or old in given_on_cli:
             if old in config:
                 config[new] = config.pop(old)
             notes.append(f"{old} read as {new} ({RENAMED[old][1] if old in RENAMED else 'the same setting'}).")
+    if {"hub_private", "hub_private_repo"} <= set(config) or {"hub_private", "hub_private_repo"} <= given_on_cli:
+        problems.append("'hub_private_repo' and 'hub_private' are both set; they are two names of one setting and "
+                        "TRL's hub_private_repo would silently win (a public repository): keep one")
     for key, env in ENV_KEYS.items():  # the environment wins
         value = config.pop(key, None)
         if value is not None and os.environ.get(env) not in (None, ""):
