@@ -131,12 +131,10 @@ def test_user_values_are_the_yaml_keys_and_the_command_line_arguments(tmp_path):
     values = user_values_from_argv(cli, TrlParser(RECIPE_DATACLASSES))  # the command line alone, typed
     assert values == {"learning_rate": 3e-4, "per_device_train_batch_size": 8, "load_in_4bit": True,
                       "lora_target_modules": ["q_proj", "k_proj"]}
-    assert values.command_line_keys == set(values)
     # the front door: the YAML's keys (its `env` excluded), overridden by the command line
     user = read_run_args(["--config", str(config), "--learning_rate=3e-4", "--use_peft"], light=True).user_values
     assert user == {"dataset_name": "embedded:count-char", "rewards": ["char_fraction"], "micro_batch_size": 4,
                     "learning_rate": 3e-4, "use_peft": True}
-    assert user.command_line_keys == {"learning_rate", "use_peft"}
 
 
 def test_conflicts_are_judged_by_set_keys_not_values():

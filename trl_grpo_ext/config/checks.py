@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
+import os
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -81,9 +84,6 @@ class Choices:
 def declared_checks(cls) -> dict[str, dict[str, Any]]:
     """``{field: {"choices": (...)} and/or {"range": Range(...)}}`` of the init fields of dataclass ``cls``: from
     ``Annotated[..., Range | Choices]`` types, and for this package's fields a ``choices`` key of their metadata."""
-    import dataclasses
-    import typing
-
     hints = typing.get_type_hints(cls, include_extras=True)
     ours = {name for klass in cls.__mro__ if klass.__module__.split(".")[0] == __name__.split(".")[0]
             for name in vars(klass).get("__annotations__", {})}
@@ -154,10 +154,8 @@ def as_number(value: Any) -> float | None:
     """``value`` as a number (a numeric string cast as TRL's parser would), or None (booleans are not numbers)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
-    if not isinstance(value, str):
-        return value
     try:
-        return float(value)
+        return float(value) if isinstance(value, str) else value
     except ValueError:
         return None
 
@@ -167,19 +165,12 @@ def world_size_from_env(environ=None, strict: bool = True) -> int:
 
     Raises:
         RunArgumentError: with ``strict``, not a whole number of 1 or more."""
-    import os
-
     raw = (os.environ if environ is None else environ).get("WORLD_SIZE", "1")
-    try:
-        size = int(raw)
-    except ValueError:
-        size = 0
-    if size < 1 and not strict:
-        return 1
-    if size < 1:  # torchrun and accelerate set 1 or more; 0 or less was read as 1 process, silently
+    size = int(raw) if raw.strip().isdigit() else 0
+    if size < 1 and strict:  # torchrun and accelerate set 1 or more; 0 or less was read as 1 process, silently
         raise RunArgumentError(f"WORLD_SIZE={raw!r} in the environment is not a whole number of processes (1 or more). "
                                "Fix: unset it (plan: or pass --num-processes P).")
-    return size
+    return max(size, 1)
 
 
 def resumes(resume_from_checkpoint) -> bool:

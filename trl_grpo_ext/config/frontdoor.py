@@ -25,14 +25,14 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunArgs:
-    """A run's four dataclasses (or twins); ``given``: the keys the user set; ``problems``: the collector while the
-    front door's ``checks`` run; ``warnings``: settings without effect, one line each."""
+    """A run's four dataclasses (or twins); ``user_values``: the keys the user set (the file after translation, then
+    the command line: conflicts are judged on these); ``problems``: the collector while the front door's ``checks``
+    run; ``warnings``: settings without effect, one line each."""
 
     script_args: Any
     training_args: Any
     model_args: Any
     push_args: Any
-    given: frozenset
     config_path: str | None
     user_values: dict | None = None
     problems: Any = None
@@ -104,10 +104,7 @@ def hf_argument_parser(types_: tuple[type, ...]):
     """TRL's ``HfArgumentParser`` (the base of ``TrlParser``) over ``types_`` (`_trl_compat.hf_argparser_module`)."""
     from .._trl_compat import hf_argparser_module
 
-    module = hf_argparser_module()
-    if module is None:
-        raise ConfigError("TRL is not installed: pip install trl-grpo-ext (which depends on trl).")
-    return module.HfArgumentParser(types_, exit_on_error=False)
+    return hf_argparser_module().HfArgumentParser(types_, exit_on_error=False)  # TRL is a dependency
 
 
 def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -124,30 +121,12 @@ def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def load_yaml(path: Path, flag: str = "--config") -> dict:
-    """The YAML mapping in ``path`` ({} when empty; ``flag``: the option that named it, for messages).
-    Raises ConfigError on bad YAML, a non-mapping, a key that is no name, or a key written twice (YAML keeps the last
-    silently)."""
+    """The YAML mapping in ``path`` ({} when empty; ``flag``: the option that named it, for messages); a key written
+    twice keeps its last value (YAML's rule, as in TRL). Raises ConfigError on bad YAML or a non-mapping."""
     import yaml
 
-    class UniqueKeys(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
-            seen: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
-                    continue
-                key = self.construct_object(key_node, deep=deep)
-                if not isinstance(key, str):  # `1: 3`, `true: 1`
-                    raise ConfigError(f"{flag} {path}: the key {key!r} (line {key_node.start_mark.line + 1}) is no "
-                                      "field name. Fix: write `field_name: value`.")
-                if key in seen:
-                    raise ConfigError(f"{flag} {path}: {key!r} is written twice (lines {seen[key]} and "
-                                      f"{key_node.start_mark.line + 1}), and YAML would keep the second silently. "
-                                      "Fix: keep one of them.")
-                seen[key] = key_node.start_mark.line + 1
-            return super().construct_mapping(node, deep)
-
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeys)  # noqa: S506 (a SafeLoader)
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         raise ConfigError(f"{flag} {path}: not valid YAML: {' '.join(str(err).split())}") from None
     if data is None:
@@ -157,76 +136,24 @@ def load_yaml(path: Path, flag: str = "--config") -> dict:
     return data
 
 
-def _known_keys(types_: tuple[type, ...]) -> dict[str, type]:
-    return {f.name: f.type for cls in reversed(types_) for f in fields(cls)}  # the first class holding a name wins
-
-
-def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tuple[list[str], set[str]]:
-    """The keys of ``config`` and ``args`` that are no field of ``types_``, and the fields the command line sets."""
-    known, cli = _known_keys(types_), set()
-    unknown = [key for key in config if key not in known]
-    negatable = {f.name for cls in types_ for f in fields(cls) if f.default is True}  # HfArgumentParser's --no_X
-    for _, key in cli_keys(args):
-        canon = key.replace("-", "_")
-        if canon in known:
-            cli.add(canon)
-        elif canon.startswith("no_") and canon[3:] in negatable:
-            cli.add(canon[3:])
-        elif canon not in unknown and f"--{key}" not in unknown:
-            unknown.append(f"--{key}")
-    return unknown, cli
-
-
-def _unknown_problem(unknown: list[str], types_: tuple[type, ...]) -> tuple[ConfigError, list[str]]:
-    """The unknown keys' problem, and the fields it names: the keys and the fields they were meant as (so that rules
-    on those fields stay silent: ``use-peft: true`` does not also refuse ``lora_r`` as needing ``use_peft``)."""
-    known = _known_keys(types_)
+def _unknown_keys(config: dict, args: list[str], types_: tuple[type, ...]) -> tuple[list, ConfigError | None, list]:
+    """The keys of ``config`` and the ``--keys`` of ``args`` (as written) that name no field of ``types_``, each once
+    (HfArgumentParser's ``--no_X`` names X, a boolean that defaults to true); their problem (None without any); and
+    the fields it names: the keys and the fields they were meant as (so that rules on those fields stay silent:
+    ``use-peft: true`` does not also refuse ``lora_r`` as needing ``use_peft``)."""
+    names = [f.name for cls in types_ for f in fields(cls)]
+    known = {*names, *(f"no_{f.name}" for cls in types_ for f in fields(cls) if f.default is True)}
+    cli = [f"--{key}" for _, key in cli_keys(args) if key.replace("-", "_") not in known]
+    unknown = list(dict.fromkeys([key for key in config if key not in known] + cli))
     parts, named = [], []
-    for key in unknown:
-        bare = key.lstrip("-")
-        no_flag = bare.startswith("no_") and "bool" in str(known.get(bare[3:]))  # --no_use_peft: defaults to false
-        canon = bare.replace("-", "_")  # a YAML key is the field's own name, zero_variance_filter
-        close = [f"--{bare[3:]} false"] if no_flag else [canon] if canon in known else \
-            difflib.get_close_matches(bare, known, n=1, cutoff=0.75)
+    for key in map(str, unknown):
+        close = difflib.get_close_matches(key.lstrip("-"), names, n=1, cutoff=0.75)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        named += [bare, canon, *(bare[3:] if no_flag else close[:1])]
-    return ConfigError(f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of "
-                       "RecipeArguments, GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments "
-                       "(docs/configuration.md)."), named
-
-
-def _command_line_as_yaml(args: list[str], types_: tuple[type, ...]) -> list[str]:
-    """``--key '[a, b]'`` for a list field read as YAML, as ``--key a b`` (HfArgumentParser's spelling; ``rewards``
-    reads its own, `rewards.spec`), and ``--flag on`` / ``off`` for a boolean as ``true`` / ``false``."""
-    import yaml
-
-    known = _known_keys(types_)
-    lists = {name for name, type_ in known.items() if "list[" in str(type_) and name != "rewards"}
-    flags = {name for name, type_ in known.items() if "bool" in str(type_) and "list[" not in str(type_)}
-    out = []
-    for index, token in enumerate(args):
-        key = args[index - 1][2:].replace("-", "_") if index and args[index - 1].startswith("--") else None
-        if key in flags and token.lower() in ("on", "off"):  # YAML reads them as booleans: so does the command line
-            out.append("true" if token.lower() == "on" else "false")
-            continue
-        flag, equals, value = token.partition("=")
-        name = flag[2:].replace("-", "_") if equals and flag.startswith("--") else None
-        if name in flags and value.lower() in ("on", "off"):
-            out.append(f"{flag}={'true' if value.lower() == 'on' else 'false'}")  # --bf16=on as --bf16 on
-            continue
-        if name in lists and value.startswith("["):
-            out.append(flag)  # --key=[a, b]: read as --key [a, b]
-            token, key = value, name
-        if key in lists and token.startswith("[") and token.endswith("]"):
-            try:
-                items = yaml.safe_load(token)
-            except yaml.YAMLError:
-                items = None
-            if isinstance(items, list) and all(isinstance(item, (str, int, float)) for item in items):
-                out.extend(str(item) for item in items)
-                continue
-        out.append(token)
-    return out
+        named += [key.lstrip("-").replace("-", "_"), *close]
+    return unknown, ConfigError(
+        f"unknown key(s): {', '.join(parts)}. Remove or rename them; valid keys are the fields of RecipeArguments, "
+        "GRPOExtConfig (every GRPOConfig field), trl.ModelConfig and HubPushArguments (docs/configuration.md)."
+    ) if parts else None, named
 
 
 def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, list[str]]:
@@ -255,15 +182,15 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     ``checks``: more checks of the `RunArgs`; ``engine``: the `engines.Engine` of ``plan --accelerate-config``.
 
     Raises:
-        ConfigError: several problems listed in ``problems``; a single one as the error its check raised."""
+        ConfigError: several problems listed in ``problems``; a single one as the error its check raised. A value
+            argparse refuses (``--num_generations two``) ends the reading: its line, after the problems found before."""
     from ..validation import validate_run_args
     from ..validation.problems import Problems
     from ..validation.user_values import (
-        UserValues,
+        KINDS,
         check_user_values,
         check_yaml_types,
         user_values_from_argv,
-        without_stray_values,
         yaml_choices,
     )
     from .keymap import ALIASES, REMOVED, RENAMED
@@ -287,39 +214,28 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     if announce:  # before any problem is raised: a refusal may name the new key the user did not write
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    config = yaml_choices(config)
     twins = dataclass_types(True)
-    # keys the translation refused stay where they were: reported once, by it, and left out of the checks below
+    # keys the translation refused are reported once, by it, unknown keys once, here: both left out of what follows
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
-    args = _command_line_as_yaml(args, twins)
-    unknown, cli_given = _unknown_keys(config, args, twins)
-    if unknown:
-        problems.add(*_unknown_problem(unknown, twins))
-        config, args = _without_keys(config, args, {*unknown, *(key.lstrip("-").replace("-", "_") for key in unknown)})
-    # what the user set (the file after translation, then the command line): conflicts are judged on these keys
+    unknown, problem, named = _unknown_keys(config, args, twins)
+    if problem:
+        problems.add(problem, named)
+        config, args = _without_keys(config, args, {*unknown, *(str(k).lstrip("-").replace("-", "_") for k in unknown)})
+    config = check_yaml_types(yaml_choices(config), problems)
     parser = hf_argument_parser(twins)
-    config = check_yaml_types(config, problems)
-    args, stray = without_stray_values(args, parser)
-    for line in stray:
-        problems.add(ConfigError(line), [line.split()[0].lstrip("-").replace("-", "_")])
-    while True:
-        try:
-            cli_values = user_values_from_argv(args, parser)
-            break
-        except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
-            field_, problem = _argument_problem(err, parser)
-            problems.add(problem, [field_] if field_ else [])
-            _, shorter = _without_keys({}, args, {field_} if field_ else set())
-            if shorter == args:  # nothing left out: the parse cannot go on
-                problems.raise_if_any(ConfigError)
-            args = shorter
-    user_values = UserValues(config)
-    user_values.update(cli_values)
-    user_values.command_line_keys = cli_values.command_line_keys
+    try:
+        cli_values = user_values_from_argv(args, parser)
+    except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
+        problems.add(str(err))
+        problems.raise_if_any(ConfigError)
+        raise
+    user_values = {**config, **cli_values}
     world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
     check_user_values(user_values, problems=problems)
-    given = frozenset(config) | frozenset(cli_given)
-    run = _parse(parser, config, args, problems, given=given, path=path, user_values=user_values)
+    # a string refused above for a typed field is left out (argparse types a string default and would stop at it)
+    config = {k: v for k, v in config.items() if not (isinstance(v, str) and k in problems.fields
+                                                      and KINDS.get(k) in (bool, int, float))}
+    run = _parse(parser, config, args, problems, config_path=path and str(path), user_values=user_values)
     results = validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
                                 user_checked=True)
     run.problems = problems
@@ -331,47 +247,22 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
 
         token = FRONT_DOOR_CHECKED.set(results)  # checked above: `GRPOExtConfig.__post_init__` checks nothing again
         try:
-            run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems, given=given, path=path,
-                         user_values=user_values)
+            run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems,
+                         config_path=path and str(path), user_values=user_values)
         finally:
             FRONT_DOOR_CHECKED.reset(token)
-        problems.raise_if_any(ConfigError)
     run.warnings = list(problems.warnings)
     return run
 
 
-def _argument_problem(err: argparse.ArgumentError, parser, defaults=None) -> tuple[str | None, ConfigError]:
-    """The field an argparse error is about (``--learning_rate/--learning-rate`` -> ``learning_rate``) and its problem:
-    argparse's line, with a fix naming the field's default (``defaults``: before the file's were set) for a type error."""
-    name = (err.argument_name or "").split("/")[0]
-    field_ = name.lstrip("-").replace("-", "_") if name.startswith("--") else None
-    default = (defaults or {}).get(field_, parser.get_default(field_)) if field_ and "invalid" in str(err) else None
-    fix = f" Fix: give {field_} a value of that type, e.g. its default {default!r}." if default is not None else ""
-    return field_, ConfigError(f"{str(err).rstrip('.')}.{fix}")
-
-
-def _parse(parser, config: dict, args: list[str], problems, *, given: frozenset, path: Path | None,
-           user_values) -> RunArgs:
-    """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs`: a YAML value of a
-    wrong type is recorded and left out; a dataclass's own refusal is recorded and raised."""
-    config = dict(config)
-    original = {key: parser.get_default(key) for key in config}
-    while True:
-        parser.set_defaults(**config)
-        try:
-            outputs = parser.parse_args_into_dataclasses(args=args)
-            break
-        except argparse.ArgumentError as err:  # e.g. `learning_rate: fast`: argparse types a string default
-            field_, problem = _argument_problem(err, parser, original)  # the dataclass's default, not the file's
-            if not problems.blocked([field_] if field_ else []):
-                problems.add(problem, [field_] if field_ else [])
-            if field_ not in config:  # not from the file (the command line was read before): nothing to leave out
-                problems.raise_if_any(ConfigError)
-            config.pop(field_)
-            parser.set_defaults(**{field_: original[field_]})
-        except ValueError as err:  # a dataclass's own check (GRPOExtConfig.__post_init__)
-            problems.add(err)
-            problems.raise_if_any(ConfigError)
-    return RunArgs(*outputs, given=given, config_path=None if path is None else str(path),
-                   user_values=user_values)
-
+def _parse(parser, config: dict, args: list[str], problems, **run) -> RunArgs:
+    """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs` (``run``: its
+    other fields). A value argparse refuses (``learning_rate: 1e1x``: it types a string default), an argument no field
+    takes (``--report_to wandb tensorboard``) or a dataclass's own refusal is raised after the problems found before."""
+    parser.set_defaults(**config)
+    try:
+        return RunArgs(*parser.parse_args_into_dataclasses(args=args), **run)
+    except (argparse.ArgumentError, ValueError) as err:  # the parser's as a ConfigError, a dataclass's error as it is
+        problems.add(str(err) if type(err) in (ValueError, argparse.ArgumentError) else err)
+        problems.raise_if_any(ConfigError)
+        raise

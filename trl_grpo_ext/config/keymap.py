@@ -12,12 +12,7 @@ ALIASES = {"reward_funcs": "rewards"}
 RENAMED = {
     "torch_dtype": ("dtype", "transformers 5 and trl.ModelConfig renamed it `dtype`"),
     "warmup_ratio": ("warmup_steps", "transformers 5 removed it; a `warmup_steps` below 1 is a fraction of the steps"),
-    "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", "TRL 1.16 deprecated it"),
 }
-
-#: Two names of one setting that both stay fields: either is read, both set is refused (one would silently win).
-SAME_SETTING = {"hub_private_repo": "hub_private", "gradient_checkpointing": "activation_checkpointing",
-                "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
 
 #: open-r1's Weights & Biases keys, applied as the environment variables wandb reads (unless already set).
 ENV_KEYS = {"wandb_entity": "WANDB_ENTITY", "wandb_project": "WANDB_PROJECT", "wandb_run_group": "WANDB_RUN_GROUP"}
@@ -52,59 +47,29 @@ def cli_keys(args: list[str]) -> list[tuple[int, str]]:
     return [(i, token[2:].split("=", 1)[0]) for i, token in enumerate(args) if token.startswith("--") and len(token) > 2]
 
 
-def _env_keys_from_cli(args: list[str], problems: list[str]) -> tuple[list[str], dict[str, str]]:
-    """``args`` without the :data:`ENV_KEYS` options, and their values (the last wins); no value is a problem."""
-    out, given, i = [], {}, 0
-    while i < len(args):
-        flag, equals, value = args[i].partition("=")
-        key = flag[2:].replace("-", "_") if flag.startswith("--") else None
-        i += 1
-        if key not in ENV_KEYS:
-            out.append(args[i - 1])
-            continue
-        if not equals and i < len(args) and not (args[i].startswith("--") and len(args[i]) > 2):
-            value, i = args[i], i + 1
-        if value:
-            given[key] = value
-        else:
-            problems.append(f"--{key} needs a value (e.g. --{key} my-project)")
-    return out, given
-
-
 def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, list[str], list[str]]:
-    """``(config, args, problems)``: the YAML mapping and the command line with :data:`ALIASES`, :data:`RENAMED` and
-    :data:`ENV_KEYS` applied (a note per translation in ``notes``), and one line per refused key."""
-    config = dict(config)
-    problems: list[str] = []
-    args, env_values = _env_keys_from_cli(list(args), problems)
-    in_cli = set()
+    """``(config, args, problems)``: the YAML mapping and the command line with :data:`ALIASES` and :data:`RENAMED`
+    applied, the YAML's :data:`ENV_KEYS` set in the environment (a note per translation in ``notes``), and one line
+    per refused key (:data:`REMOVED`, or an old name beside its new one)."""
+    config, args, problems = dict(config), list(args), []
+    new_names = {**ALIASES, **{old: new for old, (new, _) in RENAMED.items()}}
     given_on_cli = {key.replace("-", "_") for _, key in cli_keys(args)}
     for i, key in cli_keys(args):
-        canon = key.replace("-", "_")
-        target = ALIASES.get(canon) or RENAMED.get(canon, (None,))[0]
-        if target:
-            args[i] = args[i].replace(f"--{key}", f"--{target}", 1)
-            in_cli.add(canon)
-    for old, new in [*ALIASES.items(), *((k, v[0]) for k, v in RENAMED.items())]:
-        if old not in config and old not in in_cli:
-            continue
-        if old in config and config[old] is None and new in config:  # `cap: null` beside clip_max: nothing to read
-            config.pop(old)
-            continue
-        if (old in config and new in config) or (old in in_cli and new in given_on_cli):
+        if key.replace("-", "_") in new_names:
+            args[i] = args[i].replace(f"--{key}", f"--{new_names[key.replace('-', '_')]}", 1)
+    for old, new in new_names.items():
+        if (old in config and new in config) or (old in given_on_cli and new in given_on_cli):
             where = "in the config" if old in config and new in config else "on the command line"
             problems.append(f"{old!r} and {new!r} are both set {where}; {old!r} is another name for {new!r}: keep one")
-            continue
-        if old in config:
-            config[new] = config.pop(old)
-        why = RENAMED[old][1] if old in RENAMED else "the same setting"
-        notes.append(f"{old} read as {new} ({why}).")
-    for old, new in SAME_SETTING.items():
-        if (old in config and new in config) or (old in given_on_cli and new in given_on_cli):
-            problems.append(f"{old!r} and {new!r} are both set; they are two names of one setting and one would "
-                            f"silently win: keep one")
-    for key, env in ENV_KEYS.items():  # the command line overrides the file; the environment overrides both
-        value = env_values.get(key, config.pop(key, None))
+        elif old in config or old in given_on_cli:
+            if old in config:
+                config[new] = config.pop(old)
+            notes.append(f"{old} read as {new} ({RENAMED[old][1] if old in RENAMED else 'the same setting'}).")
+    if {"hub_private", "hub_private_repo"} <= set(config) or {"hub_private", "hub_private_repo"} <= given_on_cli:
+        problems.append("'hub_private_repo' and 'hub_private' are both set; they are two names of one setting and "
+                        "TRL's hub_private_repo would silently win (a public repository): keep one")
+    for key, env in ENV_KEYS.items():  # the environment wins
+        value = config.pop(key, None)
         if value is not None and os.environ.get(env) not in (None, ""):
             notes.append(f"{key}: {env} is already set to {os.environ[env]!r} in the environment, which wins; "
                          f"{value!r} is not used.")
@@ -112,12 +77,10 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
             os.environ[env] = str(value)
             notes.append(f"{key}: set {env}={value} for wandb.")
     for key, fix in REMOVED.items():
-        if key in config:
-            if key in _EMPTY_OK and config[key] in ([], None):
-                config.pop(key)
-                continue
+        if key in _EMPTY_OK and config.get(key) in ([], None):
+            config.pop(key, None)
+        elif key in config:
             problems.append(f"{key!r}: {fix}")
-    for _, key in cli_keys(args):
-        if key.replace("-", "_") in REMOVED:
-            problems.append(f"--{key}: {REMOVED[key.replace('-', '_')]}")
+    problems += [f"--{key}: {REMOVED[key.replace('-', '_')]}" for _, key in cli_keys(args)
+                 if key.replace("-", "_") in REMOVED]
     return config, args, problems

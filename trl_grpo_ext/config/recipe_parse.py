@@ -15,7 +15,7 @@ from ..models.source import resolve_model_source
 from ..rewards.spec import build_reward_funcs, with_run_defaults
 from ..validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
 from ..validation.dataset_stage import DatasetSurvey, dataset_check
-from ..validation.problems import Problems, problem_lines
+from ..validation.problems import problem_lines
 from .checks import world_size_from_env
 from .frontdoor import read_run_args
 from .recipe_args import RECIPE_DATACLASSES, RecipeArguments  # noqa: F401 (the recipe's argument classes)
@@ -25,12 +25,12 @@ RUN_CONFIG_FILE = "run_config.json"
 
 
 class RecipeArgumentError(SystemExit):
-    """A recipe's wrong arguments (exit code 2): ``message``, one line per problem; ``problems`` lists them."""
+    """A recipe's wrong arguments (exit code 2): ``problems``, one line each; ``message`` joins them."""
 
-    def __init__(self, message: str, problems: list[str] | None = None):
+    def __init__(self, problems: list[str]):
         super().__init__(2)
-        self.message = message
-        self.problems = list(problems) if problems else [message]
+        self.problems = list(problems)
+        self.message = "\n".join(self.problems)
 
     def __str__(self) -> str:
         return self.message
@@ -38,15 +38,13 @@ class RecipeArgumentError(SystemExit):
 
 def _recipe_checks(run) -> None:
     """What the recipe needs besides valid values: a model it can find (a continued adapter's base too), fp16 on this
-    machine (bf16: transformers' ``__post_init__`` refuses it), skip's epochs."""
-    model_args, training_args = run.model_args, run.training_args
-    problems = Problems()
+    machine (bf16: transformers' ``__post_init__`` refuses it), skip's epochs; into ``run.problems``."""
+    model_args, training_args, problems = run.model_args, run.training_args, run.problems
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
     problems.check(_check_continued_base, model_args.model_name_or_path, fields=["model_name_or_path"])
     problems.check(check_fp16_machine, training_args.fp16, training_args.use_cpu, fields=["fp16"])
     problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), world_size_from_env(strict=False),
                    fields=["zero_variance_filter"])
-    problems.raise_if_any(ValueError)
 
 
 def _check_continued_base(model_name_or_path: str) -> None:
@@ -72,17 +70,13 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
         build_reward_funcs(with_run_defaults(list(run.training_args.resolved.rewards),
                                              run.training_args.max_completion_length))
     except (ValueError, OSError, yaml.YAMLError) as err:
-        raise _fail(problem_lines(err)) from err
+        for problem in problem_lines(err):
+            print(f"error: {problem}", file=sys.stderr)
+        raise RecipeArgumentError(problem_lines(err)) from err
     run.warnings += survey.warnings  # and the dataset's (golds a reward cannot score): the recipe checks no row again
     for line in run.warnings:  # settings without effect (`--use_peft false` over a YAML with lora_r): listed once
         print(f"warning: {line}", file=sys.stderr)
     return run
-
-
-def _fail(problems: list[str]) -> RecipeArgumentError:
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    return RecipeArgumentError("\n".join(problems), problems)
 
 
 def write_run_config(output_dir: str, script_args, training_args, model_args, push_args, model_source=None) -> Path:

@@ -11,7 +11,6 @@ from .user_values import (
                           CHOICES,
                           DEFAULTS,
                           RANGES,
-                          UserValues,
                           check_user_values,
                           user_values_from_argv,
                           validate_run_args,
@@ -20,5 +19,5 @@ from .user_values import (
 __all__ = [
     "RunArgumentError", "Range", "RANGES", "CHOICES", "DEFAULTS", "validate_run_args", "RULES",
     "Rule", "RunView", "check_user_values", "check_reward_columns", "check_lora_targets", "model_modules",
-    "peft_target_matches", "user_values_from_argv", "UserValues"
+    "peft_target_matches", "user_values_from_argv"
 ]

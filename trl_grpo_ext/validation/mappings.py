@@ -25,24 +25,18 @@ def read_mapping(name: str, value: Any, takes_string: bool = True) -> Any:
            (f" or as JSON on the command line (--{name} '{{\"key\": 1}}')" if takes_string else "") + ".")
     if not isinstance(value, (str, list, tuple, int, float)):
         return value
-    if not isinstance(value, str) or not takes_string:
+    if not (isinstance(value, str) and takes_string and (value.startswith("{") or name in PATH_FIELDS)):
         raise ValueError(f"{name}={value!r} is not a mapping (a {type(value).__name__}). {fix}")
-    if value.startswith("{"):
-        try:
-            return json.loads(value)
-        except ValueError as err:
-            raise ValueError(f"{name}={value!r} is not JSON ({err}). {fix}") from None
-    if name not in PATH_FIELDS:
-        raise ValueError(f"{name}={value!r} is not a mapping, and no JSON of one (it does not start with '{{'). {fix}")
     try:
+        if value.startswith("{"):
+            return json.loads(value)
         with open(os.path.expanduser(value), encoding="utf-8") as f:
             loaded = json.load(f)
     except OSError as err:
         raise ValueError(f"{name}={value!r} names no JSON file it can read ({err.strerror}). Fix: give the file's "
                          f"path, or {fix[5:]}") from None
     except ValueError as err:
-        raise ValueError(f"{name}={value!r} is a file, but not JSON ({err}). Fix: correct the file, or {fix[5:]}") \
-            from None
+        raise ValueError(f"{name}={value!r} is not JSON ({err}). {fix}") from None
     if not isinstance(loaded, dict):
         raise ValueError(f"{name}={value!r} holds a {type(loaded).__name__}, not a mapping. {fix}")
     return loaded

@@ -8,7 +8,7 @@ from typing import Any
 __all__ = ["Problems", "problem_lines"]
 
 
-def problem_lines(err: BaseException) -> list[str]:
+def problem_lines(err: BaseException | str) -> list[str]:
     """The problems ``err`` reports, one line each: its ``problems``, else its message folded into one line."""
     problems = getattr(err, "problems", None)
     return list(problems) if problems else [" ".join(str(err).split())]
@@ -35,11 +35,11 @@ class Problems:
     def add(self, problem: str | BaseException, fields: Iterable[str] = ()) -> None:
         """Record a problem (a message or a check's error; one carrying several adds each), once per line."""
         self.fields.update(fields)
-        error = problem if isinstance(problem, BaseException) else None
-        for line in problem_lines(problem) if error is not None else [" ".join(str(problem).split())]:
+        error = problem if isinstance(problem, BaseException) and not getattr(problem, "problems", None) else None
+        for line in problem_lines(problem):
             if line not in self.messages:
                 self.messages.append(line)
-                self._errors.append(error if error is not None and not getattr(error, "problems", None) else None)
+                self._errors.append(error)
 
     def blocked(self, fields: Iterable[str]) -> bool:
         """Whether one of ``fields`` is named by a problem already recorded."""

@@ -92,11 +92,11 @@ def yaml_choices(config: dict) -> dict:
     return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
 
 
-def check_user_values(values: Mapping[str, Any], problems: Problems | None = None, user: dict | None = None) -> None:
+def check_user_values(values: Mapping[str, Any], problems: Problems | None = None) -> None:
     """The single-value checks of ``values`` (the keys the user set, before any dataclass is built, so that
     ``learning_rate: fast`` gets its range and a fix): YAML's null for a field that needs a value, a range, a mapping,
-    a choice (a YAML 1.1 boolean read as the word meant, written back into ``values`` and ``user``). Into
-    ``problems``, else raised (RunArgumentError)."""
+    a choice (YAML 1.1 booleans already read as words: `yaml_choices`). Into ``problems``, else raised
+    (RunArgumentError)."""
     own = problems is None
     problems = Problems() if own else problems
     for name, value in list(values.items()):
@@ -108,113 +108,56 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
             problems.check(RANGES[name].check, name, value, fields=[name])
         elif name in MAPPING_FIELDS:
             problems.check(read_mapping, name, value, MAPPING_FIELDS[name], fields=[name])
-        value = choice_from_yaml(enum_value(value), CHOICES.get(name, ()))
         if name in CHOICES and value is not None:
-            close = closest_choice(value, CHOICES[name])
-            valid = problems.check(check_choice, name, value, CHOICES[name], fields=[name],
-                                   fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
-            if valid is not None and isinstance(values[name], bool):
-                for mapping in (values, user if user is not None else {}):
-                    if name in mapping:
-                        mapping[name] = valid
+            close = closest_choice(enum_value(value), CHOICES[name])
+            problems.check(check_choice, name, enum_value(value), CHOICES[name], fields=[name],
+                           fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
     if own:
         problems.raise_if_any(RunArgumentError)
 
 
-_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
+          (list, str): "a list of strings", (list, float): "a list of numbers"}
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    if isinstance(kind, tuple):
+        return isinstance(value, list) and all(_fits(item, kind[1]) for item in value)
+    return isinstance(value, (int, float) if kind is float else kind) and (kind is bool or not isinstance(value, bool))
 
 
 def check_yaml_types(config: Mapping[str, Any], problems: Problems) -> dict:
-    """``config`` (the YAML mapping) without the values whose type the field cannot hold, each recorded in
-    ``problems`` (HfArgumentParser sets YAML values as argparse defaults, which argparse does not type). Strings and
-    nulls are left to argparse and the checks; a number or boolean of a ranged or choice field to its own check; a
-    string for ``lora_target_modules`` to `validation.lora`; TRL reads ``scale_rewards: true/false`` itself."""
+    """``config`` (the YAML mapping) without the values of a type their field cannot hold (`KINDS`), each recorded in
+    ``problems``: TRL's parser sets the file's values as argparse defaults, which argparse types only when they are
+    strings (``lora_modules_to_save: lm_head`` reached PEFT as letters, ``lora_r: 8.0`` as a float). A string is left
+    to argparse (``lora_target_modules`` also takes PEFT's ``all-linear``), a number string in a list of numbers is
+    read as one (PyYAML reads ``5e-1`` as a string), a choice field's value to its check, and TRL reads
+    ``scale_rewards: true/false`` itself."""
     out = dict(config)
     for name, value in config.items():
         kind = KINDS.get(name)
-        if kind is None or value is None or name == "scale_rewards" and isinstance(value, bool):
+        if kind is None or value is None or name in CHOICES or name == "scale_rewards" and isinstance(value, bool) \
+                or isinstance(value, str) and (not isinstance(kind, tuple) or name == "lora_target_modules"):
             continue
-        if isinstance(value, str) and (not isinstance(kind, tuple) or name == "lora_target_modules"):
-            continue
-        if isinstance(kind, tuple):
-            number = kind[1] is float
-            if number and isinstance(value, list):  # `[5e-1]`: PyYAML reads the number as a string
-                value = out[name] = [as_number(v) if isinstance(v, str) and as_number(v) is not None else v
-                                     for v in value]
-            ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) if number
-                                                 else isinstance(v, str) for v in value)
-            words, fix = ("a list of numbers", f"e.g. {name}: [1.0, 0.5]") if number else \
-                ("a list of strings", f"e.g. {name}: [{value if isinstance(value, str) else 'a, b'}]")
-        else:
-            whole_float = kind is int and isinstance(value, float) and value.is_integer()  # 8.0: argparse refuses
-            if (name in RANGES and isinstance(value, (bool, int, float)) and not whole_float) or name in CHOICES:
-                continue
-            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool)) \
-                or kind is float and type(value) is int
-            default = DEFAULTS.get(name)
-            words = _WORDS[kind]
-            fix = (f"write it without a decimal point: {name}: {int(value)}" if whole_float else
-                   "quote the word you wrote (YAML reads an unquoted yes, no, on, off as a boolean)"
-                   if kind is str and isinstance(value, bool) else
-                   f'quote it: {name}: "{value}"' if kind is str and isinstance(value, (int, float)) else
-                   f"e.g. {name}: {str(default).lower() if isinstance(default, bool) else default}"
-                   if default not in (None, "") else f"write {words}")
-        if not ok:
-            problems.add(f"{name}={value!r} must be {words}. Fix: {fix}.", (name,))
+        if kind == (list, float) and isinstance(value, list):
+            value = out[name] = [as_number(v) if isinstance(v, str) and as_number(v) is not None else v for v in value]
+        if not _fits(value, kind):
+            fix = f'quote it: {name}: "{value}"' if kind is str else \
+                f"write [{value}]" if isinstance(kind, tuple) and not isinstance(value, list) else \
+                f"write {_WORDS[kind]}" + (" without a decimal point" if kind is int else "")
+            problems.add(f"{name}={value!r} must be {_WORDS[kind]}. Fix: {fix}.", (name,))
             del out[name]
     return out
 
 
-class UserValues(dict):
-    """The keys a user set and their values, with ``command_line_keys``: those given on the command line."""
-
-    command_line_keys: frozenset = frozenset()
-
-
-def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> UserValues:
+def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
     """The keys the command line ``argv`` sets (``--config`` already split off by the front door), typed: ``argv`` is
     parsed by ``parser`` (the one that will read it) into a namespace of sentinels, so that exactly the destinations
-    an argument wrote are kept; all of them are ``command_line_keys``."""
+    an argument wrote are kept."""
     sentinel = object()
     namespace = argparse.Namespace(**{a.dest: sentinel for a in parser._actions if a.dest != "help"})
     parsed, _ = parser.parse_known_args(list(argv), namespace=namespace)
-    values = UserValues({k: v for k, v in vars(parsed).items() if v is not sentinel})
-    values.command_line_keys = frozenset(values)
-    return values
-
-
-def without_stray_values(args: Sequence[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
-    """``args`` without the words after a one-value option's value (``--report_to wandb tensorboard``: argparse
-    keeps ``wandb`` and TRL's parser then refuses ``['tensorboard']`` naming no field), and one problem line per
-    option that had them; a negative value is joined to its option (``--learning_rate=-1e-5``), which argparse
-    would otherwise read as an option."""
-    single = {opt: a.nargs for a in parser._actions if a.nargs in (None, "?") for opt in a.option_strings}
-    out, problems, i = [], [], 0
-    while i < len(args):
-        token = args[i]
-        out.append(token)
-        i += 1
-        flag, equals, value = token.partition("=")
-        if flag in single and (equals or (i < len(args) and not args[i].startswith("--"))):
-            if not equals:  # --key value (a flag's value is optional: --use_peft alone is true)
-                value, i = args[i], i + 1
-                if value.startswith("-"):  # a negative number: argparse reads -1e-5 as an option, --key=-1e-5 not
-                    out[-1] = f"{flag}={value}"
-                else:
-                    out.append(value)
-            token = flag
-            extra = []
-            while i < len(args) and not args[i].startswith("--"):
-                extra.append(args[i])
-                i += 1
-            if extra:
-                key = token[2:].replace("-", "_")
-                fix = ("give one value: true or false" if single[flag] == "?" else
-                       f"give one value, or write the list in the YAML ({key}: [{', '.join([value, *extra])}]) when "
-                       "the field takes a list")
-                problems.append(f"{token} takes one value on the command line, but got {[value, *extra]!r}. Fix: "
-                                f"{fix}.")
-    return out, problems
+    return {k: v for k, v in vars(parsed).items() if v is not sentinel}
 
 
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
@@ -234,11 +177,11 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     problem (a single one as its check raised it)."""
     own = problems is None
     problems = Problems() if own else problems
-    user = dict(user_values or {})
-    values = flatten_values(script_args, training_args, model_args, push_args)
+    user = yaml_choices(dict(user_values or {}))
+    values = yaml_choices(flatten_values(script_args, training_args, model_args, push_args))
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
     if not user_checked:  # the other values are defaults or derived from the user's (written by __post_init__)
-        check_user_values(values, problems=problems, user=user)
+        check_user_values(values, problems=problems)
     results = run_rules(RunView(values, user, world_size, engine=engine, check_model=check_model), problems)
     if own:
         problems.raise_if_any(RunArgumentError)
