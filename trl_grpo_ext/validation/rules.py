@@ -110,31 +110,16 @@ def normalize_then_sum(v: RunView) -> str:
 
 
 def zero_variance(v: RunView) -> str | None:
-    """`zero_variance.settings`' two checks on the resolved batch; returns the canonical judged reward."""
-    from ..zero_variance.settings import check_hard_prompt_settings, check_zero_variance_settings
+    """`zero_variance.settings.check_zero_variance_settings` on the resolved batch; returns the canonical judged reward."""
+    from ..zero_variance.settings import check_zero_variance_settings
 
-    mode, b = v.get("zero_variance_filter") or "off", v.batch
-    aggregation = v.get("multi_objective_aggregation") or "sum_then_normalize"
     try:
-        ineffective = check_hard_prompt_settings(
-            mode=mode, signal=v.get("zero_variance_signal") or "off", world_size=v.world_size, batch=b,
-            rollout_budget=v.get("rollout_budget") or "uniform", use_vllm=bool(v.get("use_vllm")),
-            multi_objective_aggregation=aggregation)
-        if ineffective:
-            v.warn(ineffective)
-        if mode == "off" and v.get("zero_variance_reward") is None:
-            return None
-        return check_zero_variance_settings(
-            mode=mode, zero_variance_reward=v.get("zero_variance_reward"), reward_names=v.reward_names,
-            multi_objective_aggregation=aggregation, loss_type=v.loss_type(),
-            entropy_coef=as_number(v.get("entropy_coef")) or 0.0, world_size=v.world_size,
-            use_adaptive_entropy=bool(v.get("use_adaptive_entropy")), num_generations=b["num_generations"],
-            skip_history_file=v.get("skip_history_file"),
-            generation_batch_size=b.get("generation_batch_size"), steps_per_generation=b.get("steps_per_generation"),
-            gradient_accumulation_steps=b["gradient_accumulation_steps"],
-            per_device_train_batch_size=b["per_device_train_batch_size"])
+        canonical, ineffective = check_zero_variance_settings(v.get, v.batch, v.world_size, v.reward_names)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
+    if ineffective:
+        v.warn(ineffective)
+    return canonical
 
 
 def advantage_conflicts(v: RunView) -> None:
