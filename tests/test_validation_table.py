@@ -415,7 +415,10 @@ _ROWS = [
         ["hub_model_id='bad id!!' is not a valid Hub repository id"], "Fix: e.g. --hub_model_id your-name"),
     row("push_to_hub beside push_to_hub_mode none", {"push_to_hub": True, "hub_model_id": "me/x",
                                                      "push_to_hub_mode": "none"},
-        ["push_to_hub=True", "push_to_hub_mode='none'"], "Fix: keep one: push_to_hub_mode: adapter"),
+        ["push_to_hub=True and push_to_hub_mode='none' disagree"], "Fix: keep one of them"),
+    row("push_to_hub false beside a push mode", {"push_to_hub": False, "hub_repo_id": "me/x",
+                                                 "push_to_hub_mode": "adapter"},
+        ["push_to_hub=False and push_to_hub_mode='adapter' disagree"], "Fix: keep one of them"),
     row("hub_strategy with a push", {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x", "hub_strategy": "checkpoint"},
         ["hub_strategy='checkpoint' configures TRL's own push"], "Fix: remove hub_strategy"),
     row("hub_private without a push", {"hub_private": False}, ["hub_private=False only takes effect with a push"],
@@ -594,6 +597,8 @@ WARNED_IDS = {
     'population std + normalize_then_sum',
     'zero-variance mask + normalize_then_sum',
     'hub_strategy with a push',
+    'push_to_hub beside push_to_hub_mode none',
+    'push_to_hub false beside a push mode',
     'hub_private without a push',
     'merge_dtype without a merged push',
     'gradient_checkpointing_kwargs without checkpointing',
@@ -868,14 +873,10 @@ def test_a_field_trl_refuses_is_refused_even_when_switched_off_on_the_command_li
         parse_recipe_args(["--config", path, "--log_completions", "false"])
 
 
-def test_push_to_hub_false_over_a_push_mode_is_refused_and_hub_strategy_end_is_accepted(tmp_path, no_weights):
-    """`--push_to_hub false` did not stop a `push_to_hub_mode: adapter` push; `hub_strategy: end` is the recipe's own
-    single push at the end (a breaker's findings)."""
-    path = _config(tmp_path, {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x", "hub_strategy": "end"})
-    parse_recipe_args(["--config", path])
-    with pytest.raises(RecipeArgumentError, match="push_to_hub=False, but push_to_hub_mode='adapter' pushes"):
-        parse_recipe_args(["--config", path, "--push_to_hub", "false"])
-    assert plan_cli.main(["--config", path, "--push_to_hub", "false"]) == 2
+def test_hub_strategy_end_is_accepted(tmp_path, no_weights):
+    """`hub_strategy: end` is the recipe's own single push at the end (a breaker's finding)."""
+    parse_recipe_args(["--config", _config(tmp_path, {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x",
+                                                      "hub_strategy": "end"})])
 
 
 @pytest.mark.parametrize("flag", ["--rewards", "--reward_funcs"])

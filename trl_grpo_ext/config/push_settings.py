@@ -3,6 +3,7 @@ and their checks before any model loads; `hub.push` pushes (docs/hub.md)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .checks import RunArgumentError, check_choice
@@ -21,7 +22,8 @@ def push_mode(push_to_hub_mode: str | None, push_to_hub: bool = False) -> str:
 
 def check_push_settings(v, adapter: bool) -> None:
     """The rules ``push_needs_adapter`` (``adapter``: a push needs ``use_peft``) and ``push_needs_repository`` (a
-    valid repository id and branch) on ``v``, a `validation.view.RunView`.
+    valid repository id and branch) on ``v``, a `validation.view.RunView`; warns (``v.warn``) where ``push_to_hub``
+    and ``push_to_hub_mode`` disagree.
 
     Raises:
         RunArgumentError: naming the fields and the fix."""
@@ -33,17 +35,13 @@ def check_push_settings(v, adapter: bool) -> None:
             f"{named} pushes a LoRA adapter (merged: the base merged with it), but use_peft=False trains the whole "
             "model, which the recipe does not push: the push would fail after training. Fix: set use_peft: true, or "
             "push_to_hub_mode: none (and push_to_hub: false) and upload output_dir yourself (upload_folder).")
-    if adapter:
-        return
-    if push is True and field_mode == "none" and v.is_set("push_to_hub_mode"):
-        raise RunArgumentError("push_to_hub=True pushes the adapter after training, but push_to_hub_mode='none' says "
-                               "push nothing. Fix: keep one: push_to_hub_mode: adapter, or push_to_hub: false.")
-    if mode != "none" and (v.user or {}).get("push_to_hub") is False:  # `--push_to_hub false`
-        raise RunArgumentError(f"push_to_hub=False, but push_to_hub_mode={mode!r} pushes after training all the same. "
-                               "Fix: set push_to_hub_mode: none to push nothing.")
+    if not adapter and mode != "none" and (field_mode == "none" and v.is_set("push_to_hub_mode") or
+                                           (v.user or {}).get("push_to_hub") is False):  # `--push_to_hub false`
+        v.warn(f"push_to_hub={push} and push_to_hub_mode={field_mode!r} disagree: the run pushes the {mode} after "
+               "training. Fix: keep one of them (push_to_hub_mode: none and push_to_hub: false push nothing).")
     repo_field = "hub_repo_id" if v.get("hub_repo_id") else "hub_model_id"
     try:
-        check_push_repository(mode, v.get(repo_field), named, repo_field, v.get("hub_revision"))
+        check_push_repository("none" if adapter else mode, v.get(repo_field), named, repo_field, v.get("hub_revision"))
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 
@@ -70,16 +68,16 @@ def check_push_repository(mode: str, repo_id: str | None, named: str | None = No
                          f"--{field} your-name/your-model.") from None
 
 
+#: What `git check-ref-format` refuses in a branch name (and so the Hub, after the upload was prepared).
+_BAD_BRANCH = re.compile(r"[\s~^:?*\[\\\x00-\x1f]|\.\.|@\{|//|/\.|^[-/.]|[/.]$|\.lock$|^$")
+
+
 def check_revision(revision: str | None, field: str = "--revision") -> None:
-    """A branch name git (and so the Hub) accepts (`git check-ref-format`'s rules), or None for ``main``.
+    """A branch name git (and so the Hub) accepts, or None for ``main``.
 
     Raises:
         ValueError: naming ``field``, the value and a fix."""
-    bad = revision is not None and (
-        not revision.strip() or any(c.isspace() or c in "~^:?*[\\" or ord(c) < 32 for c in revision)
-        or ".." in revision or "@{" in revision or revision.startswith(("-", "/", ".")) or revision.endswith(
-            ("/", ".", ".lock")) or "//" in revision or "/." in revision)
-    if bad:
+    if revision is not None and _BAD_BRANCH.search(revision):
         raise ValueError(f"{field}={revision!r} is not a valid branch name (no spaces, '..', '~^:?*[\\', leading "
                          "'-', '/' or '.', trailing '/', '.' or '.lock'). Fix: e.g. experiment-1.")
 
