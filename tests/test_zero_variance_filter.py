@@ -238,9 +238,9 @@ def test_filter_without_effect_beside_normalize_then_sum_is_a_warning():
      r"zero_variance_reward='length' is not one of this run's rewards"),  # checked with the filter off too
     # 2 processes, micro-batch 3 × steps_per_generation 2 = 6 completions each, not whole groups of 4
     ({"zero_variance_filter": "resample"}, {"per_device_train_batch_size": 3}, 2,
-     r"holds 6 completions .* micro_batch_size × steps_per_generation a multiple of 4"),
+     r"holds micro_batch_size \(3\) × steps_per_generation \(2\) = 6 .* a multiple of 4"),
     # generation_batch_size 12 over 2 processes: 6 each; a multiple of 2 × 4 = 8 would do
-    ({"zero_variance_filter": "resample"}, {"generation_batch_size": 12}, 2, r"holds 6 .* multiple of 8"),
+    ({"zero_variance_filter": "resample"}, {"generation_batch_size": 12}, 2, r"/ 2 processes = 6 .* multiple of 8"),
     ({"rollout_budget": "adaptive"}, {"generation_batch_size": 12}, 2, r"rollout_budget='adaptive' needs whole groups"),
 ])
 def test_settings_refused(changes, batch, world_size, match):

@@ -80,18 +80,18 @@ def check_zero_variance_settings(get: Callable[[str], Any], batch: Mapping[str, 
         if budget == "adaptive" and applies:
             raise ValueError(f"rollout_budget='adaptive' splits each step's completions unevenly across its prompts, "
                              f"but {why}. Fix: {fix}, or rollout_budget: uniform.")
-    gbs = batch.get("generation_batch_size")
-    local = gbs // world_size if gbs else batch["per_device_train_batch_size"] * (
-        batch.get("steps_per_generation") or batch["gradient_accumulation_steps"])  # one process's completions
+    gbs, mb = batch.get("generation_batch_size"), batch["per_device_train_batch_size"]
+    spg = batch.get("steps_per_generation") or batch["gradient_accumulation_steps"]
+    local = gbs // world_size if gbs else mb * spg  # the completions of a generation batch one process holds
     if local % g and (budget == "adaptive" or (mode == "resample" and summed)):
         what, other = (("rollout_budget='adaptive'", "rollout_budget: uniform") if budget == "adaptive" else
                        ("zero_variance_filter='resample'", "zero_variance_filter: mask (which works on the gathered "
                         "batch)"))
-        held = (f"generation_batch_size a multiple of {world_size * g}" if gbs else
-                f"micro_batch_size × steps_per_generation a multiple of {g}")
-        raise ValueError(f"{what} needs whole groups of num_generations={g} on every process, but each of the "
-                         f"{world_size} processes holds {local} completions of a generation batch. Fix: make {held}, "
-                         f"or use {other}.")
+        held, fix = ((f"generation_batch_size ({gbs}) / {world_size} processes", f"generation_batch_size a multiple "
+                      f"of {world_size * g}") if gbs else (f"micro_batch_size ({mb}) × steps_per_generation ({spg})",
+                                                           f"micro_batch_size × steps_per_generation a multiple of {g}"))
+        raise ValueError(f"{what} needs whole groups of num_generations ({g}) on every process, but each process "
+                         f"holds {held} = {local} completions of a generation batch. Fix: make {fix}, or use {other}.")
     idle = [f"{name}={value!r}" for name, value in (("zero_variance_filter", mode), ("zero_variance_signal", signal))
             if value != "off"]
     return canonical, None if summed or not idle else (
