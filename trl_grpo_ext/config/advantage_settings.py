@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,7 +15,7 @@ STD_KINDS = ("sample", "population")
 
 TRL_EPSILON = 1e-4  # the ε TRL 1.16 hard-codes in (r - μ) / (σ + 1e-4)
 
-EPSILON_RANGE = Range(low=0, fix="use 1e-4 (TRL's).", source="advantages: A = (R - b) / (σ + ε)")
+EPSILON_RANGE = Range(low=0, fix="use 1e-4 (TRL's).")
 
 #: The published variants (sources and reasoning: docs/advantages.md, "Presets").
 _GROUP_STD = {"advantage_baseline": "group_mean", "advantage_std_scaling": "group", "advantage_std_kind": "sample",
@@ -111,12 +110,9 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
     default in ``defaults`` (:data:`FIELD_DEFAULTS`); the preset and the set fields must agree.
 
     Raises:
-        AdvantageConfigError: an unknown preset or value; a preset or set fields that disagree.
-
-    Warns:
-        UserWarning: `advantage_epsilon` or `advantage_std_kind` set while the std scaling is `"none"`."""
+        AdvantageConfigError: an unknown preset or value; a preset or set fields that disagree."""
     defaults = FIELD_DEFAULTS if defaults is None else defaults
-    if preset is not None and preset not in PRESETS:
+    if preset is not None:
         _check_choice("advantage_preset", preset, tuple(PRESETS))
     # Validate every value first, so an unknown value is reported as such and not as a conflict.
     values: dict[str, Any] = {"advantage_baseline": advantage_baseline, "advantage_std_scaling": advantage_std_scaling,
@@ -149,16 +145,8 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
             return claims[0][1]
         return next((values[name] for name in fields if values[name] is not None), fallback)
 
-    std_scaling = decide("std scaling", ("advantage_std_scaling", "scale_rewards"), "group")
     settings = AdvantageSettings(baseline=decide("advantage baseline", ("advantage_baseline",), "group_mean"),
-                                 std_scaling=std_scaling,
+                                 std_scaling=decide("std scaling", ("advantage_std_scaling", "scale_rewards"), "group"),
                                  epsilon=decide("advantage ε", ("advantage_epsilon",), TRL_EPSILON),
                                  std_kind=decide("std kind", ("advantage_std_kind",), "sample"))
-    resolved_loss_type = decide("loss type", ("loss_type",), loss_type)
-    if std_scaling == "none":
-        idle = [name for name in ("advantage_epsilon", "advantage_std_kind") if explicit[name]]
-        if idle:
-            named = " and ".join(f"{n}={raw[n]!r}" for n in idle)
-            warnings.warn(f"{named} has no effect: the std scaling is 'none', so advantages are not divided by a std. "
-                          "Remove it, or set advantage_std_scaling to 'group' or 'batch'.", UserWarning, stacklevel=2)
-    return settings, {"scale_rewards": settings.std_scaling, "loss_type": resolved_loss_type}
+    return settings, {"scale_rewards": settings.std_scaling, "loss_type": decide("loss type", ("loss_type",), loss_type)}

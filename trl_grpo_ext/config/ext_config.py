@@ -47,9 +47,6 @@ def _help(default: Any, text: str) -> Any:
     return field(default=default, metadata={"help": text})
 
 
-_COUNT = Range(low=1, integer=True)
-
-
 #: What `plan.resolve_plan` takes (`ResolvedConfig.quantity_fields`).
 QUANTITY_FIELDS = ("prompts_per_step", "micro_batch_size", "total_training_steps", "total_epochs",
                    "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
@@ -142,9 +139,9 @@ class GRPOExtConfig(GRPOConfig):
         run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`."""
 
     # Quantities
-    prompts_per_step: Annotated[int | None, _COUNT] = _help(
+    prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.")] = _help(
         None, "Distinct prompts per optimizer step across all processes [prompts].")
-    micro_batch_size: Annotated[int | None, _COUNT] = _help(
+    micro_batch_size: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. micro_batch_size: 8.")] = _help(
         None, "Completions per forward/backward pass on one device [completions].")
     total_training_steps: Annotated[int | None, Range(low=1, integer=True, fix=NO_STEP_LIMIT_FIX)] = _help(
         None, "Hard stop [optimizer steps]; with total_epochs, the first reached stops.")
@@ -166,7 +163,7 @@ class GRPOExtConfig(GRPOConfig):
     zero_variance_filter: Annotated[str, Choices(ZERO_VARIANCE_MODES)] = _help(
         "off", "off (TRL's behaviour), mask, resample (DAPO dynamic sampling) or skip (skip prompts predicted uniform "
         "before rollout, GRESO).")
-    zero_variance_tolerance: Annotated[float, Range(low=0)] = _help(
+    zero_variance_tolerance: Annotated[float, Range(low=0, fix="use 0 or a small spread such as 1e-6.")] = _help(
         0.0, "A group is uniform when its rewards are equal or their std is at most this.")
     zero_variance_reward: str | None = _help(
         None, "Reward function that decides which groups are uniform (e.g. accuracy): the filter's and the logged "
@@ -183,7 +180,7 @@ class GRPOExtConfig(GRPOConfig):
     zero_variance_signal: Annotated[str, Choices(ZERO_VARIANCE_SIGNALS)] = _help(
         "off", "off, or entropy: all-right / all-wrong uniform groups stay in the loss, each token's advantage "
         "±coef scaled by its entropy (RL-ZVP); tied and cut groups stay masked.")
-    zero_variance_signal_coef: Annotated[float, Range(low=0, low_open=True)] = _help(
+    zero_variance_signal_coef: Annotated[float, Range(low=0, low_open=True, fix="use e.g. 0.1.")] = _help(
         0.1, "zero_variance_signal: the largest |advantage| a uniform group's token gets (alpha).")
     rollout_budget: Annotated[str, Choices(ROLLOUT_BUDGETS)] = _help(
         "uniform", "uniform (G completions per prompt) or adaptive: G/2 per prompt first, the rest of the step's "
@@ -197,9 +194,9 @@ class GRPOExtConfig(GRPOConfig):
     # Adapter precision
     adapter_dtype: Annotated[str, Choices(ADAPTER_DTYPES)] = _help(
         "float32", "Trainable adapter weights on a quantized model: float32 or bfloat16.")
-    lost_update_steps: Annotated[int, Range(low=0, integer=True)] = _help(
+    lost_update_steps: Annotated[int, Range(low=0, integer=True, fix="use 0 (off) or e.g. 10.")] = _help(
         0, "Measure the lost-update fraction every N optimizer steps (0 = off).")
-    lost_update_warning_threshold: Annotated[float, Range(low=0, high=1)] = _help(
+    lost_update_warning_threshold: Annotated[float, Range(low=0, high=1, fix="use e.g. 0.2.")] = _help(
         0.2, "Warn when the lost-update fraction exceeds this.")
     # Generation
     allow_vllm_4bit_merge: bool = _help(

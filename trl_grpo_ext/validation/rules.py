@@ -124,21 +124,17 @@ def zero_variance(v: RunView) -> str | None:
 
 def advantage_conflicts(v: RunView) -> None:
     """The advantage preset, ``scale_rewards``, ``loss_type`` and our advantage fields: conflicts between set keys."""
-    import warnings
-
     from ..config.advantage_settings import AdvantageConfigError, resolve_advantage_settings
 
     user = v.user or {}
     scale_set, epsilon = user.get("scale_rewards") is not None, user.get("advantage_epsilon")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the config's own resolution warns once, later
-            resolve_advantage_settings(
-                preset=user.get("advantage_preset"), scale_rewards=user["scale_rewards"] if scale_set else "group",
-                advantage_epsilon=as_number(epsilon) if epsilon is not None else None,
-                **{name: user.get(name) for name in ("advantage_baseline", "advantage_std_scaling",
-                                                     "advantage_std_kind", "loss_type")},
-                defaults={"scale_rewards": None if scale_set else "group"})  # a set key is explicit whatever its value
+        resolve_advantage_settings(
+            preset=user.get("advantage_preset"), scale_rewards=user["scale_rewards"] if scale_set else "group",
+            advantage_epsilon=as_number(epsilon) if epsilon is not None else None,
+            **{name: user.get(name) for name in ("advantage_baseline", "advantage_std_scaling",
+                                                 "advantage_std_kind", "loss_type")},
+            defaults={"scale_rewards": None if scale_set else "group"})  # a set key is explicit whatever its value
     except AdvantageConfigError as err:
         raise RunArgumentError(str(err)) from None
 
