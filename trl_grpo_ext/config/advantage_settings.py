@@ -46,10 +46,6 @@ def _check_choice(field_name: str, value: Any, valid: tuple[str, ...]) -> str:
     return check_choice(field_name, value, valid, error=AdvantageConfigError)
 
 
-def _check_epsilon(value: Any) -> float:
-    return float(EPSILON_RANGE.check("advantage_epsilon", value, error=AdvantageConfigError))
-
-
 def normalize_scale_rewards(value: Any) -> str:
     """TRL's `scale_rewards` as one of `STD_SCALINGS` (True -> "group", False -> "none", as TRL reads it).
     Raises AdvantageConfigError on any other value."""
@@ -77,7 +73,8 @@ class AdvantageSettings:
         _check_choice("advantage_baseline", self.baseline, BASELINES)
         _check_choice("advantage_std_scaling", self.std_scaling, STD_SCALINGS)
         _check_choice("advantage_std_kind", self.std_kind, STD_KINDS)
-        object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", float(EPSILON_RANGE.check("advantage_epsilon", self.epsilon,
+                                                                      error=AdvantageConfigError)))
 
     @property
     def is_trl_native(self) -> bool:
@@ -114,27 +111,20 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
     defaults = FIELD_DEFAULTS if defaults is None else defaults
     if preset is not None:
         _check_choice("advantage_preset", preset, tuple(PRESETS))
-    # Validate every value first, so an unknown value is reported as such and not as a conflict.
-    values: dict[str, Any] = {"advantage_baseline": advantage_baseline, "advantage_std_scaling": advantage_std_scaling,
-                              "scale_rewards": normalize_scale_rewards(scale_rewards),
-                              "advantage_epsilon": advantage_epsilon, "advantage_std_kind": advantage_std_kind,
-                              "loss_type": loss_type}
-    for name, valid in (("advantage_baseline", BASELINES), ("advantage_std_scaling", STD_SCALINGS),
-                        ("advantage_std_kind", STD_KINDS)):
-        if values[name] is not None:
-            _check_choice(name, values[name], valid)
-    if advantage_epsilon is not None:
-        values["advantage_epsilon"] = _check_epsilon(advantage_epsilon)
-    raw = {**values, "scale_rewards": scale_rewards}
-    explicit = {name: is_explicit(name, raw[name], defaults) for name in values}
+    raw = {"advantage_baseline": advantage_baseline, "advantage_std_scaling": advantage_std_scaling,
+           "scale_rewards": scale_rewards, "advantage_epsilon": advantage_epsilon,
+           "advantage_std_kind": advantage_std_kind, "loss_type": loss_type}
+    # every value checked first (an unknown one is reported as such, not as a conflict)
+    given = AdvantageSettings(**{key: raw[f"advantage_{key}"] for key in ("baseline", "std_scaling", "epsilon",
+                                                                          "std_kind") if raw[f"advantage_{key}"] is not None})
+    values = {**raw, "scale_rewards": normalize_scale_rewards(scale_rewards),
+              "advantage_epsilon": given.epsilon if advantage_epsilon is not None else None}
     preset_fields = PRESETS[preset] if preset is not None else {}
 
     def decide(setting: str, fields: tuple[str, ...], fallback: Any) -> Any:
-        claims = []  # (source, value): the preset's value, then each explicitly set field
-        if fields[0] in preset_fields:
-            value = preset_fields[fields[0]]
-            claims.append((f"advantage_preset={preset!r} (which sets {fields[0]}={value!r})", value))
-        claims += [(f"{name}={raw[name]!r}", values[name]) for name in fields if explicit[name]]
+        claims = [(f"advantage_preset={preset!r} (which sets {fields[0]}={preset_fields[fields[0]]!r})",
+                   preset_fields[fields[0]])] if fields[0] in preset_fields else []  # (source, value): then the set fields
+        claims += [(f"{name}={raw[name]!r}", values[name]) for name in fields if is_explicit(name, raw[name], defaults)]
         for source, value in claims[1:]:
             if value != claims[0][1]:
                 fix = (f"Remove {source.split('=')[0]} (the preset sets it), or drop the preset and set the fields "

@@ -16,7 +16,7 @@ from trl import GRPOConfig
 
 from ..models.settings import bf16_available as _bf16_available
 from ..models.settings import check_fp16_machine
-from ..plan.resolve import _INPUT_FIELDS, NO_STEP_LIMIT_FIX, resolve_trl_fields
+from ..plan.resolve import _INPUT_FIELDS, NO_STEP_LIMIT_FIX, RAW_BATCH_FIELDS, RAW_STOP_FIELDS, resolve_trl_fields
 from ..rewards.guard import REWARD_ERROR_POLICIES
 from ..rewards.spec import RewardSpec, parse_reward_specs
 from ..zero_variance.settings import ROLLOUT_BUDGETS, ZERO_VARIANCE_SIGNALS, ZeroVarianceSettings
@@ -48,10 +48,7 @@ def _help(default: Any, text: str) -> Any:
 
 
 #: What `plan.resolve_plan` takes (`ResolvedConfig.quantity_fields`).
-QUANTITY_FIELDS = ("prompts_per_step", "micro_batch_size", "total_training_steps", "total_epochs",
-                   "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-                   "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
-                   "stop_semantics")
+QUANTITY_FIELDS = (*_INPUT_FIELDS, "stop_semantics")
 
 #: The fields `resolve_config` reads: the quantities (ours and TRL's raw batch/stop fields), the advantage fields
 #: (ours and TRL's ``scale_rewards``/``loss_type``) and the rewards (ours and TRL's ``reward_weights``).
@@ -63,7 +60,7 @@ class ResolvedConfig:
     """What a config's fields resolve to (also ``run_config.json``'s ``"resolved"``): the ``world_size`` resolved for;
     our batch and stop fields (None when TRL's give them) and TRL's as written (`plan.resolve_trl_fields`); the
     `AdvantageSettings` with TRL's ``scale_rewards`` / ``loss_type``; the registry ``rewards`` and TRL's
-    ``reward_weights`` (None with ``reward_funcs=``); the judged ``zero_variance_reward`` and `ZeroVarianceSettings`."""
+    ``reward_weights`` (None with ``reward_funcs=``); the `ZeroVarianceSettings` (with the canonical judged reward)."""
 
     world_size: int
     prompts_per_step: int | None
@@ -84,7 +81,6 @@ class ResolvedConfig:
     loss_type: str
     rewards: tuple[RewardSpec, ...] | None
     reward_weights: tuple[float, ...] | None
-    zero_variance_reward: str | None = None
     zero_variance: ZeroVarianceSettings | None = None
 
     def quantity_fields(self) -> dict[str, Any]:
@@ -92,21 +88,12 @@ class ResolvedConfig:
         return {name: getattr(self, name) for name in QUANTITY_FIELDS}
 
     def trl_fields(self) -> dict[str, Any]:
-        """TRL's own fields to write into the config (with `rewards`, ``reward_weights`` too)."""
-        names = ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-                 "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
-                 "scale_rewards", "loss_type")
-        values = {name: getattr(self, name) for name in names}
-        if self.rewards is not None:
-            values["reward_weights"] = list(self.reward_weights)
-        return values
+        """TRL's own batch, stop and advantage fields to write into the config."""
+        names = (*RAW_BATCH_FIELDS, *RAW_STOP_FIELDS, "num_generations", "num_iterations", "scale_rewards", "loss_type")
+        return {name: getattr(self, name) for name in names}
 
     def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        if self.rewards is not None:
-            values["rewards"] = [spec.to_dict() for spec in self.rewards]
-            values["reward_weights"] = list(self.reward_weights)
-        return values
+        return asdict(self)
 
 
 def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Mapping[str, Any]) -> ResolvedConfig:
@@ -216,15 +203,16 @@ class GRPOExtConfig(GRPOConfig):
         world_size = world_size_from_env()
         values = {name: getattr(self, name) for name in USER_FIELDS}
         self.resolved: ResolvedConfig = resolve_config(values, world_size, _TRL_DEFAULTS)
-        for name, value in self.resolved.trl_fields().items():  # the user's own reward_weights are kept as given
-            if not (name == "reward_weights" and self.reward_weights is not None):
-                setattr(self, name, value)
+        for name, value in self.resolved.trl_fields().items():
+            setattr(self, name, value)
+        if self.reward_weights is None and self.resolved.rewards is not None:  # the user's own list is kept as given
+            self.reward_weights = list(self.resolved.reward_weights)
         if self.bf16 is None:  # TRL would default to True; choose what this machine supports
             self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
         checked = FRONT_DOOR_CHECKED.get()  # built by the front door, which checked these values: each check once
         canonical = self._check(world_size) if checked is None else checked.get("zero_variance")
-        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical, zero_variance=(
-            ZeroVarianceSettings.from_values(self, zero_variance_reward=canonical)))
+        self.resolved = dataclasses.replace(self.resolved, zero_variance=ZeroVarianceSettings.from_values(
+            self, zero_variance_reward=canonical))
         self._adopt_activation_checkpointing()
         from ..validation.engines import check_engine_device
 
