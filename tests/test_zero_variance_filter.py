@@ -249,5 +249,5 @@ def test_settings_refused(changes, batch, world_size, match):
 
 
 def test_judged_reward_index_unknown_name():
-    with pytest.raises(ValueError, match=r"zero_variance_reward='c' is not one of this run's reward functions \(a, b\)"):
+    with pytest.raises(ValueError, match=r"zero_variance_reward='c' is not one of this run's rewards \(a, b\)"):
         judged_reward_index("c", ["a", "b"])

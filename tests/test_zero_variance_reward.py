@@ -96,7 +96,7 @@ def test_unknown_judged_reward_is_refused_before_the_model_loads(tmp_path, monke
         raise AssertionError("TRL's __init__ (which loads the model) was reached")
 
     monkeypatch.setattr(GRPOTrainer, "__init__", no_loading)
-    with pytest.raises(ValueError, match=r"zero_variance_reward='acc' is not one of this run's reward functions "
+    with pytest.raises(ValueError, match=r"zero_variance_reward='acc' is not one of this run's rewards "
                                          r"\(accuracy, format_reward\)"):
         _trainer(tmp_path, zero_variance_reward="acc")
 

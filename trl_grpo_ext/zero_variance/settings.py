@@ -105,16 +105,11 @@ def _canonical_reward_name(name: str | None, reward_names: list[str] | None) -> 
     from ..rewards.registry import UnknownRewardError, check_reward_name
 
     selected = [check_reward_name(reward) for reward in reward_names]
-    if name in selected:
-        return name
     try:
-        canonical = check_reward_name(name)
+        canonical = name if name in selected else check_reward_name(name)
     except UnknownRewardError:
-        canonical = None
-    if canonical not in selected:
-        raise ValueError(
-            f"zero_variance_reward={name!r} is not one of this run's rewards ({', '.join(selected)}). Fix: "
-            "name one of them, or remove zero_variance_reward to judge the weighted total.")
+        canonical = name
+    judged_reward_index(canonical if canonical in selected else name, selected)  # raises: not one of them
     return canonical
 
 
@@ -127,9 +122,8 @@ def judged_reward_index(name: str | None, reward_func_names: list[str]) -> int |
         return None
     if name not in reward_func_names:
         raise ValueError(
-            f"zero_variance_reward={name!r} is not one of this run's reward functions ({', '.join(reward_func_names)}). "
-            "Fix: name one of them (as logged in rewards/<name>/mean), or remove zero_variance_reward to judge the "
-            "weighted total.")
+            f"zero_variance_reward={name!r} is not one of this run's rewards ({', '.join(reward_func_names)}). Fix: "
+            "name one of them (as logged in rewards/<name>/mean), or remove zero_variance_reward to judge the total.")
     return reward_func_names.index(name)
 
 
@@ -147,13 +141,11 @@ def check_skip_plan(plan, seeded: bool = False) -> None:
     if plan.dataset_size <= plan.prompts_per_generation:
         raise ValueError(
             f"zero_variance_filter='skip' gives a skipped prompt's slot to another prompt, but the dataset's "
-            f"{plan.dataset_size} prompts all fit in one generation batch of {plan.prompts_per_generation} prompts: every "
-            "prompt is rolled out every time, so it would act as mask. Fix: use more training prompts than "
-            "prompts_per_step, or zero_variance_filter: mask.")
+            f"{plan.dataset_size} prompts all fit in one generation batch of {plan.prompts_per_generation} prompts, so "
+            "it would act as mask. Fix: use more training prompts than prompts_per_step, or zero_variance_filter: mask.")
     if plan.epochs_covered <= 1 and not seeded:
         raise ValueError(
             f"zero_variance_filter='skip' predicts a prompt from its rollouts in earlier epochs, so it skips nothing "
             f"in the first epoch, and this run covers {plan.epochs_covered:.3g} epoch(s) of {plan.dataset_size} "
-            "prompts: it would act as mask. Fix: train for more than one epoch (raise total_epochs and "
-            "total_training_steps, or use fewer prompts), or seed the history from an evaluation of the training "
-            "split (skip_history_file), or use zero_variance_filter: mask.")
+            "prompts: it would act as mask. Fix: train for more than one epoch, seed the history (skip_history_file: "
+            "an eval of the training split), or use zero_variance_filter: mask.")
