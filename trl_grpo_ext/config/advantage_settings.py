@@ -49,13 +49,9 @@ def _check_choice(field_name: str, value: Any, valid: tuple[str, ...]) -> str:
 def normalize_scale_rewards(value: Any) -> str:
     """TRL's `scale_rewards` as one of `STD_SCALINGS` (True -> "group", False -> "none", as TRL reads it).
     Raises AdvantageConfigError on any other value."""
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        value = value.lower() == "true"
-    if isinstance(value, bool):
-        return "group" if value else "none"
-    if isinstance(value, str) and value in STD_SCALINGS:
-        return value
-    return _check_choice("scale_rewards", value, (*STD_SCALINGS, "True", "False"))  # raises: valid ones returned above
+    if isinstance(value, (bool, str)) and str(value).lower() in ("true", "false"):
+        return "group" if str(value).lower() == "true" else "none"
+    return check_choice("scale_rewards", value, STD_SCALINGS, error=AdvantageConfigError, fix="(Or True / False.)")
 
 
 @dataclass(frozen=True)
