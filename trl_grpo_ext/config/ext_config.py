@@ -213,7 +213,10 @@ class GRPOExtConfig(GRPOConfig):
         canonical = self._check(world_size) if checked is None else checked.get("zero_variance")
         self.resolved = dataclasses.replace(self.resolved, zero_variance=ZeroVarianceSettings.from_values(
             self, zero_variance_reward=canonical))
-        self._adopt_activation_checkpointing()
+        for old, new in (("gradient_checkpointing", "activation_checkpointing"),  # transformers 5.24's names: TRL's
+                         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):  # default then never
+            if getattr(self, new, False) is None and getattr(self, old) is not None:  # warns of a key not written
+                setattr(self, new, getattr(self, old))
         from ..validation.engines import check_engine_device
 
         check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
@@ -244,20 +247,10 @@ class GRPOExtConfig(GRPOConfig):
             warnings.warn(line, IneffectiveSettingWarning, stacklevel=4)
         return results.get("zero_variance")
 
-    def _adopt_activation_checkpointing(self) -> None:
-        """Carry `gradient_checkpointing(_kwargs)` over to transformers 5.24's `activation_checkpointing(_kwargs)`,
-        so that TRL's default never warns about a key the user did not write."""
-        for old, new in (("gradient_checkpointing", "activation_checkpointing"),
-                         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
-            if getattr(self, new, False) is None and getattr(self, old) is not None:
-                setattr(self, new, getattr(self, old))
-
     def to_dict(self) -> dict[str, Any]:
         """`TrainingArguments.to_dict`, plus ``resolved`` and ``run_plan`` (once the trainer set it): what the trackers
         log and ``run_config.json`` holds."""
-        values = super().to_dict()
-        if getattr(self, "resolved", None) is not None:
-            values["resolved"] = self.resolved.to_dict()
+        values = {**super().to_dict(), "resolved": self.resolved.to_dict()}
         if getattr(self, "run_plan", None) is not None:
             values["run_plan"] = json.loads(self.run_plan.to_json())
         return values
