@@ -29,13 +29,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dapo": {**_GROUP_STD, "loss_type": "dapo"},  # Yu et al. 2025, DAPO, arXiv 2503.14476 (token-level loss)
 }
 
-FIELD_DEFAULTS: dict[str, Any] = {"advantage_preset": None, "scale_rewards": "group", "advantage_baseline": None,
-                                  "advantage_std_scaling": None, "advantage_epsilon": None,
-                                  "advantage_std_kind": None, "loss_type": "dapo"}  # TRL's keep TRL's; ours None
-
 #: The config fields of the advantages (ours, then TRL's ``scale_rewards``), in the order the card shows them.
 FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon", "advantage_std_kind",
           "scale_rewards")
+#: Their defaults, with TRL's ``loss_type``: ours None, TRL's TRL's.
+FIELD_DEFAULTS: dict[str, Any] = {**dict.fromkeys(FIELDS), "scale_rewards": "group", "loss_type": "dapo"}
 
 
 class AdvantageConfigError(ValueError):
