@@ -409,8 +409,6 @@ _ROWS = [
     # both were found only after training: the push refused the id, or pushed although push_to_hub_mode said none
     row("push to an invalid repository id", {"push_to_hub_mode": "adapter", "hub_repo_id": "not a valid repo id!!"},
         ["hub_repo_id='not a valid repo id!!' is not a valid Hub repository id"], "Fix: e.g. --hub_repo_id your-name"),
-    row("push to an invalid branch", {"push_to_hub_mode": "adapter", "hub_repo_id": "you/x", "hub_revision": "a b"},
-        ["hub_revision='a b' is not a valid branch name"], "Fix: e.g. experiment-1"),
     row("push to an invalid hub_model_id", {"push_to_hub": True, "hub_model_id": "bad id!!"},
         ["hub_model_id='bad id!!' is not a valid Hub repository id"], "Fix: e.g. --hub_model_id your-name"),
     row("push_to_hub beside push_to_hub_mode none", {"push_to_hub": True, "hub_model_id": "me/x",

@@ -3,7 +3,6 @@ and their checks before any model loads; `hub.push` pushes (docs/hub.md)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from .checks import RunArgumentError, check_choice
@@ -22,7 +21,7 @@ def push_mode(push_to_hub_mode: str | None, push_to_hub: bool = False) -> str:
 
 def check_push_settings(v, adapter: bool) -> None:
     """The rules ``push_needs_adapter`` (``adapter``: a push needs ``use_peft``) and ``push_needs_repository`` (a
-    valid repository id and branch) on ``v``, a `validation.view.RunView`; warns (``v.warn``) where ``push_to_hub``
+    valid repository id) on ``v``, a `validation.view.RunView`; warns (``v.warn``) where ``push_to_hub``
     and ``push_to_hub_mode`` disagree.
 
     Raises:
@@ -41,15 +40,14 @@ def check_push_settings(v, adapter: bool) -> None:
                "training. Fix: keep one of them (push_to_hub_mode: none and push_to_hub: false push nothing).")
     repo_field = "hub_repo_id" if v.get("hub_repo_id") else "hub_model_id"
     try:
-        check_push_repository("none" if adapter else mode, v.get(repo_field), named, repo_field, v.get("hub_revision"))
+        check_push_repository("none" if adapter else mode, v.get(repo_field), named, repo_field)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 
 
-def check_push_repository(mode: str, repo_id: str | None, named: str | None = None,
-                          field: str = "hub_repo_id", revision: str | None = None) -> None:
+def check_push_repository(mode: str, repo_id: str | None, named: str | None = None, field: str = "hub_repo_id") -> None:
     """A push (``mode`` from :func:`push_mode`; ``named``: the setting the message names) needs ``repo_id``, a valid
-    Hub id (`huggingface_hub.utils.validate_repo_id`), and ``revision`` a valid branch (`check_revision`).
+    Hub id (`huggingface_hub.utils.validate_repo_id`).
 
     Raises:
         ValueError: naming the field, the value and the fix."""
@@ -60,26 +58,11 @@ def check_push_repository(mode: str, repo_id: str | None, named: str | None = No
                          "hub_model_id), e.g. --hub_repo_id your-name/your-model.")
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    check_revision(revision, "hub_revision")
     try:
         validate_repo_id(repo_id)
     except HFValidationError as err:
         raise ValueError(f"{field}={repo_id!r} is not a valid Hub repository id: {err} Fix: e.g. "
                          f"--{field} your-name/your-model.") from None
-
-
-#: What `git check-ref-format` refuses in a branch name (and so the Hub, after the upload was prepared).
-_BAD_BRANCH = re.compile(r"[\s~^:?*\[\\\x00-\x1f]|\.\.|@\{|//|/\.|^[-/.]|[/.]$|\.lock$|^$")
-
-
-def check_revision(revision: str | None, field: str = "--revision") -> None:
-    """A branch name git (and so the Hub) accepts, or None for ``main``.
-
-    Raises:
-        ValueError: naming ``field``, the value and a fix."""
-    if revision is not None and _BAD_BRANCH.search(revision):
-        raise ValueError(f"{field}={revision!r} is not a valid branch name (no spaces, '..', '~^:?*[\\', leading "
-                         "'-', '/' or '.', trailing '/', '.' or '.lock'). Fix: e.g. experiment-1.")
 
 
 @dataclass

@@ -70,10 +70,8 @@ def check_zero_variance_settings(get: Callable[[str], Any], batch: Mapping[str, 
     for applies, why, fix in (  # (why, fix): the first that applies
             (not summed, f"multi_objective_aggregation={aggregation!r} takes TRL's per-reward advantages over its "
              "rounds' partial groups", "multi_objective_aggregation: sum_then_normalize"),
-            (mode == "resample", "zero_variance_filter='resample' replaces uniform groups with other prompts'",
+            (mode in ("resample", "skip"), f"zero_variance_filter={mode!r} chooses which prompts are rolled out",
              "zero_variance_filter: mask (or off)"),
-            (mode == "skip", "zero_variance_filter='skip' chooses which prompts are rolled out",
-             "zero_variance_filter: mask"),
             (get("use_vllm"), "use_vllm generates G completions per prompt itself", "use_vllm: false"),
             (g < 4, f"its first round gives every prompt G / 2 = {g // 2} completions, fewer than 2",
              "num_generations: 4 or more")):
