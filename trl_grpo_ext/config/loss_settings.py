@@ -21,14 +21,13 @@ def clip_takes_effect(gradient_accumulation_steps: int, steps_per_generation: in
 
 def ignored_clipping(settings: Mapping[str, Any], *, loss_type: str, gradient_accumulation_steps: int,
                      steps_per_generation: int, num_iterations: int) -> str | None:
-    """The warning that the clip fields the user set (``settings``; a default or a value below 0 counts as unset)
-    would change nothing, or None when they take effect; the other arguments are TRL's fields as resolved."""
+    """The warning that the clip fields the user set (``settings``, numbers in range: a rule runs after the range
+    checks; a default counts as unset) would change nothing, or None when they take effect; the other arguments are
+    TRL's fields as resolved."""
     given = {name: value for name, value in settings.items()
              if name in CLIP_DEFAULTS and value is not None and value != CLIP_DEFAULTS[name]}
     if not given or loss_type not in CLIPPED_LOSSES:
         return None
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in given.values()):
-        return None  # out of range: the range check names it (validation.RANGES)
     if clip_takes_effect(gradient_accumulation_steps, steps_per_generation, num_iterations):
         return None
     names = " and ".join(given)

@@ -136,14 +136,13 @@ def check_skip_plan(plan, seeded: bool = False) -> None:
         raise ValueError(
             "zero_variance_filter='skip' replaces prompts of a dataset with a length, but this dataset has none (an "
             "IterableDataset). Fix: use a map-style dataset, or zero_variance_filter: mask.")
-    if plan.dataset_size <= plan.prompts_per_generation:
-        raise ValueError(
-            f"zero_variance_filter='skip' gives a skipped prompt's slot to another prompt, but the dataset's "
-            f"{plan.dataset_size} prompts all fit in one generation batch of {plan.prompts_per_generation} prompts, so "
-            "it would act as mask. Fix: use more training prompts than prompts_per_step, or zero_variance_filter: mask.")
-    if plan.epochs_covered <= 1 and not seeded:
-        raise ValueError(
-            f"zero_variance_filter='skip' predicts a prompt from its rollouts in earlier epochs, so it skips nothing "
-            f"in the first epoch, and this run covers {plan.epochs_covered:.3g} epoch(s) of {plan.dataset_size} "
-            "prompts: it would act as mask. Fix: train for more than one epoch, seed the history (skip_history_file: "
-            "an eval of the training split), or use zero_variance_filter: mask.")
+    n, per_batch, epochs = plan.dataset_size, plan.prompts_per_generation, plan.epochs_covered
+    for applies, why, fix in (
+            (n <= per_batch, f"the dataset's {n} prompts all fit in one generation batch of {per_batch} prompts, so no "
+             "other prompt can take a skipped one's slot", "use more training prompts than prompts_per_step"),
+            (epochs <= 1 and not seeded, f"this run covers {epochs:.3g} epoch(s) of {n} prompts, and skip predicts a "
+             "prompt from its rollouts in earlier epochs", "train for more than one epoch, seed the history "
+             "(skip_history_file: an eval of the training split)")):
+        if applies:
+            raise ValueError(f"zero_variance_filter='skip' would act as mask: {why}. Fix: {fix}, or use "
+                             "zero_variance_filter: mask.")
