@@ -41,12 +41,6 @@ ZERO_VARIANCE_SIGNALS = ("off", "entropy")
 ROLLOUT_BUDGETS = ("uniform", "adaptive")
 
 
-#: Loss types normalised by rows (masking rows needs the rescale rows / kept rows, `groups.masked_loss_scale`) or by
-#: kept tokens (dapo, cispo, vespo: `num_items_in_batch`; bnpo: the micro-batch's own).
-ROW_NORMALISED_LOSSES = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
-TOKEN_NORMALISED_LOSSES = frozenset({"dapo", "bnpo", "cispo", "vespo"})
-
-
 def check_zero_variance_settings(get: Callable[[str], Any], batch: Mapping[str, Any], world_size: int,
                                  reward_names: list[str] | None = None) -> tuple[str | None, str | None]:
     """Refuse what the filter, ``zero_variance_signal`` and ``rollout_budget: adaptive`` cannot honour
