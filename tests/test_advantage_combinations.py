@@ -6,8 +6,8 @@ the accepted set must be exactly the one `_accepted` states:
 
 - a preset sets loss_type, so a preset with a different loss_type is refused;
 - `normalize_then_sum` is TRL's fixed formula (per-reward group normalisation, weighted sum, batch normalisation):
-  a zero-variance filter next to it is refused; an advantage setting next to it has no effect (a warning, and
-  those combinations are not trained here).
+  a zero-variance filter or an advantage setting next to it has no effect (a warning, and those combinations are not
+  trained here).
 
 The expected advantages are recomputed from the final batch itself: each row's prompt and completion are decoded,
 the two reward functions re-applied, and the formula evaluated in plain Python (no `trl_grpo_ext.advantages`, no TRL):
@@ -69,15 +69,14 @@ def _user_values(adv, aggregation, zero_variance_filter, loss_type) -> dict:
 
 def _accepted(adv, aggregation, zero_variance_filter, loss_type) -> bool:
     preset = adv.get("advantage_preset")
-    if preset and loss_type is not None and loss_type != PRESET_LOSS[preset]:
-        return False
-    return not (aggregation == "normalize_then_sum" and zero_variance_filter != "off")
+    return not (preset and loss_type is not None and loss_type != PRESET_LOSS[preset])
 
 
 def _trained(adv, aggregation, zero_variance_filter, loss_type) -> bool:
-    """Accepted, and each setting takes effect (TRL's normalize_then_sum ignores the advantage settings: a warning)."""
-    return _accepted(adv, aggregation, zero_variance_filter, loss_type) and not (aggregation == "normalize_then_sum"
-                                                                               and adv)
+    """Accepted, and each setting takes effect (TRL's normalize_then_sum ignores the advantage settings and the
+    filter: a warning)."""
+    return _accepted(adv, aggregation, zero_variance_filter, loss_type) and not (
+        aggregation == "normalize_then_sum" and (adv or zero_variance_filter != "off"))
 
 
 def _validated(values) -> bool:
@@ -101,10 +100,10 @@ def test_the_accepted_combinations_are_exactly_the_stated_ones():
         expected = _accepted(adv, aggregation, zvf, loss)
         assert _validated(_user_values(adv, aggregation, zvf, loss)) == expected, (adv, aggregation, zvf, loss)
         accepted += expected
-    # 14 settings without a preset (the default, 12 explicit, one ε) × 9 loss options × 3 filters + 4 presets × 2 loss
-    # options (unset or the preset's) × 3 filters + TRL's normalize_then_sum with the filter off, its advantage
-    # settings without effect (warned): 14 × 9 + 4 × 2
-    assert accepted == 14 * 9 * 3 + 4 * 2 * 3 + 14 * 9 + 4 * 2 == 536
+    # 14 settings without a preset (the default, 12 explicit, one ε) × 9 loss options + 4 presets × 2 loss options
+    # (unset or the preset's), × 3 filters × 2 aggregations (beside TRL's normalize_then_sum the advantage settings
+    # and the filter have no effect: warned)
+    assert accepted == (14 * 9 + 4 * 2) * 3 * 2 == 804
 
 
 def _fast_combinations():

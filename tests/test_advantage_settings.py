@@ -187,9 +187,3 @@ def test_unknown_values_list_the_valid_ones():
         resolve_advantage_settings(scale_rewards="global")
     with pytest.raises(AdvantageConfigError, match="advantage_epsilon=-1.0 must be a number >= 0"):
         resolve_advantage_settings(advantage_epsilon=-1.0)
-
-
-def test_warns_when_epsilon_has_no_effect():
-    with pytest.warns(UserWarning, match=r"advantage_epsilon=1e-06 has no effect: the std scaling is 'none'"):
-        settings, _ = resolve_advantage_settings(preset="dr_grpo", advantage_epsilon=1e-6)
-    assert settings.epsilon == 1e-6

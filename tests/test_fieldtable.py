@@ -88,8 +88,7 @@ def test_declared_checks_reach_the_config_and_the_validation_tables(tmp_path):
     from trl_grpo_ext.validation import CHOICES, RANGES
 
     declared = declared_checks(GRPOExtConfig)
-    assert declared["max_resample_rounds"] == {"range": Range(low=1, integer=True, fix="use e.g. 3 (0 rounds would be zero_variance_filter: mask; set that instead).",
-                                                              source="zero_variance resample")}
+    assert declared["max_resample_rounds"] == {"range": Range(low=1, integer=True, fix="use e.g. 3 (0 rounds would be zero_variance_filter: mask; set that instead).")}
     assert declared["adapter_dtype"] == {"choices": ("float32", "bfloat16")}
     assert "learning_rate" not in declared  # TRL's field: a row of validation.RANGES instead
     assert RANGES["max_resample_rounds"] is declared["max_resample_rounds"]["range"]

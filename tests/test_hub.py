@@ -278,13 +278,6 @@ def test_a_push_that_fails_leaves_the_run_s_own_card_as_it_was(tmp_path, monkeyp
     assert REPO in (fresh / "adapter" / "README.md").read_text()  # the upload's card, ready for the retry
 
 
-def test_an_invalid_branch_is_rejected_before_anything_is_written(tmp_path):
-    # a breaker's finding: `push --revision 'a b'` was accepted, to fail at the Hub after the upload was prepared
-    with pytest.raises(ValueError, match=r"--revision='a b' is not a valid branch name .* Fix: e.g. experiment-1"):
-        hub.push_run(tmp_path, REPO, revision="a b", token=FAKE_TOKEN)
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_invalid_repo_id_is_rejected_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="repo_id='not a repo'"):
         hub.push_run(tmp_path, "not a repo", token=FAKE_TOKEN)

@@ -56,7 +56,6 @@ def test_ignored_clipping_names_fields_numbers_and_fix():
     assert ignored_clipping({"epsilon_high": 0.28}, loss_type="dapo", num_iterations=2, **common) is None
     assert ignored_clipping({"epsilon": 0.2}, loss_type="dapo", num_iterations=1, **common) is None  # TRL's default
     assert ignored_clipping({"epsilon_high": 0.28}, loss_type="sapo", num_iterations=1, **common) is None  # no clip
-    assert ignored_clipping({"epsilon": -0.1}, loss_type="grpo", num_iterations=1, **common) is None  # range's job
 
 
 def test_plan_accepts_the_clip_with_several_updates_per_rollout(tmp_path, capsys):

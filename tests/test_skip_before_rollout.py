@@ -227,7 +227,7 @@ def test_skip_stops_rolling_out_uniform_prompts_after_the_first_epoch(tmp_path):
 
 
 def test_skip_refuses_a_run_of_one_epoch(tmp_path):
-    with pytest.raises(ValueError, match="zero_variance_filter='skip'.*first epoch.*Fix"):
+    with pytest.raises(ValueError, match="zero_variance_filter='skip' would act as mask: this run covers 1 epoch.*earlier epochs.*Fix"):
         tiny_trainer(tmp_path, _b_constant_reward, count_char_mix(8), **{**SKIP_RUN, "total_epochs": 1})
 
 

@@ -203,42 +203,51 @@ def test_group_mask_refuses_bad_arguments(kwargs, match):
 
 
 # --- settings ----------------------------------------------------------------------------------------------------------
-SETTINGS = dict(mode="mask", zero_variance_reward=None, reward_names=None, multi_objective_aggregation="sum_then_normalize",
-                num_generations=4, world_size=1, generation_batch_size=None, steps_per_generation=None,
-                gradient_accumulation_steps=2, per_device_train_batch_size=4)
+SETTINGS = {"zero_variance_filter": "mask"}
+BATCH = dict(num_generations=4, generation_batch_size=None, steps_per_generation=None, gradient_accumulation_steps=2,
+             per_device_train_batch_size=4)
+
+
+def check(changes=None, batch=None, world_size=1, reward_names=None):
+    return check_zero_variance_settings({**SETTINGS, **(changes or {})}.get, {**BATCH, **(batch or {})}, world_size,
+                                        reward_names)
 
 
 def test_settings_accepted():
-    assert check_zero_variance_settings(**SETTINGS) is None
-    assert check_zero_variance_settings(**{**SETTINGS, "mode": "resample"}) is None  # 4 × 2 = 8 completions: 2 groups
-    assert check_zero_variance_settings(**{**SETTINGS, "zero_variance_reward": "mine"}) == "mine"  # no registry
+    assert check() == (None, None)
+    assert check({"zero_variance_filter": "resample"}) == (None, None)  # 4 × 2 = 8 completions: 2 groups
+    assert check({"zero_variance_reward": "mine"})[0] == "mine"  # no registry
     # registry rewards: an alias gives the canonical name, the one TRL logs
-    with_registry = {**SETTINGS, "reward_names": ["accuracy", "format"]}
-    assert check_zero_variance_settings(**{**with_registry, "zero_variance_reward": "math_accuracy"}) == "accuracy"
+    names = ["accuracy", "format"]
+    assert check({"zero_variance_reward": "math_accuracy"}, reward_names=names)[0] == "accuracy"
     with pytest.raises(ValueError, match=r"zero_variance_reward='length' is not one of this run's rewards"):
-        check_zero_variance_settings(**{**with_registry, "zero_variance_reward": "length"})
+        check({"zero_variance_reward": "length"}, reward_names=names)
     # filter off: the judged reward decides the logged share and causes, so it is checked and canonical there too
-    assert check_zero_variance_settings(**{**with_registry, "mode": "off", "zero_variance_reward": "math_accuracy"}) \
+    assert check({"zero_variance_filter": "off", "zero_variance_reward": "math_accuracy"}, reward_names=names)[0] \
         == "accuracy"
     assert judged_reward_index("b", ["a", "b"]) == 1 and judged_reward_index(None, ["a"]) is None
 
 
-@pytest.mark.parametrize(("changes", "match"), [
-    ({"mode": "off", "reward_names": ["accuracy"], "zero_variance_reward": "length"},
+def test_filter_without_effect_beside_normalize_then_sum_is_a_warning():
+    _, warning = check({"multi_objective_aggregation": "normalize_then_sum"})
+    assert warning.startswith("zero_variance_filter='mask' has no effect with multi_objective_aggregation=")
+
+
+@pytest.mark.parametrize(("changes", "batch", "world_size", "match"), [
+    ({"zero_variance_filter": "off", "zero_variance_reward": "length"}, {}, 1,
      r"zero_variance_reward='length' is not one of this run's rewards"),  # checked with the filter off too
-    ({"multi_objective_aggregation": "normalize_then_sum"}, r"needs multi_objective_aggregation='sum_then_normalize'"),
-    # 2 processes, micro-batch 3 × steps_per_generation 2 = 6 completions each, not whole groups of 4; a micro-batch
-    # multiple of 4 / gcd(2, 4) = 2 would be
-    ({"mode": "resample", "world_size": 2, "per_device_train_batch_size": 3},
-     r"holds micro_batch_size \(3\) × steps_per_generation \(2\) = 6 .* a multiple of 2"),
+    # 2 processes, micro-batch 3 × steps_per_generation 2 = 6 completions each, not whole groups of 4
+    ({"zero_variance_filter": "resample"}, {"per_device_train_batch_size": 3}, 2,
+     r"holds micro_batch_size \(3\) × steps_per_generation \(2\) = 6 .* a multiple of 4"),
     # generation_batch_size 12 over 2 processes: 6 each; a multiple of 2 × 4 = 8 would do
-    ({"mode": "resample", "world_size": 2, "generation_batch_size": 12}, r"= 6 .* multiple of 8"),
+    ({"zero_variance_filter": "resample"}, {"generation_batch_size": 12}, 2, r"/ 2 processes = 6 .* multiple of 8"),
+    ({"rollout_budget": "adaptive"}, {"generation_batch_size": 12}, 2, r"rollout_budget='adaptive' needs whole groups"),
 ])
-def test_settings_refused(changes, match):
+def test_settings_refused(changes, batch, world_size, match):
     with pytest.raises(ValueError, match=match):
-        check_zero_variance_settings(**{**SETTINGS, **changes})
+        check(changes, batch, world_size, reward_names=["accuracy"])
 
 
 def test_judged_reward_index_unknown_name():
-    with pytest.raises(ValueError, match=r"zero_variance_reward='c' is not one of this run's reward functions \(a, b\)"):
+    with pytest.raises(ValueError, match=r"zero_variance_reward='c' is not one of this run's rewards \(a, b\)"):
         judged_reward_index("c", ["a", "b"])

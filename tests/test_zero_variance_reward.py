@@ -96,7 +96,7 @@ def test_unknown_judged_reward_is_refused_before_the_model_loads(tmp_path, monke
         raise AssertionError("TRL's __init__ (which loads the model) was reached")
 
     monkeypatch.setattr(GRPOTrainer, "__init__", no_loading)
-    with pytest.raises(ValueError, match=r"zero_variance_reward='acc' is not one of this run's reward functions "
+    with pytest.raises(ValueError, match=r"zero_variance_reward='acc' is not one of this run's rewards "
                                          r"\(accuracy, format_reward\)"):
         _trainer(tmp_path, zero_variance_reward="acc")
 
@@ -107,11 +107,11 @@ def test_config_checks_the_judged_reward_against_the_selected_rewards(tmp_path):
         GRPOExtConfig(**common, zero_variance_filter="mask", rewards=["accuracy", "format"],
                       zero_variance_reward="length")
     # filter off: the reward judges the logged uniform share and its causes only (checked as with the filter on)
-    assert GRPOExtConfig(**common, rewards=["accuracy"], zero_variance_reward="math_accuracy").resolved \
+    assert GRPOExtConfig(**common, rewards=["accuracy"], zero_variance_reward="math_accuracy").resolved.zero_variance \
         .zero_variance_reward == "accuracy"
     with pytest.raises(ValueError, match="zero_variance_reward='length' is not one of this run's rewards"):
         GRPOExtConfig(**common, rewards=["accuracy", "format"], zero_variance_reward="length")
     alias = GRPOExtConfig(**common, zero_variance_filter="mask", rewards=["accuracy", "format"],
                           zero_variance_reward="math_accuracy")
     assert alias.zero_variance_reward == "math_accuracy"  # the user's field stays as given
-    assert alias.resolved.zero_variance_reward == "accuracy"  # the canonical name, the one TRL logs
+    assert alias.resolved.zero_variance.zero_variance_reward == "accuracy"  # the canonical name, the one TRL logs

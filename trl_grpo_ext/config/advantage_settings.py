@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,7 +15,7 @@ STD_KINDS = ("sample", "population")
 
 TRL_EPSILON = 1e-4  # the ε TRL 1.16 hard-codes in (r - μ) / (σ + 1e-4)
 
-EPSILON_RANGE = Range(low=0, fix="use 1e-4 (TRL's).", source="advantages: A = (R - b) / (σ + ε)")
+EPSILON_RANGE = Range(low=0, fix="use 1e-4 (TRL's).")
 
 #: The published variants (sources and reasoning: docs/advantages.md, "Presets").
 _GROUP_STD = {"advantage_baseline": "group_mean", "advantage_std_scaling": "group", "advantage_std_kind": "sample",
@@ -30,13 +29,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dapo": {**_GROUP_STD, "loss_type": "dapo"},  # Yu et al. 2025, DAPO, arXiv 2503.14476 (token-level loss)
 }
 
-FIELD_DEFAULTS: dict[str, Any] = {"advantage_preset": None, "scale_rewards": "group", "advantage_baseline": None,
-                                  "advantage_std_scaling": None, "advantage_epsilon": None,
-                                  "advantage_std_kind": None, "loss_type": "dapo"}  # TRL's keep TRL's; ours None
-
 #: The config fields of the advantages (ours, then TRL's ``scale_rewards``), in the order the card shows them.
 FIELDS = ("advantage_preset", "advantage_baseline", "advantage_std_scaling", "advantage_epsilon", "advantage_std_kind",
           "scale_rewards")
+#: Their defaults, with TRL's ``loss_type``: ours None, TRL's TRL's.
+FIELD_DEFAULTS: dict[str, Any] = {**dict.fromkeys(FIELDS), "scale_rewards": "group", "loss_type": "dapo"}
 
 
 class AdvantageConfigError(ValueError):
@@ -47,20 +44,12 @@ def _check_choice(field_name: str, value: Any, valid: tuple[str, ...]) -> str:
     return check_choice(field_name, value, valid, error=AdvantageConfigError)
 
 
-def _check_epsilon(value: Any) -> float:
-    return float(EPSILON_RANGE.check("advantage_epsilon", value, error=AdvantageConfigError))
-
-
 def normalize_scale_rewards(value: Any) -> str:
     """TRL's `scale_rewards` as one of `STD_SCALINGS` (True -> "group", False -> "none", as TRL reads it).
     Raises AdvantageConfigError on any other value."""
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        value = value.lower() == "true"
-    if isinstance(value, bool):
-        return "group" if value else "none"
-    if isinstance(value, str) and value in STD_SCALINGS:
-        return value
-    return _check_choice("scale_rewards", value, (*STD_SCALINGS, "True", "False"))  # raises: valid ones returned above
+    if isinstance(value, (bool, str)) and str(value).lower() in ("true", "false"):
+        return "group" if str(value).lower() == "true" else "none"
+    return check_choice("scale_rewards", value, STD_SCALINGS, error=AdvantageConfigError, fix="(Or True / False.)")
 
 
 @dataclass(frozen=True)
@@ -78,7 +67,8 @@ class AdvantageSettings:
         _check_choice("advantage_baseline", self.baseline, BASELINES)
         _check_choice("advantage_std_scaling", self.std_scaling, STD_SCALINGS)
         _check_choice("advantage_std_kind", self.std_kind, STD_KINDS)
-        object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", float(EPSILON_RANGE.check("advantage_epsilon", self.epsilon,
+                                                                      error=AdvantageConfigError)))
 
     @property
     def is_trl_native(self) -> bool:
@@ -111,34 +101,24 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
     default in ``defaults`` (:data:`FIELD_DEFAULTS`); the preset and the set fields must agree.
 
     Raises:
-        AdvantageConfigError: an unknown preset or value; a preset or set fields that disagree.
-
-    Warns:
-        UserWarning: `advantage_epsilon` or `advantage_std_kind` set while the std scaling is `"none"`."""
+        AdvantageConfigError: an unknown preset or value; a preset or set fields that disagree."""
     defaults = FIELD_DEFAULTS if defaults is None else defaults
-    if preset is not None and preset not in PRESETS:
+    if preset is not None:
         _check_choice("advantage_preset", preset, tuple(PRESETS))
-    # Validate every value first, so an unknown value is reported as such and not as a conflict.
-    values: dict[str, Any] = {"advantage_baseline": advantage_baseline, "advantage_std_scaling": advantage_std_scaling,
-                              "scale_rewards": normalize_scale_rewards(scale_rewards),
-                              "advantage_epsilon": advantage_epsilon, "advantage_std_kind": advantage_std_kind,
-                              "loss_type": loss_type}
-    for name, valid in (("advantage_baseline", BASELINES), ("advantage_std_scaling", STD_SCALINGS),
-                        ("advantage_std_kind", STD_KINDS)):
-        if values[name] is not None:
-            _check_choice(name, values[name], valid)
-    if advantage_epsilon is not None:
-        values["advantage_epsilon"] = _check_epsilon(advantage_epsilon)
-    raw = {**values, "scale_rewards": scale_rewards}
-    explicit = {name: is_explicit(name, raw[name], defaults) for name in values}
+    raw = {"advantage_baseline": advantage_baseline, "advantage_std_scaling": advantage_std_scaling,
+           "scale_rewards": scale_rewards, "advantage_epsilon": advantage_epsilon,
+           "advantage_std_kind": advantage_std_kind, "loss_type": loss_type}
+    # every value checked first (an unknown one is reported as such, not as a conflict)
+    given = AdvantageSettings(**{key: raw[f"advantage_{key}"] for key in ("baseline", "std_scaling", "epsilon",
+                                                                          "std_kind") if raw[f"advantage_{key}"] is not None})
+    values = {**raw, "scale_rewards": normalize_scale_rewards(scale_rewards),
+              "advantage_epsilon": given.epsilon if advantage_epsilon is not None else None}
     preset_fields = PRESETS[preset] if preset is not None else {}
 
     def decide(setting: str, fields: tuple[str, ...], fallback: Any) -> Any:
-        claims = []  # (source, value): the preset's value, then each explicitly set field
-        if fields[0] in preset_fields:
-            value = preset_fields[fields[0]]
-            claims.append((f"advantage_preset={preset!r} (which sets {fields[0]}={value!r})", value))
-        claims += [(f"{name}={raw[name]!r}", values[name]) for name in fields if explicit[name]]
+        claims = [(f"advantage_preset={preset!r} (which sets {fields[0]}={preset_fields[fields[0]]!r})",
+                   preset_fields[fields[0]])] if fields[0] in preset_fields else []  # (source, value): then the set fields
+        claims += [(f"{name}={raw[name]!r}", values[name]) for name in fields if is_explicit(name, raw[name], defaults)]
         for source, value in claims[1:]:
             if value != claims[0][1]:
                 fix = (f"Remove {source.split('=')[0]} (the preset sets it), or drop the preset and set the fields "
@@ -149,16 +129,8 @@ def resolve_advantage_settings(*, preset: str | None = None, scale_rewards: bool
             return claims[0][1]
         return next((values[name] for name in fields if values[name] is not None), fallback)
 
-    std_scaling = decide("std scaling", ("advantage_std_scaling", "scale_rewards"), "group")
     settings = AdvantageSettings(baseline=decide("advantage baseline", ("advantage_baseline",), "group_mean"),
-                                 std_scaling=std_scaling,
+                                 std_scaling=decide("std scaling", ("advantage_std_scaling", "scale_rewards"), "group"),
                                  epsilon=decide("advantage ε", ("advantage_epsilon",), TRL_EPSILON),
                                  std_kind=decide("std kind", ("advantage_std_kind",), "sample"))
-    resolved_loss_type = decide("loss type", ("loss_type",), loss_type)
-    if std_scaling == "none":
-        idle = [name for name in ("advantage_epsilon", "advantage_std_kind") if explicit[name]]
-        if idle:
-            named = " and ".join(f"{n}={raw[n]!r}" for n in idle)
-            warnings.warn(f"{named} has no effect: the std scaling is 'none', so advantages are not divided by a std. "
-                          "Remove it, or set advantage_std_scaling to 'group' or 'batch'.", UserWarning, stacklevel=2)
-    return settings, {"scale_rewards": settings.std_scaling, "loss_type": resolved_loss_type}
+    return settings, {"scale_rewards": settings.std_scaling, "loss_type": decide("loss type", ("loss_type",), loss_type)}

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import warnings
 from collections.abc import Mapping
@@ -17,8 +16,7 @@ from trl import GRPOConfig
 
 from ..models.settings import bf16_available as _bf16_available
 from ..models.settings import check_fp16_machine
-from ..plan import QuantityError
-from ..plan.resolve import _INPUT_FIELDS, NO_STEP_LIMIT_FIX, resolve_trl_fields
+from ..plan.resolve import _INPUT_FIELDS, NO_STEP_LIMIT_FIX, RAW_BATCH_FIELDS, RAW_STOP_FIELDS, resolve_trl_fields
 from ..rewards.guard import REWARD_ERROR_POLICIES
 from ..rewards.spec import RewardSpec, parse_reward_specs
 from ..zero_variance.settings import ROLLOUT_BUDGETS, ZERO_VARIANCE_SIGNALS, ZeroVarianceSettings
@@ -39,9 +37,6 @@ ZERO_VARIANCE_MODES = ("off", "mask", "resample", "skip")
 ADAPTER_DTYPES = ("float32", "bfloat16")
 MEMORY_PROBE_MODES = ("auto", "on", "off")
 
-#: A config built in Python may train at learning rate 0 (the front door refuses 0: `validation.tables.TRL_RANGES`).
-_LEARNING_RATE = Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4.")
-
 #: One item of `rewards` as the user gave it: a registry name or import path (`str`, also a JSON object as a string on
 #: the command line), or a mapping ``{name, weight, kwargs}`` (`dict`, from YAML). A `NewType` because the argument
 #: parser calls a list field's item type on every command-line word: this one returns the word unchanged.
@@ -53,10 +48,7 @@ def _help(default: Any, text: str) -> Any:
 
 
 #: What `plan.resolve_plan` takes (`ResolvedConfig.quantity_fields`).
-QUANTITY_FIELDS = ("prompts_per_step", "micro_batch_size", "total_training_steps", "total_epochs",
-                   "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-                   "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
-                   "stop_semantics")
+QUANTITY_FIELDS = (*_INPUT_FIELDS, "stop_semantics")
 
 #: The fields `resolve_config` reads: the quantities (ours and TRL's raw batch/stop fields), the advantage fields
 #: (ours and TRL's ``scale_rewards``/``loss_type``) and the rewards (ours and TRL's ``reward_weights``).
@@ -68,7 +60,7 @@ class ResolvedConfig:
     """What a config's fields resolve to (also ``run_config.json``'s ``"resolved"``): the ``world_size`` resolved for;
     our batch and stop fields (None when TRL's give them) and TRL's as written (`plan.resolve_trl_fields`); the
     `AdvantageSettings` with TRL's ``scale_rewards`` / ``loss_type``; the registry ``rewards`` and TRL's
-    ``reward_weights`` (None with ``reward_funcs=``); the judged ``zero_variance_reward`` and `ZeroVarianceSettings`."""
+    ``reward_weights`` (None with ``reward_funcs=``); the `ZeroVarianceSettings` (with the canonical judged reward)."""
 
     world_size: int
     prompts_per_step: int | None
@@ -89,7 +81,6 @@ class ResolvedConfig:
     loss_type: str
     rewards: tuple[RewardSpec, ...] | None
     reward_weights: tuple[float, ...] | None
-    zero_variance_reward: str | None = None
     zero_variance: ZeroVarianceSettings | None = None
 
     def quantity_fields(self) -> dict[str, Any]:
@@ -97,24 +88,12 @@ class ResolvedConfig:
         return {name: getattr(self, name) for name in QUANTITY_FIELDS}
 
     def trl_fields(self) -> dict[str, Any]:
-        """TRL's own fields to write into the config (with `rewards`, ``reward_weights`` too)."""
-        names = ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-                 "generation_batch_size", "max_steps", "num_train_epochs", "num_generations", "num_iterations",
-                 "scale_rewards", "loss_type")
-        values = {name: getattr(self, name) for name in names}
-        if self.rewards is not None:
-            values["reward_weights"] = list(self.reward_weights)
-        return values
+        """TRL's own batch, stop and advantage fields to write into the config."""
+        names = (*RAW_BATCH_FIELDS, *RAW_STOP_FIELDS, "num_generations", "num_iterations", "scale_rewards", "loss_type")
+        return {name: getattr(self, name) for name in names}
 
     def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        if self.rewards is not None:
-            values["rewards"] = [spec.to_dict() for spec in self.rewards]
-            values["reward_weights"] = list(self.reward_weights)
-        return values
-
-
-_WEIGHT = Range(fix="give each reward function a number, e.g. `reward_weights: [1.0, 0.5]`.")
+        return asdict(self)
 
 
 def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Mapping[str, Any]) -> ResolvedConfig:
@@ -131,10 +110,8 @@ def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Map
     if values["rewards"] is not None:
         specs = parse_reward_specs(values["rewards"], values["reward_weights"])
         rewards, reward_weights = tuple(specs), tuple(spec.weight for spec in specs)
-    elif values["reward_weights"] is not None:
-        # weights for reward functions passed to the trainer (`reward_funcs=`): numbers, not booleans
-        reward_weights = tuple(_WEIGHT.check(f"reward_weights[{i}]", weight, error=ValueError, typed=True)
-                               for i, weight in enumerate(values["reward_weights"]))
+    elif values["reward_weights"] is not None:  # weights for reward functions passed to the trainer (`reward_funcs=`)
+        reward_weights = tuple(values["reward_weights"])
     return ResolvedConfig(world_size=world_size, **quantities, advantages=advantages, **advantage_trl_fields,
                           rewards=rewards, reward_weights=reward_weights)
 
@@ -149,17 +126,14 @@ class GRPOExtConfig(GRPOConfig):
         run_plan (`RunPlan`, *optional*): set by the trainer when training starts; in `to_dict()`."""
 
     # Quantities
-    prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.",
-                                                  source="quantifiers")] = _help(
+    prompts_per_step: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. prompts_per_step: 4.")] = _help(
         None, "Distinct prompts per optimizer step across all processes [prompts].")
-    micro_batch_size: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. micro_batch_size: 8.",
-                                                  source="quantifiers")] = _help(
+    micro_batch_size: Annotated[int | None, Range(low=1, integer=True, fix="use e.g. micro_batch_size: 8.")] = _help(
         None, "Completions per forward/backward pass on one device [completions].")
-    total_training_steps: Annotated[int | None, Range(low=1, integer=True, fix=NO_STEP_LIMIT_FIX,
-                                                      source="quantifiers")] = _help(
+    total_training_steps: Annotated[int | None, Range(low=1, integer=True, fix=NO_STEP_LIMIT_FIX)] = _help(
         None, "Hard stop [optimizer steps]; with total_epochs, the first reached stops.")
-    total_epochs: Annotated[float | None, Range(low=0, low_open=True, source="quantifiers", fix="use a positive "
-                                                "number of passes (e.g. 1, 2.5), or remove it.")] = _help(
+    total_epochs: Annotated[float | None, Range(low=0, low_open=True, fix="use a positive number of passes (e.g. 1, "
+                                                "2.5), or remove it.")] = _help(
         None, "Fallback stop [passes over the prompts]; fractions allowed.")
     # Advantages
     advantage_preset: Annotated[str | None, Choices(tuple(PRESETS))] = _help(
@@ -176,19 +150,16 @@ class GRPOExtConfig(GRPOConfig):
     zero_variance_filter: Annotated[str, Choices(ZERO_VARIANCE_MODES)] = _help(
         "off", "off (TRL's behaviour), mask, resample (DAPO dynamic sampling) or skip (skip prompts predicted uniform "
         "before rollout, GRESO).")
-    zero_variance_tolerance: Annotated[float, Range(
-        low=0, fix="use 0 (exactly equal rewards) or a small spread such as 1e-6.", source="zero_variance")] = _help(
+    zero_variance_tolerance: Annotated[float, Range(low=0, fix="use 0 or a small spread such as 1e-6.")] = _help(
         0.0, "A group is uniform when its rewards are equal or their std is at most this.")
     zero_variance_reward: str | None = _help(
         None, "Reward function that decides which groups are uniform (e.g. accuracy): the filter's and the logged "
         "causes'; unset: the weighted total.")
-    max_resample_rounds: Annotated[int, Range(
-        low=1, integer=True, source="zero_variance resample",
-        fix="use e.g. 3 (0 rounds would be zero_variance_filter: mask; set that instead).")] = _help(
+    max_resample_rounds: Annotated[int, Range(low=1, integer=True, fix="use e.g. 3 (0 rounds would be "
+                                              "zero_variance_filter: mask; set that instead).")] = _help(
         3, "Extra generation rounds per step in resample mode (bounded).")
-    skip_exploration_probability: Annotated[float, Range(
-        low=0, high=1, low_open=True, high_open=True, source="zero_variance skip", fix="use a probability in (0, 1), "
-        "e.g. 0.25 (1 would skip nothing: use zero_variance_filter: mask).")] = _help(
+    skip_exploration_probability: Annotated[float, Range(low=0, high=1, low_open=True, high_open=True, fix="e.g. 0.25 "
+                                                         "(1 would skip nothing: use zero_variance_filter: mask).")] = _help(
         0.25, "skip mode: a prompt uniform at its last k rollouts is rolled out with probability p^k.")
     skip_history_file: str | None = _help(
         None, "skip mode: an `eval --split train --k K --output FILE` result (K >= num_generations); a prompt whose K "
@@ -196,8 +167,7 @@ class GRPOExtConfig(GRPOConfig):
     zero_variance_signal: Annotated[str, Choices(ZERO_VARIANCE_SIGNALS)] = _help(
         "off", "off, or entropy: all-right / all-wrong uniform groups stay in the loss, each token's advantage "
         "±coef scaled by its entropy (RL-ZVP); tied and cut groups stay masked.")
-    zero_variance_signal_coef: Annotated[float, Range(low=0, low_open=True, fix="use e.g. 0.1.",
-                                                      source="zero_variance_signal")] = _help(
+    zero_variance_signal_coef: Annotated[float, Range(low=0, low_open=True, fix="use e.g. 0.1.")] = _help(
         0.1, "zero_variance_signal: the largest |advantage| a uniform group's token gets (alpha).")
     rollout_budget: Annotated[str, Choices(ROLLOUT_BUDGETS)] = _help(
         "uniform", "uniform (G completions per prompt) or adaptive: G/2 per prompt first, the rest of the step's "
@@ -211,11 +181,9 @@ class GRPOExtConfig(GRPOConfig):
     # Adapter precision
     adapter_dtype: Annotated[str, Choices(ADAPTER_DTYPES)] = _help(
         "float32", "Trainable adapter weights on a quantized model: float32 or bfloat16.")
-    lost_update_steps: Annotated[int, Range(low=0, integer=True, fix="use 0 (off) or e.g. 10.",
-                                            source="adapter_precision")] = _help(
+    lost_update_steps: Annotated[int, Range(low=0, integer=True, fix="use 0 (off) or e.g. 10.")] = _help(
         0, "Measure the lost-update fraction every N optimizer steps (0 = off).")
-    lost_update_warning_threshold: Annotated[float, Range(low=0, high=1, fix="use e.g. 0.2.",
-                                                          source="adapter_precision (a fraction)")] = _help(
+    lost_update_warning_threshold: Annotated[float, Range(low=0, high=1, fix="use e.g. 0.2.")] = _help(
         0.2, "Warn when the lost-update fraction exceeds this.")
     # Generation
     allow_vllm_4bit_merge: bool = _help(
@@ -233,49 +201,41 @@ class GRPOExtConfig(GRPOConfig):
             if isinstance(check, Choices):
                 setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
         world_size = world_size_from_env()
-        self._resolve(world_size)
-        checked = FRONT_DOOR_CHECKED.get()
-        if checked is None:  # built in Python: the checks each field declares, the ranges and the rules, here
-            self._check(world_size)
-        else:  # built by the front door, which checked these values (`frontdoor.read_run_args`): each check once
-            self._resolve_bf16()
-            self._set_zero_variance(checked.get("zero_variance"))
-        self._adopt_activation_checkpointing()
+        values = {name: getattr(self, name) for name in USER_FIELDS}
+        self.resolved: ResolvedConfig = resolve_config(values, world_size, _TRL_DEFAULTS)
+        for name, value in self.resolved.trl_fields().items():
+            setattr(self, name, value)
+        if self.reward_weights is None and self.resolved.rewards is not None:  # the user's own list is kept as given
+            self.reward_weights = list(self.resolved.reward_weights)
+        if self.bf16 is None:  # TRL would default to True; choose what this machine supports
+            self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
+        checked = FRONT_DOOR_CHECKED.get()  # built by the front door, which checked these values: each check once
+        canonical = self._check(world_size) if checked is None else checked.get("zero_variance")
+        self.resolved = dataclasses.replace(self.resolved, zero_variance=ZeroVarianceSettings.from_values(
+            self, zero_variance_reward=canonical))
+        for old, new in (("gradient_checkpointing", "activation_checkpointing"),  # transformers 5.24's names: TRL's
+                         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):  # default then never
+            if getattr(self, new, False) is None and getattr(self, old) is not None:  # warns of a key not written
+                setattr(self, new, getattr(self, old))
         from ..validation.engines import check_engine_device
 
         check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
         super().__post_init__()
-        if self.world_size != world_size:
-            raise QuantityError(
-                f"The quantities were resolved for world_size={world_size} (from the WORLD_SIZE environment "
-                f"variable) but accelerate reports {self.world_size} processes. Launch with `accelerate launch` or "
-                "`torchrun`, which set WORLD_SIZE."
-            )
 
-    def _check(self, world_size: int) -> None:
-        """The checks each field declares, TRL's and transformers' ranges, and the rules of scope ``"run"``."""
-        for name, check in {**_FIELD_CHECKS, **_trl_ranges()}.items():
-            if getattr(self, name) is not None:
-                check.check(name, getattr(self, name))
-        self._resolve_bf16()  # the rules read bf16 as the run resolves it (accelerate's mixed_precision beside it)
-        check_fp16_machine(self.fp16, self.use_cpu)  # (bf16 on this machine: transformers' __post_init__ refuses it)
-        self._check_rules(world_size)
-
-    def _resolve(self, world_size: int) -> None:
-        """Set `resolved` from the user's fields and write TRL's own fields from it (the user's fields stay)."""
-        values = {name: getattr(self, name) for name in USER_FIELDS}
-        self.resolved: ResolvedConfig = resolve_config(values, world_size, _TRL_DEFAULTS)
-        users_weights = self.reward_weights is not None
-        for name, value in self.resolved.trl_fields().items():
-            if not (name == "reward_weights" and users_weights):  # the user's own list is kept as given
-                setattr(self, name, value)
-
-    def _check_rules(self, world_size: int) -> None:
-        """The rules of scope ``"run"`` (`validation.rules.RULES`) on this config's values and resolved batch; sets
-        the canonical ``zero_variance_reward`` and the `ZeroVarianceSettings` in ``resolved``."""
+    def _check(self, world_size: int) -> str | None:
+        """For a config built in Python: the checks each field declares, TRL's and transformers' ranges (a learning
+        rate of 0 allowed) and the rules of scope ``"run"`` (`validation.rules.RULES`) on this config's values and
+        resolved batch; returns the `zero_variance` rule's canonical judged reward."""
         from ..validation.problems import Problems
         from ..validation.rules import RunView, run_rules
+        from ..validation.tables import TRL_RANGES
 
+        ranges = {**{name: TRL_RANGES[name] for name in _DEFAULTS.keys() & TRL_RANGES.keys()}, **_FIELD_CHECKS,
+                  "learning_rate": Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4.")}
+        for name, check in ranges.items():
+            if getattr(self, name) is not None:
+                check.check(name, getattr(self, name))
+        check_fp16_machine(self.fp16, self.use_cpu)  # (bf16 on this machine: transformers' __post_init__ refuses it)
         rewards = self.resolved.rewards
         view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
                        on_cpu=self.use_cpu or not _accelerator_available(),
@@ -285,37 +245,12 @@ class GRPOExtConfig(GRPOConfig):
         problems.raise_if_any(ValueError)
         for line in problems.warnings:  # listed together, once (the front door lists them itself)
             warnings.warn(line, IneffectiveSettingWarning, stacklevel=4)
-        self._set_zero_variance(results.get("zero_variance"))
-
-    def _set_zero_variance(self, canonical: str | None) -> None:
-        """``resolved`` with the canonical judged reward (the `zero_variance` rule's result) and its settings."""
-        self.resolved = dataclasses.replace(self.resolved, zero_variance_reward=canonical, zero_variance=(
-            ZeroVarianceSettings.from_values(self, zero_variance_reward=canonical)))
-
-    def _adopt_activation_checkpointing(self) -> None:
-        """Carry `gradient_checkpointing(_kwargs)` over to transformers 5.24's `activation_checkpointing(_kwargs)`,
-        so that TRL's default never warns about a key the user did not write."""
-        for old, new in (("gradient_checkpointing", "activation_checkpointing"),
-                         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
-            if getattr(self, new, False) is None and getattr(self, old) is not None:
-                setattr(self, new, getattr(self, old))
-
-    def _resolve_bf16(self) -> None:
-        if self.bf16 is None:  # TRL would default to True; choose what this machine supports
-            self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
-
-    def quantity_fields(self) -> dict[str, Any]:
-        """Deprecated (removed in 0.3.0): ``config.resolved.quantity_fields()``."""
-        warnings.warn("GRPOExtConfig.quantity_fields() is deprecated and will be removed in trl-grpo-ext 0.3.0: use "
-                      "config.resolved.quantity_fields().", FutureWarning, stacklevel=2)
-        return self.resolved.quantity_fields()
+        return results.get("zero_variance")
 
     def to_dict(self) -> dict[str, Any]:
         """`TrainingArguments.to_dict`, plus ``resolved`` and ``run_plan`` (once the trainer set it): what the trackers
         log and ``run_config.json`` holds."""
-        values = super().to_dict()
-        if getattr(self, "resolved", None) is not None:
-            values["resolved"] = self.resolved.to_dict()
+        values = {**super().to_dict(), "resolved": self.resolved.to_dict()}
         if getattr(self, "run_plan", None) is not None:
             values["run_plan"] = json.loads(self.run_plan.to_json())
         return values
@@ -324,15 +259,6 @@ class GRPOExtConfig(GRPOConfig):
 #: field -> the `Range` or `Choices` our fields declare on their ``Annotated`` types.
 _FIELD_CHECKS: dict[str, Any] = {name: checks["range"] if "range" in checks else Choices(checks["choices"])
                                  for name, checks in declared_checks(GRPOExtConfig).items()}
-
-
-@functools.lru_cache(maxsize=1)
-def _trl_ranges() -> dict[str, Range]:
-    """`validation.tables.TRL_RANGES` of the config's fields (a learning rate of 0 allowed)."""
-    from ..validation.tables import TRL_RANGES
-
-    names = {f.name for f in fields(GRPOExtConfig)} - set(_FIELD_CHECKS)
-    return {**{name: check for name, check in TRL_RANGES.items() if name in names}, "learning_rate": _LEARNING_RATE}
 
 
 _DEFAULTS = {f.name: f.default for f in fields(GRPOExtConfig)}

@@ -21,26 +21,22 @@ def clip_takes_effect(gradient_accumulation_steps: int, steps_per_generation: in
 
 def ignored_clipping(settings: Mapping[str, Any], *, loss_type: str, gradient_accumulation_steps: int,
                      steps_per_generation: int, num_iterations: int) -> str | None:
-    """The warning that the clip fields the user set (``settings``; a default or a value below 0 counts as unset)
-    would change nothing, or None when they take effect; the other arguments are TRL's fields as resolved."""
+    """The warning that the clip fields the user set (``settings``, numbers in range: a rule runs after the range
+    checks; a default counts as unset) would change nothing, or None when they take effect; the other arguments are
+    TRL's fields as resolved."""
     given = {name: value for name, value in settings.items()
              if name in CLIP_DEFAULTS and value is not None and value != CLIP_DEFAULTS[name]}
     if not given or loss_type not in CLIPPED_LOSSES:
         return None
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in given.values()):
-        return None  # out of range: the range check names it (validation.RANGES)
     if clip_takes_effect(gradient_accumulation_steps, steps_per_generation, num_iterations):
         return None
     names = " and ".join(given)
     listed = ", ".join(f"{name}={value!r}" for name, value in given.items())
-    return (
-        f"{listed} only take{'s' if len(given) == 1 else ''} effect when an update is off-policy, but with "
-        f"num_iterations={num_iterations}, steps_per_generation={steps_per_generation} and "
-        f"gradient_accumulation_steps={gradient_accumulation_steps} every generation batch is used up within one "
-        "optimizer step: the ratio π/π_old is exactly 1 at every token and the clip never acts (TRL keeps no π_old; "
-        f"trl#3757), so {'it' if len(given) == 1 else 'they'} would be ignored. Fix: set num_iterations: 2 (or more) "
-        f"to reuse each generation batch for several updates, or remove {names}."
-    )
+    return (f"{listed} only take{'s' if len(given) == 1 else ''} effect when an update is off-policy, but with "
+            f"num_iterations={num_iterations}, steps_per_generation={steps_per_generation} and "
+            f"gradient_accumulation_steps={gradient_accumulation_steps} every update is on-policy: π/π_old is exactly "
+            "1 and the clip never acts (trl#3757). Fix: set num_iterations: 2 (or more) to reuse each generation "
+            f"batch for several updates, or remove {names}.")
 
 
 def bnpo_accumulation_warning(loss_type: str, gradient_accumulation_steps: int, micro_batch_size: int,
@@ -50,12 +46,8 @@ def bnpo_accumulation_warning(loss_type: str, gradient_accumulation_steps: int, 
     if loss_type != "bnpo" or gradient_accumulation_steps <= 1:
         return None
     per_process = completions_per_step // max(1, world_size)
-    return (
-        f"loss_type='bnpo' divides each micro-batch's token loss by that micro-batch's own token count and averages "
-        f"the {gradient_accumulation_steps} micro-batches of a step (micro_batch_size={micro_batch_size} of "
-        f"{per_process} completions per process), so the loss and its gradient change with micro_batch_size: two "
-        "completions of 1 and 3 tokens with token losses 1 and 0 give 0.25 in one micro-batch and 0.5 in two "
-        "(trl#3021). micro_batch_size is then not a pure memory setting. Fix: use loss_type: dapo (normalised over "
-        f"the whole step, the same for any micro_batch_size), or micro_batch_size: {per_process} (one micro-batch "
-        "per step)"
-    )
+    return (f"loss_type='bnpo' divides each micro-batch's token loss by that micro-batch's own token count and "
+            f"averages the {gradient_accumulation_steps} micro-batches of a step (micro_batch_size={micro_batch_size} "
+            f"of {per_process} completions per process), so the loss and its gradient change with micro_batch_size "
+            "(trl#3021). Fix: use loss_type: dapo (normalised over the whole step), or micro_batch_size: "
+            f"{per_process} (one micro-batch per step)")

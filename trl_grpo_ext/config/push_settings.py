@@ -21,7 +21,8 @@ def push_mode(push_to_hub_mode: str | None, push_to_hub: bool = False) -> str:
 
 def check_push_settings(v, adapter: bool) -> None:
     """The rules ``push_needs_adapter`` (``adapter``: a push needs ``use_peft``) and ``push_needs_repository`` (a
-    valid repository id and branch) on ``v``, a `validation.view.RunView`.
+    valid repository id) on ``v``, a `validation.view.RunView`; warns (``v.warn``) where ``push_to_hub``
+    and ``push_to_hub_mode`` disagree.
 
     Raises:
         RunArgumentError: naming the fields and the fix."""
@@ -33,25 +34,20 @@ def check_push_settings(v, adapter: bool) -> None:
             f"{named} pushes a LoRA adapter (merged: the base merged with it), but use_peft=False trains the whole "
             "model, which the recipe does not push: the push would fail after training. Fix: set use_peft: true, or "
             "push_to_hub_mode: none (and push_to_hub: false) and upload output_dir yourself (upload_folder).")
-    if adapter:
-        return
-    if push is True and field_mode == "none" and v.is_set("push_to_hub_mode"):
-        raise RunArgumentError("push_to_hub=True pushes the adapter after training, but push_to_hub_mode='none' says "
-                               "push nothing. Fix: keep one: push_to_hub_mode: adapter, or push_to_hub: false.")
-    if mode != "none" and (v.user or {}).get("push_to_hub") is False:  # `--push_to_hub false`
-        raise RunArgumentError(f"push_to_hub=False, but push_to_hub_mode={mode!r} pushes after training all the same. "
-                               "Fix: set push_to_hub_mode: none to push nothing.")
+    if not adapter and mode != "none" and (field_mode == "none" and v.is_set("push_to_hub_mode") or
+                                           (v.user or {}).get("push_to_hub") is False):  # `--push_to_hub false`
+        v.warn(f"push_to_hub={push} and push_to_hub_mode={field_mode!r} disagree: the run pushes the {mode} after "
+               "training. Fix: keep one of them (push_to_hub_mode: none and push_to_hub: false push nothing).")
     repo_field = "hub_repo_id" if v.get("hub_repo_id") else "hub_model_id"
     try:
-        check_push_repository(mode, v.get(repo_field), named, repo_field, v.get("hub_revision"))
+        check_push_repository("none" if adapter else mode, v.get(repo_field), named, repo_field)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
 
 
-def check_push_repository(mode: str, repo_id: str | None, named: str | None = None,
-                          field: str = "hub_repo_id", revision: str | None = None) -> None:
+def check_push_repository(mode: str, repo_id: str | None, named: str | None = None, field: str = "hub_repo_id") -> None:
     """A push (``mode`` from :func:`push_mode`; ``named``: the setting the message names) needs ``repo_id``, a valid
-    Hub id (`huggingface_hub.utils.validate_repo_id`), and ``revision`` a valid branch (`check_revision`).
+    Hub id (`huggingface_hub.utils.validate_repo_id`).
 
     Raises:
         ValueError: naming the field, the value and the fix."""
@@ -62,26 +58,11 @@ def check_push_repository(mode: str, repo_id: str | None, named: str | None = No
                          "hub_model_id), e.g. --hub_repo_id your-name/your-model.")
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    check_revision(revision, "hub_revision")
     try:
         validate_repo_id(repo_id)
     except HFValidationError as err:
         raise ValueError(f"{field}={repo_id!r} is not a valid Hub repository id: {err} Fix: e.g. "
                          f"--{field} your-name/your-model.") from None
-
-
-def check_revision(revision: str | None, field: str = "--revision") -> None:
-    """A branch name git (and so the Hub) accepts (`git check-ref-format`'s rules), or None for ``main``.
-
-    Raises:
-        ValueError: naming ``field``, the value and a fix."""
-    bad = revision is not None and (
-        not revision.strip() or any(c.isspace() or c in "~^:?*[\\" or ord(c) < 32 for c in revision)
-        or ".." in revision or "@{" in revision or revision.startswith(("-", "/", ".")) or revision.endswith(
-            ("/", ".", ".lock")) or "//" in revision or "/." in revision)
-    if bad:
-        raise ValueError(f"{field}={revision!r} is not a valid branch name (no spaces, '..', '~^:?*[\\', leading "
-                         "'-', '/' or '.', trailing '/', '.' or '.lock'). Fix: e.g. experiment-1.")
 
 
 @dataclass

@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 from ..config.checks import check_choice
-from ..config.push_settings import MERGE_DTYPES, PUSH_MODES, check_revision  # noqa: F401 (hub/__init__ lends them)
+from ..config.push_settings import MERGE_DTYPES, PUSH_MODES  # noqa: F401 (hub/__init__ lends them)
 
 #: Files that make up a saved PEFT adapter; both are required.
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")

@@ -31,7 +31,6 @@ from ..config.push_settings import (  # noqa: F401 (HubPushArguments, HubPushSet
     HubPushArguments,
     HubPushSettings,
     check_push_repository,
-    check_revision,
     push_mode,
 )
 from ..config.secrets import redact_text, scrub_secrets
@@ -209,7 +208,6 @@ def push_run(
         validate_repo_id(repo_id)
     except HFValidationError as err:
         raise ValueError(f"repo_id={repo_id!r} is not a valid Hub repository id ('user/name'): {err}") from None
-    check_revision(revision)
     folder, files = prepare_upload(output_dir, mode=mode, repo_id=repo_id, merge_dtype=merge_dtype, token=token)
     retry = retry_command(output_dir, repo_id, mode=mode, revision=revision, private=private, merge_dtype=merge_dtype)
     from huggingface_hub import constants

@@ -101,50 +101,31 @@ class RunView:
 
 
 def zero_variance(v: RunView) -> str | None:
-    """`zero_variance.settings`' two checks on the resolved batch; returns the canonical judged reward."""
-    from ..zero_variance.settings import check_hard_prompt_settings, check_zero_variance_settings
+    """`zero_variance.settings.check_zero_variance_settings` on the resolved batch; returns the canonical judged reward."""
+    from ..zero_variance.settings import check_zero_variance_settings
 
-    mode, b = v.get("zero_variance_filter") or "off", v.batch
-    aggregation = v.get("multi_objective_aggregation") or "sum_then_normalize"
     try:
-        ineffective = check_hard_prompt_settings(
-            mode=mode, signal=v.get("zero_variance_signal") or "off", world_size=v.world_size, batch=b,
-            rollout_budget=v.get("rollout_budget") or "uniform", use_vllm=bool(v.get("use_vllm")),
-            multi_objective_aggregation=aggregation)
-        if ineffective:
-            v.warn(ineffective)
-        if mode == "off" and v.get("zero_variance_reward") is None:
-            return None
-        return check_zero_variance_settings(
-            mode=mode, zero_variance_reward=v.get("zero_variance_reward"), reward_names=v.reward_names,
-            multi_objective_aggregation=aggregation, loss_type=v.loss_type(),
-            entropy_coef=as_number(v.get("entropy_coef")) or 0.0, world_size=v.world_size,
-            use_adaptive_entropy=bool(v.get("use_adaptive_entropy")), num_generations=b["num_generations"],
-            skip_history_file=v.get("skip_history_file"),
-            generation_batch_size=b.get("generation_batch_size"), steps_per_generation=b.get("steps_per_generation"),
-            gradient_accumulation_steps=b["gradient_accumulation_steps"],
-            per_device_train_batch_size=b["per_device_train_batch_size"])
+        canonical, ineffective = check_zero_variance_settings(v.get, v.batch, v.world_size, v.reward_names)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
+    if ineffective:
+        v.warn(ineffective)
+    return canonical
 
 
 def advantage_conflicts(v: RunView) -> None:
     """The advantage preset, ``scale_rewards``, ``loss_type`` and our advantage fields: conflicts between set keys."""
-    import warnings
-
     from ..config.advantage_settings import AdvantageConfigError, resolve_advantage_settings
 
     user = v.user or {}
     scale_set, epsilon = user.get("scale_rewards") is not None, user.get("advantage_epsilon")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the config's own resolution warns once, later
-            resolve_advantage_settings(
-                preset=user.get("advantage_preset"), scale_rewards=user["scale_rewards"] if scale_set else "group",
-                advantage_epsilon=as_number(epsilon) if epsilon is not None else None,
-                **{name: user.get(name) for name in ("advantage_baseline", "advantage_std_scaling",
-                                                     "advantage_std_kind", "loss_type")},
-                defaults={"scale_rewards": None if scale_set else "group"})  # a set key is explicit whatever its value
+        resolve_advantage_settings(
+            preset=user.get("advantage_preset"), scale_rewards=user["scale_rewards"] if scale_set else "group",
+            advantage_epsilon=as_number(epsilon) if epsilon is not None else None,
+            **{name: user.get(name) for name in ("advantage_baseline", "advantage_std_scaling",
+                                                 "advantage_std_kind", "loss_type")},
+            defaults={"scale_rewards": None if scale_set else "group"})  # a set key is explicit whatever its value
     except AdvantageConfigError as err:
         raise RunArgumentError(str(err)) from None
 

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 #: public name -> the module of this package that defines it (imported on first access, see `__getattr__`)
 _WHERE = {
     "METRICS": "metrics",
-    "ROW_NORMALISED_LOSSES": "settings",
+    "ROW_NORMALISED_LOSSES": "groups",
     "ResampleSource": "resample",
-    "TOKEN_NORMALISED_LOSSES": "settings",
+    "TOKEN_NORMALISED_LOSSES": "groups",
     "TRL_METRICS": "metrics",
     "ZeroVarianceFilter": "filter",
     "ZeroVarianceFractionEstimate": "resample",

@@ -12,7 +12,11 @@ import torch
 from ..advantages import equal_reward_groups, reward_std
 from ..config.advantage_settings import STD_KINDS
 from ..config.checks import Range, check_choice
-from .settings import ROW_NORMALISED_LOSSES, TOKEN_NORMALISED_LOSSES  # noqa: F401 (re-exported)
+
+#: Loss types normalised by rows (masking rows needs the rescale rows / kept rows, :func:`masked_loss_scale`) or by
+#: kept tokens (dapo, cispo, vespo: `num_items_in_batch`; bnpo: the micro-batch's own).
+ROW_NORMALISED_LOSSES = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
+TOKEN_NORMALISED_LOSSES = frozenset({"dapo", "bnpo", "cispo", "vespo"})
 
 _TOLERANCE = Range(low=0, fix="a std in reward units; 0 = exactly equal rewards.")
 
