@@ -58,6 +58,17 @@ def test_ignored_clipping_names_fields_numbers_and_fix():
     assert ignored_clipping({"epsilon_high": 0.28}, loss_type="sapo", num_iterations=1, **common) is None  # no clip
 
 
+def test_grpo_ext_config_warns_of_a_clip_that_never_acts(tmp_path):
+    from trl_grpo_ext.config.checks import IneffectiveSettingWarning
+
+    with pytest.warns(IneffectiveSettingWarning, match=r"epsilon_high=0\.28 only takes effect when an update is off-po"):
+        assert tiny_config(tmp_path, epsilon_high=0.28).epsilon_high == 0.28
+    with pytest.warns(IneffectiveSettingWarning, match=r"epsilon=0\.1, delta=1\.5 only take effect"):
+        tiny_config(tmp_path, epsilon=0.1, delta=1.5)
+    assert tiny_config(tmp_path, epsilon_high=0.28, num_iterations=2).epsilon_high == 0.28
+    assert tiny_config(tmp_path, epsilon=0.2).epsilon == 0.2
+
+
 def test_plan_accepts_the_clip_with_several_updates_per_rollout(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text(BASE_YAML + "epsilon_high: 0.28\nnum_iterations: 2\n")

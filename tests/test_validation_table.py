@@ -205,6 +205,17 @@ _ROWS = [
     # fails on it after the weights load); accelerator_config / fsdp_config / deepspeed also read a file's path
     row("generation_kwargs a list", {"generation_kwargs": [1, 2]}, ["generation_kwargs=[1, 2] is not a mapping (a list)"],
         "Fix: write it as a mapping in the YAML (generation_kwargs: {key: value})"),
+    # clip settings with every update on-policy (num_iterations 1, one generation batch per step): ratio 1, trl#3757
+    row("epsilon_high with num_iterations 1", {"epsilon_high": 0.28}, ["epsilon_high", "num_iterations"],
+        "Fix: set num_iterations: 2"),
+    row("epsilon other than 0.2 with num_iterations 1", {"epsilon": 0.1}, ["epsilon", "num_iterations"],
+        "the clip never acts"),
+    # a chat_template TRL would fail to render at the first generation, after the model loads (the breaker's finding)
+    row("chat_template that is not Jinja", {"chat_template": "{% for m in messages %}{{ m['content'] }{% endfor %}"},
+        ["chat_template"], "Fix: close every {{ ... }}"),
+    # a template's name from another tool's config (axolotl's `chat_template: chatml`): every prompt would render as it
+    row("chat_template without Jinja", {"chat_template": "chatml"},
+        ["chat_template='chatml' has no Jinja in it"], "Fix: give a Jinja template that reads messages"),
     # TRL updates its own GenerationConfig arguments with generation_kwargs: num_return_sequences broke torch.cat at
     # the first step (max_new_tokens, top_k, ... are applied, as TRL does)
     # transformers refused it when loading the model, with a traceback
@@ -413,6 +424,9 @@ WARNED_IDS = {
     'num_generations_eval without eval_strategy',
     'final_eval_num_samples without final_eval',
     'zero-variance mask + normalize_then_sum',
+    'epsilon_high with num_iterations 1',
+    'epsilon other than 0.2 with num_iterations 1',
+    'chat_template without Jinja',
     'hub_strategy with a push',
     'push_to_hub beside push_to_hub_mode none',
     'push_to_hub false beside a push mode',
@@ -456,6 +470,8 @@ RULE_ROWS = {
     "reward_specs": "reward name typo",
     "zero_variance": "zero_variance_signal with resample",
     "generation": "generation_kwargs num_return_sequences",
+    "chat_template": "chat_template that is not Jinja",
+    "clipping": "epsilon_high with num_iterations 1",
     "vllm_quantization": "use_vllm on a 4-bit base",
     "reward_packages": "accuracy without math-verify",
     "reward_columns": "exact_match needs an answer column",

@@ -130,6 +130,39 @@ def advantage_conflicts(v: RunView) -> None:
         raise RunArgumentError(str(err)) from None
 
 
+def chat_template(v: RunView) -> None:
+    """``chat_template`` must parse as Jinja (TRL renders it at the first generation, after the model loads); one
+    without Jinja (``chatml``, a template's name in other tools' configs) renders every prompt as that text."""
+    template = v.get("chat_template")
+    if not isinstance(template, str) or not template:
+        return
+    import jinja2
+
+    try:
+        jinja2.Environment().parse(template)
+    except jinja2.TemplateSyntaxError as err:
+        raise RunArgumentError(f"chat_template is not a valid Jinja template ({err.message}, line {err.lineno}). Fix: "
+                               "close every {{ ... }} and {% ... %} in it, or remove chat_template.") from None
+    if "{{" not in template and "{%" not in template:
+        v.warn(f"chat_template={template!r} has no Jinja in it, so every prompt would render as that text. Fix: give "
+               "a Jinja template that reads messages, or remove chat_template to use the tokenizer's own.")
+
+
+def clipping(v: RunView) -> None:
+    """Clip settings that never act, every update being on-policy (`loss_settings.ignored_clipping`): a warning."""
+    from ..config.loss_settings import ignored_clipping
+
+    b = v.batch
+    ga, spg, gbs = b["gradient_accumulation_steps"], b.get("steps_per_generation"), b.get("generation_batch_size")
+    if spg is None and gbs:  # TRL derives it from the generation batch
+        spg = gbs // (b["per_device_train_batch_size"] * v.world_size)
+    message = ignored_clipping({name: as_number(v.values.get(name)) for name in set_of(_CLIP)(v)},
+                               loss_type=v.get("loss_type") or "dapo", gradient_accumulation_steps=ga,
+                               steps_per_generation=spg or ga, num_iterations=b["num_iterations"])
+    if message:
+        v.warn(message)
+
+
 def engine_settings(v: RunView) -> None:
     """`validation.engines`: the refused combinations of the run's engine."""
     engines.check_engine_settings(_engine(v), v.values)
@@ -146,6 +179,7 @@ def _add_all(v: RunView, found: list[tuple[str, tuple[str, ...]]]) -> None:
         v.problems.add(line, names)
 
 
+_CLIP = ("epsilon", "epsilon_high", "delta")
 _LORA = ("lora_target_modules", "lora_modules_to_save")
 _REWARDS = ("rewards", "reward_weights")
 _engine = lambda v: resolve_engine(v.values, accelerate_config=v.engine)  # noqa: E731
@@ -164,6 +198,7 @@ RULES: tuple[Rule, ...] = (
          "eval_strategy={eval_strategy} and final_eval={final_eval} evaluate on a test split, but dataset_test_split="
          "{dataset_test_split}. Fix: set dataset_test_split: <split of dataset_name> (e.g. test), or eval_strategy: "
          "no and final_eval: none.", scope="args"),
+    Rule("chat_template", ("chat_template",), check=chat_template, scope="args"),
     Rule("compare_base_adapter", ("final_eval", "use_peft"),
          lambda v: v.get("final_eval") == "compare_base" and not v.get("use_peft"),
          "final_eval=compare_base needs an adapter to switch off (use_peft: true); with use_peft: false set "
@@ -176,6 +211,8 @@ RULES: tuple[Rule, ...] = (
          check=lambda v: lora.check_quantized_has_adapter(v.values), scope="args",
          blocked_by=("load_in_4bit", "load_in_8bit", "use_peft")),
     Rule("reward_specs", _REWARDS, check=lambda v: v.specs, scope="args"),
+    Rule("clipping", lambda v: (*set_of(_CLIP)(v), "num_iterations"), check=lambda v: set_of(_CLIP)(v) and clipping(v),
+         blocked_by=lambda v: (*set_of(_CLIP)(v), *v.quantity_keys(), "loss_type")),
     Rule("zero_variance", ("zero_variance_filter", "zero_variance_reward", "skip_history_file"), check=zero_variance,
          blocked_by=lambda v: ("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation",
                                *_REWARDS, *v.quantity_keys())),
