@@ -160,7 +160,7 @@ LAYERS = {
     4: ["config", "config.ext_config", "config.recipe_args", "config.frontdoor", "config.recipe_parse",
         "config.push_settings", "validation", "validation.tables", "validation.user_values",
         "validation.rules", "validation.rewards", "validation.lora", "validation.problems", "validation.engines",
-        "validation.collected", "validation.dataset_stage", "validation.packages", "validation.trainer_settings",
+        "validation.dataset_stage", "validation.packages", "validation.trainer_settings",
         "validation.mappings", "validation.generation"],
     5: ["training.adapter_precision", "training.generation", "training.merged_generation", "training.memory_probe",
         "evaluation",

@@ -77,13 +77,14 @@ def test_the_recorded_model_source_keeps_a_base_local_after_it_was_moved(finishe
     from trl_grpo_ext.config.recipe_args import RecipeArguments
     from trl_grpo_ext.config.recipe_parse import write_run_config
     from trl_grpo_ext.hub.push import HubPushArguments
+    from trl_grpo_ext.models.source import resolve_model_source
 
     work = tmp_path / "work"
     run_dir = _relative_base_run(finished, work)
     monkeypatch.chdir(work)
     written = write_run_config(str(tmp_path / "record"), RecipeArguments(dataset_name="embedded:count-char"),
                                tiny_config(tmp_path / "record"), ModelConfig(model_name_or_path="mdl/tiny"),
-                               HubPushArguments())
+                               HubPushArguments(), resolve_model_source("mdl/tiny"))
     recorded = json.loads(written.read_text())["model_source"]
     assert recorded == {"name": "mdl/tiny", "kind": "local", "base": str((work / "mdl/tiny").resolve()),
                         "base_is_local": True, "adapter": None}

@@ -20,8 +20,7 @@ from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan, s
 from trl_grpo_ext.plan.advice import memory_note
 from trl_grpo_ext.plan.evaluation import zero_variance_forecast_warning
 from trl_grpo_ext.rewards.spec import weight_warnings
-from trl_grpo_ext.validation.collected import dataset_size_of, eval_plan_of
-from trl_grpo_ext.validation.dataset_stage import DatasetSurvey
+from trl_grpo_ext.validation.dataset_stage import DatasetSurvey, dataset_size_of, eval_plan_of
 from trl_grpo_ext.validation.problems import problem_lines
 from trl_grpo_ext.zero_variance.report import budget_note, resample_note, skip_note
 from trl_grpo_ext.zero_variance.settings import ZeroVarianceSettings
@@ -252,10 +251,9 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
     """The checks `read_run_args` lists with the config's other problems: the dataset stage
     (`validation.dataset_stage`: a local or embedded dataset, or a Hub dataset in the datasets cache offline, is read
     and checked as the recipe checks it; ``survey`` is filled), ``--dataset-size`` against the size read, and skip's
-    one-epoch refusal on the plan of ``dataset_size`` prompts (`validation.collected`; ``use_vllm`` on a quantized
+    one-epoch refusal on the plan of ``dataset_size`` prompts (``use_vllm`` on a quantized
     base is the rule list's ``vllm_quantization``)."""
-    from trl_grpo_ext.validation.collected import check_eval_batches, check_skip_epochs
-    from trl_grpo_ext.validation.dataset_stage import dataset_check
+    from trl_grpo_ext.validation.dataset_stage import check_eval_batches, check_skip_epochs, dataset_check
 
     def size_flag(run):
         check_dataset_size_flag(run.script_args, dataset_size, survey.train_rows, exact=survey.prompts_cut)
@@ -275,7 +273,7 @@ def _collected_checks(dataset_size: int | None, world: int, survey: DatasetSurve
     def eval_batches(run):  # on the test rows the dataset stage read (it runs first)
         check_eval_batches(run, survey.eval_rows, world)
 
-    return dataset_check(world, survey, read_hub=False, quiet=True), size_flag, skip_epochs, local_model, eval_batches
+    return dataset_check(world, survey, read_hub=False), size_flag, skip_epochs, local_model, eval_batches
 
 
 def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | None, exact: bool = False) -> None:

@@ -13,8 +13,7 @@ import yaml
 from ..models.settings import check_fp16_machine, check_model_path
 from ..models.source import resolve_model_source
 from ..rewards.spec import build_reward_funcs, with_run_defaults
-from ..validation.collected import check_eval_batches, check_skip_epochs, dataset_size_of
-from ..validation.dataset_stage import DatasetSurvey, dataset_check
+from ..validation.dataset_stage import DatasetSurvey, check_eval_batches, dataset_check
 from ..validation.problems import problem_lines
 from .checks import world_size_from_env
 from .frontdoor import read_run_args
@@ -37,14 +36,13 @@ class RecipeArgumentError(SystemExit):
 
 
 def _recipe_checks(run) -> None:
-    """What the recipe needs besides valid values: a model it can find (a continued adapter's base too), fp16 on this
-    machine (bf16: transformers' ``__post_init__`` refuses it), skip's epochs; into ``run.problems``."""
+    """What the recipe needs besides valid values: a model it can find (a continued adapter's base too) and fp16 on this
+    machine (bf16: transformers' ``__post_init__`` refuses it), into ``run.problems`` (skip's epochs: the dataset
+    stage's, on the rows read)."""
     model_args, training_args, problems = run.model_args, run.training_args, run.problems
     problems.check(check_model_path, model_args.model_name_or_path, fields=["model_name_or_path"])
     problems.check(_check_continued_base, model_args.model_name_or_path, fields=["model_name_or_path"])
     problems.check(check_fp16_machine, training_args.fp16, training_args.use_cpu, fields=["fp16"])
-    problems.check(check_skip_epochs, run, dataset_size_of(run.script_args), world_size_from_env(strict=False),
-                   fields=["zero_variance_filter"])
 
 
 def _check_continued_base(model_name_or_path: str) -> None:
@@ -81,13 +79,8 @@ def parse_recipe_args(argv: list[str] | None = None, *, datasets: bool = True):
 
 def write_run_config(output_dir: str, script_args, training_args, model_args, push_args, model_source=None) -> Path:
     """Write ``run_config.json`` (every argument, secrets redacted; ``training_args`` as `GRPOExtConfig.to_dict()`)
-    and, under ``"model_source"``, the base and adapter continued from (default: resolved from ``model_args`` now).
-    Returns its path."""
-    if model_source is None:
-        try:
-            model_source = resolve_model_source(model_args.model_name_or_path)
-        except (ValueError, TypeError, AttributeError):
-            model_source = None
+    and, under ``"model_source"``, ``model_source`` (`models.source.ModelSource`: the base and adapter continued from;
+    the recipe resolves it before loading), when given. Returns its path."""
     record = scrub_secrets(
         {
             "script_args": vars(script_args),

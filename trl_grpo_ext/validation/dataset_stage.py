@@ -1,5 +1,5 @@
 """The dataset stage: `plan` and the recipe read the training split (and the test split when the run evaluates) and
-list the problems of its rows with the config's (docs/configuration.md; docs/real-data.md)."""
+list the problems of its rows, and of the plan on them, with the config's (docs/configuration.md; docs/real-data.md)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config.checks import resumes
+from ..config.checks import RunArgumentError, resumes
+from ..models.embedded.tiny import EMBEDDED_PREFIX, TINY_DATASET_ID, count_char_rows
 from .tables import enum_value
 from .user_values import flatten_values
 
 #: The fields each part of the stage reads: a problem already reported for one of them skips that part. (Not
 #: ``eval_strategy`` or ``final_eval``: a refused value there still asks for an evaluation, so the split is read; not
-#: ``embedded_target``: the rule ``reward_columns`` names it, see :func:`_embedded_target_refused`.)
+#: ``embedded_target``: the rule ``reward_columns`` names it for any missing column.)
 _DATASET_FIELDS = ("dataset_name", "dataset_config", "dataset_format", "dataset_prompt_column", "system_prompt",
                    "dataset_streaming", "embedded_seed")
 TRAIN_FIELDS = (*_DATASET_FIELDS, "dataset_train_split", "embedded_num_prompts")
 EVAL_FIELDS = (*_DATASET_FIELDS, "dataset_test_split", "eval_num_prompts")
 REWARD_FIELDS = ("rewards", "reward_weights", "max_completion_length")
+#: The fields of :func:`eval_plan_of`: a problem already reported for one skips :func:`check_eval_batches`.
+EVAL_PLAN_FIELDS = ("eval_strategy", "final_eval", "eval_num_prompts", "eval_steps", "logging_steps", "num_generations",
+                    "num_generations_eval", "per_device_eval_batch_size", "dataset_test_split")
 SEED_FIELDS = ("skip_history_file", "zero_variance_filter", "zero_variance_tolerance", "zero_variance_reward",
                "num_generations", *TRAIN_FIELDS)
 
@@ -50,14 +54,13 @@ def offline() -> bool:
                for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
-def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True,
-                  quiet: bool = False) -> Callable[[Any], None]:
-    """A ``checks=`` entry for `frontdoor.read_run_args`: :func:`check_datasets` filling ``survey`` in place
-    (``quiet``: without datasets' progress bars)."""
+def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True) -> Callable[[Any], None]:
+    """A ``checks=`` entry for `frontdoor.read_run_args`: :func:`check_datasets` filling ``survey`` in place (without
+    datasets' progress bars unless ``read_hub``: `plan` reads only what is here)."""
     def check(run) -> None:
         from datasets.utils import logging as datasets_logging
 
-        shown = quiet and datasets_logging.is_progress_bar_enabled()
+        shown = not read_hub and datasets_logging.is_progress_bar_enabled()
         if shown:
             datasets_logging.disable_progress_bar()
         try:
@@ -74,12 +77,18 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
     problem in ``problems`` (parts whose fields have one are skipped) and return the `DatasetSurvey`. ``read_hub``:
     read a Hub dataset (the recipe); `plan` reads one only offline, from the datasets cache."""
     from ..data.load import read_prompt_split
+    from .rewards import reward_specs
 
     script_args = run.script_args
     values = flatten_values(*run)
     survey = DatasetSurvey()
     name = values.get("dataset_name")
-    if problems.blocked(TRAIN_FIELDS) or _embedded_target_refused(values):
+    if problems.blocked(TRAIN_FIELDS):
+        return survey
+    try:  # an embedded_target count-char cannot use: the rule ``reward_columns`` reports it
+        if name == TINY_DATASET_ID:
+            count_char_rows(1, target=values.get("embedded_target") or "a")
+    except (ValueError, TypeError):
         return survey
     if not isinstance(name, str) or not name.strip():
         if read_hub:
@@ -93,7 +102,10 @@ def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> 
                           f"name exists in {Path.cwd()}) and plan downloads nothing (the recipe checks it once "
                           "downloaded; with HF_HUB_OFFLINE=1 plan checks a copy in the datasets cache)")
         return survey
-    specs = _specs(values, problems)
+    try:  # the run's `RewardSpec` list; None when its rewards have a problem (the config rules report it)
+        specs = None if problems.blocked(REWARD_FIELDS) else reward_specs(values)
+    except ValueError:
+        specs = None
     train = read_prompt_split(script_args, split="train")
     if train.rows is None and not read_hub and not is_local_dataset(name):  # offline, not in the cache
         reason = " ".join(str(train.problems[0]).split())
@@ -158,29 +170,6 @@ def _seed_covers_prompts(dataset, values, survey: DatasetSurvey, config: str | N
                         "of them start uniform (a streak of 1)")
 
 
-def _embedded_target_refused(values) -> bool:
-    """Whether the embedded count-char task refuses ``embedded_target`` (the config rules report it)."""
-    from ..models.embedded import tiny
-
-    try:
-        return values.get("dataset_name") == tiny.TINY_DATASET_ID and not tiny.count_char_rows(
-            1, target=values.get("embedded_target") or "a")
-    except (ValueError, TypeError):
-        return True
-
-
-def _specs(values, problems) -> list | None:
-    """The run's `RewardSpec` list, or ``None`` when its rewards have a problem (reported by the config rules)."""
-    from .rewards import reward_specs
-
-    if problems.blocked(REWARD_FIELDS):
-        return None
-    try:
-        return reward_specs(values)
-    except ValueError:
-        return None
-
-
 def _reward_checks(found, specs, split: str, problems, survey: DatasetSurvey) -> None:
     """The columns each reward reads, the answer columns empty in every row, the golds a reward cannot score."""
     from ..data.checks import check_reward_values, reward_columns
@@ -219,7 +208,6 @@ def _size_checks(run, found, world_size: int, problems, exact: bool) -> None:
     """A training split smaller than one generation batch (TRL would train 0 steps), and skip's one-epoch refusal on
     its real size when ``exact`` (no uncounted ``max_prompt_length`` cut)."""
     from ..plan.resolve import QuantityError
-    from .collected import check_skip_epochs, plan_of
     from .rules import RunView
 
     if problems.blocked(RunView({}, run.user_values or {}, world_size).quantity_keys()):
@@ -235,3 +223,65 @@ def _size_checks(run, found, world_size: int, problems, exact: bool) -> None:
         return
     if exact:
         problems.check(check_skip_epochs, run, found.rows, world_size, fields=["zero_variance_filter"])
+
+
+def dataset_size_of(script_args: Any, dataset_size: int | None = None) -> int | None:
+    """``dataset_size`` if given, else ``embedded_num_prompts`` for an embedded dataset, else None."""
+    name = getattr(script_args, "dataset_name", None)
+    if dataset_size is None and isinstance(name, str) and name.startswith(EMBEDDED_PREFIX):
+        return getattr(script_args, "embedded_num_prompts", None)
+    return dataset_size
+
+
+def plan_of(run: Any, dataset_size: int | None, world_size: int):
+    """`plan.resolve_plan` of the quantities the user set in ``run`` (the front door's `RunArgs`). Raises ValueError
+    or TypeError: a quantity's own problem, or QuantityError: the plan's."""
+    from ..plan import resolve_plan
+    from .rules import RunView
+
+    batch = RunView({}, getattr(run, "user_values", None) or {}, world_size).batch
+    return resolve_plan(batch, dataset_size, world_size, run.training_args.max_completion_length)
+
+
+def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> None:
+    """`check_skip_plan` on the plan of ``run`` with ``dataset_size`` prompts; nothing when the filter is not
+    ``skip``, the size is unknown or the plan does not resolve. Raises RunArgumentError: at most one epoch."""
+    from ..zero_variance.settings import check_skip_plan
+
+    training = run.training_args
+    if enum_value(getattr(training, "zero_variance_filter", None)) != "skip" or dataset_size is None:
+        return
+    try:  # the quantities alone (another field's problem, a misspelt reward, does not hide this one)
+        plan = plan_of(run, dataset_size, world_size)
+    except (ValueError, TypeError):  # reported by the checks of those fields
+        return
+    try:
+        check_skip_plan(plan, seeded=getattr(training, "skip_history_file", None) is not None)
+    except ValueError as err:
+        raise RunArgumentError(str(err)) from None
+
+
+def eval_plan_of(run: Any, eval_rows: int | None, world_size: int, total_steps: int = 1, steps_per_epoch: int = 1):
+    """`plan.evaluation.resolve_eval_plan` of ``run`` on the ``eval_rows`` the dataset stage read (else
+    ``eval_num_prompts``, else the embedded task's test split size); ``total_steps`` and ``steps_per_epoch`` only
+    count the evaluations. Raises QuantityError: as `resolve_eval_plan`."""
+    from ..config.data_sizes import EMBEDDED_TEST_SIZES
+    from ..plan.evaluation import resolve_eval_plan
+
+    script, training = run.script_args, run.training_args
+    prompts = eval_rows if eval_rows is not None else script.eval_num_prompts
+    return resolve_eval_plan(
+        eval_prompts=prompts if prompts is not None else EMBEDDED_TEST_SIZES.get(str(script.dataset_name)),
+        eval_strategy=str(enum_value(training.eval_strategy)), eval_steps=training.eval_steps,
+        logging_steps=training.logging_steps, num_generations=training.num_generations,
+        num_generations_eval=training.num_generations_eval,
+        per_device_eval_batch_size=training.per_device_eval_batch_size, world_size=world_size,
+        total_steps=total_steps, steps_per_epoch=steps_per_epoch, final_eval=str(enum_value(script.final_eval)),
+        split_rows=eval_rows is not None and script.eval_num_prompts is None)
+
+
+def check_eval_batches(run: Any, eval_rows: int | None, world_size: int) -> None:
+    """:func:`eval_plan_of`'s refusals, listed with the other problems; nothing when one of its fields is already
+    refused. Raises QuantityError."""
+    if run.problems is None or not run.problems.blocked(EVAL_PLAN_FIELDS):
+        eval_plan_of(run, eval_rows, world_size)

@@ -82,42 +82,30 @@ def peft_target_matches(target: str | set[str], name: str) -> bool:
 def check_lora_targets(values: Any, read_model: bool = True) -> None:
     """Refuse ``lm_head`` in ``lora_target_modules`` (TRL refuses it after the model loads); with ``read_model``, an
     entry matching no module of the model (:func:`model_modules`, PEFT's matching; a one-item list is a regular
-    expression, as `trl.ModelConfig` makes it) and a ``lora_modules_to_save`` entry matching none."""
+    expression, as `trl.ModelConfig` makes it). Raises RunArgumentError."""
     values = values if isinstance(values, Mapping) else vars(values)
     targets = values.get("lora_target_modules")
-    to_save = values.get("lora_modules_to_save") or []
     if targets and "lm_head" in ([targets] if isinstance(targets, str) else list(targets)):
         raise RunArgumentError("lora_target_modules contains 'lm_head': TRL refuses a LoRA adapter on lm_head (after "
                                "the model loads). Fix: remove it and train a full copy with lora_modules_to_save: "
                                "[lm_head].")
     if isinstance(targets, (list, tuple)) and len(targets) == 1:
         targets = targets[0]  # as trl.ModelConfig.__post_init__ does (the plan passes the YAML list)
-    modules = model_modules(values) if read_model and (targets or to_save) else None
+    modules = model_modules(values) if read_model and targets and targets != "all-linear" else None
     if modules is None:
         return
-    model = values.get("model_name_or_path")
     leaf_names = sorted({name.rsplit(".", 1)[-1] for name in modules})
-    if not targets or targets == "all-linear":
-        groups = []
-    else:
-        groups = [(targets, targets)] if isinstance(targets, str) else [(t, {t}) for t in targets]
-    for label, target in groups:
-        matched = [n for n in modules if peft_target_matches(target, n)]
-        if not matched:
+    for label, target in [(targets, targets)] if isinstance(targets, str) else [(t, {t}) for t in targets]:
+        if not any(peft_target_matches(target, n) for n in modules):
             import difflib
 
-            close = difflib.get_close_matches(str(label).split(".")[-1], leaf_names, n=3)
+            close = difflib.get_close_matches(str(label).split(".")[-1], leaf_names, n=3) or leaf_names[:8]
             extra = (" TRL passes a one-item list as a string, which PEFT reads as a regular expression over full "
                      f"module names (e.g. {next(iter(modules))!r}); write '.*{label}' or list two modules."
                      if isinstance(target, str) and re.fullmatch(r"\w+", label) else "")
-            raise RunArgumentError(
-                f"lora_target_modules: {label!r} matches no module of {model}.{extra} Fix: use module names of the "
-                "model" + (f", e.g. {', '.join(close)}" if close else f" (e.g. {', '.join(leaf_names[:8])})") + ".")
-    for entry in to_save:
-        if not any(re.match(rf"(^|.*\.){re.escape(entry)}($|\..*)", n) for n in modules):
-            raise RunArgumentError(
-                f"lora_modules_to_save: {entry!r} matches no module of {model}. Fix: use module names of the model "
-                "(e.g. lm_head, embed_tokens).")
+            raise RunArgumentError(f"lora_target_modules: {label!r} matches no module of "
+                                   f"{values.get('model_name_or_path')}.{extra} Fix: use module names of the model, "
+                                   f"e.g. {', '.join(close)}.")
 
 
 def check_quantized_has_adapter(values: Mapping[str, Any]) -> None:

@@ -90,11 +90,8 @@ def _report_to_problems(report_to: Any) -> list[tuple[str, str]]:
     known = list(INTEGRATION_TO_CALLBACK)
     found = []
     for name in names:
-        if not isinstance(name, str) or name.lower() in ("false", "no", "off", "0"):  # YAML's false, a number
-            found.append(("report_to", f"report_to={report_to!r}: {name!r} is no integration name. Fix: report_to: "
-                          "none (no tracker), or name them, e.g. report_to: [tensorboard]."))
-        elif name not in known:
-            close = difflib.get_close_matches(str(name), known, n=1)
+        if name not in known:  # a typo, YAML's false, a number
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.7) if isinstance(name, str) else []
             found.append(("report_to", f"report_to={report_to!r}: {name!r} is no integration transformers knows "
                           f"({', '.join(known)}, or all / none). Fix: report_to: {close[0] if close else 'none'}."))
     return found

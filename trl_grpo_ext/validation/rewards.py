@@ -116,18 +116,14 @@ def check_reward_columns(columns: Sequence[str], specs: Sequence, split: str = "
 def check_rewards_set(values: Mapping[str, Any]) -> None:
     """``rewards`` (or TRL's ``reward_funcs``, read as it) must select at least one reward: the recipe has no other.
     Raises RunArgumentError: unset, null or empty (an unparsable list is the `reward_specs` rule's)."""
-    rewards = values.get("rewards")
-    if rewards is None:
-        raise RunArgumentError("rewards is not set: the recipe needs `rewards: [name, ...]`. Fix: list at least one "
-                               "reward (see `trl-grpo-ext rewards`).")
     try:
-        specs = reward_specs(values)
+        if reward_specs(values):
+            return
     except ValueError:
         return
-    if not specs:
-        given = "" if isinstance(rewards, (list, tuple)) and not rewards else f" (given as {rewards!r})"
-        raise RunArgumentError(f"rewards=[]{given} selects no reward, so no completion could be scored. Fix: list at "
-                               "least one reward, e.g. `rewards: [accuracy]` (`trl-grpo-ext rewards` lists them).")
+    raise RunArgumentError(f"rewards={values.get('rewards')!r} selects no reward, so no completion could be scored. "
+                           "Fix: list at least one reward, e.g. `rewards: [accuracy]` (`trl-grpo-ext rewards` lists "
+                           "them).")
 
 
 def check_some_weight(specs: Sequence) -> None:
