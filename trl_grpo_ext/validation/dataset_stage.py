@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config.checks import RunArgumentError, resumes
+from ..config.checks import resumes
 from ..models.embedded.tiny import EMBEDDED_PREFIX, TINY_DATASET_ID, count_char_rows
 from .tables import enum_value
 from .user_values import flatten_values
@@ -64,7 +64,7 @@ def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True)
         if shown:
             datasets_logging.disable_progress_bar()
         try:
-            vars(survey).update(vars(check_datasets(run, world_size, run.problems, read_hub=read_hub)))
+            check_datasets(run, world_size, survey, read_hub=read_hub)
         finally:
             if shown:
                 datasets_logging.enable_progress_bar()
@@ -72,16 +72,15 @@ def dataset_check(world_size: int, survey: DatasetSurvey, read_hub: bool = True)
     return check
 
 
-def check_datasets(run, world_size: int, problems, *, read_hub: bool = True) -> DatasetSurvey:
+def check_datasets(run, world_size: int, survey: DatasetSurvey, *, read_hub: bool = True) -> DatasetSurvey:
     """Read the training split (and the test split when the run evaluates) of ``run`` (`RunArgs`), record each
-    problem in ``problems`` (parts whose fields have one are skipped) and return the `DatasetSurvey`. ``read_hub``:
-    read a Hub dataset (the recipe); `plan` reads one only offline, from the datasets cache."""
+    problem in ``run.problems`` (parts whose fields have one are skipped) and fill in and return ``survey``.
+    ``read_hub``: read a Hub dataset (the recipe); `plan` reads one only offline, from the datasets cache."""
     from ..data.load import read_prompt_split
     from .rewards import reward_specs
 
-    script_args = run.script_args
+    script_args, problems = run.script_args, run.problems
     values = flatten_values(*run)
-    survey = DatasetSurvey()
     name = values.get("dataset_name")
     if problems.blocked(TRAIN_FIELDS):
         return survey
@@ -245,7 +244,7 @@ def plan_of(run: Any, dataset_size: int | None, world_size: int):
 
 def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> None:
     """`check_skip_plan` on the plan of ``run`` with ``dataset_size`` prompts; nothing when the filter is not
-    ``skip``, the size is unknown or the plan does not resolve. Raises RunArgumentError: at most one epoch."""
+    ``skip``, the size is unknown or the plan does not resolve. Raises ValueError: at most one epoch."""
     from ..zero_variance.settings import check_skip_plan
 
     training = run.training_args
@@ -255,10 +254,7 @@ def check_skip_epochs(run: Any, dataset_size: int | None, world_size: int) -> No
         plan = plan_of(run, dataset_size, world_size)
     except (ValueError, TypeError):  # reported by the checks of those fields
         return
-    try:
-        check_skip_plan(plan, seeded=getattr(training, "skip_history_file", None) is not None)
-    except ValueError as err:
-        raise RunArgumentError(str(err)) from None
+    check_skip_plan(plan, seeded=getattr(training, "skip_history_file", None) is not None)
 
 
 def eval_plan_of(run: Any, eval_rows: int | None, world_size: int, total_steps: int = 1, steps_per_epoch: int = 1):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,8 +16,6 @@ from ..config.checks import RunArgumentError
 
 def _config_text(values: Mapping[str, Any]) -> str | None:
     """The model's config JSON without transformers: the embedded shape, a local ``config.json`` or the Hub cache's."""
-    import json
-
     from ..models.embedded import tiny
 
     name = values.get("model_name_or_path")
@@ -39,11 +41,6 @@ def _config_text(values: Mapping[str, Any]) -> str | None:
 def model_modules(values: Mapping[str, Any]) -> dict[str, str] | None:
     """``{module name: class name}`` of the model without a weight (meta device), cached as JSON under
     ``cache_dir() / "module-names"`` by the SHA-256 of the config; None when the config cannot be read offline."""
-    import hashlib
-    import json
-    import os
-    import tempfile
-
     from ..models.cache import cache_dir
 
     text = _config_text(values)
@@ -79,11 +76,10 @@ def peft_target_matches(target: str | set[str], name: str) -> bool:
     return name in target or any(name.endswith(f".{t}") for t in target)
 
 
-def check_lora_targets(values: Any, read_model: bool = True) -> None:
+def check_lora_targets(values: Mapping[str, Any], read_model: bool = True) -> None:
     """Refuse ``lm_head`` in ``lora_target_modules`` (TRL refuses it after the model loads); with ``read_model``, an
     entry matching no module of the model (:func:`model_modules`, PEFT's matching; a one-item list is a regular
     expression, as `trl.ModelConfig` makes it). Raises RunArgumentError."""
-    values = values if isinstance(values, Mapping) else vars(values)
     targets = values.get("lora_target_modules")
     if targets and "lm_head" in ([targets] if isinstance(targets, str) else list(targets)):
         raise RunArgumentError("lora_target_modules contains 'lm_head': TRL refuses a LoRA adapter on lm_head (after "

@@ -46,10 +46,6 @@ def _report_to(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
 
 
-def _needs(field: str, wanted: Any, value: Any) -> bool:
-    return wanted in _report_to(value) if field == "report_to" else value is wanted if wanted is True else value == wanted
-
-
 def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(field, problem)`` for each :data:`PACKAGES` row a setting of ``values`` needs and this environment lacks,
     and each ``attn_implementation`` / ``report_to`` value transformers does not know."""
@@ -66,7 +62,9 @@ def package_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     out += _report_to_problems(values.get("report_to"))
     for field, wanted, modules, requirement in PACKAGES:
         value = enum_value(values.get(field))
-        if not _needs(field, wanted, value) or any(installed(m) for m in modules):
+        needed = wanted in _report_to(value) if field == "report_to" else \
+            value is True if wanted is True else value == wanted  # YAML's 1 is not true
+        if not needed or any(installed(m) for m in modules):
             continue
         fails, other = FAILS[field]
         if other is None:
@@ -84,23 +82,19 @@ def _report_to_problems(report_to: Any) -> list[tuple[str, str]]:
 
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
-    names = _report_to(report_to)
-    if names in (["all"], ["none"]):
-        return []
-    known = list(INTEGRATION_TO_CALLBACK)
+    known = [*INTEGRATION_TO_CALLBACK, "all", "none"]
     found = []
-    for name in names:
+    for name in _report_to(report_to):
         if name not in known:  # a typo, YAML's false, a number
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.7) if isinstance(name, str) else []
             found.append(("report_to", f"report_to={report_to!r}: {name!r} is no integration transformers knows "
-                          f"({', '.join(known)}, or all / none). Fix: report_to: {close[0] if close else 'none'}."))
+                          f"({', '.join(known)}). Fix: report_to: {close[0] if close else 'none'}."))
     return found
 
 
 def check_run_packages(values: Mapping[str, Any], problems) -> None:
     """Record each of :func:`package_problems` in ``problems`` under its field (a refused value not restated)."""
-    found = package_problems(values)
-    refused = {name for name, _ in found if problems.blocked((name,))}  # a value already refused: not restated
-    for field_name, problem in found:
+    refused = set(problems.fields)  # a value already refused: not restated
+    for field_name, problem in package_problems(values):
         if field_name not in refused:
             problems.add(problem, (field_name,))

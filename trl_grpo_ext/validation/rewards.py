@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config.checks import RunArgumentError, format_number
+from .packages import installed
 from .tables import typed_value
 
 
 def reward_specs(values: Mapping[str, Any]) -> list:
     """The run's `RewardSpec` list ([] without ``rewards``), resolved as `GRPOExtConfig` resolves them, with the run's
     ``max_completion_length`` filled in. Raises RunArgumentError: an unknown reward, parameter or weight."""
-    from ..rewards.spec import parse_reward_specs as resolve_reward_specs
-    from ..rewards.spec import with_run_defaults
+    from ..rewards.spec import parse_reward_specs, with_run_defaults
 
     rewards, weights = values.get("rewards"), values.get("reward_weights")
     if rewards is None:
         return []
     try:
-        specs = resolve_reward_specs(rewards, weights)
+        specs = parse_reward_specs(rewards, weights)
     except ValueError as err:
         raise RunArgumentError(str(err)) from None
     max_len = typed_value(values.get("max_completion_length"))
@@ -47,7 +46,7 @@ def check_reward_packages(specs: Sequence) -> None:
     for spec in specs:
         reward = _reward_object(spec)
         for module, requirement in getattr(reward, "required_packages", ()) or ():
-            if importlib.util.find_spec(module) is None:
+            if not installed(module):
                 raise RunArgumentError(
                     f"rewards: {spec.name!r} needs the Python package {requirement!r} (module {module!r}), which is "
                     f"not installed. Fix: pip install {requirement}, or remove {spec.name!r} from rewards.")
