@@ -107,6 +107,12 @@ def test_bad_value_type_is_one_line(tmp_path):
         read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--num_generations", "two"], light=True)
 
 
+def test_an_unknown_accelerator_config_key_is_one_line_not_a_traceback(tmp_path):
+    """transformers raises a TypeError for it when the recipe's config is built (before any model loads)."""
+    with pytest.raises(ConfigError, match=r"^AcceleratorConfig.__init__\(\) got an unexpected keyword argument 'bogus'"):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, accelerator_config={"bogus": 1})], announce=False)
+
+
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])
 @pytest.mark.parametrize("key, value, says", [
     # argparse types only string defaults: these reached TrainingArguments / LoraConfig as written

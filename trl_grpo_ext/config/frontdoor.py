@@ -76,16 +76,10 @@ def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
                       f"Shipped: {', '.join(shipped)}.")
 
 
-def dataclass_types(light: bool) -> tuple[type, ...]:
-    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or with ``light`` their twins: plain
-    dataclasses with the same init fields read from the installed classes, without ``__post_init__``."""
-    from .recipe_args import RECIPE_DATACLASSES
-
-    return _twins() if light else RECIPE_DATACLASSES
-
-
 @functools.lru_cache(maxsize=1)
-def _twins() -> tuple[type, ...]:
+def twins() -> tuple[type, ...]:
+    """The twins of ``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``: plain dataclasses with the
+    same init fields read from the installed classes, without ``__post_init__``."""
     import typing
 
     from .recipe_args import RECIPE_DATACLASSES
@@ -214,15 +208,15 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     if announce:  # before any problem is raised: a refusal may name the new key the user did not write
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    twins = dataclass_types(True)
+    twins_ = twins()
     # keys the translation refused are reported once, by it, unknown keys once, here: both left out of what follows
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
-    unknown, problem, named = _unknown_keys(config, args, twins)
+    unknown, problem, named = _unknown_keys(config, args, twins_)
     if problem:
         problems.add(problem, named)
         config, args = _without_keys(config, args, {*unknown, *(str(k).lstrip("-").replace("-", "_") for k in unknown)})
     config = check_yaml_types(yaml_choices(config), problems)
-    parser = hf_argument_parser(twins)
+    parser = hf_argument_parser(twins_)
     try:
         cli_values = user_values_from_argv(args, parser)
     except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
@@ -236,18 +230,18 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
     config = {k: v for k, v in config.items() if not (isinstance(v, str) and k in problems.fields
                                                       and KINDS.get(k) in (bool, int, float))}
     run = _parse(parser, config, args, problems, config_path=path and str(path), user_values=user_values)
-    results = validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
-                                user_checked=True)
+    results = validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine)
     run.problems = problems
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
     if not light:  # the real dataclasses: what only they (and TRL's and transformers' own checks) refuse
         from .ext_config import FRONT_DOOR_CHECKED
+        from .recipe_args import RECIPE_DATACLASSES
 
         token = FRONT_DOOR_CHECKED.set(results)  # checked above: `GRPOExtConfig.__post_init__` checks nothing again
         try:
-            run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems,
+            run = _parse(hf_argument_parser(RECIPE_DATACLASSES), config, args, problems,
                          config_path=path and str(path), user_values=user_values)
         finally:
             FRONT_DOOR_CHECKED.reset(token)
@@ -258,11 +252,12 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
 def _parse(parser, config: dict, args: list[str], problems, **run) -> RunArgs:
     """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs` (``run``: its
     other fields). A value argparse refuses (``learning_rate: 1e1x``: it types a string default), an argument no field
-    takes (``--report_to wandb tensorboard``) or a dataclass's own refusal is raised after the problems found before."""
+    takes (``--report_to wandb tensorboard``) or a dataclass's own refusal (a TypeError too: transformers' for an
+    unknown ``accelerator_config`` key) is raised after the problems found before, as one line."""
     parser.set_defaults(**config)
     try:
         return RunArgs(*parser.parse_args_into_dataclasses(args=args), **run)
-    except (argparse.ArgumentError, ValueError) as err:  # the parser's as a ConfigError, a dataclass's error as it is
-        problems.add(str(err) if type(err) in (ValueError, argparse.ArgumentError) else err)
+    except (argparse.ArgumentError, ValueError, TypeError) as err:  # a ConfigError; a ValueError subclass as it is
+        problems.add(str(err) if type(err) in (ValueError, TypeError, argparse.ArgumentError) else err)
         problems.raise_if_any(ConfigError)
         raise

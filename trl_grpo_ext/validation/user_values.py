@@ -19,7 +19,6 @@ from ..config.checks import (
     as_number,
     check_choice,
     choice_from_yaml,
-    closest_choice,
     declared_checks,
 )
 from ..config.engines import Engine
@@ -109,9 +108,8 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
         elif name in MAPPING_FIELDS:
             problems.check(read_mapping, name, value, MAPPING_FIELDS[name], fields=[name])
         if name in CHOICES and value is not None:
-            close = closest_choice(enum_value(value), CHOICES[name])
             problems.check(check_choice, name, enum_value(value), CHOICES[name], fields=[name],
-                           fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
+                           fix=f"Fix: set {name} to one of these.")
     if own:
         problems.raise_if_any(RunArgumentError)
 
@@ -162,16 +160,15 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser) 
 
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
                       user_values: Mapping[str, Any] | None = None, world_size: int = 1, check_model: bool = True,
-                      problems: Problems | None = None, engine: Engine | None = None,
-                      user_checked: bool = False) -> dict[str, Any]:
+                      problems: Problems | None = None, engine: Engine | None = None) -> dict[str, Any]:
     """Refuse every bad value and combination of a run's arguments before any weight loads, all at once.
 
     Args:
         script_args, training_args, model_args, push_args: the four argument objects, their twins, or mappings;
             absent fields take :data:`DEFAULTS`. user_values: the keys the user set (conflicts are judged on these).
         world_size: processes. check_model: check LoRA targets against the model. problems: record there instead
-            of raising. engine: of ``plan --accelerate-config``. user_checked: the front door already ran
-            `check_user_values` on ``user_values``.
+            of raising. engine: of ``plan --accelerate-config``. The single values are checked here only without
+            ``user_values`` (the front door checks those itself, before it parses them).
 
     Returns each rule's result by name (`run_rules`). Raises RunArgumentError: without ``problems``, one line per
     problem (a single one as its check raised it)."""
@@ -180,7 +177,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     user = yaml_choices(dict(user_values or {}))
     values = yaml_choices(flatten_values(script_args, training_args, model_args, push_args))
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
-    if not user_checked:  # the other values are defaults or derived from the user's (written by __post_init__)
+    if user_values is None:  # the other values are defaults or derived from the user's (written by __post_init__)
         check_user_values(values, problems=problems)
     results = run_rules(RunView(values, user, world_size, engine=engine, check_model=check_model), problems)
     if own:
