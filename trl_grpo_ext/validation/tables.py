@@ -62,7 +62,6 @@ TRL_CHOICES: dict[str, tuple[str, ...]] = {
     "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
     "importance_sampling_level": ("token", "sequence"),
     "dataset_format": ("prompt", "gsm8k"),
-    "bnb_4bit_quant_type": ("nf4", "fp4"),
     "eval_strategy": ("no", "steps", "epoch"),  # (an unquoted `no` is YAML's False: read as the word)
     "save_strategy": ("no", "steps", "epoch", "best"),
     "logging_strategy": ("no", "steps", "epoch"),
@@ -171,9 +170,6 @@ NEEDS: tuple[Rule, ...] = (
           error="the trainer refuses it without an adapter to merge, after the model loads"),
     _when("load_in_4bit", True, ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage"),
           scope="args"),
-    needs(("adapter_dtype",), "load_in_4bit: true (or load_in_8bit: true)",
-          lambda v: v.get("load_in_4bit") or v.get("load_in_8bit"), scope="args",
-          fix="load the base in 4-bit, or remove {field}: the adapter trains in the base's dtype."),
     _when("zero_variance_filter", "resample", ("max_resample_rounds",)),
     needs(("zero_variance_tolerance",), "zero_variance_filter: mask, resample or skip",
           lambda v: v.get("zero_variance_filter") in ("mask", "resample", "skip"),
