@@ -56,7 +56,7 @@ def test_trl_s_deprecated_cap_is_read_by_trl(tmp_path):
 
 @pytest.mark.parametrize("key, value, says", [
     ("vllm_device", "auto", "vllm_mode"),
-    ("dataset_configs", ["default"], "dataset_config: NAME"),
+    ("dataset_configs", ["default"], "did you mean 'dataset_config'?"),
     ("benchmarks", ["aime24"], "trl-grpo-ext eval"),
 ])
 def test_removed_or_unsupported_keys_say_what_to_do(tmp_path, key, value, says):

@@ -200,11 +200,8 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
             raise ConfigError(f"--config {path}: `env` must be a mapping of environment variables to values.")
         for key, value in env.items():
             os.environ[key] = str(value)
-    problems = Problems()
-    notes: list[str] = []
-    config, args, translation_problems = translate(config, args, notes)
-    for problem in translation_problems:
-        problems.add(problem)
+    problems, notes = Problems(), []
+    config, args = translate(config, args, notes, problems)
     if announce:  # before any problem is raised: a refusal may name the new key the user did not write
         for note in notes:
             print(f"note: {note}", file=sys.stderr)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -47,8 +46,8 @@ for _f in _INIT:
         DEFAULTS.setdefault(_f.name, _plain(_f.default_factory()))
 #: Fields typed Optional (``str | None``): YAML's null is a value there, whatever the default.
 NULLABLE = frozenset(f.name for f in _INIT if "None" in str(f.type) or "Optional" in str(f.type))
-#: Fields typed ``dict`` -> whether the type allows ``str`` too (JSON; for `mappings.PATH_FIELDS` a file's path).
-MAPPING_FIELDS = {f.name: "str" in re.sub(r"\[.*?\]", "", str(f.type)) for f in _INIT if "dict" in str(f.type)}
+#: Fields typed ``dict`` (a JSON string too; for `mappings.PATH_FIELDS` a file's path).
+MAPPING_FIELDS = frozenset(f.name for f in _INIT if "dict" in str(f.type))
 #: Range of every numeric field read by this package: TRL's, ours (declared on the fields), the recipe's and LoRA's.
 RANGES: dict[str, Range] = {**TRL_RANGES, **{n: c["range"] for n, c in _DECLARED.items() if "range" in c},
                             **OTHER_RANGES}
@@ -106,7 +105,7 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
         elif name in RANGES and not isinstance(value, (list, tuple, dict)):
             problems.check(RANGES[name].check, name, value, fields=[name])
         elif name in MAPPING_FIELDS:
-            problems.check(read_mapping, name, value, MAPPING_FIELDS[name], fields=[name])
+            problems.check(read_mapping, name, value, fields=[name])
         if name in CHOICES and value is not None:
             problems.check(check_choice, name, enum_value(value), CHOICES[name], fields=[name],
                            fix=f"Fix: set {name} to one of these.")
