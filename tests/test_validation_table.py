@@ -628,7 +628,7 @@ def test_a_feature_switched_off_in_the_yaml_or_on_the_command_line_leaves_one_wa
         run = parse_recipe_args(argv)
         assert run.training_args.save_steps == 50
         assert capsys.readouterr().err.splitlines() == [
-            "warning: save_steps=50 only takes effect with save_strategy: steps, so it has no effect. Fix: set "
+            "warning: save_steps=50 only takes effect with save_strategy: steps. Fix: set "
             "save_strategy: steps or remove save_steps."]
 
 

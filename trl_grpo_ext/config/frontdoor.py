@@ -102,15 +102,13 @@ def hf_argument_parser(types_: tuple[type, ...]):
 
 
 def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
-    """``(--config's value, the other arguments)``, ``--config=PATH`` too (a second one is an unknown key).
-    ConfigError without a value."""
+    """``(--config's value, the other arguments)``, ``--config=PATH`` too (a second one is an unknown key); without a
+    value, ``""`` (`resolve_config` refuses it)."""
     found = [i for i, a in enumerate(argv) if a.split("=", 1)[0] == "--config"]
     if not found:
         return None, argv
     i, inline = found[0], "=" in argv[found[0]]
     value = argv[i].split("=", 1)[1] if inline else (argv[i + 1] if i + 1 < len(argv) else "")
-    if not value or value.startswith("--"):
-        raise ConfigError("--config needs a YAML file or a shipped config name, e.g. --config tiny_cpu")
     return value, argv[:i] + argv[i + (1 if inline else 2):]
 
 
@@ -158,11 +156,8 @@ def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, 
         if token.startswith("--") and len(token) > 2:
             canon = token[2:].split("=", 1)[0].replace("-", "_")
             skipping = canon in keys or (canon.startswith("no_") and canon[3:] in keys)
-            if skipping:
-                continue
-        elif skipping:
-            continue
-        out.append(token)
+        if not skipping:
+            out.append(token)
     return config, out
 
 

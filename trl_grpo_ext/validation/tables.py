@@ -119,9 +119,7 @@ class Rule:
             one = len(names) == 1
             said = (f"{', '.join(f'{n}={shown(enum_value(v.set_keys[n]))}' for n in names)} only take"
                     f"{'s' if one else ''} effect with {self.needs}")
-            tail = self.message.format(field=" and ".join(names))
-            line = f"{said}: {tail}" if self.severity == "error" else \
-                f"{said}, so {'it has' if one else 'they have'} no effect. {tail}"
+            line = f"{said}{': ' if self.severity == 'error' else '. '}{self.message.format(field=' and '.join(names))}"
         else:
             line = self.message.format_map(v)
         if self.severity == "warning":
@@ -162,9 +160,9 @@ _PEFT = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_mo
          "use_rslora", "use_dora", "lora_target_parameters")
 _PUSH = "a push (push_to_hub_mode: adapter or merged, or TRL's push_to_hub: true)"
 
-#: The rows of `rules.RULES` for settings that take effect only under another.
+#: The rows of `rules.RULES` for settings that take effect only under another (a warning; a refusal where the run
+#: would fail).
 NEEDS: tuple[Rule, ...] = (
-    # settings that take effect only under another (a warning; a refusal where the run would fail)
     _when("use_peft", True, _PEFT, scope="args"),
     needs(("merge_adapter_for_generation",), "use_peft: true", lambda v: v.get("use_peft"), scope="args",
           error="the trainer refuses it without an adapter to merge, after the model loads"),
