@@ -217,7 +217,7 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         raise
     user_values = {**config, **cli_values}
     world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
-    check_user_values(user_values, problems=problems)
+    check_user_values(user_values, problems)
     # a string refused above for a typed field is left out (argparse types a string default and would stop at it)
     config = {k: v for k, v in config.items() if not (isinstance(v, str) and k in problems.fields
                                                       and KINDS.get(k) in (bool, int, float))}

@@ -90,13 +90,10 @@ def yaml_choices(config: dict) -> dict:
     return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
 
 
-def check_user_values(values: Mapping[str, Any], problems: Problems | None = None) -> None:
+def check_user_values(values: Mapping[str, Any], problems: Problems) -> None:
     """The single-value checks of ``values`` (the keys the user set, before any dataclass is built, so that
     ``learning_rate: fast`` gets its range and a fix): YAML's null for a field that needs a value, a range, a mapping,
-    a choice (YAML 1.1 booleans already read as words: `yaml_choices`). Into ``problems``, else raised
-    (RunArgumentError)."""
-    own = problems is None
-    problems = Problems() if own else problems
+    a choice (YAML 1.1 booleans already read as words: `yaml_choices`). Into ``problems``."""
     for name, value in list(values.items()):
         if (name in RANGES or name in CHOICES) and value is None and DEFAULTS.get(name) is not None \
                 and name not in NULLABLE:
@@ -109,8 +106,6 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
         if name in CHOICES and value is not None:
             problems.check(check_choice, name, enum_value(value), CHOICES[name], fields=[name],
                            fix=f"Fix: set {name} to one of these.")
-    if own:
-        problems.raise_if_any(RunArgumentError)
 
 
 _WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
@@ -177,7 +172,7 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     values = yaml_choices(flatten_values(script_args, training_args, model_args, push_args))
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
     if user_values is None:  # the other values are defaults or derived from the user's (written by __post_init__)
-        check_user_values(values, problems=problems)
+        check_user_values(values, problems)
     results = run_rules(RunView(values, user, world_size, engine=engine, check_model=check_model), problems)
     if own:
         problems.raise_if_any(RunArgumentError)
