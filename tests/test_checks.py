@@ -2,7 +2,7 @@
 
 import pytest
 
-from trl_grpo_ext.config.checks import Range, RunArgumentError, check_choice, choice_from_yaml, closest_choice
+from trl_grpo_ext.config.checks import Range, RunArgumentError, check_choice, choice_from_yaml
 
 
 def test_a_range_returns_an_integral_float_as_int():
@@ -22,9 +22,11 @@ def test_a_yaml_boolean_reads_as_the_word_written():
     assert choice_from_yaml("mask", ("off", "mask")) == "mask"
 
 
-def test_closest_choice_by_case_then_spelling():
-    assert closest_choice("Dr_GRPO", ("grpo", "dr_grpo", "rloo")) == "dr_grpo"
-    assert closest_choice("fp32", ("auto", "bfloat16", "float16", "float32")) is None
+def test_a_choice_names_the_closest_choice_by_case_then_spelling():
+    with pytest.raises(RunArgumentError, match="Did you mean 'dr_grpo'"):
+        check_choice("advantage_preset", "Dr_GRPO", ("grpo", "dr_grpo", "rloo"))
+    with pytest.raises(RunArgumentError, match=r"is not valid\. Choose one of"):
+        check_choice("dtype", "fp32", ("auto", "bfloat16", "float16", "float32"))
 
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-2", "1.5"])

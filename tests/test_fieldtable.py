@@ -7,11 +7,11 @@ import enum
 
 import pytest
 
-from trl_grpo_ext.config.frontdoor import dataclass_types, hf_argument_parser
+from trl_grpo_ext.config.frontdoor import hf_argument_parser, twins
 
 
 def light_dataclasses():
-    return dataclass_types(True)
+    return twins()
 
 
 def _plain(value):
@@ -117,7 +117,7 @@ def test_the_twins_are_read_from_the_installed_classes(monkeypatch):
     class Newer(RECIPE_DATACLASSES[1]):
         only_in_a_newer_trl: int = 0
 
-    frontdoor._twins.cache_clear()
+    frontdoor.twins.cache_clear()
     monkeypatch.setattr("trl_grpo_ext.config.recipe_args.RECIPE_DATACLASSES",
                         (RECIPE_DATACLASSES[0], Newer, *RECIPE_DATACLASSES[2:]))
     try:
@@ -125,4 +125,4 @@ def test_the_twins_are_read_from_the_installed_classes(monkeypatch):
                                       announce=False)
         assert run.training_args.only_in_a_newer_trl == 3 and run.training_args.zero_variance_filter == "off"
     finally:
-        frontdoor._twins.cache_clear()
+        frontdoor.twins.cache_clear()

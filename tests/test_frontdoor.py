@@ -56,14 +56,18 @@ def test_trl_s_deprecated_cap_is_read_by_trl(tmp_path):
 
 @pytest.mark.parametrize("key, value, says", [
     ("vllm_device", "auto", "vllm_mode"),
-    ("dataset_configs", ["default"], "dataset_config: NAME"),
-    ("cosine_max_len", 1000, "kwargs"),
+    ("dataset_configs", ["default"], "did you mean 'dataset_config'?"),
     ("benchmarks", ["aime24"], "trl-grpo-ext eval"),
 ])
 def test_removed_or_unsupported_keys_say_what_to_do(tmp_path, key, value, says):
     with pytest.raises(ConfigError) as info:
         read_run_args(["--config", tiny_cpu_yaml(tmp_path, **{key: value})], light=True)
     assert f"'{key}'" in str(info.value) and says in str(info.value)
+
+
+def test_open_r1_reward_settings_are_unknown_keys(tmp_path):
+    with pytest.raises(ConfigError, match="unknown key.*'cosine_max_len'"):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, cosine_max_len=1000)], light=True)
 
 
 def test_empty_open_r1_lists_are_accepted(tmp_path):
@@ -105,6 +109,12 @@ def test_a_list_on_the_command_line_is_hf_argument_parsers_spelling(tmp_path, li
 def test_bad_value_type_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="num_generations.*invalid int value: 'two'"):
         read_run_args(["--config", tiny_cpu_yaml(tmp_path), "--num_generations", "two"], light=True)
+
+
+def test_an_unknown_accelerator_config_key_is_one_line_not_a_traceback(tmp_path):
+    """transformers raises a TypeError for it when the recipe's config is built (before any model loads)."""
+    with pytest.raises(ConfigError, match=r"^AcceleratorConfig.__init__\(\) got an unexpected keyword argument 'bogus'"):
+        read_run_args(["--config", tiny_cpu_yaml(tmp_path, accelerator_config={"bogus": 1})], announce=False)
 
 
 @pytest.mark.parametrize("light", [True, False], ids=["plan", "recipe"])

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunArgumentError", "Range", "Choices", "check_choice", "closest_choice", "as_number", "format_number",
+__all__ = ["RunArgumentError", "Range", "Choices", "check_choice", "as_number", "format_number",
            "world_size_from_env", "declared_checks"]
 
 
@@ -26,7 +26,7 @@ class IneffectiveSettingWarning(UserWarning):
 @dataclass(frozen=True)
 class Range:
     """The valid values of one numeric field: ``low`` / ``high`` (None: unbounded; ``*_open`` excludes the bound),
-    ``integer`` (``4.0`` read as 4), ``fix`` (appended to the message), ``source`` (who reads the field)."""
+    ``integer`` (``4.0`` read as 4), ``fix`` (appended to the message)."""
 
     low: float | None = None
     high: float | None = None
@@ -34,7 +34,6 @@ class Range:
     high_open: bool = False
     integer: bool = False
     fix: str = ""
-    source: str = ""
 
     def describe(self) -> str:
         """The range in words, e.g. ``"an integer >= 1"``, ``"a number in (0, 1]"``."""
@@ -104,12 +103,14 @@ def declared_checks(cls) -> dict[str, dict[str, Any]]:
 
 def check_choice(name: str, value: Any, choices: Iterable[str], error: type[ValueError] = RunArgumentError,
                  fix: str = "") -> Any:
-    """``value`` if one of ``choices``, else raise ``error`` naming the closest choice, all of them and ``fix``."""
+    """``value`` if one of ``choices``, else raise ``error`` naming the closest choice (by case, then spelling), all of
+    them and ``fix``."""
     choices = tuple(choices)
     if isinstance(value, str) and value in choices:
         return value
-    hint = closest_choice(value, choices)
-    did_you_mean = f" Did you mean {hint!r}?" if hint else ""
+    lowered = {choice.lower(): choice for choice in choices}  # the same letters in another case, else the closest
+    close = difflib.get_close_matches(str(value).lower(), list(lowered), n=1)
+    did_you_mean = f" Did you mean {lowered[close[0]]!r}?" if close else ""
     extra = f" {fix}" if fix else ""
     if isinstance(value, bool):  # no choice reads as this boolean (see choice_from_yaml)
         extra += (" (YAML 1.1 reads an unquoted on/off/yes/no/true/false as a boolean: write the value in quotes, "
@@ -124,17 +125,6 @@ def choice_from_yaml(value: Any, choices: Iterable[str]) -> Any:
         return value
     choices = tuple(choices)
     return next((word for word in (("off", "no"), ("on", "yes"))[value] if word in choices), value)
-
-
-def closest_choice(value: Any, choices: Iterable[str]) -> str | None:
-    """The choice ``value`` most likely means: the same letters in another case, else the closest spelling, or None."""
-    choices = tuple(choices)
-    lowered = {choice.lower(): choice for choice in choices}
-    text = str(value).lower()
-    if text in lowered:
-        return lowered[text]
-    close = difflib.get_close_matches(text, list(lowered), n=1)
-    return lowered[close[0]] if close else None
 
 
 def format_number(x: Any) -> str:

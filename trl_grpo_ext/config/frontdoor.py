@@ -76,16 +76,10 @@ def resolve_config(name_or_path: str, kind: str = "configs") -> Path:
                       f"Shipped: {', '.join(shipped)}.")
 
 
-def dataclass_types(light: bool) -> tuple[type, ...]:
-    """``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``, or with ``light`` their twins: plain
-    dataclasses with the same init fields read from the installed classes, without ``__post_init__``."""
-    from .recipe_args import RECIPE_DATACLASSES
-
-    return _twins() if light else RECIPE_DATACLASSES
-
-
 @functools.lru_cache(maxsize=1)
-def _twins() -> tuple[type, ...]:
+def twins() -> tuple[type, ...]:
+    """The twins of ``(RecipeArguments, GRPOExtConfig, ModelConfig, HubPushArguments)``: plain dataclasses with the
+    same init fields read from the installed classes, without ``__post_init__``."""
     import typing
 
     from .recipe_args import RECIPE_DATACLASSES
@@ -108,15 +102,13 @@ def hf_argument_parser(types_: tuple[type, ...]):
 
 
 def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
-    """``(--config's value, the other arguments)``, ``--config=PATH`` too (a second one is an unknown key).
-    ConfigError without a value."""
+    """``(--config's value, the other arguments)``, ``--config=PATH`` too (a second one is an unknown key); without a
+    value, ``""`` (`resolve_config` refuses it)."""
     found = [i for i, a in enumerate(argv) if a.split("=", 1)[0] == "--config"]
     if not found:
         return None, argv
     i, inline = found[0], "=" in argv[found[0]]
     value = argv[i].split("=", 1)[1] if inline else (argv[i + 1] if i + 1 < len(argv) else "")
-    if not value or value.startswith("--"):
-        raise ConfigError("--config needs a YAML file or a shipped config name, e.g. --config tiny_cpu")
     return value, argv[:i] + argv[i + (1 if inline else 2):]
 
 
@@ -164,11 +156,8 @@ def _without_keys(config: dict, args: list[str], keys: set[str]) -> tuple[dict, 
         if token.startswith("--") and len(token) > 2:
             canon = token[2:].split("=", 1)[0].replace("-", "_")
             skipping = canon in keys or (canon.startswith("no_") and canon[3:] in keys)
-            if skipping:
-                continue
-        elif skipping:
-            continue
-        out.append(token)
+        if not skipping:
+            out.append(token)
     return config, out
 
 
@@ -206,23 +195,20 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
             raise ConfigError(f"--config {path}: `env` must be a mapping of environment variables to values.")
         for key, value in env.items():
             os.environ[key] = str(value)
-    problems = Problems()
-    notes: list[str] = []
-    config, args, translation_problems = translate(config, args, notes)
-    for problem in translation_problems:
-        problems.add(problem)
+    problems, notes = Problems(), []
+    config, args = translate(config, args, notes, problems)
     if announce:  # before any problem is raised: a refusal may name the new key the user did not write
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    twins = dataclass_types(True)
+    twins_ = twins()
     # keys the translation refused are reported once, by it, unknown keys once, here: both left out of what follows
     config, args = _without_keys(config, args, {*ALIASES, *RENAMED, *REMOVED})
-    unknown, problem, named = _unknown_keys(config, args, twins)
+    unknown, problem, named = _unknown_keys(config, args, twins_)
     if problem:
         problems.add(problem, named)
         config, args = _without_keys(config, args, {*unknown, *(str(k).lstrip("-").replace("-", "_") for k in unknown)})
     config = check_yaml_types(yaml_choices(config), problems)
-    parser = hf_argument_parser(twins)
+    parser = hf_argument_parser(twins_)
     try:
         cli_values = user_values_from_argv(args, parser)
     except argparse.ArgumentError as err:  # a value the field's type refuses, e.g. --num_generations two
@@ -231,23 +217,23 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
         raise
     user_values = {**config, **cli_values}
     world = world_size if world_size is not None else problems.check(world_size_from_env, fields=["WORLD_SIZE"]) or 1
-    check_user_values(user_values, problems=problems)
+    check_user_values(user_values, problems)
     # a string refused above for a typed field is left out (argparse types a string default and would stop at it)
     config = {k: v for k, v in config.items() if not (isinstance(v, str) and k in problems.fields
                                                       and KINDS.get(k) in (bool, int, float))}
     run = _parse(parser, config, args, problems, config_path=path and str(path), user_values=user_values)
-    results = validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine,
-                                user_checked=True)
+    results = validate_run_args(*run, user_values=user_values, world_size=world, problems=problems, engine=engine)
     run.problems = problems
     for check in checks:
         problems.check(check, run)
     problems.raise_if_any(ConfigError)
     if not light:  # the real dataclasses: what only they (and TRL's and transformers' own checks) refuse
         from .ext_config import FRONT_DOOR_CHECKED
+        from .recipe_args import RECIPE_DATACLASSES
 
         token = FRONT_DOOR_CHECKED.set(results)  # checked above: `GRPOExtConfig.__post_init__` checks nothing again
         try:
-            run = _parse(hf_argument_parser(dataclass_types(False)), config, args, problems,
+            run = _parse(hf_argument_parser(RECIPE_DATACLASSES), config, args, problems,
                          config_path=path and str(path), user_values=user_values)
         finally:
             FRONT_DOOR_CHECKED.reset(token)
@@ -258,11 +244,12 @@ def read_run_args(argv: list[str] | None = None, *, light: bool = False, announc
 def _parse(parser, config: dict, args: list[str], problems, **run) -> RunArgs:
     """TrlParser's semantics (the file's values are defaults, the command line wins) into `RunArgs` (``run``: its
     other fields). A value argparse refuses (``learning_rate: 1e1x``: it types a string default), an argument no field
-    takes (``--report_to wandb tensorboard``) or a dataclass's own refusal is raised after the problems found before."""
+    takes (``--report_to wandb tensorboard``) or a dataclass's own refusal (a TypeError too: transformers' for an
+    unknown ``accelerator_config`` key) is raised after the problems found before, as one line."""
     parser.set_defaults(**config)
     try:
         return RunArgs(*parser.parse_args_into_dataclasses(args=args), **run)
-    except (argparse.ArgumentError, ValueError) as err:  # the parser's as a ConfigError, a dataclass's error as it is
-        problems.add(str(err) if type(err) in (ValueError, argparse.ArgumentError) else err)
+    except (argparse.ArgumentError, ValueError, TypeError) as err:  # a ConfigError; a ValueError subclass as it is
+        problems.add(str(err) if type(err) in (ValueError, TypeError, argparse.ArgumentError) else err)
         problems.raise_if_any(ConfigError)
         raise

@@ -24,19 +24,11 @@ REMOVED = {
     "reward_model_name_or_path": "a reward model is not supported by the recipe; use reward functions (`rewards:`), "
                                  "or GRPOExtTrainer(reward_funcs=[...]) in your own script.",
     "datasets": "dataset mixtures are not supported by the recipe; give one `dataset_name` (and `dataset_config`).",
-    "dataset_configs": "this package reads one configuration: `dataset_config: NAME`.",
-    "wandb_log_unique_prompts": "use TRL's `log_unique_prompts: true` (with `log_completions: true`).",
     "hub_model_revision": _BRANCH_PUSH,
     "push_to_hub_revision": _BRANCH_PUSH,
     "overwrite_hub_revision": _BRANCH_PUSH,
     "benchmarks": "remove it and run `trl-grpo-ext eval` (or lighteval) on output_dir.",
     "callbacks": "add callbacks in your own script with `trainer.add_callback(...)`.",
-    **{key: "give it as a parameter of the reward, e.g. `rewards: [{name: cosine_scaled_reward, kwargs: "
-            "{min_value_wrong: -1.0}}]` (`trl-grpo-ext rewards` lists them)."
-       for key in ("cosine_min_value_wrong", "cosine_max_value_wrong", "cosine_min_value_correct",
-                   "cosine_max_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
-                   "code_language", "code_eval_test_batch_size", "parallel_code_exec_per_proc", "e2b_router_url",
-                   "morph_router_url", "code_provider", "ioi_provider")},
 }
 
 #: List keys accepted when empty (open-r1 writes `callbacks: []`).
@@ -47,11 +39,11 @@ def cli_keys(args: list[str]) -> list[tuple[int, str]]:
     return [(i, token[2:].split("=", 1)[0]) for i, token in enumerate(args) if token.startswith("--") and len(token) > 2]
 
 
-def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, list[str], list[str]]:
-    """``(config, args, problems)``: the YAML mapping and the command line with :data:`ALIASES` and :data:`RENAMED`
-    applied, the YAML's :data:`ENV_KEYS` set in the environment (a note per translation in ``notes``), and one line
-    per refused key (:data:`REMOVED`, or an old name beside its new one)."""
-    config, args, problems = dict(config), list(args), []
+def translate(config: dict, args: list[str], notes: list[str], problems) -> tuple[dict, list[str]]:
+    """``(config, args)``: the YAML mapping and the command line with :data:`ALIASES` and :data:`RENAMED` applied, the
+    YAML's :data:`ENV_KEYS` set in the environment (a note per translation in ``notes``); one line per refused key
+    (:data:`REMOVED`, or an old name beside its new one) added to ``problems`` (a `validation.problems.Problems`)."""
+    config, args = dict(config), list(args)
     new_names = {**ALIASES, **{old: new for old, (new, _) in RENAMED.items()}}
     given_on_cli = {key.replace("-", "_") for _, key in cli_keys(args)}
     for i, key in cli_keys(args):
@@ -60,13 +52,13 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
     for old, new in new_names.items():
         if (old in config and new in config) or (old in given_on_cli and new in given_on_cli):
             where = "in the config" if old in config and new in config else "on the command line"
-            problems.append(f"{old!r} and {new!r} are both set {where}; {old!r} is another name for {new!r}: keep one")
+            problems.add(f"{old!r} and {new!r} are both set {where}; {old!r} is another name for {new!r}: keep one")
         elif old in config or old in given_on_cli:
             if old in config:
                 config[new] = config.pop(old)
             notes.append(f"{old} read as {new} ({RENAMED[old][1] if old in RENAMED else 'the same setting'}).")
     if {"hub_private", "hub_private_repo"} <= set(config) or {"hub_private", "hub_private_repo"} <= given_on_cli:
-        problems.append("'hub_private_repo' and 'hub_private' are both set; they are two names of one setting and "
+        problems.add("'hub_private_repo' and 'hub_private' are both set; they are two names of one setting and "
                         "TRL's hub_private_repo would silently win (a public repository): keep one")
     for key, env in ENV_KEYS.items():  # the environment wins
         value = config.pop(key, None)
@@ -80,7 +72,8 @@ def translate(config: dict, args: list[str], notes: list[str]) -> tuple[dict, li
         if key in _EMPTY_OK and config.get(key) in ([], None):
             config.pop(key, None)
         elif key in config:
-            problems.append(f"{key!r}: {fix}")
-    problems += [f"--{key}: {REMOVED[key.replace('-', '_')]}" for _, key in cli_keys(args)
-                 if key.replace("-", "_") in REMOVED]
-    return config, args, problems
+            problems.add(f"{key!r}: {fix}")
+    for key in (key.replace("-", "_") for _, key in cli_keys(args)):
+        if key in REMOVED:
+            problems.add(f"--{key}: {REMOVED[key]}")
+    return config, args

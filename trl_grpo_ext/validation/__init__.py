@@ -5,19 +5,10 @@ once. Layout: docs/architecture.md."""
 from ..config.checks import Range, RunArgumentError
 from .lora import check_lora_targets, model_modules, peft_target_matches
 from .rewards import check_reward_columns
-from .rules import RULES, RunView
-from .tables import Rule
-from .user_values import (
-                          CHOICES,
-                          DEFAULTS,
-                          RANGES,
-                          check_user_values,
-                          user_values_from_argv,
-                          validate_run_args,
-)
+from .rules import RULES
+from .user_values import CHOICES, DEFAULTS, RANGES, check_user_values, user_values_from_argv, validate_run_args
 
 __all__ = [
-    "RunArgumentError", "Range", "RANGES", "CHOICES", "DEFAULTS", "validate_run_args", "RULES",
-    "Rule", "RunView", "check_user_values", "check_reward_columns", "check_lora_targets", "model_modules",
-    "peft_target_matches", "user_values_from_argv"
+    "RunArgumentError", "Range", "RANGES", "CHOICES", "DEFAULTS", "validate_run_args", "RULES", "check_user_values",
+    "check_reward_columns", "check_lora_targets", "model_modules", "peft_target_matches", "user_values_from_argv"
 ]

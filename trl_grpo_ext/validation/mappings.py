@@ -13,19 +13,18 @@ from typing import Any
 PATH_FIELDS = ("accelerator_config", "deepspeed", "fsdp_config")
 
 
-def read_mapping(name: str, value: Any, takes_string: bool = True) -> Any:
-    """Mapping field ``name``'s value as transformers reads it: a string that starts with "{" as JSON (where the field
-    takes a string, ``takes_string``: `user_values.MAPPING_FIELDS`), another string as a JSON file's path
-    (:data:`PATH_FIELDS`), anything else as it is (a mapping, None, or what ``__post_init__`` built of one: an
-    `AcceleratorConfig`).
+def read_mapping(name: str, value: Any) -> Any:
+    """Mapping field ``name``'s value as transformers reads it: a string that starts with "{" as JSON, another string
+    as a JSON file's path (:data:`PATH_FIELDS`), anything else as it is (a mapping, None, or what ``__post_init__``
+    built of one: an `AcceleratorConfig`).
 
     Raises:
         ValueError: the line saying why the value is no mapping, with its fix."""
-    fix = (f"Fix: write it as a mapping in the YAML ({name}: {{key: value}})" +
-           (f" or as JSON on the command line (--{name} '{{\"key\": 1}}')" if takes_string else "") + ".")
+    fix = f"Fix: write it as a mapping in the YAML ({name}: {{key: value}}) or as JSON on the command line (--{name} " \
+          "'{\"key\": 1}')."
     if not isinstance(value, (str, list, tuple, int, float)):
         return value
-    if not (isinstance(value, str) and takes_string and (value.startswith("{") or name in PATH_FIELDS)):
+    if not (isinstance(value, str) and (value.startswith("{") or name in PATH_FIELDS)):
         raise ValueError(f"{name}={value!r} is not a mapping (a {type(value).__name__}). {fix}")
     try:
         if value.startswith("{"):

@@ -29,9 +29,6 @@ class Problems:
         if line not in self.warnings:
             self.warnings.append(line)
 
-    def __len__(self) -> int:
-        return len(self.messages)
-
     def add(self, problem: str | BaseException, fields: Iterable[str] = ()) -> None:
         """Record a problem (a message or a check's error; one carrying several adds each), once per line."""
         self.fields.update(fields)

@@ -62,7 +62,6 @@ TRL_CHOICES: dict[str, tuple[str, ...]] = {
     "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
     "importance_sampling_level": ("token", "sequence"),
     "dataset_format": ("prompt", "gsm8k"),
-    "bnb_4bit_quant_type": ("nf4", "fp4"),
     "eval_strategy": ("no", "steps", "epoch"),  # (an unquoted `no` is YAML's False: read as the word)
     "save_strategy": ("no", "steps", "epoch", "best"),
     "logging_strategy": ("no", "steps", "epoch"),
@@ -83,14 +82,6 @@ def typed_value(value: Any) -> Any:
             except ValueError:
                 pass
     return value
-
-
-def is_on(value: Any) -> bool:
-    """Whether a flag or optional field is set: not ``None``/``False``, and for a command-line string not one of
-    ``false``, ``0``, ``no``, ``none``, ``null`` or empty."""
-    if isinstance(value, str):
-        return value.strip().lower() not in ("false", "0", "no", "none", "null", "")
-    return value is not None and value is not False
 
 
 @dataclass(frozen=True)
@@ -128,9 +119,7 @@ class Rule:
             one = len(names) == 1
             said = (f"{', '.join(f'{n}={shown(enum_value(v.set_keys[n]))}' for n in names)} only take"
                     f"{'s' if one else ''} effect with {self.needs}")
-            tail = self.message.format(field=" and ".join(names))
-            line = f"{said}: {tail}" if self.severity == "error" else \
-                f"{said}, so {'it has' if one else 'they have'} no effect. {tail}"
+            line = f"{said}{': ' if self.severity == 'error' else '. '}{self.message.format(field=' and '.join(names))}"
         else:
             line = self.message.format_map(v)
         if self.severity == "warning":
@@ -158,8 +147,8 @@ def evaluates(v: RunView) -> bool:
 
 
 def both(a: str, b: str, fix: str) -> Rule:
-    """A row: ``a`` and ``b`` cannot both be on (true for flags, not None for the others)."""
-    return Rule(f"{a} and {b}", (a, b), lambda v: is_on(v.set_keys.get(a)) and is_on(v.set_keys.get(b)),
+    """A row: flags ``a`` and ``b`` cannot both be on."""
+    return Rule(f"{a} and {b}", (a, b), lambda v: v.set_keys.get(a) and v.set_keys.get(b),
                 f"{a}={{{a}}} and {b}={{{b}}} cannot both be set. Fix: {fix}", blocked_by=())
 
 
@@ -169,24 +158,16 @@ def set_of(names):
 
 _PEFT = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save", "lora_task_type",
          "use_rslora", "use_dora", "lora_target_parameters")
-_VLLM = ("vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex",
-         "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
-         "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size",
-         "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
-         "vllm_importance_sampling_clip_max")
 _PUSH = "a push (push_to_hub_mode: adapter or merged, or TRL's push_to_hub: true)"
 
-#: The rows of `rules.RULES` for settings that take effect only under another.
+#: The rows of `rules.RULES` for settings that take effect only under another (a warning; a refusal where the run
+#: would fail).
 NEEDS: tuple[Rule, ...] = (
-    # settings that take effect only under another (a warning; a refusal where the run would fail)
     _when("use_peft", True, _PEFT, scope="args"),
     needs(("merge_adapter_for_generation",), "use_peft: true", lambda v: v.get("use_peft"), scope="args",
           error="the trainer refuses it without an adapter to merge, after the model loads"),
     _when("load_in_4bit", True, ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage"),
           scope="args"),
-    needs(("adapter_dtype",), "load_in_4bit: true (or load_in_8bit: true)",
-          lambda v: v.get("load_in_4bit") or v.get("load_in_8bit"), scope="args",
-          fix="load the base in 4-bit, or remove {field}: the adapter trains in the base's dtype."),
     _when("zero_variance_filter", "resample", ("max_resample_rounds",)),
     needs(("zero_variance_tolerance",), "zero_variance_filter: mask, resample or skip",
           lambda v: v.get("zero_variance_filter") in ("mask", "resample", "skip"),
@@ -205,10 +186,6 @@ NEEDS: tuple[Rule, ...] = (
     needs(("eval_on_start",), "eval_strategy: steps or epoch (the recipe loads no evaluation split without it)",
           evaluates, "set eval_strategy: steps (with eval_steps) or remove {field}.", scope="args",
           error="the trainer would fail evaluating at the start, with no evaluation split loaded"),
-    needs(("final_eval_num_samples",), "final_eval: adapter or compare_base",
-          lambda v: v.get("final_eval") not in (None, "none"), "set final_eval: adapter or remove {field}.",
-          scope="args"),
-    _when("use_vllm", True, _VLLM),
     _when("eval_strategy", "steps", ("eval_steps",), "set eval_strategy: steps (with a dataset_test_split) or remove "
           "{field}."),
     _when("save_strategy", "steps", ("save_steps",)),
@@ -218,13 +195,7 @@ NEEDS: tuple[Rule, ...] = (
           lambda v: v.get("push_to_hub_mode") not in (None, "none") or v.get("push_to_hub") is True,
           "set push_to_hub_mode: adapter, or remove {field} (trl-grpo-ext push OUTPUT_DIR --repo-id ID pushes a "
           "finished run).", scope="args"),
-    needs(("hub_strategy", "hub_always_push"), "TRL's own push at each save, which the recipe turns off (it pushes "
-          "once, after training)", lambda v: v.get("hub_strategy") in (None, "end") and not v.get("hub_always_push"),
-          "remove {field}.", scope="args"),
     _when("push_to_hub_mode", "merged", ("merge_dtype",), scope="args"),
-    needs(("fp16",), "a GPU (with use_cpu: true accelerate runs no fp16 autocast: the run stays float32)",
-          lambda v: not v.get("use_cpu"),
-          "remove {field} (bf16: true runs bf16 autocast on a CPU: docs/benchmarks.md, \"bf16 on a CPU\")."),
     needs(("sync_ref_model",), "beta > 0 (with beta 0 TRL keeps no reference model to sync)",
           lambda v: (as_number(v.get("beta")) or 0) > 0, "remove {field} or set beta: 0.04 (say).",
           error="TRL keeps no reference model to sync and refuses it when the trainer is built"),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -19,7 +18,6 @@ from ..config.checks import (
     as_number,
     check_choice,
     choice_from_yaml,
-    closest_choice,
     declared_checks,
 )
 from ..config.engines import Engine
@@ -48,8 +46,8 @@ for _f in _INIT:
         DEFAULTS.setdefault(_f.name, _plain(_f.default_factory()))
 #: Fields typed Optional (``str | None``): YAML's null is a value there, whatever the default.
 NULLABLE = frozenset(f.name for f in _INIT if "None" in str(f.type) or "Optional" in str(f.type))
-#: Fields typed ``dict`` -> whether the type allows ``str`` too (JSON; for `mappings.PATH_FIELDS` a file's path).
-MAPPING_FIELDS = {f.name: "str" in re.sub(r"\[.*?\]", "", str(f.type)) for f in _INIT if "dict" in str(f.type)}
+#: Fields typed ``dict`` (a JSON string too; for `mappings.PATH_FIELDS` a file's path).
+MAPPING_FIELDS = frozenset(f.name for f in _INIT if "dict" in str(f.type))
 #: Range of every numeric field read by this package: TRL's, ours (declared on the fields), the recipe's and LoRA's.
 RANGES: dict[str, Range] = {**TRL_RANGES, **{n: c["range"] for n, c in _DECLARED.items() if "range" in c},
                             **OTHER_RANGES}
@@ -92,13 +90,10 @@ def yaml_choices(config: dict) -> dict:
     return {key: choice_from_yaml(value, CHOICES[key]) if key in CHOICES else value for key, value in config.items()}
 
 
-def check_user_values(values: Mapping[str, Any], problems: Problems | None = None) -> None:
+def check_user_values(values: Mapping[str, Any], problems: Problems) -> None:
     """The single-value checks of ``values`` (the keys the user set, before any dataclass is built, so that
     ``learning_rate: fast`` gets its range and a fix): YAML's null for a field that needs a value, a range, a mapping,
-    a choice (YAML 1.1 booleans already read as words: `yaml_choices`). Into ``problems``, else raised
-    (RunArgumentError)."""
-    own = problems is None
-    problems = Problems() if own else problems
+    a choice (YAML 1.1 booleans already read as words: `yaml_choices`). Into ``problems``."""
     for name, value in list(values.items()):
         if (name in RANGES or name in CHOICES) and value is None and DEFAULTS.get(name) is not None \
                 and name not in NULLABLE:
@@ -107,13 +102,10 @@ def check_user_values(values: Mapping[str, Any], problems: Problems | None = Non
         elif name in RANGES and not isinstance(value, (list, tuple, dict)):
             problems.check(RANGES[name].check, name, value, fields=[name])
         elif name in MAPPING_FIELDS:
-            problems.check(read_mapping, name, value, MAPPING_FIELDS[name], fields=[name])
+            problems.check(read_mapping, name, value, fields=[name])
         if name in CHOICES and value is not None:
-            close = closest_choice(enum_value(value), CHOICES[name])
             problems.check(check_choice, name, enum_value(value), CHOICES[name], fields=[name],
-                           fix=f"Fix: {name}: {close}" if close else f"Fix: set {name} to one of these.")
-    if own:
-        problems.raise_if_any(RunArgumentError)
+                           fix=f"Fix: set {name} to one of these.")
 
 
 _WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
@@ -162,16 +154,15 @@ def user_values_from_argv(argv: Sequence[str], parser: argparse.ArgumentParser) 
 
 def validate_run_args(script_args: Any, training_args: Any, model_args: Any, push_args: Any, *,
                       user_values: Mapping[str, Any] | None = None, world_size: int = 1, check_model: bool = True,
-                      problems: Problems | None = None, engine: Engine | None = None,
-                      user_checked: bool = False) -> dict[str, Any]:
+                      problems: Problems | None = None, engine: Engine | None = None) -> dict[str, Any]:
     """Refuse every bad value and combination of a run's arguments before any weight loads, all at once.
 
     Args:
         script_args, training_args, model_args, push_args: the four argument objects, their twins, or mappings;
             absent fields take :data:`DEFAULTS`. user_values: the keys the user set (conflicts are judged on these).
         world_size: processes. check_model: check LoRA targets against the model. problems: record there instead
-            of raising. engine: of ``plan --accelerate-config``. user_checked: the front door already ran
-            `check_user_values` on ``user_values``.
+            of raising. engine: of ``plan --accelerate-config``. The single values are checked here only without
+            ``user_values`` (the front door checks those itself, before it parses them).
 
     Returns each rule's result by name (`run_rules`). Raises RunArgumentError: without ``problems``, one line per
     problem (a single one as its check raised it)."""
@@ -180,8 +171,8 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     user = yaml_choices(dict(user_values or {}))
     values = yaml_choices(flatten_values(script_args, training_args, model_args, push_args))
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
-    if not user_checked:  # the other values are defaults or derived from the user's (written by __post_init__)
-        check_user_values(values, problems=problems)
+    if user_values is None:  # the other values are defaults or derived from the user's (written by __post_init__)
+        check_user_values(values, problems)
     results = run_rules(RunView(values, user, world_size, engine=engine, check_model=check_model), problems)
     if own:
         problems.raise_if_any(RunArgumentError)
