@@ -14,8 +14,7 @@ from typing import Annotated, Any, NewType
 
 from trl import GRPOConfig
 
-from ..models.settings import bf16_available as _bf16_available
-from ..models.settings import check_fp16_machine
+from ..models.settings import bf16_available, check_fp16_machine, gpu_available
 from ..plan.resolve import _INPUT_FIELDS, NO_STEP_LIMIT_FIX, RAW_BATCH_FIELDS, RAW_STOP_FIELDS, resolve_trl_fields
 from ..rewards.guard import REWARD_ERROR_POLICIES
 from ..rewards.spec import RewardSpec, parse_reward_specs
@@ -208,7 +207,7 @@ class GRPOExtConfig(GRPOConfig):
         if self.reward_weights is None and self.resolved.rewards is not None:  # the user's own list is kept as given
             self.reward_weights = list(self.resolved.reward_weights)
         if self.bf16 is None:  # TRL would default to True; choose what this machine supports
-            self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
+            self.bf16 = bf16_available() and not self.use_cpu and not self.fp16
         checked = FRONT_DOOR_CHECKED.get()  # built by the front door, which checked these values: each check once
         canonical = self._check(world_size) if checked is None else checked.get("zero_variance")
         self.resolved = dataclasses.replace(self.resolved, zero_variance=ZeroVarianceSettings.from_values(
@@ -219,7 +218,7 @@ class GRPOExtConfig(GRPOConfig):
                 setattr(self, new, getattr(self, old))
         from ..validation.engines import check_engine_device
 
-        check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
+        check_engine_device(resolve_engine(vars(self)), gpu_available())  # before TRL sets up the devices
         super().__post_init__()
 
     def _check(self, world_size: int) -> str | None:
@@ -236,10 +235,7 @@ class GRPOExtConfig(GRPOConfig):
             if getattr(self, name) is not None:
                 check.check(name, getattr(self, name))
         check_fp16_machine(self.fp16, self.use_cpu)  # (bf16 on this machine: transformers' __post_init__ refuses it)
-        rewards = self.resolved.rewards
-        view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
-                       on_cpu=self.use_cpu or not _accelerator_available(),
-                       reward_names=[spec.name for spec in rewards] if rewards else None)
+        view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS)
         problems = Problems()
         results = run_rules(view, problems, scope="run")
         problems.raise_if_any(ValueError)
@@ -267,9 +263,3 @@ _TRL_DEFAULTS = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("sc
 #: Set by the front door (`frontdoor.read_run_args`) while it builds the real classes of values it has checked: the
 #: rules' results (``"zero_variance"``: the canonical judged reward), so that `__post_init__` checks nothing again.
 FRONT_DOOR_CHECKED: ContextVar[dict | None] = ContextVar("FRONT_DOOR_CHECKED", default=None)
-
-
-def _accelerator_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available() or bool(getattr(torch, "xpu", None) and torch.xpu.is_available())

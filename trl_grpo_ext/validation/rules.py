@@ -22,18 +22,15 @@ from .tables import NEEDS, Rule, both, enum_value, evaluates, set_of
 class RunView:
     """The values a rule reads: ``values`` (every field), ``user`` (the keys the user set; None for a config built in
     Python, judged against ``defaults``), ``world_size``, ``batch`` (TRL's batch fields as resolved; else resolved from
-    the user's keys), ``on_cpu`` (default ``use_cpu``), ``engine`` (of an accelerate config), ``problems`` (the
-    collector), ``reward_names`` (None: unknown or none), ``check_model`` (read the model's module names)."""
+    the user's keys), ``engine`` (of an accelerate config), ``problems`` (the collector), ``check_model`` (read the
+    model's module names)."""
 
     def __init__(self, values: Mapping[str, Any], user: Mapping[str, Any] | None = None, world_size: int = 1, *,
-                 batch: dict | None = None, on_cpu: bool | None = None, engine=None, problems=None,
-                 defaults: Mapping[str, Any] | None = None, reward_names: list[str] | None = None,
+                 batch: dict | None = None, engine=None, problems=None, defaults: Mapping[str, Any] | None = None,
                  check_model: bool = True):
         self.values, self.user, self.world_size = values, user, world_size
         self._batch, self.engine, self.problems = batch, engine, problems
-        self.on_cpu = bool(values.get("use_cpu")) if on_cpu is None else on_cpu
-        self.defaults = defaults or {}
-        self._reward_names, self.check_model = reward_names, check_model
+        self.defaults, self.check_model = defaults or {}, check_model
 
     def get(self, name: str, default: Any = None) -> Any:
         return enum_value(self.values.get(name, default))
@@ -79,8 +76,6 @@ class RunView:
     @cached_property
     def reward_names(self) -> list[str] | None:
         """The names of the run's registry rewards (None: none, or ``reward_funcs=``)."""
-        if self._reward_names is not None or self.values.get("rewards") is None:
-            return self._reward_names
         try:
             return [spec.name for spec in self.specs] or None
         except ValueError:  # the `reward_specs` rule reports it
@@ -91,13 +86,6 @@ class RunView:
         from ..plan.resolve import _INPUT_FIELDS
 
         return tuple(k for k in (self.user or {}) if k in _INPUT_FIELDS and self.user[k] is not None)
-
-    def loss_type(self) -> str:
-        """TRL's ``loss_type`` as the run resolves it (an ``advantage_preset``'s first)."""
-        from ..config.advantage_settings import PRESETS
-
-        preset = PRESETS.get(self.get("advantage_preset") or "", {})
-        return preset.get("loss_type") or self.get("loss_type") or "dapo"
 
 
 def zero_variance(v: RunView) -> str | None:
