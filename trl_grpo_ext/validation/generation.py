@@ -129,17 +129,6 @@ def merge_problem(values, engine, *, quantized: str | None = None, quantized_fix
     return None
 
 
-def _continues_adapter(values) -> bool:
-    """Whether the run continues an adapter (`models.source`), which keeps its own ``lora_dropout``."""
-    from ..models.source import resolve_model_source
-
-    name = values.get("model_name_or_path")
-    try:
-        return isinstance(name, str) and bool(name) and resolve_model_source(name).continued
-    except (ValueError, OSError, TypeError):
-        return False
-
-
 def check_merged_generation(values, engine) -> None:
     """:func:`merge_problem` of a run's fields before any model loads (the rule ``merged_generation``); a
     ``model_init_kwargs`` quantization counts. A continued adapter's own ``lora_dropout`` is judged by the trainer
@@ -148,6 +137,7 @@ def check_merged_generation(values, engine) -> None:
     Raises:
         RunArgumentError: the problem's line."""
     from ..models.settings import load_dtype
+    from .trainer_settings import continued_adapter
 
     if not values.get(MERGE_FOR_GENERATION):
         return
@@ -157,7 +147,7 @@ def check_merged_generation(values, engine) -> None:
     if quantized is None and quantized_bits(quantization):
         quantized = "a quantized base (model_init_kwargs.quantization_config)"
         quantized_fix = "remove quantization_config from model_init_kwargs"
-    dropout = float(values.get("lora_dropout") or 0.0) if values.get("use_peft") and not _continues_adapter(values) \
+    dropout = float(values.get("lora_dropout") or 0.0) if values.get("use_peft") and not continued_adapter(values) \
         else 0.0
     problem = merge_problem(
         values, engine, quantized=quantized, quantized_fix=quantized_fix,

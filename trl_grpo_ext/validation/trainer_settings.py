@@ -54,20 +54,27 @@ def check_batch_dispatch(values: Mapping[str, Any], problems) -> None:
                      "already counts the completions of one process).", ("accelerator_config",))
 
 
+def continued_adapter(values: Mapping[str, Any]) -> Any:
+    """The `models.source.ModelSource` of a run that continues an adapter, else None (also for a folder that is
+    neither a model nor an adapter: plan and the recipe report it)."""
+    from ..models.source import resolve_model_source
+
+    name = values.get("model_name_or_path")
+    try:
+        source = resolve_model_source(name) if isinstance(name, str) and name else None
+    except (ValueError, OSError, TypeError):
+        return None
+    return source if source is not None and source.continued else None
+
+
 def check_continued_adapter(values: Mapping[str, Any]) -> None:
     """A continued adapter (`models.source`) the run cannot train: ``use_peft: false`` (the adapter would be dropped)
     or an ``output_dir`` that is the adapter's folder (overwritten).
 
     Raises:
         RunArgumentError: naming the field, the value and the fix."""
-    from ..models.source import resolve_model_source
-
-    name = values.get("model_name_or_path")
-    try:
-        source = resolve_model_source(name) if isinstance(name, str) and name else None
-    except (ValueError, OSError):  # a folder that is neither a model nor an adapter: plan and the recipe report it
-        return
-    if source is None or not source.continued:
+    source, name = continued_adapter(values), values.get("model_name_or_path")
+    if source is None:
         return
     if not values.get("use_peft"):
         raise RunArgumentError(f"model_name_or_path={name!r} is an adapter of an earlier run, which this run would "
