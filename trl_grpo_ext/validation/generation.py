@@ -13,8 +13,6 @@ from .mappings import as_mapping
 
 #: Name of the logged drift metric (training.generation.BaseDriftMonitor).
 DRIFT_METRIC = "vllm/base_drift"
-#: Name of the opt-in that lets `use_vllm` run on a 4-bit base.
-VLLM_4BIT_OPT_IN = "allow_vllm_4bit_merge"
 #: Name of the merged-generation opt-in.
 MERGE_FOR_GENERATION = "merge_adapter_for_generation"
 #: ``generation_kwargs`` keys that fail TRL 1.16's generation at the first step (each tried): more sequences per
@@ -45,19 +43,19 @@ def check_vllm_quantization(args, load_in_4bit: bool, load_in_8bit: bool = False
         raise ValueError(f"use_vllm=True with an 8-bit base ({where}load_in_8bit=True): vLLM cannot load an 8-bit "
                          "bitsandbytes model (TRL raises this only after loading the model). Fix: set `use_vllm: "
                          "false`, or use `load_in_4bit: true` (docs/generation.md), or load the base unquantized.")
-    if load_in_4bit and not getattr(args, VLLM_4BIT_OPT_IN, False):
+    if load_in_4bit and not getattr(args, "allow_vllm_4bit_merge", False):
         raise ValueError(
             f"use_vllm=True with a 4-bit base ({where}load_in_4bit=True) is refused: at every weight sync TRL 1.16 "
             "calls merge_adapter() and unmerge_adapter(), which on NF4 re-quantize the frozen base, so it drifts (30% "
             "after 50 syncs, docs/generation.md). Fix: set `use_vllm: false` and generate with transformers "
             "(`use_transformers_continuous_batching: true`, or `cache_implementation: static`), or `load_in_4bit: "
-            f"false`, or set `{VLLM_4BIT_OPT_IN}: true` to run anyway and watch the logged metric `{DRIFT_METRIC}`.")
+            f"false`, or set `allow_vllm_4bit_merge: true` to run anyway and watch the logged metric `{DRIFT_METRIC}`.")
 
 
 def check_vllm_settings(values) -> None:
     """`check_vllm_quantization` on a run's fields: ``model_init_kwargs.quantization_config``, then the recipe's
     ``load_in_4bit`` / ``load_in_8bit``."""
-    args = SimpleNamespace(use_vllm=values.get("use_vllm"), allow_vllm_4bit_merge=values.get(VLLM_4BIT_OPT_IN))
+    args = SimpleNamespace(use_vllm=values.get("use_vllm"), allow_vllm_4bit_merge=values.get("allow_vllm_4bit_merge"))
     quantization = as_mapping("model_init_kwargs", values.get("model_init_kwargs")).get("quantization_config")
     bits = quantized_bits(quantization)
     check_vllm_quantization(args, bits == 4, bits == 8, source="model_init_kwargs.quantization_config")
