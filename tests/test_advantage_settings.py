@@ -25,13 +25,13 @@ def test_module_does_not_import_torch():
 
 def test_settings_defaults_are_trl_defaults():
     settings = AdvantageSettings()
-    assert settings.to_dict() == {
+    assert dataclasses.asdict(settings) == {
         "baseline": "group_mean",
         "std_scaling": "group",
         "epsilon": 1e-4,
         "std_kind": "sample",
     }
-    assert json.loads(json.dumps(settings.to_dict())) == settings.to_dict()
+    assert json.loads(json.dumps(dataclasses.asdict(settings))) == dataclasses.asdict(settings)
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.baseline = "leave_one_out"
 

@@ -194,7 +194,7 @@ def test_one_recipe_launch_checks_the_zero_variance_settings_once(tmp_path, monk
     path = tiny_cpu_yaml(tmp_path, drop=("eval_steps", "num_generations_eval"), zero_variance_filter="mask",
                          eval_strategy="no")
     run = parse_recipe_args(["--config", path], datasets=False)
-    assert [get("zero_variance_filter") for get, *_ in calls] == ["mask"]
+    assert [view.get("zero_variance_filter") for view, *_ in calls] == ["mask"]
     assert run.training_args.resolved.zero_variance.zero_variance_filter == "mask"
     GRPOExtTrainer("embedded:tiny-qwen2", args=run.training_args, train_dataset=count_char_mix(8))
     assert len(calls) == 1

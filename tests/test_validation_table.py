@@ -798,9 +798,11 @@ def test_null_for_a_field_that_needs_a_value_is_refused_by_plan_and_recipe(name,
     ({"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": None}}, "which sets none"),
 ])
 def test_trainer_settings_found_by_a_second_breaker_round(values, says):
-    from trl_grpo_ext.validation.trainer_settings import trainer_problems
+    from trl_grpo_ext.validation.problems import Problems
+    from trl_grpo_ext.validation.trainer_settings import check_trainer_settings
 
-    assert any(says in line for line, _ in trainer_problems(values)), trainer_problems(values)
+    check_trainer_settings(values, problems := Problems())
+    assert any(says in line for line in problems.messages), problems.messages
 
 
 @pytest.mark.parametrize("values", [
@@ -810,9 +812,11 @@ def test_trainer_settings_found_by_a_second_breaker_round(values, says):
     {"load_best_model_at_end": True, "eval_strategy": "no", "save_strategy": "best"},
 ])
 def test_trainer_settings_accept_what_transformers_accepts(values):
-    from trl_grpo_ext.validation.trainer_settings import trainer_problems
+    from trl_grpo_ext.validation.problems import Problems
+    from trl_grpo_ext.validation.trainer_settings import check_trainer_settings
 
-    assert trainer_problems(values) == []
+    check_trainer_settings(values, problems := Problems())
+    assert problems.messages == []
 
 
 def test_a_continued_adapter_s_folder_written_with_a_tilde_is_its_folder(tmp_path, monkeypatch):

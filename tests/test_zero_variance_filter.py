@@ -6,6 +6,7 @@ in the comments.
 
 import math
 from collections import defaultdict
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -209,8 +210,11 @@ BATCH = dict(num_generations=4, generation_batch_size=None, steps_per_generation
 
 
 def check(changes=None, batch=None, world_size=1, reward_names=None):
-    return check_zero_variance_settings({**SETTINGS, **(changes or {})}.get, {**BATCH, **(batch or {})}, world_size,
-                                        reward_names)
+    """``(canonical judged reward, the warning or None)`` of the settings, checked as the rule ``zero_variance`` does."""
+    warned = []
+    view = SimpleNamespace(get={**SETTINGS, **(changes or {})}.get, batch={**BATCH, **(batch or {})},
+                           world_size=world_size, reward_names=reward_names, warn=warned.append)
+    return check_zero_variance_settings(view), (warned or [None])[0]
 
 
 def test_settings_accepted():

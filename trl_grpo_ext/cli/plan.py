@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
 
 from trl_grpo_ext.cli import Once
 from trl_grpo_ext.config.checks import Range, world_size_from_env
-from trl_grpo_ext.config.ext_config import USER_FIELDS, resolve_config
+from trl_grpo_ext.config.ext_config import resolve_config
 from trl_grpo_ext.config.frontdoor import read_run_args
 from trl_grpo_ext.plan import format_plan_report, plan_warnings, resolve_plan, seed_line
 from trl_grpo_ext.plan.advice import memory_note
@@ -179,7 +178,7 @@ def build_plan(args: argparse.Namespace):
     run = read_run_args(["--config", args.config, *getattr(args, "overrides", [])], light=True, world_size=world,
                         engine=engine, checks=_collected_checks(args.dataset_size, world, survey))
     script_args, training, model_args, _ = run
-    resolved = resolve_config({k: getattr(training, k) for k in USER_FIELDS}, world, _trl_defaults(type(training)))
+    resolved = resolve_config(training, world)
     size = args.dataset_size if args.dataset_size is not None else survey.train_rows
     plan = resolve_plan(resolved.quantity_fields(), dataset_size_of(script_args, size), world,
                         training.max_completion_length)
@@ -303,11 +302,6 @@ def check_dataset_size_flag(script_args, dataset_size: int | None, rows: int | N
         raise ValueError(f"--dataset-size {dataset_size}: the training split of dataset_name={name!r} has {rows} "
                          f"row{'' if rows == 1 else 's'}{within}, which the run trains on. Fix: remove --dataset-size "
                          f"(plan counts the rows){left}.")
-
-
-def _trl_defaults(config_class) -> dict:
-    """The dataclass defaults of ``scale_rewards`` and ``loss_type``, as `GRPOExtConfig` passes them."""
-    return {f.name: f.default for f in fields(config_class) if f.name in ("scale_rewards", "loss_type")}
 
 
 def _forecast(results: dict, num_generations: int) -> float | None:

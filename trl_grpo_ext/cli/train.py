@@ -91,10 +91,10 @@ def check_before_launch(argv: list[str], config_file) -> list[str]:
 
         def engine_device(run):  # FSDP only: torch is imported to look for a GPU
             if engine.kind == "fsdp":
-                from ..config.ext_config import _accelerator_available
+                from ..models.settings import gpu_available
                 from ..validation.engines import check_engine_device
 
-                check_engine_device(engine, _accelerator_available())
+                check_engine_device(engine, gpu_available())
 
         read_run_args(argv, light=True, announce=False, world_size=world, engine=engine,
                       checks=(dataset_check(world, DatasetSurvey()), engine_device))  # skip's epochs: on the rows read

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from .checks import Range, check_choice
@@ -75,9 +75,6 @@ class AdvantageSettings:
         """Whether TRL's own formula computes these settings (group mean; no std, or sample std with ε = 1e-4)."""
         return self.baseline == "group_mean" and (
             self.std_scaling == "none" or (self.std_kind == "sample" and self.epsilon == TRL_EPSILON))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def is_explicit(name: str, value: Any, defaults: Mapping[str, Any]) -> bool:

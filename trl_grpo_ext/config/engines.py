@@ -73,15 +73,14 @@ def engine_from_run_values(values: Mapping[str, Any]) -> Engine | None:
 
 
 def engine_from_env(environ: Mapping[str, str] | None = None) -> Engine | None:
-    """The engine `accelerate launch` set up in ``environ`` (default ``os.environ``), or None."""
+    """The engine `accelerate launch` set up in ``environ`` (default ``os.environ``), or None (its mixed precision:
+    `resolve_engine`)."""
     env = os.environ if environ is None else environ
-    mixed = env.get("ACCELERATE_MIXED_PRECISION")
-    if _flag(env.get("ACCELERATE_USE_DEEPSPEED", "false")):
+    if _flag(env.get("ACCELERATE_USE_DEEPSPEED")):
         return _deepspeed_engine(env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE"), "ACCELERATE_USE_DEEPSPEED",
-                                 env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"), mixed_precision=mixed)
-    if _flag(env.get("ACCELERATE_USE_FSDP", "false")):
-        return Engine("fsdp", fsdp_version=_whole(env.get("FSDP_VERSION", "1")) or 1, source="ACCELERATE_USE_FSDP",
-                      mixed_precision=mixed)
+                                 env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"))
+    if _flag(env.get("ACCELERATE_USE_FSDP")):
+        return Engine("fsdp", fsdp_version=_whole(env.get("FSDP_VERSION", "1")) or 1, source="ACCELERATE_USE_FSDP")
     return None
 
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
-from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, fields
 from typing import Annotated, Any, NewType
 
 from trl import GRPOConfig
 
-from ..models.settings import bf16_available as _bf16_available
-from ..models.settings import check_fp16_machine
+from ..models.settings import bf16_available, check_fp16_machine, gpu_available
 from ..plan.resolve import _INPUT_FIELDS, NO_STEP_LIMIT_FIX, RAW_BATCH_FIELDS, RAW_STOP_FIELDS, resolve_trl_fields
 from ..rewards.guard import REWARD_ERROR_POLICIES
 from ..rewards.spec import RewardSpec, parse_reward_specs
@@ -45,14 +43,6 @@ RewardEntry = NewType("RewardEntry", str | dict)
 
 def _help(default: Any, text: str) -> Any:
     return field(default=default, metadata={"help": text})
-
-
-#: What `plan.resolve_plan` takes (`ResolvedConfig.quantity_fields`).
-QUANTITY_FIELDS = (*_INPUT_FIELDS, "stop_semantics")
-
-#: The fields `resolve_config` reads: the quantities (ours and TRL's raw batch/stop fields), the advantage fields
-#: (ours and TRL's ``scale_rewards``/``loss_type``) and the rewards (ours and TRL's ``reward_weights``).
-USER_FIELDS = (*_INPUT_FIELDS, *ADVANTAGE_FIELDS, "loss_type", "rewards", "reward_weights")
 
 
 @dataclass(frozen=True)
@@ -85,33 +75,31 @@ class ResolvedConfig:
 
     def quantity_fields(self) -> dict[str, Any]:
         """The quantity fields, as `plan.resolve_plan` takes them."""
-        return {name: getattr(self, name) for name in QUANTITY_FIELDS}
+        return {name: getattr(self, name) for name in (*_INPUT_FIELDS, "stop_semantics")}
 
     def trl_fields(self) -> dict[str, Any]:
         """TRL's own batch, stop and advantage fields to write into the config."""
         names = (*RAW_BATCH_FIELDS, *RAW_STOP_FIELDS, "num_generations", "num_iterations", "scale_rewards", "loss_type")
         return {name: getattr(self, name) for name in names}
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
-
-def resolve_config(values: Mapping[str, Any], world_size: int, trl_defaults: Mapping[str, Any]) -> ResolvedConfig:
-    """Resolve the :data:`USER_FIELDS` of ``values`` (a missing quantity field takes TRL's default) for
-    ``world_size`` processes; ``trl_defaults``: the defaults of ``scale_rewards`` and ``loss_type``.
+def resolve_config(config: Any, world_size: int) -> ResolvedConfig:
+    """Resolve the quantity fields (ours and TRL's raw batch/stop fields), the advantage fields (ours and TRL's
+    ``scale_rewards`` / ``loss_type``, whose TRL defaults count as unset) and the rewards (ours and TRL's
+    ``reward_weights``) of ``config`` (a `GRPOExtConfig`, or `plan`'s twin of it) for ``world_size`` processes.
 
     Raises:
         QuantityError, AdvantageConfigError, ValueError (rewards): invalid or conflicting values."""
-    quantities = resolve_trl_fields({k: values[k] for k in _INPUT_FIELDS if k in values}, world_size)
+    quantities = resolve_trl_fields({k: getattr(config, k) for k in _INPUT_FIELDS}, world_size)
     advantages, advantage_trl_fields = resolve_advantage_settings(
-        preset=values["advantage_preset"], **{name: values[name] for name in (*ADVANTAGE_FIELDS[1:], "loss_type")},
-        defaults=trl_defaults)
+        preset=config.advantage_preset, **{name: getattr(config, name) for name in (*ADVANTAGE_FIELDS[1:], "loss_type")},
+        defaults=_TRL_DEFAULTS)
     rewards = reward_weights = None
-    if values["rewards"] is not None:
-        specs = parse_reward_specs(values["rewards"], values["reward_weights"])
+    if config.rewards is not None:
+        specs = parse_reward_specs(config.rewards, config.reward_weights)
         rewards, reward_weights = tuple(specs), tuple(spec.weight for spec in specs)
-    elif values["reward_weights"] is not None:  # weights for reward functions passed to the trainer (`reward_funcs=`)
-        reward_weights = tuple(values["reward_weights"])
+    elif config.reward_weights is not None:  # weights for reward functions passed to the trainer (`reward_funcs=`)
+        reward_weights = tuple(config.reward_weights)
     return ResolvedConfig(world_size=world_size, **quantities, advantages=advantages, **advantage_trl_fields,
                           rewards=rewards, reward_weights=reward_weights)
 
@@ -201,14 +189,13 @@ class GRPOExtConfig(GRPOConfig):
             if isinstance(check, Choices):
                 setattr(self, name, choice_from_yaml(getattr(self, name), check.values))
         world_size = world_size_from_env()
-        values = {name: getattr(self, name) for name in USER_FIELDS}
-        self.resolved: ResolvedConfig = resolve_config(values, world_size, _TRL_DEFAULTS)
+        self.resolved: ResolvedConfig = resolve_config(self, world_size)
         for name, value in self.resolved.trl_fields().items():
             setattr(self, name, value)
         if self.reward_weights is None and self.resolved.rewards is not None:  # the user's own list is kept as given
             self.reward_weights = list(self.resolved.reward_weights)
         if self.bf16 is None:  # TRL would default to True; choose what this machine supports
-            self.bf16 = _bf16_available() and not self.use_cpu and not self.fp16
+            self.bf16 = bf16_available() and not self.use_cpu and not self.fp16
         checked = FRONT_DOOR_CHECKED.get()  # built by the front door, which checked these values: each check once
         canonical = self._check(world_size) if checked is None else checked.get("zero_variance")
         self.resolved = dataclasses.replace(self.resolved, zero_variance=ZeroVarianceSettings.from_values(
@@ -219,7 +206,7 @@ class GRPOExtConfig(GRPOConfig):
                 setattr(self, new, getattr(self, old))
         from ..validation.engines import check_engine_device
 
-        check_engine_device(resolve_engine(vars(self)), _accelerator_available())  # before TRL sets up the devices
+        check_engine_device(resolve_engine(vars(self)), gpu_available())  # before TRL sets up the devices
         super().__post_init__()
 
     def _check(self, world_size: int) -> str | None:
@@ -236,10 +223,7 @@ class GRPOExtConfig(GRPOConfig):
             if getattr(self, name) is not None:
                 check.check(name, getattr(self, name))
         check_fp16_machine(self.fp16, self.use_cpu)  # (bf16 on this machine: transformers' __post_init__ refuses it)
-        rewards = self.resolved.rewards
-        view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS,
-                       on_cpu=self.use_cpu or not _accelerator_available(),
-                       reward_names=[spec.name for spec in rewards] if rewards else None)
+        view = RunView(vars(self), None, world_size, batch=self.resolved.quantity_fields(), defaults=_DEFAULTS)
         problems = Problems()
         results = run_rules(view, problems, scope="run")
         problems.raise_if_any(ValueError)
@@ -250,7 +234,7 @@ class GRPOExtConfig(GRPOConfig):
     def to_dict(self) -> dict[str, Any]:
         """`TrainingArguments.to_dict`, plus ``resolved`` and ``run_plan`` (once the trainer set it): what the trackers
         log and ``run_config.json`` holds."""
-        values = {**super().to_dict(), "resolved": self.resolved.to_dict()}
+        values = {**super().to_dict(), "resolved": asdict(self.resolved)}
         if getattr(self, "run_plan", None) is not None:
             values["run_plan"] = json.loads(self.run_plan.to_json())
         return values
@@ -267,9 +251,3 @@ _TRL_DEFAULTS = {f.name: f.default for f in fields(GRPOConfig) if f.name in ("sc
 #: Set by the front door (`frontdoor.read_run_args`) while it builds the real classes of values it has checked: the
 #: rules' results (``"zero_variance"``: the canonical judged reward), so that `__post_init__` checks nothing again.
 FRONT_DOOR_CHECKED: ContextVar[dict | None] = ContextVar("FRONT_DOOR_CHECKED", default=None)
-
-
-def _accelerator_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available() or bool(getattr(torch, "xpu", None) and torch.xpu.is_available())

@@ -13,12 +13,6 @@ MERGE_DTYPES = ("bfloat16", "float16", "float32")
 PUSH_MODES = ("none", "adapter", "merged")
 
 
-def push_mode(push_to_hub_mode: str | None, push_to_hub: bool = False) -> str:
-    """``push_to_hub_mode``, but ``"adapter"`` where TRL's ``push_to_hub: true`` stands beside ``none`` (or unset)."""
-    mode = push_to_hub_mode or "none"
-    return "adapter" if mode == "none" and push_to_hub else mode
-
-
 def check_push_settings(v, adapter: bool) -> None:
     """The rules ``push_needs_adapter`` (``adapter``: a push needs ``use_peft``) and ``push_needs_repository`` (a
     valid repository id) on ``v``, a `validation.view.RunView`; warns (``v.warn``) where ``push_to_hub``
@@ -27,7 +21,7 @@ def check_push_settings(v, adapter: bool) -> None:
     Raises:
         RunArgumentError: naming the fields and the fix."""
     field_mode, push = v.get("push_to_hub_mode") or "none", v.get("push_to_hub")
-    mode = push_mode(field_mode, push is True)
+    mode = "adapter" if field_mode == "none" and push is True else field_mode  # TRL's push_to_hub: the adapter
     named = f"push_to_hub_mode={mode!r}" if field_mode != "none" else "push_to_hub=True (a push of the adapter)"
     if adapter and mode != "none" and not v.get("use_peft"):
         raise RunArgumentError(
@@ -46,8 +40,8 @@ def check_push_settings(v, adapter: bool) -> None:
 
 
 def check_push_repository(mode: str, repo_id: str | None, named: str | None = None, field: str = "hub_repo_id") -> None:
-    """A push (``mode`` from :func:`push_mode`; ``named``: the setting the message names) needs ``repo_id``, a valid
-    Hub id (`huggingface_hub.utils.validate_repo_id`).
+    """A push (``mode``: ``push_to_hub_mode``, ``"adapter"`` for TRL's ``push_to_hub``; ``named``: the setting the
+    message names) needs ``repo_id``, a valid Hub id (`huggingface_hub.utils.validate_repo_id`).
 
     Raises:
         ValueError: naming the field, the value and the fix."""
@@ -97,7 +91,7 @@ class HubPushArguments:
         Raises:
             ValueError: a push without a (valid) repository."""
         trl_push = bool(getattr(training_args, "push_to_hub", False))
-        mode = push_mode(self.push_to_hub_mode, trl_push)
+        mode = "adapter" if self.push_to_hub_mode == "none" and trl_push else self.push_to_hub_mode
         if trl_push:
             training_args.push_to_hub = False
         repo_id = self.hub_repo_id or getattr(training_args, "hub_model_id", None)

@@ -31,7 +31,6 @@ from ..config.push_settings import (  # noqa: F401 (HubPushArguments, HubPushSet
     HubPushArguments,
     HubPushSettings,
     check_push_repository,
-    push_mode,
 )
 from ..config.secrets import redact_text, scrub_secrets
 from .card import REWARD_PLOT_FILE, build_model_card

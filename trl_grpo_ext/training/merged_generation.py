@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from ..validation.generation import MERGE_FOR_GENERATION, engine_problem, merge_problem
+from ..validation.generation import MERGE_FOR_GENERATION, merge_problem
 
 
 def check_merge_target(model, args: Any, engine) -> None:
@@ -39,10 +39,9 @@ def check_merge_target(model, args: Any, engine) -> None:
     bias = any(getattr(layer, "lora_bias", {}).get(name) and getattr(layer.get_base_layer(), "bias", None) is None
                for layer, name in active)
     problem = merge_problem(
-        quantized=f"a quantized base (adapted weights stored as {quantized})" if quantized else None,
+        vars(args), engine, quantized=f"a quantized base (adapted weights stored as {quantized})" if quantized else None,
         quantized_fix="load the base in float32 without quantization", dtype=floating[0] if floating else "float32",
-        **engine_problem(vars(args), engine), lora_bias=bias,
-        lora_dropout=repr(dropout) if dropout > 0 else None)
+        lora_bias=bias, lora_dropout=repr(dropout) if dropout > 0 else None)
     if problem:
         raise ValueError(problem)
 

@@ -13,8 +13,6 @@ from .mappings import as_mapping
 
 #: Name of the logged drift metric (training.generation.BaseDriftMonitor).
 DRIFT_METRIC = "vllm/base_drift"
-#: Name of the opt-in that lets `use_vllm` run on a 4-bit base.
-VLLM_4BIT_OPT_IN = "allow_vllm_4bit_merge"
 #: Name of the merged-generation opt-in.
 MERGE_FOR_GENERATION = "merge_adapter_for_generation"
 #: ``generation_kwargs`` keys that fail TRL 1.16's generation at the first step (each tried): more sequences per
@@ -45,19 +43,19 @@ def check_vllm_quantization(args, load_in_4bit: bool, load_in_8bit: bool = False
         raise ValueError(f"use_vllm=True with an 8-bit base ({where}load_in_8bit=True): vLLM cannot load an 8-bit "
                          "bitsandbytes model (TRL raises this only after loading the model). Fix: set `use_vllm: "
                          "false`, or use `load_in_4bit: true` (docs/generation.md), or load the base unquantized.")
-    if load_in_4bit and not getattr(args, VLLM_4BIT_OPT_IN, False):
+    if load_in_4bit and not getattr(args, "allow_vllm_4bit_merge", False):
         raise ValueError(
             f"use_vllm=True with a 4-bit base ({where}load_in_4bit=True) is refused: at every weight sync TRL 1.16 "
             "calls merge_adapter() and unmerge_adapter(), which on NF4 re-quantize the frozen base, so it drifts (30% "
             "after 50 syncs, docs/generation.md). Fix: set `use_vllm: false` and generate with transformers "
             "(`use_transformers_continuous_batching: true`, or `cache_implementation: static`), or `load_in_4bit: "
-            f"false`, or set `{VLLM_4BIT_OPT_IN}: true` to run anyway and watch the logged metric `{DRIFT_METRIC}`.")
+            f"false`, or set `allow_vllm_4bit_merge: true` to run anyway and watch the logged metric `{DRIFT_METRIC}`.")
 
 
 def check_vllm_settings(values) -> None:
     """`check_vllm_quantization` on a run's fields: ``model_init_kwargs.quantization_config``, then the recipe's
     ``load_in_4bit`` / ``load_in_8bit``."""
-    args = SimpleNamespace(use_vllm=values.get("use_vllm"), allow_vllm_4bit_merge=values.get(VLLM_4BIT_OPT_IN))
+    args = SimpleNamespace(use_vllm=values.get("use_vllm"), allow_vllm_4bit_merge=values.get("allow_vllm_4bit_merge"))
     quantization = as_mapping("model_init_kwargs", values.get("model_init_kwargs")).get("quantization_config")
     bits = quantized_bits(quantization)
     check_vllm_quantization(args, bits == 4, bits == 8, source="model_init_kwargs.quantization_config")
@@ -87,29 +85,37 @@ def check_generation_settings(values) -> None:
             "constraints). Fix: remove them from generation_kwargs (num_generations sets the completions per prompt).")
 
 
-def merge_problem(*, quantized: str | None = None, quantized_fix: str = "", dtype: str = "float32",
-                  bf16: bool = False, sharded: str | None = None, cast: str | None = None, cast_fix: str = "",
+def merge_problem(values, engine, *, quantized: str | None = None, quantized_fix: str = "", dtype: str = "float32",
                   lora_dropout: str | None = None, lora_bias: bool = False) -> str | None:
     """Why the adapter cannot be merged for generation, one line with its fix, or None (shared by the rule
-    ``merged_generation`` and `training.merged_generation.check_merge_target`). Each argument names a cause as the
-    message shows it (None or False: absent; ``dtype``: the base's load dtype) and each ``*_fix`` how to undo it."""
+    ``merged_generation`` and `training.merged_generation.check_merge_target`). ``values``: the run's fields (``bf16``,
+    ``fp16``, continuous batching); ``engine``: its `config.engines.Engine` (sharded, or casting the whole model).
+    Each other argument names a cause as the message shows it (None or False: absent; ``dtype``: the base's load
+    dtype); ``quantized_fix``: how to undo the quantization."""
     fix = f"Fix: remove {MERGE_FOR_GENERATION}"
+    precision, cast_fix = next(((f"{name}=True", f"set {name}: false") for name in ("bf16", "fp16")
+                                if values.get(name)), (None, ""))
+    if precision is None and engine.mixed_precision in ("bf16", "fp16"):
+        precision = f"mixed_precision={engine.mixed_precision!r} (from {engine.source})"
+        cast_fix = "set mixed_precision: 'no' in the accelerate config"
+    caster = (engine.describe() if engine.kind == "deepspeed" else "use_transformers_continuous_batching=True"
+              if values.get("use_transformers_continuous_batching") else None)
     if quantized:
         return (f"{MERGE_FOR_GENERATION}=True with {quantized}: PEFT would de-quantize, add the adapter and "
                 f"re-quantize the base at every generation, and the base would drift (docs/generation.md). {fix}, or "
                 f"{quantized_fix}.")
     if dtype != "float32":
-        loaded = (f"bf16=True and dtype={dtype!r} (the checkpoint's own dtype)" if dtype == "auto" and bf16
+        loaded = (f"bf16=True and dtype={dtype!r} (the checkpoint's own dtype)" if dtype == "auto" and values.get("bf16")
                   else f"the base loaded as {dtype!r}")
         return (f"{MERGE_FOR_GENERATION}=True with {loaded}: in bf16 or float16 a LoRA delta smaller than half a "
                 f"weight's rounding step vanishes from the merged weight, so generation would ignore it. {fix}, or "
                 "load the base with dtype: float32.")
-    if sharded:
-        return (f"{MERGE_FOR_GENERATION}=True with {sharded}: the base is sharded across processes and cannot be "
-                f"merged in place. {fix}.")
-    if cast:
-        return (f"{MERGE_FOR_GENERATION}=True with {cast}: the whole model is cast to that precision, and the cast "
-                f"rounds away a small merged LoRA delta. {fix}, or {cast_fix}.")
+    if engine.kind == "fsdp" or engine.zero_stage == 3:
+        return (f"{MERGE_FOR_GENERATION}=True with {engine.describe()}: the base is sharded across processes and cannot "
+                f"be merged in place. {fix}.")
+    if caster and precision:
+        return (f"{MERGE_FOR_GENERATION}=True with {caster} and {precision}: the whole model is cast to that precision, "
+                f"and the cast rounds away a small merged LoRA delta. {fix}, or {cast_fix}.")
     if lora_dropout:
         return (f"{MERGE_FOR_GENERATION}=True with lora_dropout={lora_dropout}: TRL generates in training mode, so "
                 "unmerged generation applies the adapter's dropout and merged generation would not: the completions "
@@ -121,30 +127,6 @@ def merge_problem(*, quantized: str | None = None, quantized_fix: str = "", dtyp
     return None
 
 
-def engine_problem(values, engine) -> dict[str, Any]:
-    """`merge_problem`'s engine arguments from a run's fields and its `config.engines.Engine`."""
-    precision, cast_fix = next(((f"{name}=True", f"set {name}: false") for name in ("bf16", "fp16")
-                                if values.get(name)), (None, ""))
-    if precision is None and engine.mixed_precision in ("bf16", "fp16"):
-        precision = f"mixed_precision={engine.mixed_precision!r} (from {engine.source})"
-        cast_fix = "set mixed_precision: 'no' in the accelerate config"
-    caster = (engine.describe() if engine.kind == "deepspeed" else "use_transformers_continuous_batching=True"
-              if values.get("use_transformers_continuous_batching") else None)
-    return {"sharded": engine.describe() if engine.kind == "fsdp" or engine.zero_stage == 3 else None,
-            "cast": f"{caster} and {precision}" if caster and precision else None, "cast_fix": cast_fix}
-
-
-def _continues_adapter(values) -> bool:
-    """Whether the run continues an adapter (`models.source`), which keeps its own ``lora_dropout``."""
-    from ..models.source import resolve_model_source
-
-    name = values.get("model_name_or_path")
-    try:
-        return isinstance(name, str) and bool(name) and resolve_model_source(name).continued
-    except (ValueError, OSError, TypeError):
-        return False
-
-
 def check_merged_generation(values, engine) -> None:
     """:func:`merge_problem` of a run's fields before any model loads (the rule ``merged_generation``); a
     ``model_init_kwargs`` quantization counts. A continued adapter's own ``lora_dropout`` is judged by the trainer
@@ -153,6 +135,7 @@ def check_merged_generation(values, engine) -> None:
     Raises:
         RunArgumentError: the problem's line."""
     from ..models.settings import load_dtype
+    from .trainer_settings import continued_adapter
 
     if not values.get(MERGE_FOR_GENERATION):
         return
@@ -162,12 +145,11 @@ def check_merged_generation(values, engine) -> None:
     if quantized is None and quantized_bits(quantization):
         quantized = "a quantized base (model_init_kwargs.quantization_config)"
         quantized_fix = "remove quantization_config from model_init_kwargs"
-    bf16 = bool(values.get("bf16"))
-    dropout = float(values.get("lora_dropout") or 0.0) if values.get("use_peft") and not _continues_adapter(values) \
+    dropout = float(values.get("lora_dropout") or 0.0) if values.get("use_peft") and not continued_adapter(values) \
         else 0.0
     problem = merge_problem(
-        quantized=quantized, quantized_fix=quantized_fix, bf16=bf16, **engine_problem(values, engine),
-        dtype=load_dtype(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=bf16)),
+        values, engine, quantized=quantized, quantized_fix=quantized_fix,
+        dtype=load_dtype(SimpleNamespace(dtype=values.get("dtype")), SimpleNamespace(bf16=values.get("bf16"))),
         lora_dropout=repr(dropout) if dropout > 0 and not values.get("disable_dropout") else None)
     if problem:
         raise RunArgumentError(problem)

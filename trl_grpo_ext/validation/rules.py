@@ -14,6 +14,7 @@ from ..config.advantage_settings import is_explicit
 from ..config.checks import RunArgumentError, as_number, shown
 from ..config.engines import resolve_engine
 from ..config.push_settings import check_push_settings
+from ..zero_variance import settings as zero_variance_settings
 from . import engines, generation, lora, packages, rewards, trainer_settings
 from .problems import Problems
 from .tables import NEEDS, Rule, both, enum_value, evaluates, set_of
@@ -22,18 +23,15 @@ from .tables import NEEDS, Rule, both, enum_value, evaluates, set_of
 class RunView:
     """The values a rule reads: ``values`` (every field), ``user`` (the keys the user set; None for a config built in
     Python, judged against ``defaults``), ``world_size``, ``batch`` (TRL's batch fields as resolved; else resolved from
-    the user's keys), ``on_cpu`` (default ``use_cpu``), ``engine`` (of an accelerate config), ``problems`` (the
-    collector), ``reward_names`` (None: unknown or none), ``check_model`` (read the model's module names)."""
+    the user's keys), ``engine`` (of an accelerate config), ``problems`` (the collector), ``check_model`` (read the
+    model's module names)."""
 
     def __init__(self, values: Mapping[str, Any], user: Mapping[str, Any] | None = None, world_size: int = 1, *,
-                 batch: dict | None = None, on_cpu: bool | None = None, engine=None, problems=None,
-                 defaults: Mapping[str, Any] | None = None, reward_names: list[str] | None = None,
+                 batch: dict | None = None, engine=None, problems=None, defaults: Mapping[str, Any] | None = None,
                  check_model: bool = True):
         self.values, self.user, self.world_size = values, user, world_size
         self._batch, self.engine, self.problems = batch, engine, problems
-        self.on_cpu = bool(values.get("use_cpu")) if on_cpu is None else on_cpu
-        self.defaults = defaults or {}
-        self._reward_names, self.check_model = reward_names, check_model
+        self.defaults, self.check_model = defaults or {}, check_model
 
     def get(self, name: str, default: Any = None) -> Any:
         return enum_value(self.values.get(name, default))
@@ -79,8 +77,6 @@ class RunView:
     @cached_property
     def reward_names(self) -> list[str] | None:
         """The names of the run's registry rewards (None: none, or ``reward_funcs=``)."""
-        if self._reward_names is not None or self.values.get("rewards") is None:
-            return self._reward_names
         try:
             return [spec.name for spec in self.specs] or None
         except ValueError:  # the `reward_specs` rule reports it
@@ -91,26 +87,6 @@ class RunView:
         from ..plan.resolve import _INPUT_FIELDS
 
         return tuple(k for k in (self.user or {}) if k in _INPUT_FIELDS and self.user[k] is not None)
-
-    def loss_type(self) -> str:
-        """TRL's ``loss_type`` as the run resolves it (an ``advantage_preset``'s first)."""
-        from ..config.advantage_settings import PRESETS
-
-        preset = PRESETS.get(self.get("advantage_preset") or "", {})
-        return preset.get("loss_type") or self.get("loss_type") or "dapo"
-
-
-def zero_variance(v: RunView) -> str | None:
-    """`zero_variance.settings.check_zero_variance_settings` on the resolved batch; returns the canonical judged reward."""
-    from ..zero_variance.settings import check_zero_variance_settings
-
-    try:
-        canonical, ineffective = check_zero_variance_settings(v.get, v.batch, v.world_size, v.reward_names)
-    except ValueError as err:
-        raise RunArgumentError(str(err)) from None
-    if ineffective:
-        v.warn(ineffective)
-    return canonical
 
 
 def advantage_conflicts(v: RunView) -> None:
@@ -163,20 +139,10 @@ def clipping(v: RunView) -> None:
         v.warn(message)
 
 
-def engine_settings(v: RunView) -> None:
-    """`validation.engines`: the refused combinations of the run's engine."""
-    engines.check_engine_settings(_engine(v), v.values)
-
-
 def reward_columns(v: RunView) -> None:
     columns = rewards.known_columns(v.values)
     if columns is not None:
         rewards.check_reward_columns(columns, v.specs)
-
-
-def _add_all(v: RunView, found: list[tuple[str, tuple[str, ...]]]) -> None:
-    for line, names in found:
-        v.problems.add(line, names)
 
 
 _CLIP = ("epsilon", "epsilon_high", "delta")
@@ -213,7 +179,8 @@ RULES: tuple[Rule, ...] = (
     Rule("reward_specs", _REWARDS, check=lambda v: v.specs, scope="args"),
     Rule("clipping", lambda v: (*set_of(_CLIP)(v), "num_iterations"), check=lambda v: set_of(_CLIP)(v) and clipping(v),
          blocked_by=lambda v: (*set_of(_CLIP)(v), *v.quantity_keys(), "loss_type")),
-    Rule("zero_variance", ("zero_variance_filter", "zero_variance_reward", "skip_history_file"), check=zero_variance,
+    Rule("zero_variance", ("zero_variance_filter", "zero_variance_reward", "skip_history_file"),
+         check=lambda v: zero_variance_settings.check_zero_variance_settings(v),
          blocked_by=lambda v: ("zero_variance_filter", "zero_variance_reward", "multi_objective_aggregation",
                                *_REWARDS, *v.quantity_keys())),
     Rule("generation", ("cache_implementation", "generation_kwargs"), check=generation.check_generation_settings),
@@ -228,15 +195,16 @@ RULES: tuple[Rule, ...] = (
          check=lambda v: generation.check_merged_generation(v.values, _engine(v)),
          blocked_by=("merge_adapter_for_generation", "use_peft", "lora_dropout", "dtype", "model_init_kwargs"),
          scope="args"),
-    Rule("engine_settings", ("deepspeed", "fsdp", "fsdp_config"), check=engine_settings),
+    Rule("engine_settings", ("deepspeed", "fsdp", "fsdp_config"),
+         check=lambda v: engines.check_engine_settings(_engine(v), v.values)),
     Rule("lora_targets", _LORA, check=lambda v: v.get("use_peft") and lora.check_lora_targets(v.values, v.check_model),
          blocked_by=(*_LORA, "use_peft", "model_name_or_path", "model_revision"), scope="args"),
     Rule("rewards_set", ("rewards",), check=lambda v: rewards.check_rewards_set(v.values), scope="args"),
     Rule("reward_weights", _REWARDS, check=lambda v: rewards.check_some_weight(v.specs), scope="args"),
-    Rule("trainer_settings", check=lambda v: _add_all(v, trainer_settings.trainer_problems(v.values)),
+    Rule("trainer_settings", check=lambda v: trainer_settings.check_trainer_settings(v.values, v.problems),
          blocked_by=trainer_settings.TRAINER_FIELDS, scope="args"),
     Rule("batch_dispatch", ("accelerator_config",),
-         check=lambda v: _add_all(v, trainer_settings.batch_dispatch_problems(v.values))),
+         check=lambda v: trainer_settings.check_batch_dispatch(v.values, v.problems)),
     Rule("continued_adapter", ("model_name_or_path", "use_peft", "output_dir"),
          check=lambda v: trainer_settings.check_continued_adapter(v.values), scope="args",
          blocked_by=("model_name_or_path", "output_dir")),

@@ -3,9 +3,11 @@ column (pure: no torch; docs/zero_variance.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+from ..config.checks import RunArgumentError
 
 
 @dataclass(frozen=True)
@@ -41,26 +43,27 @@ ZERO_VARIANCE_SIGNALS = ("off", "entropy")
 ROLLOUT_BUDGETS = ("uniform", "adaptive")
 
 
-def check_zero_variance_settings(get: Callable[[str], Any], batch: Mapping[str, Any], world_size: int,
-                                 reward_names: list[str] | None = None) -> tuple[str | None, str | None]:
+def check_zero_variance_settings(v) -> str | None:
     """Refuse what the filter, ``zero_variance_signal`` and ``rollout_budget: adaptive`` cannot honour
-    (docs/zero_variance.md). ``get(name)``: a config field's value (None: its default); ``batch``: TRL's batch fields
-    as resolved [completions, micro-batches]; ``reward_names``: the run's registry rewards (None: unknown).
+    (docs/zero_variance.md); warn (``v.warn``) of a filter or signal without effect beside ``normalize_then_sum``.
+    ``v``: a `validation.rules.RunView`: ``v.get(name)`` a config field's value (None: its default), ``v.batch`` TRL's
+    batch fields as resolved [completions, micro-batches], ``v.world_size``, ``v.reward_names`` the run's registry
+    rewards (None: unknown).
 
     Returns:
-        ``(zero_variance_reward as TRL logs it (the canonical registry name), the warning for a filter or signal
-        without effect beside ``normalize_then_sum``, else None)``.
+        ``zero_variance_reward`` as TRL logs it (the canonical registry name).
 
     Raises:
-        ValueError: naming the field, its value and the fix."""
+        RunArgumentError: naming the field, its value and the fix."""
+    get, batch, world_size = v.get, v.batch, v.world_size
     mode, signal = get("zero_variance_filter") or "off", get("zero_variance_signal") or "off"
     budget, aggregation = get("rollout_budget") or "uniform", get("multi_objective_aggregation") or "sum_then_normalize"
     g, summed = batch["num_generations"], aggregation == "sum_then_normalize"
-    canonical = _canonical_reward_name(get("zero_variance_reward"), reward_names)
+    canonical = _canonical_reward_name(get("zero_variance_reward"), v.reward_names)
     if signal != "off" and mode == "resample":
-        raise ValueError(f"zero_variance_signal={signal!r} learns from all-right and all-wrong groups, but "
-                         "zero_variance_filter='resample' replaces them first. Fix: use zero_variance_filter: mask (or "
-                         "off) with zero_variance_signal, or zero_variance_signal: off.")
+        raise RunArgumentError(f"zero_variance_signal={signal!r} learns from all-right and all-wrong groups, but "
+                               "zero_variance_filter='resample' replaces them first. Fix: use zero_variance_filter: "
+                               "mask (or off) with zero_variance_signal, or zero_variance_signal: off.")
     for applies, why, fix in (  # (why, fix): the first that applies
             (not summed, f"multi_objective_aggregation={aggregation!r} takes TRL's per-reward advantages over its "
              "rounds' partial groups", "multi_objective_aggregation: sum_then_normalize"),
@@ -70,8 +73,8 @@ def check_zero_variance_settings(get: Callable[[str], Any], batch: Mapping[str, 
             (g < 4, f"its first round gives every prompt G / 2 = {g // 2} completions, fewer than 2",
              "num_generations: 4 or more")):
         if budget == "adaptive" and applies:
-            raise ValueError(f"rollout_budget='adaptive' splits each step's completions unevenly across its prompts, "
-                             f"but {why}. Fix: {fix}, or rollout_budget: uniform.")
+            raise RunArgumentError(f"rollout_budget='adaptive' splits each step's completions unevenly across its "
+                                   f"prompts, but {why}. Fix: {fix}, or rollout_budget: uniform.")
     gbs, mb = batch.get("generation_batch_size"), batch["per_device_train_batch_size"]
     spg = batch.get("steps_per_generation") or batch["gradient_accumulation_steps"]
     local = gbs // world_size if gbs else mb * spg  # the completions of a generation batch one process holds
@@ -82,13 +85,15 @@ def check_zero_variance_settings(get: Callable[[str], Any], batch: Mapping[str, 
         held, fix = ((f"generation_batch_size ({gbs}) / {world_size} processes", f"generation_batch_size a multiple "
                       f"of {world_size * g}") if gbs else (f"micro_batch_size ({mb}) × steps_per_generation ({spg})",
                                                            f"micro_batch_size × steps_per_generation a multiple of {g}"))
-        raise ValueError(f"{what} needs whole groups of num_generations ({g}) on every process, but each process "
-                         f"holds {held} = {local} completions of a generation batch. Fix: make {fix}, or use {other}.")
+        raise RunArgumentError(f"{what} needs whole groups of num_generations ({g}) on every process, but each "
+                               f"process holds {held} = {local} completions of a generation batch. Fix: make {fix}, or "
+                               f"use {other}.")
     idle = [f"{name}={value!r}" for name, value in (("zero_variance_filter", mode), ("zero_variance_signal", signal))
             if value != "off"]
-    return canonical, None if summed or not idle else (
-        f"{' and '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with multi_objective_aggregation="
-        f"{aggregation!r} (TRL's advantages are used as they are). Fix: remove it, or use sum_then_normalize.")
+    if idle and not summed:
+        v.warn(f"{' and '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with multi_objective_aggregation="
+               f"{aggregation!r} (TRL's advantages are used as they are). Fix: remove it, or use sum_then_normalize.")
+    return canonical
 
 
 def _canonical_reward_name(name: str | None, reward_names: list[str] | None) -> str | None:
@@ -109,11 +114,11 @@ def judged_reward_index(name: str | None, reward_func_names: list[str]) -> int |
     """Column of ``name`` (``zero_variance_reward``) among TRL's ``reward_func_names``; None judges the total.
 
     Raises:
-        ValueError: ``name`` is not one of them."""
+        RunArgumentError (a ValueError): ``name`` is not one of them."""
     if name is None:
         return None
     if name not in reward_func_names:
-        raise ValueError(
+        raise RunArgumentError(
             f"zero_variance_reward={name!r} is not one of this run's rewards ({', '.join(reward_func_names)}). Fix: "
             "name one of them (as logged in rewards/<name>/mean), or remove zero_variance_reward to judge the total.")
     return reward_func_names.index(name)
