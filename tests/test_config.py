@@ -167,6 +167,13 @@ def test_reward_weights_given_twice_or_as_booleans_are_refused(tmp_path):
     assert plain.resolved.reward_weights == (1.0, 0.3)
 
 
+def test_quantity_fields_is_deprecated_for_resolved(tmp_path):
+    config = GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=4)
+    with pytest.warns(FutureWarning, match=r"config.resolved.quantity_fields\(\)"):
+        fields = config.quantity_fields()
+    assert fields == config.resolved.quantity_fields() and fields["prompts_per_step"] == 2
+
+
 def test_the_users_reward_weights_are_kept_and_weights_on_items_are_written(tmp_path):
     common = dict(output_dir=str(tmp_path), use_cpu=True, prompts_per_step=2, num_generations=4)
     given = GRPOExtConfig(**common, rewards=["char_fraction", "format"], reward_weights=[3.0, 1.0])

@@ -231,6 +231,12 @@ class GRPOExtConfig(GRPOConfig):
             warnings.warn(line, IneffectiveSettingWarning, stacklevel=4)
         return results.get("zero_variance")
 
+    def quantity_fields(self) -> dict[str, Any]:
+        """Deprecated (removed in 0.3.0): ``config.resolved.quantity_fields()``."""
+        warnings.warn("GRPOExtConfig.quantity_fields() is deprecated and will be removed in trl-grpo-ext 0.3.0: use "
+                      "config.resolved.quantity_fields().", FutureWarning, stacklevel=2)
+        return self.resolved.quantity_fields()
+
     def to_dict(self) -> dict[str, Any]:
         """`TrainingArguments.to_dict`, plus ``resolved`` and ``run_plan`` (once the trainer set it): what the trackers
         log and ``run_config.json`` holds."""
