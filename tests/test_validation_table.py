@@ -153,7 +153,8 @@ _ROWS = [
         ["advantage_preset", "scale_rewards"], "Remove scale_rewards"),
     # settings that would be silently ignored
     row("lora_r without use_peft", {"use_peft": False, **_NO_4BIT}, ["lora_r", "use_peft"]),
-    row("bnb_4bit_quant_type without load_in_4bit", {"load_in_4bit": False}, ["bnb_4bit_quant_type", "load_in_4bit"]),
+    row("bnb_4bit_quant_type without load_in_4bit", {"load_in_4bit": False, "bnb_4bit_quant_type": "fp4"},
+        ["bnb_4bit_quant_type", "load_in_4bit"]),
     row("max_resample_rounds without resample", {"max_resample_rounds": 2}, ["max_resample_rounds",
                                                                              "zero_variance_filter"]),
     row("zero_variance_tolerance without a filter", {"zero_variance_tolerance": 0.1}, ["zero_variance_tolerance",
@@ -630,6 +631,15 @@ def test_a_feature_switched_off_in_the_yaml_or_on_the_command_line_leaves_one_wa
             "save_strategy: steps or remove save_steps."]
 
 
+def test_a_needs_field_written_at_its_default_is_not_warned_of(tmp_path, capsys, no_weights):
+    """open-r1's recipes write `do_eval: false`: the default, so nothing is lost without an evaluation (a drop-in
+    user's finding); `do_eval: true` without one is warned of."""
+    assert plan_cli.main(["--config", _config(tmp_path, {"eval_strategy": "no", "do_eval": False})]) == 0
+    assert "do_eval" not in capsys.readouterr().err
+    assert plan_cli.main(["--config", _config(tmp_path, {"eval_strategy": "no", "do_eval": True})]) == 0
+    assert "warning: do_eval=True only takes effect with eval_strategy: steps or epoch" in capsys.readouterr().err
+
+
 def test_sync_ref_model_with_beta_0_is_refused_even_when_beta_comes_from_the_command_line(tmp_path, no_weights):
     """TRL raises for sync_ref_model with beta 0 (GRPOTrainer.__init__), so `--beta 0` does not switch it off: plan
     and the recipe refuse it alike (plan warned and the recipe refused the ref_model_* fields instead)."""
@@ -856,6 +866,8 @@ def test_a_config_built_in_python_passes_the_mapping_checks():
     ({"temperature": 0.0}, "temperature=0.0 must be a number > 0"),
     ({"beta": -1.0}, "beta=-1.0 must be a number >= 0"),
     ({"max_completion_length": 0}, "max_completion_length=0 must be an integer >= 1"),
+    # TRL checks loss_type only in its loss, after the model loaded and generated (a drop-in user's finding)
+    ({"loss_type": "drgrpo"}, "loss_type='drgrpo' is not valid. Did you mean 'dr_grpo'?"),
     ({"accelerator_config": {"dispatch_batches": True, "split_batches": True}},
      "accelerator_config.dispatch_batches=True has process 0 read every batch"),
 ])

@@ -215,10 +215,11 @@ class GRPOExtConfig(GRPOConfig):
         resolved batch; returns the `zero_variance` rule's canonical judged reward."""
         from ..validation.problems import Problems
         from ..validation.rules import RunView, run_rules
-        from ..validation.tables import TRL_RANGES
+        from ..validation.tables import TRL_CHOICES, TRL_RANGES
 
-        ranges = {**{name: TRL_RANGES[name] for name in _DEFAULTS.keys() & TRL_RANGES.keys()}, **_FIELD_CHECKS,
-                  "learning_rate": Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4.")}
+        ranges = {**{name: TRL_RANGES[name] for name in _DEFAULTS.keys() & TRL_RANGES.keys()},
+                  **{name: Choices(TRL_CHOICES[name]) for name in _DEFAULTS.keys() & TRL_CHOICES.keys()},
+                  **_FIELD_CHECKS, "learning_rate": Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4.")}
         for name, check in ranges.items():
             if getattr(self, name) is not None:
                 check.check(name, getattr(self, name))

@@ -33,8 +33,8 @@ REMOVED = {
                      "cosine_max_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
                      "code_language", "code_eval_test_batch_size", "parallel_code_exec_per_proc", "e2b_router_url",
                      "morph_router_url", "code_provider", "ioi_provider"),
-                    "open-r1's reward setting: give it as a parameter of the reward, e.g. `rewards: [{name: "
-                    "cosine_scaled_reward, kwargs: {min_value_wrong: -1.0}}]` (`trl-grpo-ext rewards` lists them)."),
+                    "open-r1's reward setting: give it as a parameter of its reward (`rewards: [{name: "
+                    "cosine_scaled_reward, kwargs: {max_len: 1000}}]`; `trl-grpo-ext rewards` lists each one's)."),
 }
 
 #: List keys accepted when empty (open-r1 writes `callbacks: []`).

@@ -130,6 +130,7 @@ class ReasoningAccuracyReward(TrlReward):
 
 @register_reward(
     "cosine_scaled_reward",
+    "cosine",  # open-r1's name
     description="TRL: correctness scaled by completion length on a cosine schedule.",
     example_kwargs={"max_len": 8},
 )

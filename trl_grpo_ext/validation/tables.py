@@ -113,7 +113,8 @@ class Rule:
         if not self.when(v):
             return None
         if self.needs:
-            names = [n for n, value in v.set_keys.items() if n in self.fields and value is not None]
+            names = [n for n, value in v.set_keys.items()  # (a key set to its default changes nothing)
+                     if n in self.fields and value is not None and value != v.defaults.get(n, not value)]
             if not names:
                 return None
             one = len(names) == 1

@@ -173,7 +173,8 @@ def validate_run_args(script_args: Any, training_args: Any, model_args: Any, pus
     values.update({k: v for k, v in user.items() if k not in values})  # keys only the user values hold (plan)
     if user_values is None:  # the other values are defaults or derived from the user's (written by __post_init__)
         check_user_values(values, problems)
-    results = run_rules(RunView(values, user, world_size, engine=engine, check_model=check_model), problems)
+    results = run_rules(RunView(values, user, world_size, engine=engine, check_model=check_model, defaults=DEFAULTS),
+                        problems)
     if own:
         problems.raise_if_any(RunArgumentError)
     return results
