@@ -6,8 +6,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# torch 2.13.0, the tested version (the CPU wheel where pip finds one, as on the development machine; from PyPI, add
-# PIP_INDEX_URL=https://download.pytorch.org/whl/cpu for it). On a GPU machine: make TORCH_SPEC=torch
+# torch 2.13.0, the tested version (the CPU wheel where pip finds one, as on the development machine; from PyPI, set
+# PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu for it). On a GPU machine: make TORCH_SPEC=torch
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 # Threads for the CPU process (the CPUs it may use); passing it keeps accelerate from printing a three-line notice
