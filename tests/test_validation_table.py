@@ -153,6 +153,14 @@ _ROWS = [
         ["advantage_preset", "scale_rewards"], "Remove scale_rewards"),
     # settings that would be silently ignored
     row("lora_r without use_peft", {"use_peft": False, **_NO_4BIT}, ["lora_r", "use_peft"]),
+    # torch's CPU autocast fails at the first step on bf16 over float16 weights ("Unexpected floating ScalarType")
+    row("bf16 over a float16 base on a CPU", {"bf16": True, "dtype": "float16"}, ["dtype", "bf16", "use_cpu"],
+        "Fix: --dtype float32 (or bfloat16) with bf16: true, or --bf16 false."),
+    # transformers' get_scheduler passes the kwargs to the schedule's function: a TypeError at the first step
+    row("lr_scheduler_kwargs key the schedule does not take", {"lr_scheduler_type": "cosine",
+                                                               "lr_scheduler_kwargs": {"num_cycle": 0.5}},
+        ["lr_scheduler_kwargs has keys lr_scheduler_type='cosine' does not take: 'num_cycle' (it takes num_cycles"],
+        "Fix: remove or rename them"),
     row("bnb_4bit_quant_type without load_in_4bit", {"load_in_4bit": False, "bnb_4bit_quant_type": "fp4"},
         ["bnb_4bit_quant_type", "load_in_4bit"]),
     row("max_resample_rounds without resample", {"max_resample_rounds": 2}, ["max_resample_rounds",
@@ -443,6 +451,7 @@ RULE_ROWS = {
     "advantage_conflicts": "loss_type=dapo (default) + rloo preset",
     "evaluation_split": "eval_strategy steps without a test split",
     "compare_base_adapter": "compare_base without an adapter",
+    "cpu_bf16_on_float16": "bf16 over a float16 base on a CPU",
     "push_needs_adapter": "push without an adapter",
     "push_needs_repository": "push without a repository",
     "reward_specs": "reward name typo",

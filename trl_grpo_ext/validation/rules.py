@@ -169,6 +169,11 @@ RULES: tuple[Rule, ...] = (
          lambda v: v.get("final_eval") == "compare_base" and not v.get("use_peft"),
          "final_eval=compare_base needs an adapter to switch off (use_peft: true); with use_peft: false set "
          "final_eval: adapter (the trained model alone) or none.", scope="args"),
+    Rule("cpu_bf16_on_float16", ("dtype", "bf16", "use_cpu"),
+         lambda v: v.get("use_cpu") and v.get("bf16") is True and v.get("dtype") == "float16",
+         "dtype='float16' with bf16=True and use_cpu=True: torch's CPU autocast cannot run bf16 over float16 weights, "
+         "and the run would fail at its first step. Fix: --dtype float32 (or bfloat16) with bf16: true, or --bf16 false.",
+         scope="args"),
     Rule("push_needs_adapter", ("push_to_hub_mode", "push_to_hub", "use_peft"),
          check=lambda v: check_push_settings(v, adapter=True), scope="args"),
     Rule("push_needs_repository", ("push_to_hub_mode", "push_to_hub", "hub_repo_id", "hub_model_id"),

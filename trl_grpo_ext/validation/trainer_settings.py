@@ -29,6 +29,12 @@ def check_trainer_settings(values: Mapping[str, Any], problems) -> None:
                      f"{'both min_lr and min_lr_rate' if floors else 'none'} (lr_scheduler_kwargs={kwargs!r}): "
                      "transformers raises at the first step. Fix: give one of them, e.g. lr_scheduler_kwargs: "
                      "{min_lr_rate: 0.1}, or use lr_scheduler_type: cosine.", ("lr_scheduler_type", "lr_scheduler_kwargs"))
+    takes = _scheduler_parameters(scheduler or "linear")
+    unknown = [key for key in kwargs if takes is not None and key not in takes]
+    if unknown:  # (a typo such as num_cycle for cosine's num_cycles: a TypeError at the first step)
+        problems.add(f"lr_scheduler_kwargs has keys lr_scheduler_type={scheduler or 'linear'!r} does not take: "
+                     f"{', '.join(map(repr, unknown))} (it takes {', '.join(takes) or 'none'}): transformers fails at "
+                     "the first step. Fix: remove or rename them.", ("lr_scheduler_kwargs",))
     if (enum_value(values.get("save_strategy")) == "best" and values.get("metric_for_best_model") is None
             and not values.get("load_best_model_at_end")):
         problems.add("save_strategy='best' saves when metric_for_best_model improves, and metric_for_best_model is "
@@ -83,3 +89,20 @@ def check_continued_adapter(values: Mapping[str, Any]) -> None:
     if isinstance(output_dir, str) and output_dir and Path(output_dir).expanduser().resolve() == Path(source.adapter):
         raise RunArgumentError(f"output_dir={output_dir!r} is the adapter folder being continued (model_name_or_path="
                                f"{name!r}); the new adapter would overwrite it. Fix: choose another output_dir.")
+
+
+def _scheduler_parameters(scheduler: str) -> list[str] | None:
+    """The ``lr_scheduler_kwargs`` keys the schedule's function takes (transformers' ``get_scheduler``), or None when
+    it takes any (or is unknown: its choices refuse it; a constant schedule's kwargs are a `tables.NEEDS` warning)."""
+    import inspect
+
+    from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+    from transformers.trainer_utils import SchedulerType
+
+    try:
+        params = inspect.signature(TYPE_TO_SCHEDULER_FUNCTION[SchedulerType(scheduler)]).parameters
+    except (ValueError, KeyError):
+        return None
+    if scheduler in ("constant", "constant_with_warmup") or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    return [name for name in params if name not in ("optimizer", "num_warmup_steps", "num_training_steps", "last_epoch")]
