@@ -1,6 +1,7 @@
 """Engines read before any model loads (engines.py), the refusals of engine settings the run cannot honour
 (validation/engines.py, exit 2 from plan and the recipe), and the accelerate configs the docs name."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -209,13 +210,19 @@ def test_the_zero_stage_is_read_from_a_deepspeed_json(tmp_path):
 
 @pytest.mark.parametrize("name", ["ds.yaml", "missing.json"])
 def test_a_deepspeed_config_that_does_not_read_is_refused_when_the_config_is_built(tmp_path, name):
-    """transformers' HfDeepSpeedConfig reads it in TrainingArguments.__post_init__, before any model loads."""
+    """transformers' HfDeepSpeedConfig reads it in TrainingArguments.__post_init__, before any model loads (without
+    deepspeed installed, as in `make test` before `make install-dist`, it refuses the field itself: ImportError)."""
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
     from trl_grpo_ext import GRPOExtConfig
 
     (tmp_path / "ds.yaml").write_text("zero_optimization:\n  stage: 2\n")
-    with pytest.raises(ValueError):
-        GRPOExtConfig(output_dir=str(tmp_path / "out"), use_cpu=False, bf16=False, report_to=[],
-                      deepspeed=str(tmp_path / name))
+    try:
+        with pytest.raises(ValueError if importlib.util.find_spec("deepspeed") else ImportError):
+            GRPOExtConfig(output_dir=str(tmp_path / "out"), use_cpu=False, bf16=False, report_to=[],
+                          deepspeed=str(tmp_path / name))
+    finally:  # the half-built config stays registered in transformers' global: every later model would read it
+        unset_hf_deepspeed_config()
 
 
 def test_an_accelerate_config_that_is_not_yaml_is_named_as_the_accelerate_config(capsys, tmp_path):
