@@ -218,7 +218,9 @@ class GRPOExtConfig(GRPOConfig):
         from ..validation.tables import TRL_CHOICES, TRL_RANGES
 
         ranges = {**{name: TRL_RANGES[name] for name in _DEFAULTS.keys() & TRL_RANGES.keys()},
-                  **{name: Choices(TRL_CHOICES[name]) for name in _DEFAULTS.keys() & TRL_CHOICES.keys()},
+                  # TRL reads these only in its trainer or loss (transformers refuses a bad strategy itself)
+                  **{name: Choices(TRL_CHOICES[name]) for name in ("loss_type", "multi_objective_aggregation",
+                                                                   "importance_sampling_level")},
                   **_FIELD_CHECKS, "learning_rate": Range(low=0, fix="QLoRA GRPO typically uses 1e-5 to 1e-4.")}
         for name, check in ranges.items():
             if getattr(self, name) is not None:
